@@ -1,0 +1,1 @@
+"""Backends that run resolved jobs: the Docker cluster simulator and Kubernetes."""

@@ -1,0 +1,1 @@
+"""The paigraph service: protocol engine, marketplace, jobs, store, GraphQL API, CLI."""

@@ -1,0 +1,1 @@
+"""The GraphQL API: strawberry types, queries and mutations."""

@@ -1,0 +1,153 @@
+"""The `paigraph` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.markup import escape
+
+from server.protocol import Issue, Kind, ParseResult, parse_document, resolve_job, to_v2_yaml
+
+app = typer.Typer(
+    help="paigraph: multi-role batch jobs in the OpenPAI style, served over GraphQL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def main() -> None:
+    app()
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        err.print(
+            f"[red]error:[/red] cannot read {escape(str(path))}: {escape(exc.strerror or str(exc))}"
+        )
+        raise typer.Exit(2) from None
+
+
+def _issue_json(issue: Issue) -> dict[str, Any]:
+    return {"path": issue.path, "code": issue.code, "message": issue.message}
+
+
+def _print_issues(console: Console, result: ParseResult) -> None:
+    labelled = [("[red]error[/red]  ", i) for i in result.errors]
+    labelled += [("[yellow]warning[/yellow]", i) for i in result.warnings]
+    for label, issue in labelled:
+        where = escape(issue.path or "(document)")
+        code = escape(f"[{issue.code}]")
+        console.print(f"  {label} {where}: {escape(issue.message)} [dim]{code}[/dim]")
+
+
+def _describe_ok(result: ParseResult) -> str:
+    if result.kind is Kind.COMPONENT and result.component is not None:
+        return f"{result.summary()} '{result.component.name}'"
+    spec = result.spec
+    assert spec is not None
+    roles = ", ".join(f"{r.name}x{r.instances}" for r in spec.task_roles)
+    return f"{result.summary()} '{spec.name}' (task roles: {roles})"
+
+
+@app.command()
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="Job configs or components (YAML or JSON).")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON report for machines.")
+    ] = False,
+) -> None:
+    """Check job configs and components; exit 0 when all are valid, 1 when any is not."""
+    reports = []
+    all_ok = True
+    for path in files:
+        result = parse_document(_read(path))
+        all_ok &= result.ok
+        if as_json:
+            reports.append(
+                {
+                    "file": str(path),
+                    "valid": result.ok,
+                    "kind": result.kind.value if result.kind else None,
+                    "dialect": result.dialect.value if result.dialect else None,
+                    "type": result.component.type.value if result.component else None,
+                    "errors": [_issue_json(i) for i in result.errors],
+                    "warnings": [_issue_json(i) for i in result.warnings],
+                }
+            )
+            continue
+        if result.ok:
+            out.print(f"[green]OK[/green]      {escape(str(path))}: {escape(_describe_ok(result))}")
+        else:
+            out.print(f"[red]INVALID[/red] {escape(str(path))}: {escape(result.summary())}")
+        _print_issues(out, result)
+    if as_json:
+        out.print_json(json.dumps(reports))
+    raise typer.Exit(0 if all_ok else 1)
+
+
+def _parse_params(params: list[str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for item in params:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            err.print(f"[red]error:[/red] --param takes key=value, got {escape(item)!r}")
+            raise typer.Exit(2)
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        values[key] = value if isinstance(value, (str, int, float, bool)) or value is None else raw
+    return values
+
+
+@app.command()
+def resolve(
+    file: Annotated[Path, typer.Argument(help="A job config in any dialect.")],
+    param: Annotated[
+        list[str] | None, typer.Option("--param", "-p", help="Override a parameter: key=value.")
+    ] = None,
+) -> None:
+    """Print the job as canonical OpenPAI protocol v2 YAML, with parameters rendered."""
+    result = resolve_job(_read(file), _parse_params(param or []))
+    if result.spec is None:
+        err.print(f"[red]INVALID[/red] {escape(str(file))}: {escape(result.summary())}")
+        _print_issues(err, result)
+        raise typer.Exit(1)
+    _print_issues(err, result)
+    typer.echo(to_v2_yaml(result.spec), nl=False)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(envvar="PAIGRAPH_HOST")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="PAIGRAPH_PORT")] = 8000,
+) -> None:
+    """Run the GraphQL service (GraphiQL in the browser at /graphql)."""
+    import uvicorn
+
+    from server.app import create_app
+
+    err.print(f"paigraph serving GraphQL on http://{host}:{port}/graphql")
+    uvicorn.run(create_app(), host=host, port=port, log_level="info")
+
+
+@app.command()
+def schema() -> None:
+    """Print the GraphQL schema (SDL); schema.graphql in the repository is this output."""
+    from server.api.schema import schema as graphql_schema
+
+    typer.echo(graphql_schema.as_str())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""OpenPAI v1 JSON: `jobName`, one `image`, a `taskRoles` list (reference/protocol_v2.md section 8).
+
+Normalised the way OpenPAI's own v1-to-v2 converter did it: the image, dataDir, outputDir and
+codeDir become prerequisites named `default`, `jobEnvs` become parameters and exported
+environment variables, and each role's `portList` keeps its `beginAt`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from server.protocol.fields import Fields
+from server.protocol.issues import Issues, join
+from server.protocol.model import (
+    Completion,
+    Dialect,
+    JobSpec,
+    Prerequisite,
+    PrerequisiteType,
+    Resources,
+    TaskRole,
+)
+from server.protocol.port_list import read_port_list
+from server.protocol.rules import (
+    MAX_RETRIES,
+    RolePaths,
+    add_default_ports,
+    check_role,
+    check_unique,
+)
+
+JOB_NAME = re.compile(r"[A-Za-z0-9\-._]+")
+JOB_NAME_RULE = "must match ^[A-Za-z0-9-._]+$ (letters, digits and -._)"
+ROLE_NAME = re.compile(r"[A-Za-z0-9._~]+")
+ROLE_NAME_RULE = "must match ^[A-Za-z0-9._~]+$"
+MIN_COUNT_MESSAGE = (
+    "minFailedTaskCount or minSucceededTaskCount should not be greater than tasks number."
+)
+DEFAULT_SHM_MB = 64
+
+_TOP_KEYS = (
+    "jobName",
+    "image",
+    "authFile",
+    "dataDir",
+    "outputDir",
+    "codeDir",
+    "taskRoles",
+    "gpuType",
+    "killAllOnCompletedTaskNumber",
+    "virtualCluster",
+    "retryCount",
+    "jobEnvs",
+    "extras",
+)
+_ROLE_KEYS = (
+    "name",
+    "taskNumber",
+    "cpuNumber",
+    "memoryMB",
+    "shmMB",
+    "gpuNumber",
+    "portList",
+    "command",
+    "minFailedTaskCount",
+    "minSucceededTaskCount",
+)
+_DIR_VARIABLES = (
+    ("dataDir", "PAI_DATA_DIR", PrerequisiteType.DATA),
+    ("outputDir", "PAI_OUTPUT_DIR", PrerequisiteType.OUTPUT),
+    ("codeDir", "PAI_CODE_DIR", PrerequisiteType.SCRIPT),
+)
+
+
+def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
+    f = _V1Fields(issues)
+    f.required(doc, "", ("jobName", "image", "taskRoles"))
+    f.known_keys(doc, "", _TOP_KEYS)
+    name = f.string(doc, "jobName", "", pattern=JOB_NAME, rule=JOB_NAME_RULE, max_length=255)
+    image = f.string(doc, "image", "")
+    if image is not None and not image.strip():
+        issues.error("image", "empty", "the image name must not be empty")
+    for key in ("authFile", "gpuType", "virtualCluster", *(d[0] for d in _DIR_VARIABLES)):
+        f.string(doc, key, "")
+    if "killAllOnCompletedTaskNumber" in doc:
+        issues.warn(
+            "killAllOnCompletedTaskNumber",
+            "obsolete",
+            "killAllOnCompletedTaskNumber is obsolete and ignored; use minSucceededTaskCount",
+        )
+    retry = f.integer(doc, "retryCount", "", default=0, numeric_strings=True)
+    if retry is not None and not -2 <= retry <= MAX_RETRIES:
+        issues.error(
+            "retryCount",
+            "range",
+            f"must be -2 (always retry), -1 (retry failures without limit) or 0 to "
+            f"{MAX_RETRIES}, got {retry}",
+        )
+    env = f.string_map(doc, "jobEnvs", "")
+    extras = doc.get("extras")
+    if extras is not None and f.as_mapping(extras, "extras") is None:
+        extras = None
+
+    prerequisites: list[Prerequisite] = []
+    if image:
+        prerequisites.append(
+            Prerequisite(name="default", type=PrerequisiteType.DOCKERIMAGE, uri=[image])
+        )
+    job_env = dict(env or {})
+    for key, variable, type_ in _DIR_VARIABLES:
+        value = doc.get(key)
+        if isinstance(value, str) and value:
+            prerequisites.append(Prerequisite(name="default", type=type_, uri=[value]))
+            job_env[variable] = value
+
+    roles: list[TaskRole] = []
+    raw_roles = doc.get("taskRoles")
+    items = f.as_list(raw_roles, "taskRoles", min_items=1) if "taskRoles" in doc else None
+    names: list[tuple[str, str]] = []
+    for i, raw in enumerate(items or []):
+        read = _read_role(i, raw, f, prerequisites)
+        if read is None:
+            continue
+        role, paths, shm_defaulted = read
+        names.append((role.name, paths.name))
+        roles.append(role)
+        check_role(
+            role, paths, issues, shm_defaulted=shm_defaulted, completion_rule=MIN_COUNT_MESSAGE
+        )
+    check_unique(names, issues, "task role name")
+    if issues.has_errors() or name is None:
+        return None
+    return JobSpec(
+        dialect=Dialect.V1,
+        name=name,
+        virtual_cluster=doc.get("virtualCluster") or "default",
+        retry_count=retry or 0,
+        gpu_type=doc.get("gpuType") or None,
+        parameters=dict(env or {}),
+        prerequisites=prerequisites,
+        task_roles=roles,
+        env=job_env,
+        extras=extras or {},
+        source=source,
+    )
+
+
+class _V1Fields(Fields):
+    """v1 reported unknown keys the Joi way: `"x" is not allowed`."""
+
+    def known_keys(self, obj, path, allowed, hints=None):  # type: ignore[no-untyped-def]
+        for key in obj:
+            if key not in allowed:
+                self.issues.error(
+                    join(path, str(key)),
+                    "unknown-field",
+                    f'"{key}" is not allowed; allowed: {", ".join(allowed)}',
+                )
+
+
+def _read_role(
+    index: int, raw: Any, f: Fields, prerequisites: list[Prerequisite]
+) -> tuple[TaskRole, RolePaths, bool] | None:
+    path = f"taskRoles[{index}]"
+    obj = f.as_mapping(raw, path)
+    if obj is None:
+        return None
+    f.required(obj, path, ("name", "command"))
+    f.known_keys(obj, path, _ROLE_KEYS)
+    name = f.string(obj, "name", path, pattern=ROLE_NAME, rule=ROLE_NAME_RULE)
+    number = {
+        key: f.integer(obj, key, path, default=default, numeric_strings=True)
+        for key, default in (
+            ("taskNumber", 1),
+            ("cpuNumber", 1),
+            ("memoryMB", 100),
+            ("gpuNumber", 0),
+        )
+    }
+    shm = f.integer(obj, "shmMB", path, numeric_strings=True)
+    # v1 semantics: an explicit null disables the rule; minSucceeded is off by default.
+    min_failed = f.integer(
+        obj, "minFailedTaskCount", path, default=1, allow_null=True, numeric_strings=True
+    )
+    if "minFailedTaskCount" in obj and obj["minFailedTaskCount"] is None:
+        min_failed = -1
+    min_succeeded = f.integer(
+        obj, "minSucceededTaskCount", path, default=-1, allow_null=True, numeric_strings=True
+    )
+    command = f.string(obj, "command", path)
+    if command is not None and not command.strip():
+        f.issues.error(join(path, "command"), "empty", "command must not be empty")
+    paths = RolePaths(
+        name=join(path, "name"),
+        instances=join(path, "taskNumber"),
+        cpu=join(path, "cpuNumber"),
+        memory_mb=join(path, "memoryMB"),
+        gpu=join(path, "gpuNumber"),
+        shm_mb=join(path, "shmMB"),
+        min_failed=join(path, "minFailedTaskCount"),
+        min_succeeded=join(path, "minSucceededTaskCount"),
+        task_retry_count=path,
+    )
+    ports = read_port_list(obj, path, f, paths, count_required=False, numeric_strings=True)
+    if None in (name, command, ports, min_failed, min_succeeded, *number.values()) or (
+        shm is None and obj.get("shmMB") is not None
+    ):
+        return None
+    memory = number["memoryMB"]
+    assert name is not None and command is not None and ports is not None and memory is not None
+    role = TaskRole(
+        name=name,
+        instances=number["taskNumber"] or 0,
+        docker_image="default",
+        data="default" if _has(prerequisites, PrerequisiteType.DATA) else None,
+        script="default" if _has(prerequisites, PrerequisiteType.SCRIPT) else None,
+        output="default" if _has(prerequisites, PrerequisiteType.OUTPUT) else None,
+        resources=Resources(
+            cpu=number["cpuNumber"] or 0,
+            memory_mb=memory,
+            gpu=number["gpuNumber"] or 0,
+            shm_mb=min(DEFAULT_SHM_MB, memory) if shm is None else shm,
+            ports=add_default_ports(ports),
+        ),
+        completion=Completion(min_failed=min_failed or 0, min_succeeded=min_succeeded or 0),
+        commands=[command],
+    )
+    return role, paths, shm is None
+
+
+def _has(prerequisites: list[Prerequisite], type_: PrerequisiteType) -> bool:
+    return any(p.type == type_ for p in prerequisites)

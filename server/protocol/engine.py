@@ -1,0 +1,170 @@
+"""The protocol engine's front door: text in, a canonical JobSpec or component (or errors) out.
+
+parse_document(text)        a job in any dialect, or a standalone component
+parse_job(text, params)     a job only; a component is an error that says what it is
+resolve_job(text, params)   parse_job, then render parameters into commands
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from server.protocol.dialect_draft import read_draft
+from server.protocol.dialect_v1 import read_v1
+from server.protocol.dialect_v2 import read_v2
+from server.protocol.fields import Fields, describe
+from server.protocol.issues import Issue, Issues, Severity
+from server.protocol.loader import DEFAULT_MAX_BYTES, LoadError, load_document
+from server.protocol.model import DIALECT_TITLES, Dialect, JobSpec, Prerequisite
+from server.protocol.prerequisites import COMPONENT_TYPES, read_prerequisite
+from server.protocol.render import render_job
+
+
+class Kind(StrEnum):
+    JOB = "job"
+    COMPONENT = "component"
+
+
+@dataclass
+class ParseResult:
+    dialect: Dialect | None = None
+    kind: Kind | None = None
+    spec: JobSpec | None = None
+    component: Prerequisite | None = None
+    issues: list[Issue] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity is Severity.ERROR]
+
+    @property
+    def warnings(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity is Severity.WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and (self.spec is not None or self.component is not None)
+
+    def summary(self) -> str:
+        """What was found, in words: 'OpenPAI protocol v2 job' or 'dockerimage component'."""
+        if self.kind is Kind.COMPONENT:
+            kind = self.component.type if self.component else "prerequisite"
+            return f"{kind} component ({DIALECT_TITLES[self.dialect or Dialect.V2]})"
+        if self.dialect is None:
+            return "unrecognised document"
+        return f"job in {DIALECT_TITLES[self.dialect]}"
+
+
+def parse_document(
+    text: str | bytes,
+    parameters: dict[str, Any] | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> ParseResult:
+    """Parse and validate a job (any dialect) or a standalone component."""
+    result = ParseResult()
+    try:
+        loaded = load_document(text, max_bytes=max_bytes)
+    except LoadError as exc:
+        result.issues.append(exc.issue)
+        return result
+    doc = loaded.data
+    source = text.decode("utf-8-sig") if isinstance(text, bytes) else text
+    if not isinstance(doc, dict):
+        result.issues.append(
+            Issue(
+                "",
+                "root-type",
+                f"the document must be a mapping (a job or a component), got {describe(doc)}",
+            )
+        )
+        return result
+    issues = Issues()
+    detected = detect(doc)
+    if detected is None:
+        issues.error(
+            "",
+            "unknown-dialect",
+            "cannot tell what this is: a job needs `protocolVersion: 2` with a `taskRoles` map "
+            "(OpenPAI v2), `jobName` with a `taskRoles` list (v1 JSON), or a `tasks` list (draft); "
+            "a component needs `type: dockerimage|data|script|storage|output`",
+        )
+        result.issues = issues.items
+        return result
+    result.kind, result.dialect = detected
+    if result.kind is Kind.COMPONENT:
+        result.component = read_prerequisite(
+            doc, "", Fields(issues), result.dialect, component=True
+        )
+    elif result.dialect is Dialect.V2:
+        result.spec = read_v2(doc, issues, source)
+    elif result.dialect is Dialect.V1:
+        result.spec = read_v1(doc, issues, source)
+    else:
+        result.spec = read_draft(doc, issues, source, dict(parameters or {}))
+    if result.spec is not None and parameters:
+        result.spec = result.spec.model_copy(
+            update={"parameters": {**result.spec.parameters, **parameters}}
+        )
+    result.issues = issues.items
+    if issues.has_errors():
+        result.spec = result.component = None
+    return result
+
+
+def parse_job(
+    text: str | bytes,
+    parameters: dict[str, Any] | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> ParseResult:
+    """Parse a job; a standalone component gets an error saying what it is instead."""
+    result = parse_document(text, parameters, max_bytes=max_bytes)
+    if result.kind is Kind.COMPONENT:
+        what = result.component.type if result.component else "prerequisite"
+        result.issues.insert(
+            0,
+            Issue(
+                "type",
+                "not-a-job",
+                f"this is a {what} component, not a job: publish it to the marketplace, or list it "
+                "under a job's `prerequisites` and reference it from a task role",
+            ),
+        )
+        result.component = None
+    return result
+
+
+def resolve_job(
+    text: str | bytes,
+    parameters: dict[str, Any] | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> ParseResult:
+    """Parse a job and render its parameters; unresolved references become warnings."""
+    result = parse_job(text, parameters, max_bytes=max_bytes)
+    if result.spec is not None:
+        result.spec, warnings = render_job(result.spec)
+        result.issues.extend(warnings)
+    return result
+
+
+def detect(doc: dict[str, Any]) -> tuple[Kind, Dialect] | None:
+    """Which dialect a document is written in, and whether it is a job or a component."""
+    is_component_type = doc.get("type") in COMPONENT_TYPES
+    if "tasks" in doc or isinstance(doc.get("job"), dict):
+        return Kind.JOB, Dialect.DRAFT
+    if "protocol_version" in doc:
+        return (Kind.COMPONENT if is_component_type else Kind.JOB), Dialect.DRAFT
+    roles = doc.get("taskRoles")
+    if isinstance(roles, list) or ("jobName" in doc and "protocolVersion" not in doc):
+        return Kind.JOB, Dialect.V1
+    if "taskRoles" in doc:
+        return Kind.JOB, Dialect.V2
+    if is_component_type or ("plugin" in doc and "name" in doc):
+        return Kind.COMPONENT, Dialect.V2
+    if "protocolVersion" in doc:
+        return Kind.JOB, Dialect.V2
+    return None

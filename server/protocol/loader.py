@@ -1,0 +1,276 @@
+"""Turn untrusted config text into plain Python data, or say exactly why not.
+
+Job configs come from users, web forms and URLs, so this is the hostile-input boundary:
+a size limit, binary garbage, multi-document streams, YAML alias bombs, nesting deep enough
+to crash a recursive parser, JSON with comments. Each gets one clear error, fast, and never a
+stack trace. YAML goes through libyaml (PyYAML's C loader) for speed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from server.protocol.issues import Issue
+
+DEFAULT_MAX_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+MAX_NODES = 200_000
+# libyaml's composer recurses once per nesting level; this bound keeps it far from the C stack.
+_SAFE_COMPOSE_DEPTH = 5000
+
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    data: Any
+    format: str  # "yaml" or "json"
+
+
+class LoadError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.issue = Issue("", code, message)
+
+
+def load_document(raw: str | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Loaded:
+    """Parse one YAML or JSON document. Raises LoadError with a user-facing message."""
+    text = _decode(raw, max_bytes)
+    stripped = text.lstrip()
+    if not stripped or all(line.lstrip().startswith("#") for line in stripped.splitlines() if line):
+        raise LoadError("empty-document", "the document is empty: expected a job or a component")
+    if stripped[0] in "{[":
+        return Loaded(_load_json(text), "json")
+    return Loaded(_load_yaml(text), "yaml")
+
+
+def _decode(raw: str | bytes, max_bytes: int) -> str:
+    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise LoadError(
+            "too-large",
+            f"the document is {size} bytes; the limit is {max_bytes} bytes",
+        )
+    if isinstance(raw, bytes):
+        if b"\x00" in raw:
+            raise LoadError("binary", "the document is binary data, not YAML or JSON text")
+        try:
+            raw = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise LoadError(
+                "not-utf8",
+                f"the document is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                f"{exc.start})",
+            ) from None
+    if "\x00" in raw:
+        raise LoadError("binary", "the document is binary data, not YAML or JSON text")
+    return raw
+
+
+# ---------------------------------------------------------------------------- JSON
+
+
+def _load_json(text: str) -> Any:
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise _too_deep() from None
+    except json.JSONDecodeError as exc:
+        hint = _jsonc_hint(text)
+        if hint:
+            raise LoadError(hint[0], hint[1]) from None
+        try:  # a YAML flow mapping also starts with "{"
+            return _load_yaml(text)
+        except LoadError:
+            pass
+        raise LoadError(
+            "json-syntax",
+            f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+        ) from None
+    _check_data_depth(data)
+    return data
+
+
+def _jsonc_hint(text: str) -> tuple[str, str] | None:
+    """Find the comment or trailing comma that made JSON invalid, outside string literals."""
+    line, col, i, n = 1, 1, 0, len(text)
+    in_string = False
+    last_significant = ""
+    last_pos = (1, 1)
+    while i < n:
+        ch = text[i]
+        if in_string:
+            if ch == "\\":
+                i += 2
+                col += 2
+                continue
+            if ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch == "/" and i + 1 < n and text[i + 1] in "/*":
+            kind = "//" if text[i + 1] == "/" else "/* */"
+            return (
+                "json-comment",
+                f"invalid JSON at line {line}, column {col}: JSON does not allow comments; "
+                f"remove the {kind} comment (OpenPAI's v1 docs show commented examples, but "
+                "the files themselves must be plain JSON)",
+            )
+        elif ch in "}]" and last_significant == ",":
+            return (
+                "json-trailing-comma",
+                f"invalid JSON at line {last_pos[0]}, column {last_pos[1]}: "
+                f"remove the trailing comma before '{ch}'",
+            )
+        if not in_string and not ch.isspace():
+            last_significant = ch
+            last_pos = (line, col)
+        elif in_string and ch != '"':
+            last_significant = '"'
+        if ch == "\n":
+            line, col = line + 1, 1
+        else:
+            col += 1
+        i += 1
+    return None
+
+
+# ---------------------------------------------------------------------------- YAML
+
+
+def _load_yaml(text: str) -> Any:
+    if _nesting_bound(text) > _SAFE_COMPOSE_DEPTH:
+        _check_event_depth(text)
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise LoadError(
+                "empty-document", "the document is empty: expected a job or a component"
+            )
+        _check_node_graph(node)
+        return loader.construct_document(node)
+    except yaml.composer.ComposerError as exc:
+        if "expected a single document" in str(exc):
+            raise LoadError(
+                "multiple-documents",
+                "the file holds more than one YAML document (a '---' separator); a job "
+                "config must be a single document",
+            ) from None
+        raise _yaml_error(exc) from None
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc) from None
+    except RecursionError:
+        raise _too_deep() from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_error(exc: yaml.YAMLError) -> LoadError:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        what = exc.problem or "invalid YAML"
+        context = f" ({exc.context})" if exc.context else ""
+        return LoadError(
+            "yaml-syntax",
+            f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {what}{context}",
+        )
+    return LoadError("yaml-syntax", f"invalid YAML: {exc}")
+
+
+def _nesting_bound(text: str) -> int:
+    """A cheap bound on nesting: block nesting needs a wider line, flow nesting a bracket."""
+    longest = max((len(line) for line in text.splitlines()), default=0)
+    return longest + text.count("[") + text.count("{")
+
+
+def _check_event_depth(text: str) -> None:
+    """Measure nesting with libyaml's iterative event parser before anything recurses."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise _too_deep()
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc) from None
+
+
+def _check_node_graph(root: yaml.Node) -> None:
+    """Reject documents nested too deeply, recursive aliases, and alias bombs.
+
+    Walks the composed node graph once (iteratively, memoised per node), computing for each
+    node how many values it expands to and how deep it reaches once aliases are expanded.
+    """
+    size: dict[int, int] = {}
+    height: dict[int, int] = {}
+    in_progress: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if not children_done:
+            if key in size:
+                continue
+            if key in in_progress:
+                raise LoadError(
+                    "recursive-alias", "the document refers to itself through a YAML alias"
+                )
+            in_progress.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node) if id(child) not in size)
+            continue
+        in_progress.discard(key)
+        total, deepest = 1, 0
+        for child in _children(node):
+            child_key = id(child)
+            if child_key not in size:
+                raise LoadError(
+                    "recursive-alias", "the document refers to itself through a YAML alias"
+                )
+            total += size[child_key]
+            deepest = max(deepest, height[child_key])
+        if total > MAX_NODES:
+            raise LoadError(
+                "alias-bomb",
+                f"the document expands to more than {MAX_NODES} values through YAML "
+                "aliases (&anchor / *alias); refusing to expand it",
+            )
+        if deepest + 1 > MAX_DEPTH:
+            raise _too_deep()
+        size[key] = total
+        height[key] = deepest + 1
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _check_data_depth(data: Any) -> None:
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _too_deep()
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+
+
+def _too_deep() -> LoadError:
+    return LoadError(
+        "too-deep",
+        f"the document is nested more than {MAX_DEPTH} levels deep; job configs never need that",
+    )

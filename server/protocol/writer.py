@@ -1,0 +1,178 @@
+"""Write a canonical JobSpec back as OpenPAI protocol v2 YAML.
+
+This is how `paigraph resolve` converts draft and v1 configs to v2. What v2 cannot say
+(v1/draft `beginAt`, retry counts of -1 / -2) goes under `extras.paigraph`, which paigraph's
+own v2 reader understands, so the output reads back to the same job. Secrets are never written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from server.protocol.dialect_v2 import DEFAULT_SHM_MB, EXTRAS_KEY
+from server.protocol.model import JobSpec, Prerequisite, PrerequisiteType, TaskRole
+
+_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def to_v2_dict(spec: JobSpec) -> dict[str, Any]:
+    doc: dict[str, Any] = {"protocolVersion": 2, "name": spec.name, "type": "job"}
+    for key in ("version", "contributor", "description"):
+        if getattr(spec, key) is not None:
+            doc[key] = getattr(spec, key)
+    if spec.prerequisites:
+        doc["prerequisites"] = [_prerequisite(p) for p in spec.prerequisites]
+    if spec.parameters:
+        doc["parameters"] = dict(spec.parameters)
+    if spec.secrets:
+        doc["secrets"] = "******"
+    if spec.retry_count > 0:
+        doc["jobRetryCount"] = spec.retry_count
+    doc["taskRoles"] = {role.name: _role(role) for role in spec.task_roles}
+    deployments = _deployments(spec)
+    if deployments:
+        doc["deployments"] = deployments
+    defaults: dict[str, Any] = {"virtualCluster": spec.virtual_cluster}
+    default_deployment = spec.default_deployment or (
+        deployments[0]["name"] if deployments else None
+    )
+    if default_deployment:
+        defaults["deployment"] = default_deployment
+    doc["defaults"] = defaults
+    extras = dict(spec.extras)
+    ours = _paigraph_extras(spec)
+    if ours:
+        extras[EXTRAS_KEY] = ours
+    if extras:
+        doc["extras"] = extras
+    return doc
+
+
+def to_v2_yaml(spec: JobSpec) -> str:
+    return yaml.dump(
+        to_v2_dict(spec),
+        Dumper=_Dumper,
+        sort_keys=False,
+        allow_unicode=True,
+        default_flow_style=False,
+        width=1000,
+    )
+
+
+def _prerequisite(p: Prerequisite) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": p.name}
+    if p.type is not PrerequisiteType.PLUGIN:
+        out["type"] = p.type.value
+    for key in ("version", "contributor", "description", "plugin", "failure_policy"):
+        value = getattr(p, key)
+        if value is not None:
+            out["failurePolicy" if key == "failure_policy" else key] = value
+    if p.uri:
+        out["uri"] = (
+            list(p.uri) if p.type in (PrerequisiteType.DATA, PrerequisiteType.STORAGE) else p.uri[0]
+        )
+    if p.auth is not None:
+        out["auth"] = p.auth.model_dump(exclude_none=True)
+    if p.require:
+        out["require"] = [
+            {"name": r.name, "template_variables": r.template_variables}
+            if r.template_variables
+            else r.name
+            for r in p.require
+        ]
+    if p.callbacks:
+        out["callbacks"] = [
+            {"event": c.event.value, "commands": list(c.commands)} for c in p.callbacks
+        ]
+    if p.require_storages:
+        out["requireStorages"] = [
+            {"name": s.name, **({"mountPath": s.mount_path} if s.mount_path else {})}
+            for s in p.require_storages
+        ]
+    if p.template_variables:
+        out["template_variables"] = [{"name": n} for n in p.template_variables]
+    out.update(p.plugin_parameters)
+    return out
+
+
+def _role(role: TaskRole) -> dict[str, Any]:
+    res = role.resources
+    out: dict[str, Any] = {"instances": role.instances}
+    out["completion"] = {
+        "minFailedInstances": role.completion.min_failed,
+        "minSucceededInstances": role.completion.min_succeeded,
+    }
+    if role.task_retry_count:
+        out["taskRetryCount"] = role.task_retry_count
+    if role.prerequisites:
+        out["prerequisites"] = list(role.prerequisites)
+    out["dockerImage"] = role.docker_image
+    for key in ("data", "output", "script"):
+        if getattr(role, key) is not None:
+            out[key] = getattr(role, key)
+    options: dict[str, Any] = dict(role.extra_container_options)
+    if res.shm_mb != min(DEFAULT_SHM_MB, res.memory_mb):
+        options["shmMB"] = res.shm_mb
+    if res.infiniband:
+        options["infiniband"] = True
+    if options:
+        out["extraContainerOptions"] = options
+    per_instance: dict[str, Any] = {"cpu": res.cpu, "memoryMB": res.memory_mb, "gpu": res.gpu}
+    if res.ports:
+        per_instance["ports"] = {p.label: p.count for p in res.ports}
+    out["resourcePerInstance"] = per_instance
+    out["commands"] = list(role.commands)
+    return out
+
+
+def _deployments(spec: JobSpec) -> list[dict[str, Any]]:
+    """The spec's deployments, plus exported environment variables (v1 jobEnvs, draft env)."""
+    out: list[dict[str, Any]] = []
+    for d in spec.deployments:
+        roles: dict[str, Any] = {}
+        for name in {**d.pre_commands, **d.post_commands}:
+            entry: dict[str, Any] = {}
+            if d.pre_commands.get(name):
+                entry["preCommands"] = list(d.pre_commands[name])
+            if d.post_commands.get(name):
+                entry["postCommands"] = list(d.post_commands[name])
+            roles[name] = entry
+        out.append({"name": d.name, "taskRoles": roles})
+    exports = {
+        role.name: [f"export {k}={_shell_quote(v)}" for k, v in {**spec.env, **role.env}.items()]
+        for role in spec.task_roles
+    }
+    if not any(exports.values()):
+        return out
+    target = next((d for d in out if d["name"] == spec.default_deployment), None)
+    if target is None:
+        target = {"name": "environment", "taskRoles": {}}
+        out.insert(0, target)
+    for role_name, lines in exports.items():
+        if lines:
+            entry = target["taskRoles"].setdefault(role_name, {})
+            entry["preCommands"] = [*lines, *entry.get("preCommands", [])]
+    return out
+
+
+def _shell_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def _paigraph_extras(spec: JobSpec) -> dict[str, Any]:
+    ours: dict[str, Any] = {}
+    if spec.retry_count < 0:
+        ours["jobRetryCount"] = spec.retry_count
+    begin_at = {
+        role.name: {p.label: p.begin_at for p in role.resources.ports if p.begin_at}
+        for role in spec.task_roles
+    }
+    begin_at = {k: v for k, v in begin_at.items() if v}
+    if begin_at:
+        ours["portBeginAt"] = begin_at
+    role_parameters = {role.name: role.parameters for role in spec.task_roles if role.parameters}
+    if role_parameters:
+        ours["roleParameters"] = role_parameters
+    return ours

@@ -1,0 +1,1 @@
+"""The local cluster simulator on Docker: nodes, placement, ports, containers."""

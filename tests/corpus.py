@@ -1,0 +1,52 @@
+"""Access to the shared corpus of real job configs and to the seed documents' examples."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+CORPUS = SHARED / "corpus"
+SEEDS = SHARED / "seeds"
+
+_ROW = re.compile(r"^\| `(?P<file>[^`]+)` \|(?P<kind>[^|]*)\|[^|]*\|[^|]*\|(?P<verdict>[^|]*)\|")
+
+
+@dataclass(frozen=True)
+class Entry:
+    file: str
+    kind: str
+    verdict: str
+
+    @property
+    def path(self) -> Path:
+        return CORPUS / self.file
+
+    @property
+    def folder(self) -> str:
+        return self.file.split("/", 1)[0] if "/" in self.file else ""
+
+
+def index() -> list[Entry]:
+    """Every row of corpus/INDEX.md."""
+    entries = []
+    for line in (CORPUS / "INDEX.md").read_text().splitlines():
+        match = _ROW.match(line)
+        if match:
+            entries.append(Entry(match["file"], match["kind"].strip(), match["verdict"].strip()))
+    return entries
+
+
+def top_level(valid: bool) -> list[Entry]:
+    return [
+        e
+        for e in index()
+        if not e.folder and e.verdict.removeprefix("v1 ").startswith("VALID") == valid
+    ]
+
+
+def seed_yaml_blocks(seed_prefix: str) -> list[str]:
+    """The ```yaml blocks of a seed document, e.g. seed_yaml_blocks('000')."""
+    (path,) = SEEDS.glob(f"{seed_prefix}_*.txt")
+    return re.findall(r"```yaml\n(.*?)```", path.read_text(encoding="utf-8"), re.DOTALL)
