@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
@@ -18,7 +18,10 @@ async def healthz(_: Request) -> JSONResponse:
 
 def create_app() -> Starlette:
     graphql = GraphQL(schema, subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL])
-    app = Starlette(routes=[Route("/healthz", healthz)])
-    app.add_route("/graphql", graphql)
-    app.add_websocket_route("/graphql", graphql)
-    return app
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz),
+            Route("/graphql", graphql, methods=["GET", "POST"]),
+            WebSocketRoute("/graphql", graphql),
+        ]
+    )

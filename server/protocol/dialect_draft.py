@@ -31,6 +31,7 @@ from server.protocol.rules import (
     check_role_references,
     check_unique,
 )
+from server.protocol.secrets import mask_secrets
 
 ROLE_NAME = re.compile(r"[A-Za-z0-9._~]+")
 ROLE_NAME_RULE = "must match ^[A-Za-z0-9._~]+$"
@@ -154,7 +155,7 @@ def read_draft(
         parameters=parameters,
         prerequisites=prerequisites,
         task_roles=roles,
-        source=source,
+        source=mask_secrets(source),
     )
 
 

@@ -29,6 +29,7 @@ from server.protocol.rules import (
     check_role,
     check_unique,
 )
+from server.protocol.secrets import mask_secrets
 
 JOB_NAME = re.compile(r"[A-Za-z0-9\-._]+")
 JOB_NAME_RULE = "must match ^[A-Za-z0-9-._]+$ (letters, digits and -._)"
@@ -142,7 +143,7 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         task_roles=roles,
         env=job_env,
         extras=extras or {},
-        source=source,
+        source=mask_secrets(source),
     )
 
 

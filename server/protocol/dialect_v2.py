@@ -29,6 +29,7 @@ from server.protocol.rules import (
     check_role,
     check_role_references,
 )
+from server.protocol.secrets import MASK, mask_secrets
 
 ROLE_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 ROLE_NAME_RULE = "must match ^[a-zA-Z_][a-zA-Z0-9_]*$ (a letter or _, then letters, digits, _)"
@@ -90,6 +91,14 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     contributor = f.string(doc, "contributor", "")
     description = f.string(doc, "description", "")
     parameters = _mapping(doc, "parameters", f)
+    if doc.get("secrets") == MASK:
+        issues.error(
+            "secrets",
+            "masked-secrets",
+            "the secrets were masked when this config was stored or shown; "
+            "put the real values back before submitting it",
+        )
+        doc = {k: v for k, v in doc.items() if k != "secrets"}
     secrets = _mapping(doc, "secrets", f)
     extras = _mapping(doc, "extras", f)
     ours = extras.get(EXTRAS_KEY) if isinstance(extras.get(EXTRAS_KEY), dict) else {}
@@ -158,7 +167,7 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         deployments=deployments,
         default_deployment=default_deployment,
         extras={k: v for k, v in extras.items() if k != EXTRAS_KEY},
-        source=source,
+        source=mask_secrets(source),
     )
 
 

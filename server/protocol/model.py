@@ -152,7 +152,7 @@ class JobSpec(_Model):
     default_deployment: str | None = None
     env: dict[str, str] = Field(default_factory=dict)  # exported to every instance (v1 jobEnvs)
     extras: dict[str, Any] = Field(default_factory=dict)
-    source: str = Field(default="", repr=False)  # the text as submitted
+    source: str = Field(default="", repr=False)  # the text as submitted, secrets masked
 
     def role(self, name: str) -> TaskRole | None:
         return next((r for r in self.task_roles if r.name == name), None)

@@ -48,6 +48,8 @@ def read_port_list(
         if label is None or begin is None or count is None:
             continue
         labels.append((label, join(item_path, "label")))
+        if label in paths.ports:
+            continue  # a duplicate label: reported below, and not requested twice
         paths.ports[label] = join(item_path, "portNumber")
         paths.port_labels[label] = join(item_path, "label")
         paths.begin_at[label] = join(item_path, "beginAt")

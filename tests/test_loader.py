@@ -1,0 +1,80 @@
+"""Hostile and broken input: each gets one clear error, never an exception."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.protocol import parse_document, parse_job
+from tests.jobs import as_yaml, v2
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdefg", "bcdefgh", strict=True)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        (BOMB, "alias-bomb"),
+        ("&a [*a]", "recursive-alias"),
+        ("[" * 200_000 + "]" * 200_000, "too-deep"),
+        ("".join("  " * i + f"k{i}:\n" for i in range(100)) + "  " * 100 + "v: 1\n", "too-deep"),
+        ("- " * 100 + "x\n", "too-deep"),
+        (as_yaml(v2()) + "---\nsecrets: {a: 1}\n", "multiple-documents"),
+        ("just a string\n", "root-type"),
+        ("- a\n- b\n", "root-type"),
+        ("42", "root-type"),
+        (b"\x7fELF\x02\x01\x01\x00\x00\x00", "binary"),
+        (b"name: \xff\xfe\n", "not-utf8"),
+        ("", "empty-document"),
+        ("# nothing here\n\n", "empty-document"),
+        ("name: [unclosed\n", "yaml-syntax"),
+        ("a:\n\tb: 1\n", "yaml-syntax"),
+        ("!!python/object/apply:os.system [ls]\n", "yaml-syntax"),
+        ('{"jobName": "x", // comment\n "image": "y"}', "json-comment"),
+        ('{"jobName": "x", /* c */ "image": "y"}', "json-comment"),
+        ('{"jobName": "x", "taskRoles": [],}', "json-trailing-comma"),
+        ('{"jobName": "x" "image": "y"}', "json-syntax"),
+    ],
+)
+def test_hostile_input_gets_one_clear_error(text: str | bytes, code: str) -> None:
+    for parse in (parse_document, parse_job):
+        result = parse(text)
+        assert not result.ok
+        assert [e.code for e in result.errors] == [code], result.errors
+        assert "Traceback" not in result.errors[0].message
+
+
+def test_size_limit() -> None:
+    big = as_yaml(v2()) + "# " + "x" * (1024 * 1024) + "\n"
+    (error,) = parse_job(big).errors
+    assert error.code == "too-large" and "1048576" in error.message
+    assert parse_job(big, max_bytes=4 * 1024 * 1024).ok
+
+
+def test_yaml_syntax_errors_say_where() -> None:
+    (error,) = parse_job("name: x\ntype: job\ntaskRoles:\n  a: b: c\n").errors
+    assert "line 4, column" in error.message
+
+
+def test_anchors_within_limits_still_work() -> None:
+    text = """
+protocolVersion: 2
+name: anchors
+type: job
+prerequisites:
+  - {name: img, type: dockerimage, uri: busybox}
+taskRoles:
+  a: &role
+    dockerImage: img
+    resourcePerInstance: {cpu: 1, memoryMB: 128, gpu: 0}
+    commands: [echo hi]
+  b: *role
+"""
+    result = parse_job(text)
+    assert result.ok, result.errors
+    assert [r.name for r in result.spec.task_roles] == ["a", "b"]  # type: ignore[union-attr]
+
+
+def test_bom_and_bytes_are_accepted() -> None:
+    assert parse_job(b"\xef\xbb\xbf" + as_yaml(v2()).encode()).ok
