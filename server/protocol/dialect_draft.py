@@ -16,13 +16,12 @@ from server.protocol.model import (
     Completion,
     Dialect,
     JobSpec,
-    Prerequisite,
     PrerequisiteType,
     Resources,
     TaskRole,
 )
 from server.protocol.port_list import read_port_list
-from server.protocol.prerequisites import DRAFT_NAME, DRAFT_NAME_RULE, read_prerequisite
+from server.protocol.prerequisites import DRAFT_NAME, DRAFT_NAME_RULE, read_prerequisite_list
 from server.protocol.rules import (
     MAX_RETRIES,
     RolePaths,
@@ -119,7 +118,7 @@ def read_draft(
         parameters = {}
     parameters = {**parameters, **overrides}
 
-    prerequisites = _read_prerequisites(prerequisites_raw, f)
+    prerequisites = read_prerequisite_list(prerequisites_raw, f, Dialect.DRAFT)
     images = [p.name for p in prerequisites if p.type is PrerequisiteType.DOCKERIMAGE]
     if not prerequisites_raw and "prerequisites" not in job:
         issues.error(
@@ -164,23 +163,6 @@ def _raw_list(obj: dict[str, Any], key: str, base: str, f: Fields) -> list[tuple
         return []
     path = join(base, key)
     return [(item, join(path, i)) for i, item in enumerate(f.as_list(obj[key], path) or [])]
-
-
-def _read_prerequisites(raw: list[tuple[Any, str]], f: Fields) -> list[Prerequisite]:
-    out: list[Prerequisite] = []
-    seen: set[tuple[str, str]] = set()
-    for item, path in raw:
-        p = read_prerequisite(item, path, f, Dialect.DRAFT)
-        if p is None:
-            continue
-        if (p.type, p.name) in seen:
-            f.issues.error(
-                join(path, "name"), "duplicate", f"Duplicate {p.type} prerequisites {p.name}."
-            )
-            continue
-        seen.add((p.type, p.name))
-        out.append(p)
-    return out
 
 
 def _read_task(

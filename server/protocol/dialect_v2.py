@@ -21,7 +21,7 @@ from server.protocol.model import (
     Resources,
     TaskRole,
 )
-from server.protocol.prerequisites import V2_NAME, V2_NAME_RULE, read_prerequisite
+from server.protocol.prerequisites import V2_NAME, V2_NAME_RULE, read_prerequisite_list
 from server.protocol.rules import (
     MAX_RETRIES,
     RolePaths,
@@ -141,9 +141,10 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
             roles.append(role)
             check_role(role, paths, issues, shm_defaulted=shm_defaulted)
             check_role_references(role, paths, prerequisites, issues, extra_names=reference_names)
+    role_names = {str(k) for k in raw_roles} if isinstance(raw_roles, dict) else set()
     for d_index, deployment in enumerate(deployments):
         for role_name in {*deployment.pre_commands, *deployment.post_commands}:
-            if role_name not in {r.name for r in roles} and raw_roles is not None:
+            if role_name not in role_names and raw_roles is not None:
                 issues.error(
                     f"deployments[{d_index}].taskRoles.{role_name}",
                     "unknown-role",
@@ -182,22 +183,10 @@ def _read_prerequisites(doc: dict[str, Any], f: Fields) -> list[Prerequisite]:
     raw = doc.get("prerequisites")
     if raw is None:
         return []
-    items = f.as_list(raw, "prerequisites", min_items=1)
-    out: list[Prerequisite] = []
-    seen: set[tuple[str, str]] = set()
-    for i, item in enumerate(items or []):
-        path = f"prerequisites[{i}]"
-        p = read_prerequisite(item, path, f, Dialect.V2)
-        if p is None:
-            continue
-        if (p.type, p.name) in seen:
-            f.issues.error(
-                f"{path}.name", "duplicate", f"Duplicate {p.type} prerequisites {p.name}."
-            )
-            continue
-        seen.add((p.type, p.name))
-        out.append(p)
-    return out
+    items = f.as_list(raw, "prerequisites", min_items=1) or []
+    return read_prerequisite_list(
+        [(item, f"prerequisites[{i}]") for i, item in enumerate(items)], f, Dialect.V2
+    )
 
 
 def _read_deployments(doc: dict[str, Any], f: Fields) -> list[Deployment]:

@@ -67,9 +67,7 @@ _TYPES_BY_DIALECT: dict[Dialect, tuple[PrerequisiteType, ...]] = {
 COMPONENT_TYPES = frozenset(t.value for t in _TYPES_BY_DIALECT[Dialect.DRAFT])
 
 
-def read_prerequisite(
-    raw: Any, path: str, f: Fields, dialect: Dialect, *, component: bool = False
-) -> Prerequisite | None:
+def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prerequisite | None:
     obj = f.as_mapping(raw, path)
     if obj is None:
         return None
@@ -132,8 +130,6 @@ def read_prerequisite(
             f"must be 'fail' or 'ignore', got {describe(failure)}",
         )
         failure = None
-    if type_ is None and plugin is None and component:
-        return None
     if name is None or type_ is None or uri is None:
         return None
     leftovers = {k: v for k, v in obj.items() if k not in _COMMON_KEYS | _PLUGIN_KEYS}
@@ -153,6 +149,26 @@ def read_prerequisite(
         failure_policy=failure,
         plugin_parameters=leftovers,
     )
+
+
+def read_prerequisite_list(
+    items: list[tuple[Any, str]], f: Fields, dialect: Dialect
+) -> list[Prerequisite]:
+    """Read (raw, path) items; a name may repeat across types but not within one, as in OpenPAI."""
+    out: list[Prerequisite] = []
+    seen: set[tuple[str, str]] = set()
+    for item, path in items:
+        p = read_prerequisite(item, path, f, dialect)
+        if p is None:
+            continue
+        if (p.type, p.name) in seen:
+            f.issues.error(
+                join(path, "name"), "duplicate", f"Duplicate {p.type} prerequisites {p.name}."
+            )
+            continue
+        seen.add((p.type, p.name))
+        out.append(p)
+    return out
 
 
 def _read_type(

@@ -166,39 +166,23 @@ def _render(
             )
         )
 
-    def v2_tag(match: re.Match[str]) -> str:
-        reference = match.group(1)
-        if reference.startswith("$secrets"):
-            return match.group(0)
+    def substitute(reference: str, shown: str) -> str:
         value = lookup(reference)
         if value is _MISSING:
-            unresolved(f"<% {reference} %>")
-            return match.group(0)
+            unresolved(shown)
+            return shown
         return _text(value)
 
-    def mustache(match: re.Match[str]) -> str:
-        value = lookup(f"parameters.{match.group(1)}")
-        if value is _MISSING:
-            unresolved(match.group(0))
+    def v2_tag(match: re.Match[str]) -> str:
+        if match.group(1).startswith("$secrets"):
             return match.group(0)
-        return _text(value)
+        return substitute(match.group(1), match.group(0))
 
     def draft_param(match: re.Match[str]) -> str:
         name = match.group(1)
-        value = lookup(f"task.{name}") if name in _TASK_PROPERTIES else _MISSING
-        if value is _MISSING:
-            value = lookup(f"parameters.{name}")
-        if value is _MISSING:
-            unresolved(match.group(0))
-            return match.group(0)
-        return _text(value)
-
-    def draft_job(match: re.Match[str]) -> str:
-        value = lookup(match.group(1))
-        if value is _MISSING:
-            unresolved(match.group(0))
-            return match.group(0)
-        return _text(value)
+        if name in _TASK_PROPERTIES and lookup(f"task.{name}") is not _MISSING:
+            return _text(lookup(f"task.{name}"))
+        return substitute(f"parameters.{name}", match.group(0))
 
     if "<%" in text:
         text = _V2_TAG.sub(v2_tag, text)
@@ -206,7 +190,7 @@ def _render(
         if "$$" in text:
             text = _DRAFT_PARAM.sub(draft_param, text)
         if "$job." in text:
-            text = _DRAFT_JOB.sub(draft_job, text)
+            text = _DRAFT_JOB.sub(lambda m: substitute(m.group(1), m.group(0)), text)
     if "{{" in text:
-        text = _MUSTACHE.sub(mustache, text)
+        text = _MUSTACHE.sub(lambda m: substitute(f"parameters.{m.group(1)}", m.group(0)), text)
     return text
