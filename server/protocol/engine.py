@@ -95,9 +95,7 @@ def parse_document(
         return result
     result.kind, result.dialect = detected
     if result.kind is Kind.COMPONENT:
-        result.component = read_prerequisite(
-            doc, "", Fields(issues), result.dialect, component=True
-        )
+        result.component = read_prerequisite(doc, "", Fields(issues), result.dialect)
     elif result.dialect is Dialect.V2:
         result.spec = read_v2(doc, issues, source)
     elif result.dialect is Dialect.V1:
