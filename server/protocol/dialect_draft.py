@@ -91,8 +91,10 @@ def read_draft(
             "protocolVersion": "the draft dialect spells it `protocol_version`",
         },
     )
-    f.required(job, base, ("name", "type", "tasks"))
-    name = f.string(job, "name", base, pattern=DRAFT_NAME, rule=DRAFT_NAME_RULE, max_length=255)
+    f.required(job, base, ("type", "tasks"))
+    name = f.string(
+        job, "name", base, required=True, pattern=DRAFT_NAME, rule=DRAFT_NAME_RULE, max_length=255
+    )
     if "type" in job and job["type"] != "job":
         issues.error(join(base, "type"), "enum", f"must be 'job', got {describe(job['type'])}")
     version = f.string(job, "version", base, allow_number=True)
@@ -132,8 +134,10 @@ def read_draft(
     tasks_path = join(base, "tasks")
     tasks = f.as_list(job["tasks"], tasks_path, min_items=1) if "tasks" in job else None
     for i, raw in enumerate(tasks or []):
+        before = issues.error_count()
         read = _read_task(join(tasks_path, i), raw, f, parameters, images)
         if read is None:
+            issues.ensure_error(before, join(tasks_path, i), "this task")
             continue
         role, paths, shm_defaulted = read
         names.append((role.name, paths.name))

@@ -76,10 +76,12 @@ _DIR_VARIABLES = (
 
 def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     f = _V1Fields(issues)
-    f.required(doc, "", ("jobName", "image", "taskRoles"))
+    f.required(doc, "", ("taskRoles",))
     f.known_keys(doc, "", _TOP_KEYS)
-    name = f.string(doc, "jobName", "", pattern=JOB_NAME, rule=JOB_NAME_RULE, max_length=255)
-    image = f.string(doc, "image", "")
+    name = f.string(
+        doc, "jobName", "", required=True, pattern=JOB_NAME, rule=JOB_NAME_RULE, max_length=255
+    )
+    image = f.string(doc, "image", "", required=True)
     if image is not None and not image.strip():
         issues.error("image", "empty", "the image name must not be empty")
     for key in ("authFile", "gpuType", "virtualCluster", *(d[0] for d in _DIR_VARIABLES)):
@@ -120,8 +122,10 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     items = f.as_list(raw_roles, "taskRoles", min_items=1) if "taskRoles" in doc else None
     names: list[tuple[str, str]] = []
     for i, raw in enumerate(items or []):
+        before = issues.error_count()
         read = _read_role(i, raw, f, prerequisites)
         if read is None:
+            issues.ensure_error(before, f"taskRoles[{i}]", "this task role")
             continue
         role, paths, shm_defaulted = read
         names.append((role.name, paths.name))
@@ -167,9 +171,8 @@ def _read_role(
     obj = f.as_mapping(raw, path)
     if obj is None:
         return None
-    f.required(obj, path, ("name", "command"))
     f.known_keys(obj, path, _ROLE_KEYS)
-    name = f.string(obj, "name", path, pattern=ROLE_NAME, rule=ROLE_NAME_RULE)
+    name = f.string(obj, "name", path, required=True, pattern=ROLE_NAME, rule=ROLE_NAME_RULE)
     number = {
         key: f.integer(obj, key, path, default=default, numeric_strings=True)
         for key, default in (
@@ -189,7 +192,7 @@ def _read_role(
     min_succeeded = f.integer(
         obj, "minSucceededTaskCount", path, default=-1, allow_null=True, numeric_strings=True
     )
-    command = f.string(obj, "command", path)
+    command = f.string(obj, "command", path, required=True)
     if command is not None and not command.strip():
         f.issues.error(join(path, "command"), "empty", "command must not be empty")
     paths = RolePaths(

@@ -78,13 +78,15 @@ _RESOURCE_KEYS = ("cpu", "memoryMB", "gpu", "ports")
 
 def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     f = Fields(issues)
-    f.required(doc, "", ("protocolVersion", "name", "type", "taskRoles"))
+    f.required(doc, "", ("protocolVersion", "type", "taskRoles"))
     f.known_keys(doc, "", _TOP_KEYS, hints=_TOP_HINTS)
     if "protocolVersion" in doc and doc["protocolVersion"] not in (2, "2"):
         issues.error(
             "protocolVersion", "enum", f"must be 2, got {describe(doc['protocolVersion'])}"
         )
-    name = f.string(doc, "name", "", pattern=V2_NAME, rule=V2_NAME_RULE, max_length=255)
+    name = f.string(
+        doc, "name", "", required=True, pattern=V2_NAME, rule=V2_NAME_RULE, max_length=255
+    )
     if "type" in doc and doc["type"] != "job":
         issues.error("type", "enum", f"must be 'job', got {describe(doc['type'])}")
     version = f.string(doc, "version", "", allow_number=True)
@@ -132,8 +134,10 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         if mapping is not None and not mapping:
             issues.error("taskRoles", "min-items", "must define at least one task role")
         for role_name, raw in (mapping or {}).items():
+            before = issues.error_count()
             role = _read_role(str(role_name), raw, f, begin_at.get(role_name) or {})
             if role is None:
+                issues.ensure_error(before, f"taskRoles.{role_name}", "this task role")
                 continue
             role, paths, shm_defaulted = role
             if isinstance(role_parameters.get(role.name), dict):
@@ -258,7 +262,7 @@ def _read_role(
         f.issues.error(path, "pattern", f"task role name {name!r} {ROLE_NAME_RULE}")
     if obj is None:
         return None
-    f.required(obj, path, ("dockerImage", "resourcePerInstance", "commands"))
+    f.required(obj, path, ("resourcePerInstance",))
     f.known_keys(
         obj,
         path,
@@ -272,12 +276,12 @@ def _read_role(
         f.issues.error(join(path, "protocolVersion"), "enum", "must be 2")
     instances = f.integer(obj, "instances", path, default=1)
     retry = f.integer(obj, "taskRetryCount", path, default=0)
-    docker_image = f.string(obj, "dockerImage", path)
+    docker_image = f.string(obj, "dockerImage", path, required=True)
     data = f.string(obj, "data", path)
     script = f.string(obj, "script", path)
     output = f.string(obj, "output", path)
     prerequisites = f.string_list(obj, "prerequisites", path)
-    commands = f.string_list(obj, "commands", path, min_items=1)
+    commands = f.string_list(obj, "commands", path, required=True, min_items=1)
 
     completion_path = join(path, "completion")
     completion_obj = obj.get("completion") or {}
@@ -312,7 +316,7 @@ def _read_role(
 
     res_path = join(path, "resourcePerInstance")
     res = obj.get("resourcePerInstance")
-    res_obj = f.as_mapping(res, res_path) if res is not None else None
+    res_obj = f.as_mapping(res, res_path) if "resourcePerInstance" in obj else None
     ports: list[PortRequest] = []
     paths = RolePaths(
         name=path,

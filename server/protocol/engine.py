@@ -106,6 +106,8 @@ def parse_document(
         result.spec = result.spec.model_copy(
             update={"parameters": {**result.spec.parameters, **parameters}}
         )
+    if result.spec is None and result.component is None:
+        issues.ensure_error(0, "", "this document")
     result.issues = issues.items
     if issues.has_errors():
         result.spec = result.component = None
@@ -151,7 +153,8 @@ def resolve_job(
 
 def detect(doc: dict[str, Any]) -> tuple[Kind, Dialect] | None:
     """Which dialect a document is written in, and whether it is a job or a component."""
-    is_component_type = doc.get("type") in COMPONENT_TYPES
+    type_ = doc.get("type")
+    is_component_type = isinstance(type_, str) and type_ in COMPONENT_TYPES
     if "tasks" in doc or isinstance(doc.get("job"), dict):
         return Kind.JOB, Dialect.DRAFT
     if "protocol_version" in doc:

@@ -62,5 +62,13 @@ class Issues:
     def warnings(self) -> list[Issue]:
         return [i for i in self.items if i.severity is Severity.WARNING]
 
+    def error_count(self) -> int:
+        return sum(i.severity is Severity.ERROR for i in self.items)
+
+    def ensure_error(self, since: int, path: str, what: str) -> None:
+        """A part that could not be read must leave at least one error behind."""
+        if self.error_count() == since:
+            self.error(path, "invalid", f"{what} could not be read")
+
     def has_errors(self) -> bool:
         return any(i.severity is Severity.ERROR for i in self.items)

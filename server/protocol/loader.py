@@ -68,7 +68,19 @@ def _decode(raw: str | bytes, max_bytes: int) -> str:
             ) from None
     if "\x00" in raw:
         raise LoadError("binary", "the document is binary data, not YAML or JSON text")
+    _check_encodable(raw)
     return raw
+
+
+def _check_encodable(text: str) -> None:
+    """Text from an API may carry lone surrogates, which no UTF-8 consumer can take."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise LoadError(
+            "not-utf8",
+            f"the document holds an invalid character (a lone surrogate) at offset {exc.start}",
+        ) from None
 
 
 # ---------------------------------------------------------------------------- JSON
@@ -91,7 +103,10 @@ def _load_json(text: str) -> Any:
             "json-syntax",
             f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
         ) from None
+    except ValueError:  # the only one json raises past syntax: an over-long integer
+        raise _huge_number() from None
     _check_data_depth(data)
+    _check_encodable(json.dumps(data, ensure_ascii=False))  # "\ud800" escapes decode to surrogates
     return data
 
 
@@ -166,6 +181,8 @@ def _load_yaml(text: str) -> Any:
         raise _yaml_error(exc) from None
     except RecursionError:
         raise _too_deep() from None
+    except ValueError:  # the only one libyaml's constructors raise: an over-long integer
+        raise _huge_number() from None
     finally:
         loader.dispose()
 
@@ -267,6 +284,10 @@ def _check_data_depth(data: Any) -> None:
             stack.extend((v, depth + 1) for v in value.values())
         elif isinstance(value, list):
             stack.extend((v, depth + 1) for v in value)
+
+
+def _huge_number() -> LoadError:
+    return LoadError("huge-number", "a number in the document has thousands of digits")
 
 
 def _too_deep() -> LoadError:

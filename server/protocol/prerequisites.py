@@ -181,7 +181,7 @@ def _read_type(
         f.issues.error(join(path, "type"), "required", "`type` is required")
         return None
     allowed = _TYPES_BY_DIALECT[dialect]
-    if raw in {t.value for t in allowed}:
+    if isinstance(raw, str) and raw in {t.value for t in allowed}:
         return PrerequisiteType(raw)
     choices = ", ".join(t.value for t in allowed)
     hint = " (a prerequisite cannot be a job)" if raw == "job" else ""
