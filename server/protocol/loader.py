@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import date, datetime
 from typing import Any
 
 import yaml
@@ -168,7 +169,7 @@ def _load_yaml(text: str) -> Any:
                 "empty-document", "the document is empty: expected a job or a component"
             )
         _check_node_graph(node)
-        return loader.construct_document(node)
+        return _plain(loader.construct_document(node))
     except yaml.composer.ComposerError as exc:
         if "expected a single document" in str(exc):
             raise LoadError(
@@ -284,6 +285,25 @@ def _check_data_depth(data: Any) -> None:
             stack.extend((v, depth + 1) for v in value.values())
         elif isinstance(value, list):
             stack.extend((v, depth + 1) for v in value)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-shaped data: string keys, dates as ISO text, so every later step can rely on it."""
+    if isinstance(value, dict):
+        return {_key(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, (date, datetime)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return "null" if key is None else str(key)
 
 
 def _huge_number() -> LoadError:
