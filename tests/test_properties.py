@@ -17,6 +17,7 @@ import copy
 import datetime
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -106,33 +107,52 @@ def assert_contract(result: ParseResult, *, job_only: bool) -> None:
             assert result.kind is Kind.JOB
         else:
             assert (result.spec is not None) != (result.component is not None)
-        if result.spec is not None:
-            assert result.spec.task_roles
+        if result.spec is not None:  # a job runs something: `taskRoles: {}` is refused too
+            assert result.spec.task_roles, "accepted a job with no task roles"
     else:
         assert result.errors, "rejected without saying why"
         assert result.spec is None and result.component is None
 
 
-def check_all(data: str | bytes, parameters: dict[str, Any] | None = None) -> ParseResult:
-    """Run all three entry points on `data`; return the resolve_job result."""
+@dataclass
+class Answers:
+    """What parse_job and resolve_job said about one input."""
+
+    job: ParseResult
+    resolved: ParseResult
+
+    @property
+    def ok(self) -> bool:
+        return self.job.ok
+
+    @property
+    def errors(self) -> list[Issue]:
+        return self.job.errors
+
+
+def check_all(data: str | bytes, parameters: dict[str, Any] | None = None) -> Answers:
+    """Run all three entry points on `data`, checking the contract of each."""
     assert_contract(parse_document(data, parameters), job_only=False)
-    as_job = parse_job(data, parameters)
-    assert_contract(as_job, job_only=True)
+    job = parse_job(data, parameters)
+    assert_contract(job, job_only=True)
     resolved = resolve_job(data, parameters)
     assert_contract(resolved, job_only=True)
-    assert resolved.ok == as_job.ok
-    if as_job.ok:
-        resolved.parsed = as_job.spec  # type: ignore[attr-defined]
-    return resolved
+    assert resolved.ok == job.ok
+    return Answers(job, resolved)
 
 
-def assert_round_trip(result: ParseResult) -> None:
+def assert_round_trip(answers: Answers) -> None:
     """An accepted job, written as v2 (as parsed and as resolved), reads back as the same job:
     the same role names in the same order, with the same instance counts."""
-    assert result.spec is not None
-    for spec in (result.parsed, result.spec):  # type: ignore[attr-defined]
+    for spec in (answers.job.spec, answers.resolved.spec):
+        assert spec is not None
         written = to_v2_yaml(spec)
         again = parse_job(written)
+        if spec.secrets:
+            # by design secrets are written masked ("******"), and a masked config is refused
+            # until the real values are put back: that must be the only complaint
+            assert [(e.path, e.code) for e in again.errors] == [("secrets", "masked-secrets")]
+            again = parse_job(written.replace("secrets: '******'", "secrets: {}"))
         assert again.ok, "\n".join([written, *map(str, again.errors)])
         assert again.dialect is Dialect.V2
         assert again.spec is not None
@@ -446,7 +466,6 @@ def test_arbitrary_bytes_never_raise(data: bytes) -> None:
     check_all(data)
 
 
-@pytest.mark.xfail(reason="open defect under investigation", strict=False)
 @settings(SETTINGS, max_examples=100)
 @given(
     seed=st.sampled_from(SEEDS),
@@ -492,10 +511,6 @@ def test_text_with_lone_surrogates_never_raises(text: str) -> None:
     check_all("name: " + text)
 
 
-@pytest.mark.xfail(
-    reason="lone surrogates are now refused at load time; the test still expects acceptance",
-    strict=False,
-)
 @settings(SETTINGS, max_examples=50)
 @given(
     seed=st.sampled_from(ACCEPTED_JOBS),
@@ -504,12 +519,12 @@ def test_text_with_lone_surrogates_never_raises(text: str) -> None:
 def test_json_escaped_surrogates_in_accepted_jobs_write_back(
     seed: tuple[str, Any, str], surrogate: str
 ) -> None:
-    """JSON may spell a lone surrogate as an escape; an accepted job must still write back."""
+    """JSON may spell a lone surrogate as an escape: refused cleanly, or accepted and written."""
     doc = copy.deepcopy(seed[1])
     doc["description"] = f"about {surrogate}"
     result = check_all(json.dumps(doc, default=_json_default))
-    assume(result.ok)
-    assert_round_trip(result)
+    if result.ok:  # refusing the text is as good as accepting it; crashing is not
+        assert_round_trip(result)
 
 
 # ------------------------------------------------------------------- the seeds themselves
@@ -561,7 +576,6 @@ SMALL_CASES: dict[str, str] = {
     "draft-prerequisite-type-mapping": DRAFT.replace("type: dockerimage", "type: {a: 1}"),
     # mapping keys that are not strings
     "parameters-integer-key": V2 + "parameters: {1: a}\n",
-    "secrets-integer-key": V2 + "secrets: {1: a}\n",
     "extras-boolean-key": V2 + "extras: {true: a}\n",
     "extra-container-options-integer-key": V2.replace(
         "    commands:", "    extraContainerOptions: {1: 2}\n    commands:"
@@ -584,6 +598,15 @@ SMALL_CASES: dict[str, str] = {
     + "parameters: {p: {day: 2020-01-01}}\n",
     "draft-parameter-mapping-mixed-keys": DRAFT.replace("[echo hi]", "['echo $$p$$']")
     + "parameters: {p: {1: a, b: c}}\n",
+    # an empty task-role map: `taskRoles:` with nothing under it is null
+    "v2-null-task-roles": V2.split("taskRoles:")[0] + "taskRoles:\n",
+    "v2-empty-task-roles": V2.split("taskRoles:")[0] + "taskRoles: {}\n",
+    # a deployment that names a role but gives it no commands
+    "v2-deployment-role-without-commands": V2
+    + "deployments: [{name: d, taskRoles: {worker: {}}}]\ndefaults: {deployment: d}\n",
+    # a job with secrets (written back masked)
+    "secrets-integer-key": V2 + "secrets: {1: a}\n",
+    "secrets": V2.replace("[echo hi]", "['echo <% $secrets.token %>']") + "secrets: {token: t}\n",
     # a job name that is null
     "v2-null-name": V2.replace("name: small", "name: null"),
     "draft-null-name": DRAFT.replace("name: small", "name: ~"),
@@ -597,7 +620,6 @@ SMALL_CASES: dict[str, str] = {
 }
 
 
-@pytest.mark.xfail(reason="open defect: secrets with an integer key", strict=False)
 @pytest.mark.parametrize("text", SMALL_CASES.values(), ids=SMALL_CASES.keys())
 def test_small_hostile_inputs_get_an_answer_not_an_exception(text: str) -> None:
     for data in (text, text.encode("utf-8", "surrogatepass")):

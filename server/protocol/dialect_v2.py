@@ -129,7 +129,7 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
 
     roles: list[TaskRole] = []
     raw_roles = doc.get("taskRoles")
-    if raw_roles is not None:
+    if "taskRoles" in doc:
         mapping = f.as_mapping(raw_roles, "taskRoles", "a mapping of role names to roles")
         if mapping is not None and not mapping:
             issues.error("taskRoles", "min-items", "must define at least one task role")

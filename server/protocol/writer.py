@@ -35,9 +35,9 @@ def to_v2_dict(spec: JobSpec) -> dict[str, Any]:
     if deployments:
         doc["deployments"] = deployments
     defaults: dict[str, Any] = {"virtualCluster": spec.virtual_cluster}
-    default_deployment = spec.default_deployment or (
-        deployments[0]["name"] if deployments else None
-    )
+    names = [d["name"] for d in deployments]
+    default_deployment = spec.default_deployment if spec.default_deployment in names else None
+    default_deployment = default_deployment or (names[0] if names else None)
     if default_deployment:
         defaults["deployment"] = default_deployment
     doc["defaults"] = defaults
@@ -139,7 +139,8 @@ def _deployments(spec: JobSpec) -> list[dict[str, Any]]:
             if d.post_commands.get(name):
                 entry["postCommands"] = list(d.post_commands[name])
             roles[name] = entry
-        out.append({"name": d.name, "taskRoles": roles})
+        if roles:  # a deployment that adds no commands says nothing v2 can write
+            out.append({"name": d.name, "taskRoles": roles})
     exports = {
         role.name: [f"export {k}={_shell_quote(v)}" for k, v in {**spec.env, **role.env}.items()]
         for role in spec.task_roles
