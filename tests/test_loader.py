@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from server.protocol import parse_document, parse_job
+from server.protocol.loader import MAX_DEPTH, LoadError, load_document
 from tests.jobs import as_yaml, v2
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -78,3 +79,23 @@ taskRoles:
 
 def test_bom_and_bytes_are_accepted() -> None:
     assert parse_job(b"\xef\xbb\xbf" + as_yaml(v2()).encode()).ok
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH - 2, MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1])
+def test_depth_limit_is_the_same_with_and_without_aliases(depth: int) -> None:
+    """The alias-free fast path and the full alias-aware walk draw the line at the same depth."""
+    nested = "a: " + "[" * (depth - 1) + "1" + "]" * (depth - 1)
+    outcomes = []
+    for text in (nested, "x: &shared [1]\ny: *shared\n" + nested):
+        try:
+            load_document(text)
+            outcomes.append("ok")
+        except LoadError as exc:
+            outcomes.append(exc.issue.code)
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0] == ("ok" if depth < MAX_DEPTH else "too-deep")
+
+
+def test_dates_and_non_string_keys_are_normalised_only_when_present() -> None:
+    data = load_document("when: 2024-01-02\n2: two\ntrue: yes\nnull: nothing\n").data
+    assert data == {"when": "2024-01-02", "2": "two", "true": True, "null": "nothing"}

@@ -168,8 +168,9 @@ def _load_yaml(text: str) -> Any:
             raise LoadError(
                 "empty-document", "the document is empty: expected a job or a component"
             )
-        _check_node_graph(node)
-        return _plain(loader.construct_document(node))
+        needs_plain = _check_tree(node)
+        data = loader.construct_document(node)
+        return _plain(data) if needs_plain else data
     except yaml.composer.ComposerError as exc:
         if "expected a single document" in str(exc):
             raise LoadError(
@@ -221,12 +222,58 @@ def _check_event_depth(text: str) -> None:
         raise _yaml_error(exc) from None
 
 
-def _check_node_graph(root: yaml.Node) -> None:
+def _check_tree(root: yaml.Node) -> bool:
+    """The fast path of `_check_node_graph` for documents whose collections are not shared.
+
+    Visits each collection once and never pushes scalars; the first collection reached twice
+    (an alias) hands the whole document to `_check_node_graph`. Returns what it returns.
+    """
+    needs_plain = False
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen:
+            return _check_node_graph(root)
+        seen.add(id(node))
+        if depth > MAX_DEPTH:
+            raise _too_deep()
+        leaves = False
+        if node.__class__ is yaml.MappingNode:
+            for key, value in node.value:
+                if key.tag not in _KEY_TAGS:
+                    needs_plain = True
+                for part in (key, value):
+                    if part.__class__ is yaml.ScalarNode:
+                        leaves = True
+                        if part.tag in _NON_JSON_TAGS:
+                            needs_plain = True
+                    else:
+                        stack.append((part, depth + 1))
+        elif node.__class__ is yaml.SequenceNode:
+            for item in node.value:
+                if item.__class__ is yaml.ScalarNode:
+                    leaves = True
+                    if item.tag in _NON_JSON_TAGS:
+                        needs_plain = True
+                else:
+                    stack.append((item, depth + 1))
+        elif node.tag in _NON_JSON_TAGS:
+            needs_plain = True
+        if leaves and depth + 1 > MAX_DEPTH:
+            raise _too_deep()
+    return needs_plain
+
+
+def _check_node_graph(root: yaml.Node) -> bool:
     """Reject documents nested too deeply, recursive aliases, and alias bombs.
 
     Walks the composed node graph once (iteratively, memoised per node), computing for each
     node how many values it expands to and how deep it reaches once aliases are expanded.
+    Returns whether the constructed data needs `_plain` (a non-string key, a date, binary),
+    so the common document is not walked a second time.
     """
+    needs_plain = False
     size: dict[int, int] = {}
     height: dict[int, int] = {}
     in_progress: set[int] = set()
@@ -242,6 +289,8 @@ def _check_node_graph(root: yaml.Node) -> None:
                     "recursive-alias", "the document refers to itself through a YAML alias"
                 )
             in_progress.add(key)
+            if not needs_plain:
+                needs_plain = _needs_plain(node)
             stack.append((node, True))
             stack.extend((child, False) for child in _children(node) if id(child) not in size)
             continue
@@ -265,6 +314,19 @@ def _check_node_graph(root: yaml.Node) -> None:
             raise _too_deep()
         size[key] = total
         height[key] = deepest + 1
+    return needs_plain
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_KEY_TAGS = frozenset({_STR_TAG, "tag:yaml.org,2002:merge"})
+_NON_JSON_TAGS = frozenset({"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:binary"})
+
+
+def _needs_plain(node: yaml.Node) -> bool:
+    """Whether this node constructs to something JSON cannot hold as it is."""
+    if isinstance(node, yaml.MappingNode):
+        return any(k.tag not in _KEY_TAGS for k, _ in node.value)
+    return node.tag in _NON_JSON_TAGS
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
