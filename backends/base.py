@@ -1,0 +1,223 @@
+"""The Backend interface: what the job engine asks of a place that runs containers.
+
+A backend reports facts (an instance started, exited with code N, was OOM-killed, could not
+start because ...); it never decides a job's state. Everything crossing this boundary is a plain
+frozen pydantic value, so the simulator and the Kubernetes backend are interchangeable and the
+server never sees a Docker or Kubernetes object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- what a launch asks for ----------------------------------------------------------------
+
+
+class PortRequest(_Value):
+    label: str
+    count: int = 1
+    begin_at: int = 0  # the first port wanted (v1 / draft); 0 lets the backend choose
+
+
+class ResourceRequest(_Value):
+    cpu: int = 1
+    memory_mb: int = 512
+    gpu: int = 0
+    shm_mb: int = 64
+    ports: list[PortRequest] = Field(default_factory=list)
+
+
+class Fetch(StrEnum):
+    """How a prerequisite gets into the container."""
+
+    DOWNLOAD = "download"  # data: each URI downloaded into <workdir>/<name>/
+    CLONE = "clone"  # script: a git repository (repo@commit) cloned into <workdir>/<name>/
+    MOUNT = "mount"  # storage / output: a host directory or volume mounted at <workdir>/<name>/
+
+
+class Material(_Value):
+    """A data, script or storage prerequisite a role needs in place before its commands run."""
+
+    name: str
+    kind: Fetch
+    uris: list[str] = Field(default_factory=list)
+    read_only: bool = False
+
+
+class Hooks(_Value):
+    """Commands around the user's commands (cmd plugin callbacks and deployment commands)."""
+
+    on_start: list[str] = Field(default_factory=list)  # before the user commands, in order
+    on_success: list[str] = Field(default_factory=list)  # after, when they exited 0
+    on_failure: list[str] = Field(default_factory=list)  # after, when they failed
+
+
+class RoleLaunch(_Value):
+    name: str  # exactly as the user wrote it
+    instances: int
+    image: str
+    resources: ResourceRequest
+    commands: list[str]  # rendered, ready to run
+    hooks: Hooks = Hooks()
+    materials: list[Material] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    min_failed: int = 1  # -1: disabled (only exported to the instances here)
+    min_succeeded: int = -1
+
+
+class LaunchRequest(_Value):
+    """One attempt of a resolved job, self-contained: nothing is looked up after this."""
+
+    job_id: str
+    job_name: str
+    user: str = "default"
+    virtual_cluster: str = "default"
+    attempt: int = 1
+    roles: list[RoleLaunch]
+    env: dict[str, str] = Field(default_factory=dict)  # job-wide (v1 jobEnvs, PAI_DATA_DIR ...)
+    secrets: dict[str, str] = Field(default_factory=dict, repr=False)
+
+    def role(self, name: str) -> RoleLaunch:
+        return next(r for r in self.roles if r.name == name)
+
+    @property
+    def total_instances(self) -> int:
+        return sum(r.instances for r in self.roles)
+
+
+# --- what a backend reports ----------------------------------------------------------------
+
+
+class InstanceKey(_Value):
+    job_id: str
+    attempt: int
+    role: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.job_id}#{self.attempt}/{self.role}-{self.index}"
+
+
+class Placement(_Value):
+    """Where an instance runs and how its peers reach it."""
+
+    node: str
+    host_ip: str
+    ports: dict[str, list[int]] = Field(default_factory=dict)  # label -> ports, request order
+
+
+class EventKind(StrEnum):
+    WAITING = "waiting"  # the attempt does not fit yet; reason says what is missing
+    PLACED = "placed"  # resources and ports are held; the container is being created
+    STARTED = "started"  # the container runs the user's command
+    EXITED = "exited"  # the container ended by itself: exit_code, oom_killed
+    START_FAILED = "start_failed"  # it could not start: missing image, bad mount ...
+    STOPPED = "stopped"  # it ended because a stop was asked for
+    LOST = "lost"  # it vanished without an exit being observed
+
+
+class InstanceEvent(_Value):
+    job_id: str
+    attempt: int
+    kind: EventKind
+    role: str | None = None  # None for events about the whole attempt (WAITING)
+    index: int | None = None
+    at: datetime = Field(default_factory=utcnow)
+    reason: str | None = None
+    exit_code: int | None = None
+    oom_killed: bool = False
+    placement: Placement | None = None
+
+    @property
+    def key(self) -> InstanceKey | None:
+        if self.role is None or self.index is None:
+            return None
+        return InstanceKey(
+            job_id=self.job_id, attempt=self.attempt, role=self.role, index=self.index
+        )
+
+
+class InstanceStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    EXITED = "exited"
+
+
+class InstanceReport(_Value):
+    """One instance a backend found, for reconciling after a restart."""
+
+    key: InstanceKey
+    status: InstanceStatus
+    placement: Placement | None = None
+    exit_code: int | None = None
+    oom_killed: bool = False
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class LogChunk(_Value):
+    key: InstanceKey
+    offset: int  # byte offset of `data` in the instance's whole log
+    data: str
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+class BackendError(Exception):
+    """Something the user can act on; the message says what and where."""
+
+
+class LaunchRefused(BackendError):
+    """The attempt can never run here (asks more than any node has, an unservable scheme...)."""
+
+
+class UnknownInstance(BackendError):
+    pass
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the job engine needs from a place that runs task instances."""
+
+    async def launch(self, request: LaunchRequest) -> None:
+        """Queue an attempt, placed all at once when it fits; LaunchRefused if it never can."""
+
+    async def stop(self, job_id: str, attempt: int, grace_seconds: float = 10.0) -> None:
+        """Stop every instance of the attempt (SIGTERM, then SIGKILL after the grace period)."""
+
+    def events(self) -> AsyncIterator[InstanceEvent]:
+        """Instance state changes of every attempt, in the order they happened."""
+
+    def logs(
+        self,
+        key: InstanceKey,
+        *,
+        offset: int = 0,
+        tail: int | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[LogChunk]:
+        """An instance's output, from a byte offset or its last `tail` lines; kept after it ends."""
+
+    async def reconcile(self) -> list[InstanceReport]:
+        """Every instance this backend knows of, so a restarted server can adopt them."""
+
+    async def forget(self, job_id: str, attempt: int) -> None:
+        """Release what an ended attempt still holds (containers, network); logs are kept."""
+
+    async def close(self) -> None:
+        """Stop watching; running instances keep running."""

@@ -1,0 +1,181 @@
+"""The POSIX shell script every task container runs, built from a RoleLaunch.
+
+One script per role does what OpenPAI splits over its runtime: read the runtime environment,
+check that the prerequisites are in place, run the start hooks, the user's commands, then the
+success or the failure hooks, and exit with the user commands' code. It needs nothing but a
+POSIX `sh` (busybox is enough): the user's image is all there is in the container.
+
+All output goes to a log file on a host directory mounted at RUNTIME_DIR, so the logs outlive
+the container. The container runs with an init process that makes this script the leader of
+its own process group; a stop signal is passed on to that whole group, so it reaches whatever
+the user's commands started, and the script exits with 128 + the signal's number.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from backends.base import Material, RoleLaunch
+
+RUNTIME_DIR = "/usr/local/pai"  # a per-instance host directory, mounted read-write
+ENV_FILE = f"{RUNTIME_DIR}/runtime_env.sh"  # written by the backend (runtime_env.shell_env_file)
+ENTRYPOINT = f"{RUNTIME_DIR}/entrypoint.sh"  # this script; run it as `sh ENTRYPOINT`
+LOG_FILE = f"{RUNTIME_DIR}/output.log"  # everything the instance prints
+USER_COMMANDS_FILE = f"{RUNTIME_DIR}/user_commands.sh"  # the user's commands, written by the script
+WORK_DIR = "/work"  # the commands' working directory; materials are at WORK_DIR/<name>/
+
+SETUP_FAILED = 1  # exit code when the instance cannot start its commands (missing prerequisite ...)
+MARKER = "[paigraph]"  # prefix of the lines the script itself writes to the log
+
+_SIGNALS = (("TERM", 15), ("INT", 2), ("HUP", 1))
+
+
+def entrypoint_script(
+    role: RoleLaunch, *, runtime_dir: str = RUNTIME_DIR, work_dir: str = WORK_DIR
+) -> str:
+    """The entrypoint of every instance of `role`.
+
+    `runtime_dir` and `work_dir` default to the paths inside the container; other values let the
+    same script run anywhere (the tests run it on the host). The env file, the log file and the
+    user commands' file are the fixed names above inside `runtime_dir`.
+
+    Exit code: that of the user's commands; that of the first failing start or success hook;
+    SETUP_FAILED when the environment file, the work directory or a prerequisite is missing;
+    128 + N when the instance was stopped by signal N. Each hook runs in its own `sh -e`; the
+    failure hooks run (all of them, their own failures only logged) when a start hook, the user
+    commands or a success hook fail, not when setup fails or the instance is stopped.
+    """
+    text = "\n".join([*_prologue(role, runtime_dir, work_dir), *_body(role, runtime_dir)])
+    if "\0" in text:
+        raise ValueError(f"task role {role.name!r}: a command contains a NUL byte")
+    return text + "\n"
+
+
+def user_commands(role: RoleLaunch) -> str:
+    """The role's commands as one script: each trimmed, joined by newlines, as OpenPAI does."""
+    return "\n".join(command.strip() for command in role.commands)
+
+
+def _prologue(role: RoleLaunch, runtime_dir: str, work_dir: str) -> list[str]:
+    q = shlex.quote
+    log, env_file = _inside(runtime_dir, LOG_FILE), _inside(runtime_dir, ENV_FILE)
+    traps = [f"trap 'on_signal {name} {128 + number}' {name}" for name, number in _SIGNALS]
+    ignored = " ".join(name for name, _ in _SIGNALS)
+    return [
+        "#!/bin/sh",
+        f"# Entrypoint of the instances of task role {_comment(role.name)} (POSIX sh).",
+        f"exec >>{q(log)} 2>&1",
+        "",
+        f"say() {{ printf '%s %s\\n' {q(MARKER)} \"$*\"; }}",
+        'finish() { say "instance exits with code $1"; exit "$1"; }',
+        'fail_setup() { say "$1"; finish ' + str(SETUP_FAILED) + "; }",
+        "",
+        "# Under the container's init this shell leads its own process group: a stop signal is",
+        "# then passed on to the whole group, grandchildren of the user's commands included.",
+        "leads_group() {",
+        "  read -r _pg_stat 2>/dev/null </proc/$$/stat || return 1",
+        "  _pg_stat=${_pg_stat##*) }",
+        "  set -- $_pg_stat",
+        '  [ "$3" = "$$" ]',
+        "}",
+        "_pg_child=",
+        "on_signal() {",
+        f"  trap '' {ignored}",
+        '  say "received SIG$1, stopping"',
+        '  if [ -n "$_pg_child" ]; then',
+        '    if leads_group; then kill -s TERM 0; else kill -s TERM "$_pg_child"; fi 2>/dev/null',
+        '    wait "$_pg_child"',
+        "  fi",
+        '  finish "$2"',
+        "}",
+        *traps,
+        "",
+        "# Run a command in the background and wait for it, so that the traps fire meanwhile.",
+        'run() { "$@" & _pg_child=$!; wait "$_pg_child"; _pg_rc=$?; _pg_child=; return $_pg_rc; }',
+        "",
+        f"say {q(f'task role {role.name}: starting')}",
+        f"[ -f {q(env_file)} ] || fail_setup {q(f'runtime environment {env_file} is missing')}",
+        f". {q(env_file)}",
+        f"[ -d {q(work_dir)} ] || mkdir -p {q(work_dir)} 2>/dev/null"
+        f" || fail_setup {q(f'cannot create the work directory {work_dir}')}",
+        f"cd {q(work_dir)} || fail_setup {q(f'cannot enter the work directory {work_dir}')}",
+        *(_check_material(m, work_dir) for m in role.materials),
+    ]
+
+
+def _check_material(material: Material, work_dir: str) -> str:
+    path = f"{work_dir}/{material.name}"
+    source = f" from {', '.join(material.uris)}" if material.uris else ""
+    missing = (
+        f"prerequisite {material.name!r} ({material.kind.value}{source}) is not in place:"
+        f" {path} is missing"
+    )
+    return f"[ -d {shlex.quote(path)} ] || fail_setup {shlex.quote(missing)}"
+
+
+def _body(role: RoleLaunch, runtime_dir: str) -> list[str]:
+    q = shlex.quote
+    commands_file = _inside(runtime_dir, USER_COMMANDS_FILE)
+    hooks = role.hooks
+    lines = [
+        "",
+        "on_failure() {",
+        *(
+            _hook(hook, "failure", i, len(hooks.on_failure))
+            for i, hook in enumerate(hooks.on_failure)
+        ),
+        "  :",
+        "}",
+        "",
+    ]
+    for i, hook in enumerate(hooks.on_start):
+        lines.append(_fatal_hook(hook, "start", i, len(hooks.on_start)))
+    lines += [
+        f"_pg_commands={q(user_commands(role))}",
+        f"printf '%s\\n' \"$_pg_commands\" >{q(commands_file)}"
+        f" || fail_setup {q(f'cannot write {commands_file}')}",
+        'say "user commands: starting"',
+        f"run sh {q(commands_file)}",
+        "_pg_code=$?",
+        'say "user commands exited with code $_pg_code"',
+        'if [ "$_pg_code" -ne 0 ]; then on_failure; finish "$_pg_code"; fi',
+    ]
+    for i, hook in enumerate(hooks.on_success):
+        lines.append(_fatal_hook(hook, "success", i, len(hooks.on_success)))
+    lines.append("finish 0")
+    return lines
+
+
+def _hook(command: str, phase: str, i: int, total: int) -> str:
+    """A failure hook: run it, log a failure, go on with the next one."""
+    name = f"{phase} hook {i + 1}/{total}"
+    return (
+        f"  say {shlex.quote(name)}; run sh -ec -- {shlex.quote(command)}"
+        f' || say "{name} failed with exit code $?"'
+    )
+
+
+def _fatal_hook(command: str, phase: str, i: int, total: int) -> str:
+    """A start or success hook: its failure fails the instance with its exit code."""
+    name = f"{phase} hook {i + 1}/{total}"
+    return "\n".join(
+        [
+            f"say {shlex.quote(name)}",
+            f"run sh -ec -- {shlex.quote(command)}",
+            "_pg_code=$?",
+            'if [ "$_pg_code" -ne 0 ]; then',
+            f'  say "{name} failed with exit code $_pg_code"',
+            "  on_failure",
+            '  finish "$_pg_code"',
+            "fi",
+        ]
+    )
+
+
+def _inside(runtime_dir: str, path: str) -> str:
+    """`path`, one of the files in RUNTIME_DIR, moved to `runtime_dir`."""
+    return f"{runtime_dir}/{path.removeprefix(RUNTIME_DIR + '/')}"
+
+
+def _comment(text: str) -> str:
+    return " ".join(text.split())

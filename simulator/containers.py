@@ -1,0 +1,355 @@
+"""The Docker engine driver: networks, containers and the event stream, by label.
+
+Only this module talks to Docker. It knows nothing of jobs or PAI: callers hand it a complete
+`ContainerSpec` and receive plain `ContainerInfo` / `ContainerEvent` values back. Every object it
+creates carries the `io.paigraph.*` labels, which is how a restarted backend finds them again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import math
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import docker
+import docker.errors
+from docker.types import DeviceRequest, IPAMConfig, IPAMPool, Mount
+
+LABEL = "io.paigraph"
+MANAGED = f"{LABEL}.managed"
+OWNER = f"{LABEL}.owner"
+# Job networks take their subnets from here: 512 networks of up to 253 instances each.
+NETWORK_POOL = ipaddress.IPv4Network("10.222.0.0/15")
+
+
+class EngineError(Exception):
+    """The Docker engine refused or could not be reached; the message says which."""
+
+
+class ImageMissing(EngineError):
+    pass
+
+
+@dataclass(frozen=True)
+class BindMount:
+    source: str  # host path
+    target: str  # path in the container
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    name: str
+    image: str
+    command: list[str]
+    network: str
+    ip: str
+    aliases: list[str]
+    labels: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+    ports: list[int] = field(default_factory=list)  # published 1:1 on the host (tcp)
+    memory_mb: int = 512
+    cpus: float = 1.0
+    shm_mb: int = 64
+    pids_limit: int = 1024
+    mounts: list[BindMount] = field(default_factory=list)
+    working_dir: str = "/"
+    gpu_devices: list[str] = field(default_factory=list)  # real NVIDIA device ids
+
+
+@dataclass(frozen=True)
+class NetworkInfo:
+    name: str
+    subnet: ipaddress.IPv4Network
+    gateway: ipaddress.IPv4Address
+
+    def addresses(self, count: int) -> list[str]:
+        """`count` container addresses in order, skipping the gateway."""
+        hosts = (h for h in self.subnet.hosts() if h != self.gateway)
+        picked = [str(next(hosts, None) or "") for _ in range(count)]
+        if "" in picked:
+            raise EngineError(
+                f"network {self.name} ({self.subnet}) has fewer than {count} addresses"
+            )
+        return picked
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    id: str
+    name: str
+    labels: dict[str, str]
+    status: str  # created, running, exited, dead ...
+    exit_code: int | None
+    oom_killed: bool
+    error: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    ip: str | None
+
+
+@dataclass(frozen=True)
+class ContainerEvent:
+    action: str  # start, die, oom, destroy
+    id: str
+    labels: dict[str, str]
+    exit_code: int | None
+    at: datetime
+
+
+class Engine:
+    """A thin, typed layer over the Docker SDK."""
+
+    def __init__(self, client: docker.DockerClient | None = None) -> None:
+        try:
+            self.client = client or docker.from_env(timeout=120)
+            self.client.ping()
+        except docker.errors.DockerException as exc:
+            raise EngineError(
+                f"no Docker engine answers ({exc}); start one (dockerd) or set DOCKER_HOST"
+            ) from None
+        self.api = self.client.api
+
+    # --- the machine -------------------------------------------------------------------------
+
+    def host_capacity(self) -> tuple[int, int]:
+        """What this machine gives containers: (cpus, memory in MB)."""
+        info = self.client.info()
+        return int(info.get("NCPU") or os.cpu_count() or 1), int(info["MemTotal"]) // (1 << 20)
+
+    def image_exists(self, image: str) -> bool:
+        try:
+            self.client.images.get(image)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot look up image {image!r}: {_explain(exc)}") from None
+        return True
+
+    # --- networks ----------------------------------------------------------------------------
+
+    def create_network(self, name: str, labels: dict[str, str], hosts: int) -> NetworkInfo:
+        """A bridge network with its own subnet, big enough for `hosts` fixed addresses.
+
+        Containers get addresses chosen before they start (so every instance's environment can
+        name its peers), which Docker allows only on a subnet given at creation. Subnets are
+        taken from NETWORK_POOL, skipping any that overlaps a network Docker already has.
+        """
+        prefix = min(24, 32 - math.ceil(math.log2(hosts + 3)))
+        for _ in range(8):  # another process may take the same subnet between list and create
+            subnet = self._free_subnet(prefix)
+            gateway = next(subnet.hosts())
+            ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet), gateway=str(gateway))])
+            try:
+                self.client.networks.create(
+                    name,
+                    driver="bridge",
+                    ipam=ipam,
+                    labels={MANAGED: "1", **labels},
+                    check_duplicate=True,
+                )
+            except docker.errors.APIError as exc:
+                if "overlap" in _explain(exc).lower():
+                    continue
+                raise EngineError(f"cannot create network {name}: {_explain(exc)}") from None
+            return NetworkInfo(name, subnet, gateway)
+        raise EngineError(f"cannot create network {name}: no free subnet in {NETWORK_POOL}")
+
+    def _free_subnet(self, prefix: int) -> ipaddress.IPv4Network:
+        taken = []
+        for network in self.api.networks():
+            for config in (network.get("IPAM") or {}).get("Config") or []:
+                with contextlib.suppress(KeyError, ValueError):
+                    taken.append(ipaddress.ip_network(config["Subnet"]))
+        for candidate in NETWORK_POOL.subnets(new_prefix=prefix):
+            if not any(candidate.overlaps(t) for t in taken if t.version == 4):
+                return candidate
+        raise EngineError(f"no free /{prefix} subnet left in {NETWORK_POOL} for a job network")
+
+    def remove_network(self, name: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                self.client.networks.get(name).remove()
+            except docker.errors.APIError as exc:
+                if exc.status_code != 404:
+                    raise EngineError(f"cannot remove network {name}: {_explain(exc)}") from None
+
+    def networks(self, labels: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
+        found = self.client.networks.list(filters={"label": _label_filter(labels)})
+        return [(n.name, n.attrs.get("Labels") or {}) for n in found]
+
+    # --- containers --------------------------------------------------------------------------
+
+    def run(self, spec: ContainerSpec) -> str:
+        """Create and start a container; returns its id. ImageMissing when the image is absent."""
+        api = self.api
+        host_config = api.create_host_config(
+            init=True,
+            privileged=False,
+            mem_limit=f"{spec.memory_mb}m",
+            memswap_limit=f"{spec.memory_mb}m",  # no swap: a memory limit means an OOM kill
+            nano_cpus=int(spec.cpus * 1e9),
+            shm_size=f"{spec.shm_mb}m",
+            pids_limit=spec.pids_limit,
+            port_bindings={f"{p}/tcp": p for p in spec.ports},
+            mounts=[
+                Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts
+            ],
+            device_requests=(
+                [DeviceRequest(device_ids=spec.gpu_devices, capabilities=[["gpu"]])]
+                if spec.gpu_devices
+                else None
+            ),
+            network_mode=spec.network,
+        )
+        networking = api.create_networking_config(
+            {spec.network: api.create_endpoint_config(ipv4_address=spec.ip, aliases=spec.aliases)}
+        )
+        try:
+            created = api.create_container(
+                spec.image,
+                command=spec.command,
+                name=spec.name,
+                environment=spec.env,
+                labels={MANAGED: "1", **spec.labels},
+                working_dir=spec.working_dir,
+                ports=[(p, "tcp") for p in spec.ports],
+                host_config=host_config,
+                networking_config=networking,
+            )
+        except docker.errors.ImageNotFound:
+            raise ImageMissing(f"image {spec.image!r} is not on this machine") from None
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot create container {spec.name}: {_explain(exc)}") from None
+        container_id: str = created["Id"]
+        try:
+            api.start(container_id)
+        except docker.errors.APIError as exc:
+            self.remove(container_id)
+            raise EngineError(f"cannot start container {spec.name}: {_explain(exc)}") from None
+        return container_id
+
+    def stop(self, container_id: str, grace_seconds: float) -> None:
+        """SIGTERM, then SIGKILL after the grace period; a container already gone is fine."""
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                self.api.stop(container_id, timeout=max(0, round(grace_seconds)))
+            except docker.errors.APIError as exc:
+                if exc.status_code not in (304, 404, 409):
+                    raise EngineError(f"cannot stop {container_id[:12]}: {_explain(exc)}") from None
+
+    def remove(self, container_id: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                self.api.remove_container(container_id, force=True)
+            except docker.errors.APIError as exc:
+                if exc.status_code not in (404, 409):  # 409: removal already in progress
+                    raise EngineError(
+                        f"cannot remove {container_id[:12]}: {_explain(exc)}"
+                    ) from None
+
+    def inspect(self, container_id: str) -> ContainerInfo | None:
+        try:
+            return _info(self.api.inspect_container(container_id))
+        except docker.errors.NotFound:
+            return None
+
+    def containers(self, labels: dict[str, str]) -> list[ContainerInfo]:
+        found = self.api.containers(all=True, filters={"label": _label_filter(labels)})
+        infos = (self.inspect(c["Id"]) for c in found)
+        return [i for i in infos if i is not None]
+
+    def watch(
+        self, labels: dict[str, str], on_event: Callable[[ContainerEvent], None]
+    ) -> Callable[[], None]:
+        """Deliver container events with these labels to `on_event` from a thread.
+
+        Returns a function that ends the watch. The stream starts before this returns, so a
+        caller that lists containers afterwards misses nothing in between.
+        """
+        stream = self.api.events(
+            decode=True, filters={"type": "container", "label": _label_filter(labels)}
+        )
+        stopped = threading.Event()
+
+        def pump() -> None:
+            with contextlib.suppress(Exception):
+                for raw in stream:
+                    if stopped.is_set():
+                        return
+                    event = _event(raw)
+                    if event is not None:
+                        on_event(event)
+
+        threading.Thread(target=pump, name="docker-events", daemon=True).start()
+
+        def stop() -> None:
+            stopped.set()
+            with contextlib.suppress(Exception):
+                stream.close()
+
+        return stop
+
+
+def _label_filter(labels: dict[str, str]) -> list[str]:
+    return [MANAGED + "=1", *(f"{k}={v}" for k, v in labels.items())]
+
+
+def _explain(exc: docker.errors.APIError) -> str:
+    return str(exc.explanation or exc)
+
+
+def _time(value: str | None) -> datetime | None:
+    if not value or value.startswith("0001-"):
+        return None
+    # Docker gives nanoseconds; Python parses microseconds.
+    head, _, rest = value.partition(".")
+    fraction = "".join(ch for ch in rest if ch.isdigit())[:6]
+    text = f"{head}.{fraction or '0'}+00:00" if value.endswith("Z") else value
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _info(attrs: dict[str, Any]) -> ContainerInfo:
+    state = attrs.get("State") or {}
+    networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
+    ip = next((n.get("IPAddress") for n in networks.values() if n.get("IPAddress")), None)
+    status = state.get("Status", "unknown")
+    return ContainerInfo(
+        id=attrs["Id"],
+        name=attrs.get("Name", "").lstrip("/"),
+        labels=(attrs.get("Config") or {}).get("Labels") or {},
+        status=status,
+        exit_code=state.get("ExitCode") if status in ("exited", "dead") else None,
+        oom_killed=bool(state.get("OOMKilled")),
+        error=state.get("Error") or "",
+        started_at=_time(state.get("StartedAt")),
+        finished_at=_time(state.get("FinishedAt")),
+        ip=ip,
+    )
+
+
+def _event(raw: dict[str, Any]) -> ContainerEvent | None:
+    action = str(raw.get("Action") or raw.get("status") or "")
+    if action not in ("start", "die", "oom", "destroy"):
+        return None
+    actor = raw.get("Actor") or {}
+    attributes: dict[str, str] = dict(actor.get("Attributes") or {})
+    code = attributes.get("exitCode")
+    nanos = raw.get("timeNano")
+    at = datetime.fromtimestamp(nanos / 1e9, UTC) if nanos else datetime.now(UTC)
+    return ContainerEvent(
+        action=action,
+        id=str(actor.get("ID") or raw.get("id") or ""),
+        labels={k: v for k, v in attributes.items() if k.startswith(LABEL)},
+        exit_code=int(code) if code is not None and code.lstrip("-").isdigit() else None,
+        at=at,
+    )

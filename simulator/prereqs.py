@@ -1,0 +1,673 @@
+"""Data, script and storage prerequisites, put in place once on the host and mounted in containers.
+
+A 16-instance job must not download its data 16 times, so downloads and clones land in a content
+cache on the host, keyed by what was asked for, and every instance bind-mounts the same directory
+read-only at /work/<name>/. Storage is a persistent read-write directory. Whatever this machine
+cannot serve (hdfs, nfs, s3, ssh, local paths outside the allowed roots) is refused by `check()`
+at launch, before anything is placed, so a job is refused instead of failing later.
+
+What a URI may be, per kind:
+
+- download (data): `http(s)://...`, `file:///abs/path` or a bare `/abs/path` (under the allowed
+  roots). Each URI becomes one entry of the mounted directory, named after the last segment of its
+  path (`index` when that is empty); a local directory is copied as a directory of that name.
+- clone (script): `REPO`, `REPO@REF` or `REPO#REF`, where REPO is `https://`, `http://`, `git://`,
+  `file://` (allowed roots), a bare `/abs/path` (allowed roots), or scheme-less `host/path`
+  (meaning https). REF is a commit (full or abbreviated), a tag or a branch; use `#` for a ref
+  that contains `/`. Without a ref, the repository's HEAD at launch time is used.
+- mount (storage / output): nothing (a persistent directory `<storage_dir>/<name>`), a bare storage
+  name (`<storage_dir>/<that name>`, so prerequisites can share one), or a local directory
+  `file:///abs/path` / `/abs/path` under the allowed roots, created when missing.
+
+Cache keys: a download is keyed by its URIs plus, for local sources, the size and modification
+time of every file, so an edited local file gives a new entry; a remote URL is fetched once and
+kept until the cache directory is cleared. Local sources are copied, not linked, so an entry never
+changes once made; mount large local data sets as storage instead. A clone is keyed by repository
+and resolved commit. Fetches of one key are serialised by a per-key thread lock and an fcntl lock
+file (so separate processes sharing a cache also fetch once) and published by renaming a temporary
+directory into place: an entry either exists complete or not at all.
+
+Everything here blocks; async callers run it in a worker thread (`asyncio.to_thread`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import httpx
+
+Progress = Callable[[str, str], None]
+"""Called with (prerequisite name, message), e.g. ("mnist", "downloading data 'mnist' (3.2 MB)")."""
+
+DEFAULT_MAX_DOWNLOAD_BYTES = 10 * 1000**3  # per prerequisite, all of its URIs together
+DEFAULT_HTTP_TIMEOUT = 60.0  # seconds without progress (connect, each read)
+DEFAULT_GIT_TIMEOUT = 600.0  # seconds for each git command
+_PROGRESS_EVERY = 2.0  # seconds between "n% of ..." reports of one download
+_CHUNK = 1 << 20
+
+_NAME = re.compile(r"[A-Za-z0-9._~-]+")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCP_LIKE = re.compile(r"[^/]+:")  # user@host:path, which git reads as ssh
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_SHORT_SHA = re.compile(r"[0-9a-f]{4,63}")
+_USERINFO = re.compile(r"(://)[^/@\s]+@")
+
+
+class MaterialKind(StrEnum):
+    """How a prerequisite gets into the container (same values as backends.base.Fetch)."""
+
+    DOWNLOAD = "download"
+    CLONE = "clone"
+    MOUNT = "mount"
+
+
+_SUPPORTED = {
+    MaterialKind.DOWNLOAD: "http, https, file",
+    MaterialKind.CLONE: "http, https, git, file",
+    MaterialKind.MOUNT: "file, or a storage name",
+}
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host directory to bind-mount at /work/<name>/ in every instance of the role."""
+
+    host_path: Path
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class RepoSpec:
+    """A script prerequisite's repository as git will be given it, and the ref asked for."""
+
+    url: str
+    ref: str | None
+
+
+class MaterialError(Exception):
+    """A prerequisite could not be put in place; the message names it and says why."""
+
+
+class UnservableMaterial(MaterialError):
+    """The prerequisite can never be served here (scheme, path outside the roots, bad URI list)."""
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One URI of a data prerequisite: a remote URL or a local path, and its entry's name."""
+
+    uri: str
+    entry: str
+    url: str | None = None
+    path: Path | None = None
+
+
+def shown(uri: str) -> str:
+    """A URI safe to print: credentials in it are masked."""
+    return _USERINFO.sub(r"\1***@", uri)
+
+
+def _human(size: int) -> str:
+    if size < 1000:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("kB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 1000 or unit == "TB":
+            return f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+
+
+def _refuse(name: str, kind: MaterialKind, scheme: str) -> UnservableMaterial:
+    return UnservableMaterial(
+        f"prerequisite {name!r}: scheme {scheme!r} cannot be served by the local simulator "
+        f"(supported: {_SUPPORTED[kind]})"
+    )
+
+
+def check_name(name: str, what: str = "prerequisite name") -> None:
+    """Names become directory names (/work/<name>/, <storage_dir>/<name>), so keep them plain."""
+    if not _NAME.fullmatch(name) or name in (".", ".."):
+        raise UnservableMaterial(
+            f"{what} {name!r} cannot be used as a directory name "
+            "(letters, digits and . _ ~ - only, not '.' or '..')"
+        )
+
+
+def parse_repo(name: str, spec: str) -> RepoSpec:
+    """Split `repo@ref` / `repo#ref` and turn `host/path` into https; ssh is refused."""
+    text = spec.strip()
+    ref: str | None = None
+    if "#" in text:
+        text, ref = text.split("#", 1)
+    else:
+        head, at, tail = text.rpartition("@")
+        if at and head and tail and "/" not in tail and ":" not in tail:
+            text, ref = head, tail
+    if ref is not None and (not ref or ref.startswith("-") or any(c.isspace() for c in ref)):
+        raise UnservableMaterial(
+            f"prerequisite {name!r}: {ref!r} in {shown(spec)} is not a git ref"
+        )
+    if not text:
+        raise UnservableMaterial(f"prerequisite {name!r}: {spec!r} names no repository")
+    match = _SCHEME.match(text)
+    if match:
+        scheme = match.group(1).lower()
+        if scheme not in ("http", "https", "git", "file"):
+            raise _refuse(name, MaterialKind.CLONE, scheme)
+        if scheme != "file" and not urlsplit(text).hostname:
+            raise UnservableMaterial(f"prerequisite {name!r}: {shown(text)} has no host")
+        return RepoSpec(url=text, ref=ref)
+    if text.startswith("/"):
+        return RepoSpec(url=text, ref=ref)  # a local path, checked against the roots later
+    if _SCP_LIKE.match(text):
+        raise _refuse(name, MaterialKind.CLONE, "ssh")
+    return RepoSpec(url=f"https://{text}", ref=ref)
+
+
+class MaterialStore:
+    """Puts prerequisites in place on the host and says what to mount where.
+
+    cache_dir: where downloads and clones are kept (created when missing); safe to share between
+        processes on one machine.
+    storage_dir: parent of the persistent read-write directories of storage / output prerequisites.
+    allowed_file_roots: the only host directories `file://` URIs and bare paths may point into
+        (after symlinks are resolved); empty means local paths are refused.
+    http_timeout: seconds an HTTP connect or read may stall before the download fails.
+    git_timeout: seconds each git command may take.
+    max_download_bytes: the most one data prerequisite may bring into the cache (all its URIs).
+    """
+
+    def __init__(
+        self,
+        cache_dir: Path,
+        *,
+        storage_dir: Path,
+        allowed_file_roots: Sequence[Path] = (),
+        http_timeout: float = DEFAULT_HTTP_TIMEOUT,
+        git_timeout: float = DEFAULT_GIT_TIMEOUT,
+        max_download_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES,
+    ) -> None:
+        self.cache_dir = Path(cache_dir).resolve()
+        self.storage_dir = Path(storage_dir).resolve()
+        self.allowed_file_roots = tuple(Path(r).resolve() for r in allowed_file_roots)
+        self.http_timeout = http_timeout
+        self.git_timeout = git_timeout
+        self.max_download_bytes = max_download_bytes
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    # --- the two entry points ----------------------------------------------------------------
+
+    def check(self, name: str, kind: MaterialKind | str, uris: Sequence[str]) -> None:
+        """Refuse, without touching the network or disk, what can never be served here."""
+        kind = MaterialKind(kind)
+        check_name(name)
+        if kind is MaterialKind.DOWNLOAD:
+            self._sources(name, uris)
+        elif kind is MaterialKind.CLONE:
+            self._repo(name, uris)
+        else:
+            self._mount_target(name, uris)
+
+    def materialize(
+        self,
+        name: str,
+        kind: MaterialKind | str,
+        uris: Sequence[str],
+        *,
+        read_only: bool = False,
+        progress: Progress | None = None,
+    ) -> Mount:
+        """Fetch (or reuse) the prerequisite and return the host directory to mount.
+
+        Downloads and clones are always mounted read-only; `read_only` applies to storage.
+        """
+        kind = MaterialKind(kind)
+        check_name(name)
+        report = progress or (lambda _name, _message: None)
+        if kind is MaterialKind.DOWNLOAD:
+            return Mount(self._materialize_download(name, uris, report), read_only=True)
+        if kind is MaterialKind.CLONE:
+            return Mount(self._materialize_clone(name, uris, report), read_only=True)
+        target = self._mount_target(name, uris)
+        if target.exists() and not target.is_dir():
+            raise MaterialError(f"prerequisite {name!r}: {target} exists and is not a directory")
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MaterialError(f"prerequisite {name!r}: cannot create {target}: {exc}") from exc
+        return Mount(target, read_only=read_only)
+
+    # --- reading URIs ------------------------------------------------------------------------
+
+    def _local(self, name: str, uri: str) -> Path:
+        """A `file://` URI or bare absolute path, resolved and checked against the roots."""
+        if uri.startswith("/"):
+            raw = uri
+        else:
+            parts = urlsplit(uri)
+            if parts.netloc not in ("", "localhost"):
+                raise UnservableMaterial(
+                    f"prerequisite {name!r}: {uri} names host {parts.netloc!r}; "
+                    "file:// URIs must name a path on this machine (file:///path)"
+                )
+            raw = unquote(parts.path)
+        if not raw.startswith("/"):
+            raise UnservableMaterial(f"prerequisite {name!r}: {uri} is not an absolute path")
+        path = Path(raw).resolve()
+        if not self.allowed_file_roots:
+            raise UnservableMaterial(
+                f"prerequisite {name!r}: {path} is a local path, and no allowed roots are "
+                "configured for local paths"
+            )
+        if not any(path.is_relative_to(root) for root in self.allowed_file_roots):
+            roots = ", ".join(str(r) for r in self.allowed_file_roots)
+            raise UnservableMaterial(
+                f"prerequisite {name!r}: {path} is outside the allowed roots ({roots})"
+            )
+        return path
+
+    def _sources(self, name: str, uris: Sequence[str]) -> list[_Source]:
+        if not uris:
+            raise UnservableMaterial(f"prerequisite {name!r}: a data prerequisite needs a URI")
+        sources: list[_Source] = []
+        for uri in uris:
+            match = _SCHEME.match(uri)
+            scheme = match.group(1).lower() if match else None
+            if scheme in ("http", "https"):
+                parts = urlsplit(uri)
+                if not parts.hostname:
+                    raise UnservableMaterial(f"prerequisite {name!r}: {shown(uri)} has no host")
+                segment = unquote(parts.path.rsplit("/", 1)[-1])
+                sources.append(_Source(uri, _entry_name(segment), url=uri))
+            elif scheme == "file" or (scheme is None and uri.startswith("/")):
+                path = self._local(name, uri)
+                sources.append(_Source(uri, _entry_name(path.name), path=path))
+            elif scheme is None:
+                raise UnservableMaterial(
+                    f"prerequisite {name!r}: {shown(uri)!r} is neither a URL nor an absolute path"
+                )
+            else:
+                raise _refuse(name, MaterialKind.DOWNLOAD, scheme)
+        seen: dict[str, str] = {}
+        for source in sources:
+            if source.entry in seen:
+                raise UnservableMaterial(
+                    f"prerequisite {name!r}: {shown(seen[source.entry])} and {shown(source.uri)} "
+                    f"would both be saved as {source.entry!r}"
+                )
+            seen[source.entry] = source.uri
+        return sources
+
+    def _repo(self, name: str, uris: Sequence[str]) -> RepoSpec:
+        if len(uris) != 1:
+            raise UnservableMaterial(
+                f"prerequisite {name!r}: a script prerequisite takes exactly one repository "
+                f"(got {len(uris)})"
+            )
+        spec = parse_repo(name, uris[0])
+        if spec.url.startswith("/") or spec.url.lower().startswith("file://"):
+            spec = RepoSpec(url=self._local(name, spec.url).as_uri(), ref=spec.ref)
+        return spec
+
+    def _mount_target(self, name: str, uris: Sequence[str]) -> Path:
+        if len(uris) > 1:
+            raise UnservableMaterial(
+                f"prerequisite {name!r}: a storage prerequisite takes at most one URI "
+                f"(got {len(uris)})"
+            )
+        if not uris:
+            return self.storage_dir / name
+        uri = uris[0]
+        match = _SCHEME.match(uri)
+        if match:
+            if match.group(1).lower() != "file":
+                raise _refuse(name, MaterialKind.MOUNT, match.group(1).lower())
+            return self._local(name, uri)
+        if uri.startswith("/"):
+            return self._local(name, uri)
+        check_name(uri, f"prerequisite {name!r}: storage name")
+        return self.storage_dir / uri
+
+    # --- the cache ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _exclusive(self, key: str, on_wait: Callable[[], None]) -> Iterator[None]:
+        """Hold the key against other threads (thread lock) and other processes (lock file)."""
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        waited = False
+        if not lock.acquire(blocking=False):
+            on_wait()
+            waited = True
+            lock.acquire()
+        try:
+            locks = self.cache_dir / ".locks"
+            locks.mkdir(parents=True, exist_ok=True)
+            fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if not waited:
+                        on_wait()
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
+        finally:
+            lock.release()
+
+    def _cached(
+        self,
+        name: str,
+        kind: MaterialKind,
+        key: str,
+        fill: Callable[[Path], None],
+        on_wait: Callable[[], None],
+        on_hit: Callable[[], None],
+    ) -> Path:
+        """The entry for key, filled once by `fill(temp_dir)` and renamed into place."""
+        final = self.cache_dir / kind.value / key
+        if final.is_dir():
+            on_hit()
+            return final
+        try:
+            with self._exclusive(key, on_wait):
+                if final.is_dir():
+                    on_hit()
+                    return final
+                scratch = self.cache_dir / ".tmp"
+                scratch.mkdir(parents=True, exist_ok=True)
+                for stale in scratch.glob(f"{key}.*"):  # left by a process that died mid-fetch
+                    shutil.rmtree(stale, ignore_errors=True)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=scratch))
+                try:
+                    work.chmod(0o755)  # readable by whatever user the container runs as
+                    fill(work)
+                    work.rename(final)
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+        except OSError as exc:  # a full disk, an unwritable cache directory ...
+            raise MaterialError(
+                f"prerequisite {name!r}: cannot write the cache under {self.cache_dir}: {exc}"
+            ) from exc
+        return final
+
+    # --- data --------------------------------------------------------------------------------
+
+    def _materialize_download(self, name: str, uris: Sequence[str], report: Progress) -> Path:
+        sources = self._sources(name, uris)
+        stamps = [_fingerprint(s.path) if s.path else None for s in sources]
+        key = _key(MaterialKind.DOWNLOAD.value, list(uris), stamps)
+        noun = f"data {name!r}"
+
+        def fill(work: Path) -> None:
+            budget = [self.max_download_bytes]
+            with httpx.Client(
+                timeout=self.http_timeout,
+                follow_redirects=True,
+                headers={"Accept-Encoding": "identity"},  # the bytes as published
+            ) as client:
+                for source in sources:
+                    target = work / source.entry
+                    if source.url is not None:
+                        self._fetch_url(client, name, source.url, target, budget, report)
+                    else:
+                        assert source.path is not None
+                        self._copy_local(name, source.path, target, budget, report)
+            report(name, f"{noun} is ready ({_human(self.max_download_bytes - budget[0])})")
+
+        return self._cached(
+            name,
+            MaterialKind.DOWNLOAD,
+            key,
+            fill,
+            on_wait=lambda: report(name, f"waiting for another download of {noun}"),
+            on_hit=lambda: report(name, f"{noun} is cached"),
+        )
+
+    def _fetch_url(
+        self,
+        client: httpx.Client,
+        name: str,
+        url: str,
+        target: Path,
+        budget: list[int],
+        report: Progress,
+    ) -> None:
+        where = f"prerequisite {name!r}: {shown(url)}"
+        try:
+            with client.stream("GET", url) as response:
+                if response.status_code >= 400:
+                    raise MaterialError(
+                        f"{where} returned HTTP {response.status_code} {response.reason_phrase}"
+                    )
+                length = _content_length(response)
+                if length is not None and length > budget[0]:
+                    raise MaterialError(self._too_big(where, length, budget))
+                size = f" ({_human(length)})" if length is not None else ""
+                report(name, f"downloading data {name!r}{size} from {shown(url)}")
+                received = 0
+                last = time.monotonic()
+                with target.open("xb") as out:
+                    for chunk in response.iter_raw(_CHUNK):
+                        received += len(chunk)
+                        if received > budget[0]:
+                            raise MaterialError(self._too_big(where, None, budget))
+                        out.write(chunk)
+                        if time.monotonic() - last >= _PROGRESS_EVERY:
+                            last = time.monotonic()
+                            done = f"{_human(received)}"
+                            if length:
+                                done = f"{received * 100 // length}% of {_human(length)}"
+                            report(name, f"downloading data {name!r}: {done}")
+                budget[0] -= received
+        except httpx.ConnectError as exc:
+            raise MaterialError(f"{where}: could not connect: {exc}") from exc
+        except httpx.TimeoutException as exc:
+            raise MaterialError(
+                f"{where}: no progress for {self.http_timeout:g} s ({type(exc).__name__})"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise MaterialError(f"{where}: download failed: {exc}") from exc
+
+    def _too_big(self, where: str, size: int | None, budget: list[int]) -> str:
+        """Over the cap: say how big (when known), counting what earlier URIs brought."""
+        before = self.max_download_bytes - budget[0]
+        if size is None:
+            amount = "goes"
+        elif before:
+            amount = f"brings it to {_human(before + size)},"
+        else:
+            amount = f"is {_human(size)},"
+        return (
+            f"{where} {amount} over the download limit of {_human(self.max_download_bytes)} "
+            "per prerequisite"
+        )
+
+    def _copy_local(
+        self, name: str, source: Path, target: Path, budget: list[int], report: Progress
+    ) -> None:
+        where = f"prerequisite {name!r}: {source}"
+        if not source.exists():
+            raise MaterialError(f"{where} does not exist")
+        size = sum(entry[1] for entry in _fingerprint(source))
+        if size > budget[0]:
+            raise MaterialError(self._too_big(where, size, budget))
+        report(name, f"copying data {name!r} ({_human(size)}) from {source}")
+        try:
+            if source.is_dir():
+                shutil.copytree(source, target, symlinks=True)
+            else:
+                shutil.copy2(source, target)
+        except OSError as exc:
+            raise MaterialError(f"{where} could not be copied: {exc}") from exc
+        budget[0] -= size
+
+    # --- scripts -----------------------------------------------------------------------------
+
+    def _materialize_clone(self, name: str, uris: Sequence[str], report: Progress) -> Path:
+        spec = self._repo(name, uris)
+        commit = self._resolve(name, spec)
+        key = _key(MaterialKind.CLONE.value, spec.url, commit)
+        noun = f"script {name!r}"
+
+        def fill(work: Path) -> None:
+            report(name, f"cloning {noun} from {shown(spec.url)} at {commit[:12]}")
+            self._checkout(name, spec, commit, work)
+            report(name, f"{noun} is ready at {commit[:12]}")
+
+        return self._cached(
+            name,
+            MaterialKind.CLONE,
+            key,
+            fill,
+            on_wait=lambda: report(name, f"waiting for another clone of {noun}"),
+            on_hit=lambda: report(name, f"{noun} is cached at {commit[:12]}"),
+        )
+
+    def _git(self, name: str, spec: RepoSpec, *args: str, doing: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k not in ("GIT_ASKPASS", "SSH_ASKPASS")}
+        env.update(GIT_TERMINAL_PROMPT="0", GIT_ALLOW_PROTOCOL="http:https:git:file", LC_ALL="C")
+        try:
+            done = subprocess.run(
+                ["git", "-c", "advice.detachedHead=false", *args],
+                capture_output=True,
+                text=True,
+                timeout=self.git_timeout,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise MaterialError(f"prerequisite {name!r}: the git command is not installed") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise MaterialError(
+                f"prerequisite {name!r}: git could not {doing} {shown(spec.url)} "
+                f"within {self.git_timeout:g} s"
+            ) from exc
+        if done.returncode != 0:
+            raise MaterialError(
+                f"prerequisite {name!r}: git could not {doing} {shown(spec.url)}: "
+                f"{_first_error(done.stderr)}"
+            )
+        return done.stdout
+
+    def _resolve(self, name: str, spec: RepoSpec) -> str:
+        """The commit to check out: given, or what the ref (HEAD when none) names right now."""
+        ref = spec.ref
+        if ref is not None and _FULL_SHA.fullmatch(ref.lower()):
+            return ref.lower()
+        patterns = ["HEAD"] if ref is None else [ref, f"{ref}^{{}}"]
+        out = self._git(name, spec, "ls-remote", "--", spec.url, *patterns, doing="list")
+        found = {}
+        for line in out.splitlines():
+            sha, _, refname = line.partition("\t")
+            found[refname] = sha
+        if ref is None:
+            if "HEAD" in found:
+                return found["HEAD"]
+            raise MaterialError(f"prerequisite {name!r}: {shown(spec.url)} has no HEAD commit")
+        for candidate in (
+            f"{ref}^{{}}",
+            ref,
+            f"refs/tags/{ref}^{{}}",
+            f"refs/tags/{ref}",
+            f"refs/heads/{ref}",
+        ):
+            if candidate in found:
+                return found[candidate]
+        if _SHORT_SHA.fullmatch(ref.lower()):
+            return ref.lower()  # an abbreviated commit; found in the full clone
+        raise MaterialError(
+            f"prerequisite {name!r}: {shown(spec.url)} has no branch, tag or commit {ref!r}"
+        )
+
+    def _checkout(self, name: str, spec: RepoSpec, commit: str, work: Path) -> None:
+        """A shallow fetch of a full commit id where the server allows it, else a full clone."""
+
+        def in_work(doing: str, *args: str) -> None:
+            self._git(name, spec, "-C", str(work), *args, doing=doing)
+
+        if _FULL_SHA.fullmatch(commit):
+            in_work("prepare a clone of", "init", "--quiet")
+            try:
+                in_work("fetch", "fetch", "--quiet", "--depth", "1", "--", spec.url, commit)
+            except MaterialError:
+                shutil.rmtree(work / ".git", ignore_errors=True)  # try a full clone instead
+            else:
+                in_work("check out", "checkout", "--quiet", "--detach", commit)
+                return
+        clone = ("clone", "--quiet", "--no-checkout", "--", spec.url, str(work))
+        self._git(name, spec, *clone, doing="clone")
+        try:
+            in_work("find", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+        except MaterialError as exc:
+            raise MaterialError(
+                f"prerequisite {name!r}: {shown(spec.url)} has no commit {commit!r}"
+            ) from exc
+        in_work("check out", "checkout", "--quiet", "--detach", commit)
+        in_work("forget the origin of", "remote", "remove", "origin")  # may hold a token
+
+
+# --- small pieces ----------------------------------------------------------------------------
+
+
+def _entry_name(segment: str) -> str:
+    """A directory entry name from a URL path segment or file name."""
+    clean = segment.replace("/", "_").replace("\0", "_")
+    return "index" if clean in ("", ".", "..") else clean
+
+
+def _content_length(response: httpx.Response) -> int | None:
+    try:
+        return int(response.headers["content-length"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _fingerprint(path: Path) -> list[tuple[str, int, int]]:
+    """(relative path, size, mtime_ns) of a file or of every file under a directory."""
+    try:
+        if not path.is_dir():
+            stat = path.stat()
+            return [("", stat.st_size, stat.st_mtime_ns)]
+    except OSError:
+        return []  # reported as missing when copied
+    entries = []
+    for folder, _dirs, files in os.walk(path):
+        for file in files:
+            full = Path(folder, file)
+            stat = full.lstat()
+            entries.append((str(full.relative_to(path)), stat.st_size, stat.st_mtime_ns))
+    return sorted(entries)
+
+
+def _first_error(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith(("fatal:", "error:")):
+            return shown(line)
+    return shown(lines[0]) if lines else "no error output"

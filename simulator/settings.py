@@ -1,0 +1,481 @@
+"""Settings of the local cluster simulator: its nodes, virtual clusters, ports and limits.
+
+The simulated cluster is a fiction the scheduler believes in: requests are accounted against
+simulated nodes, so a laptop can run the 64-instance job a real cluster would. The settings
+come from a YAML file (``load_settings``): the path given as an argument, else the one in
+``PAIGRAPH_SIMULATOR_CONFIG``, else the built-in defaults below. Every key is optional; an
+unknown key or a bad value is an error that names the key.
+
+Settings (YAML keys):
+
+``nodes``
+    A list of simulated nodes, each ``{name, cpu, memory_mb, gpu}``; ``gpu`` defaults to
+    ``gpus_per_node``. Give either ``nodes`` or the shorthand below, not both.
+``node_count`` and ``node``
+    The shorthand: ``node_count`` identical nodes named ``node-0``, ``node-1``, ... built from
+    the template ``node: {cpu, memory_mb, gpu}``. Default: 4 nodes of 16 cpu and 65536 MB, so
+    a 64-instance job of 1 cpu / 128 MB instances fits on any machine (real container limits
+    are clipped to what the machine has; the capacity here is only accounted).
+``gpus_per_node``
+    Simulated GPUs of each node that does not set ``gpu`` itself (default 0), so GPU
+    scheduling can be tried on a machine without GPUs. Containers get no device for a
+    simulated GPU, only its index in the environment.
+``use_host_gpus``
+    When true (default) and ``nvidia-smi -L`` lists GPUs on this machine, the first node has
+    exactly the host's GPUs and hands out their real device indices; other nodes keep
+    simulated GPUs.
+``virtual_clusters``
+    A list of ``{name, share}`` (a percentage of every resource of the cluster) or
+    ``{name, cpu, memory_mb, gpu}`` (absolute; ``gpu`` defaults to 0). A job runs in one
+    virtual cluster and waits while its virtual cluster's quota is used up. The quotas may not
+    add up to more than the nodes have. Default: one virtual cluster ``default`` with 100%.
+``port_range``
+    Host ports handed to instances: ``{start, end}`` or ``"start-end"``, start inclusive and
+    end exclusive as in OpenPAI's ``[schedulePortStart, schedulePortEnd)``. Default
+    15000-40000. ``beginAt`` ports of v1 jobs may lie outside it.
+``state_dir``
+    Where the simulator keeps what must survive a restart (instance logs, the held-port table
+    shared by every simulator process of this user). Default: ``$XDG_DATA_HOME/paigraph/
+    simulator`` or ``~/.local/share/paigraph/simulator``. The environment variable
+    ``PAIGRAPH_SIMULATOR_STATE`` overrides both the default and the file.
+``allowed_file_roots``
+    Host directories that ``file://`` prerequisites may read from (default: none, so
+    ``file://`` URIs are refused). Relative paths are relative to the settings file.
+``pids_limit``
+    The most processes one container may run (default 1024), so a fork bomb stays contained.
+``stop_grace_seconds``
+    Seconds between SIGTERM and SIGKILL when an instance is stopped (default 10).
+``image_pull``
+    Whether a missing image may be pulled from a registry (default false: it is reported as a
+    start failure instead, so nothing is ever downloaded behind the user's back).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, get_args, get_origin
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+CONFIG_ENV = "PAIGRAPH_SIMULATOR_CONFIG"
+STATE_ENV = "PAIGRAPH_SIMULATOR_STATE"
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+_NAME_RULE = "letters, digits, '_', '.', '-', starting with a letter or digit, at most 63"
+
+
+class SettingsError(ValueError):
+    """The settings file cannot be used; each problem names the setting and the rule."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = [f"  {where or '(settings)'}: {why}" for where, why in problems]
+        super().__init__(f"invalid simulator settings in {source}:\n" + "\n".join(lines))
+
+
+class Capacity(NamedTuple):
+    """An amount of each schedulable resource."""
+
+    cpu: int
+    memory_mb: int
+    gpu: int
+
+
+def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The per-user data directory of the simulator (see ``state_dir``)."""
+    env = os.environ if environ is None else environ
+    if env.get(STATE_ENV):
+        return Path(env[STATE_ENV]).expanduser().resolve()
+    data_home = env.get("XDG_DATA_HOME") or ""
+    base = Path(data_home) if Path(data_home).is_absolute() else Path.home() / ".local" / "share"
+    return base / "paigraph" / "simulator"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NodeTemplate(_Strict):
+    """What every node of the ``node_count`` shorthand has."""
+
+    cpu: int = Field(16, ge=1, le=100_000, description="Simulated cpu cores of the node.")
+    memory_mb: int = Field(
+        65536, ge=1, le=1 << 40, description="Simulated memory of the node, in MB."
+    )
+    gpu: int | None = Field(
+        None, ge=0, le=1024, description="Simulated GPUs of the node; unset: gpus_per_node."
+    )
+
+
+class NodeSpec(_Strict):
+    """One simulated node."""
+
+    name: str = Field(pattern=_NAME, description=f"The node's name ({_NAME_RULE}).")
+    cpu: int = Field(ge=1, le=100_000, description="Simulated cpu cores of the node.")
+    memory_mb: int = Field(ge=1, le=1 << 40, description="Simulated memory of the node, in MB.")
+    gpu: int | None = Field(
+        None, ge=0, le=1024, description="Simulated GPUs of the node; unset: gpus_per_node."
+    )
+
+    @property
+    def capacity(self) -> Capacity:
+        return Capacity(self.cpu, self.memory_mb, self.gpu or 0)
+
+
+class VirtualClusterSpec(_Strict):
+    """A virtual cluster: a name jobs choose and a quota their running attempts share."""
+
+    name: str = Field(pattern=_NAME, description=f"The virtual cluster's name ({_NAME_RULE}).")
+    share: float | None = Field(
+        None, gt=0, le=100, description="Quota as a percentage of every resource of the cluster."
+    )
+    cpu: int | None = Field(None, ge=0, description="Absolute quota: cpu cores.")
+    memory_mb: int | None = Field(None, ge=0, description="Absolute quota: memory in MB.")
+    gpu: int | None = Field(None, ge=0, description="Absolute quota: GPUs (default 0).")
+
+    @model_validator(mode="after")
+    def _share_or_absolute(self) -> VirtualClusterSpec:
+        absolute = [k for k in ("cpu", "memory_mb", "gpu") if getattr(self, k) is not None]
+        if self.share is not None and absolute:
+            raise ValueError(
+                f"give either share or absolute cpu/memory_mb/gpu, not both "
+                f"(share and {', '.join(absolute)} are set)"
+            )
+        if self.share is None:
+            missing = [k for k in ("cpu", "memory_mb") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(
+                    f"a quota needs share (percent) or cpu and memory_mb; "
+                    f"missing {' and '.join(missing)}"
+                )
+        return self
+
+    def quota_of(self, total: Capacity) -> Capacity:
+        """The quota in absolute numbers for a cluster of ``total`` capacity."""
+        if self.share is not None:
+            return Capacity(*(math.floor(t * self.share / 100 + 1e-9) for t in total))
+        return Capacity(self.cpu or 0, self.memory_mb or 0, self.gpu or 0)
+
+
+class PortRange(_Strict):
+    """Host ports ``[start, end)``."""
+
+    start: int = Field(15000, ge=1, le=65535, description="First port of the range.")
+    end: int = Field(40000, ge=2, le=65536, description="One past the last port of the range.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PortRange:
+        if self.end <= self.start:
+            raise ValueError(f"end ({self.end}) must be greater than start ({self.start})")
+        return self
+
+
+def _default_vcs() -> list[VirtualClusterSpec]:
+    return [VirtualClusterSpec(name="default", share=100)]
+
+
+class SimulatorSettings(_Strict):
+    """Everything the simulator can be told; see the module docstring for each key."""
+
+    nodes: list[NodeSpec] | None = Field(
+        None, min_length=1, description="Simulated nodes; unset: node_count copies of node."
+    )
+    node_count: int = Field(4, ge=1, le=10_000, description="Number of nodes of the shorthand.")
+    node: NodeTemplate = Field(
+        default_factory=NodeTemplate, description="Template of the shorthand's nodes."
+    )
+    gpus_per_node: int = Field(0, ge=0, le=1024, description="Simulated GPUs per node.")
+    use_host_gpus: bool = Field(True, description="Give the first node the host's real GPUs.")
+    virtual_clusters: list[VirtualClusterSpec] = Field(
+        default_factory=_default_vcs, min_length=1, description="Virtual clusters and quotas."
+    )
+    port_range: PortRange = Field(
+        default_factory=PortRange, description="Host ports [start, end) for instances."
+    )
+    state_dir: Path = Field(
+        default_factory=default_state_dir, description="Where logs and the port table live."
+    )
+    allowed_file_roots: list[Path] = Field(
+        default_factory=list, description="Host directories file:// prerequisites may read."
+    )
+    pids_limit: int = Field(1024, ge=16, le=4_194_304, description="Processes per container.")
+    stop_grace_seconds: float = Field(
+        10, ge=0, le=3600, description="Seconds from SIGTERM to SIGKILL on stop."
+    )
+    image_pull: bool = Field(False, description="Pull missing images from a registry.")
+
+    @field_validator("port_range", mode="before")
+    @classmethod
+    def _port_range_text(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value)
+            if not match:
+                raise ValueError(f"write it as 'start-end' (e.g. '15000-40000'), not {value!r}")
+            return {"start": int(match[1]), "end": int(match[2])}
+        return value
+
+    @field_validator("state_dir", mode="after")
+    @classmethod
+    def _absolute_dir(cls, value: Path, info: ValidationInfo) -> Path:
+        return _absolute(value, info)
+
+    @field_validator("allowed_file_roots", mode="after")
+    @classmethod
+    def _absolute_roots(cls, value: list[Path], info: ValidationInfo) -> list[Path]:
+        return [_absolute(p, info) for p in value]
+
+    @field_validator("nodes", mode="after")
+    @classmethod
+    def _unique_nodes(cls, value: list[NodeSpec] | None) -> list[NodeSpec] | None:
+        if value is not None:
+            _refuse_duplicates("node", [n.name for n in value])
+        return value
+
+    @field_validator("virtual_clusters", mode="after")
+    @classmethod
+    def _unique_vcs(cls, value: list[VirtualClusterSpec]) -> list[VirtualClusterSpec]:
+        _refuse_duplicates("virtual cluster", [v.name for v in value])
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SimulatorSettings:
+        shorthand = {"node_count", "node"} & self.model_fields_set
+        if self.nodes is not None and shorthand:
+            raise ValueError(
+                f"nodes: give the list of nodes or the node_count shorthand, not both "
+                f"({'/'.join(sorted(shorthand))} is set too)"
+            )
+        shares = sum(v.share for v in self.virtual_clusters if v.share is not None)
+        if shares > 100 + 1e-9:
+            raise ValueError(f"virtual_clusters: the shares add up to {shares:g}%, more than 100%")
+        total = self.total_capacity
+        quotas = [v.quota_of(total) for v in self.virtual_clusters]
+        for i, (what, unit) in enumerate((("cpu", ""), ("memory_mb", " MB"), ("gpu", ""))):
+            asked = sum(q[i] for q in quotas)
+            if asked > total[i]:
+                raise ValueError(
+                    f"virtual_clusters: the quotas add up to {asked}{unit} {what}, more than "
+                    f"the {total[i]}{unit} {what} of all nodes"
+                )
+        return self
+
+    @property
+    def cluster_nodes(self) -> tuple[NodeSpec, ...]:
+        """The nodes, from ``nodes`` or the shorthand, with ``gpu`` always set."""
+        if self.nodes is not None:
+            specs = self.nodes
+        else:
+            specs = [
+                NodeSpec(name=f"node-{i}", **self.node.model_dump()) for i in range(self.node_count)
+            ]
+        return tuple(
+            n if n.gpu is not None else n.model_copy(update={"gpu": self.gpus_per_node})
+            for n in specs
+        )
+
+    @property
+    def total_capacity(self) -> Capacity:
+        caps = [n.capacity for n in self.cluster_nodes]
+        return Capacity(*(sum(c[i] for c in caps) for i in range(3)))
+
+    @property
+    def port_state_file(self) -> Path:
+        """The held-port table shared by the simulator processes of this user."""
+        return self.state_dir / "ports.json"
+
+
+def _absolute(value: Path, info: ValidationInfo) -> Path:
+    path = value.expanduser()
+    base = (info.context or {}).get("base_dir")
+    if not path.is_absolute() and base is not None:
+        path = Path(base) / path
+    return path.resolve()
+
+
+def _refuse_duplicates(what: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{what} name {name!r} is used twice")
+        seen.add(name)
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None
+) -> SimulatorSettings:
+    """Settings from ``path``, else from ``$PAIGRAPH_SIMULATOR_CONFIG``, else the defaults."""
+    env = os.environ if environ is None else environ
+    origin = "argument"
+    if path is None and env.get(CONFIG_ENV):
+        path, origin = env[CONFIG_ENV], f"${CONFIG_ENV}"
+    if path is None:
+        return settings_from_data({}, source="built-in defaults", environ=env)
+    file = Path(path).expanduser()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SettingsError(
+            str(file), [("", f"the settings file (from {origin}) does not exist")]
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(str(file), [("", f"cannot read the settings file: {exc}")]) from None
+    return settings_from_yaml(text, source=str(file), base_dir=file.resolve().parent, environ=env)
+
+
+def settings_from_yaml(
+    text: str,
+    *,
+    source: str = "<settings>",
+    base_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SimulatorSettings:
+    """Settings from YAML text; relative paths in it are taken from ``base_dir``."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SettingsError(source, [("", f"not valid YAML{where}: {problem}")]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise SettingsError(source, [("", f"must be a mapping of settings, not a {kind}")])
+    return settings_from_data(data, source=source, base_dir=base_dir, environ=environ)
+
+
+def settings_from_data(
+    data: Mapping[str, Any],
+    *,
+    source: str = "<settings>",
+    base_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SimulatorSettings:
+    """Validate plain data; ``$PAIGRAPH_SIMULATOR_STATE`` wins over ``state_dir``."""
+    env = os.environ if environ is None else environ
+    data = dict(data)
+    if env.get(STATE_ENV):
+        data["state_dir"] = str(Path(env[STATE_ENV]).expanduser().resolve())
+    elif "state_dir" not in data:
+        data["state_dir"] = str(default_state_dir(env))
+    try:
+        return SimulatorSettings.model_validate(data, context={"base_dir": base_dir})
+    except ValidationError as exc:
+        raise SettingsError(source, [_explain(e) for e in exc.errors()]) from None
+
+
+def _explain(error: Any) -> tuple[str, str]:
+    loc = tuple(error["loc"])
+    where = ""
+    for part in loc:
+        where = f"{where}[{part}]" if isinstance(part, int) else f"{where}.{part}".lstrip(".")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    named = re.match(r"([a-z_]+): (.*)", message, re.DOTALL)
+    if not where and named and named[1] in SimulatorSettings.model_fields:
+        where, message = named[1], named[2]
+    if error["type"] == "extra_forbidden":
+        known = _known_keys(loc[:-1])
+        message = "unknown setting" + (f"; known here: {', '.join(known)}" if known else "")
+    elif error["type"] == "string_pattern_mismatch":
+        message = f"{error['input']!r} is not a valid name ({_NAME_RULE} characters)"
+    return where, message
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the model at ``loc`` accepts, to suggest the right spelling."""
+    model: Any = SimulatorSettings
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) else None
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+        if model is None:
+            return []
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) is not None or get_args(annotation):
+        for arg in get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def example_settings_yaml() -> str:
+    """A commented settings file that spells out every default; a starting point to edit."""
+    return _EXAMPLE
+
+
+_EXAMPLE = """\
+# Settings of the paigraph local cluster simulator.
+# Use this file with:  PAIGRAPH_SIMULATOR_CONFIG=/path/to/this.yaml paigraph run job.yaml
+# Every key is optional; the values below are the built-in defaults.
+
+# Simulated capacity: 4 nodes named node-0 .. node-3. Requests are accounted against these
+# numbers; each container's real limits are its request clipped to what this machine has.
+node_count: 4
+node:
+  cpu: 16
+  memory_mb: 65536
+  # gpu: 2            # simulated GPUs of each of these nodes (default: gpus_per_node)
+
+# Or list the nodes one by one instead of node_count / node:
+# nodes:
+#   - {name: big, cpu: 32, memory_mb: 131072, gpu: 4}
+#   - {name: small, cpu: 8, memory_mb: 16384}
+
+# Simulated GPUs of a node that does not say otherwise, to try GPU scheduling anywhere.
+gpus_per_node: 0
+# On a machine where `nvidia-smi -L` lists GPUs, the first node gets exactly those devices.
+use_host_gpus: true
+
+# Virtual clusters: a share of the whole cluster in percent, or absolute numbers.
+virtual_clusters:
+  - name: default
+    share: 100
+#  - name: research
+#    cpu: 16
+#    memory_mb: 65536
+#    gpu: 0
+
+# Host ports for the instances: start inclusive, end exclusive.
+port_range:
+  start: 15000
+  end: 40000
+
+# Where logs and the shared held-port table are kept
+# (default: $XDG_DATA_HOME/paigraph/simulator or ~/.local/share/paigraph/simulator;
+# the environment variable PAIGRAPH_SIMULATOR_STATE overrides it).
+# state_dir: ~/.local/share/paigraph/simulator
+
+# Host directories file:// prerequisites may read from (none: file:// is refused).
+allowed_file_roots: []
+
+# Most processes per container.
+pids_limit: 1024
+# Seconds between SIGTERM and SIGKILL when an instance is stopped.
+stop_grace_seconds: 10
+# Pull a missing image from a registry (false: report it as a start failure).
+image_pull: false
+"""

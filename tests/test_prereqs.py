@@ -1,0 +1,600 @@
+"""Prerequisites from a real HTTP server on loopback, real git repositories and real files."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from simulator.prereqs import (
+    MaterialError,
+    MaterialKind,
+    MaterialStore,
+    Mount,
+    RepoSpec,
+    UnservableMaterial,
+    parse_repo,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- a counting HTTP server ------------------------------------------------------------------
+
+
+class Site:
+    """A directory served over HTTP on loopback that counts the requests for each path."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.hits: Counter[str] = Counter()
+        self.gate: threading.Event | None = None  # when set, requests wait for it
+        self._lock = threading.Lock()
+        site = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                super().__init__(*args, directory=str(site.root), **kwargs)  # type: ignore[arg-type]
+
+            def do_GET(self) -> None:
+                with site._lock:
+                    site.hits[self.path] += 1
+                if site.gate is not None:
+                    site.gate.wait(20)
+                if self.path.startswith("/stream/"):  # a body without Content-Length
+                    self.send_response(200)
+                    self.end_headers()
+                    self.wfile.write(b"x" * int(self.path.rsplit("/", 1)[1]))
+                    return
+                super().do_GET()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        if self.gate is not None:
+            self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[Site]:
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "train.bin").write_bytes(os.urandom(200_000))
+    (root / "labels.txt").write_text("cat\ndog\n")
+    s = Site(root)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def allowed(tmp_path: Path) -> Path:
+    path = tmp_path / "allowed"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def store(tmp_path: Path, allowed: Path) -> MaterialStore:
+    return MaterialStore(
+        tmp_path / "cache",
+        storage_dir=tmp_path / "storage",
+        allowed_file_roots=[allowed],
+        http_timeout=5,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cache_entries(store: MaterialStore) -> list[Path]:
+    """Every finished or half-made entry in the cache."""
+    found = []
+    for part in ("download", "clone", ".tmp"):
+        folder = store.cache_dir / part
+        if folder.is_dir():
+            found.extend(folder.iterdir())
+    return found
+
+
+def wait_for(condition: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+# --- data ------------------------------------------------------------------------------------
+
+
+def test_sixteen_instances_download_once(store: MaterialStore, site: Site) -> None:
+    uris = [f"{site.url}/train.bin", f"{site.url}/labels.txt"]
+    messages: list[str] = []
+    site.gate = threading.Event()  # hold the first download until every thread is waiting
+    results: list[Mount] = []
+    errors: list[BaseException] = []
+
+    def instance() -> None:
+        try:
+            got = store.materialize(
+                "mnist", MaterialKind.DOWNLOAD, uris, progress=lambda _n, m: messages.append(m)
+            )
+            results.append(got)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=instance) for _ in range(16)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: sum("waiting for another download" in m for m in messages) == 15)
+    site.gate.set()
+    for t in threads:
+        t.join(20)
+
+    assert not errors
+    assert len({r.host_path for r in results}) == 1 and len(results) == 16
+    mount = results[0]
+    assert mount.read_only
+    assert site.hits == {"/train.bin": 1, "/labels.txt": 1}
+    assert (mount.host_path / "train.bin").read_bytes() == (site.root / "train.bin").read_bytes()
+    assert (mount.host_path / "labels.txt").read_text() == "cat\ndog\n"
+    assert any(
+        m == f"downloading data 'mnist' (200.0 kB) from {site.url}/train.bin" for m in messages
+    )
+
+    again: list[str] = []
+    assert (
+        store.materialize("mnist", "download", uris, progress=lambda _n, m: again.append(m))
+        == mount
+    )
+    assert site.hits == {"/train.bin": 1, "/labels.txt": 1}
+    assert again == ["data 'mnist' is cached"]
+
+
+_PROCESS = """
+import sys
+from pathlib import Path
+from simulator.prereqs import MaterialStore
+store = MaterialStore(Path(sys.argv[1]), storage_dir=Path(sys.argv[2]))
+def show(name, message):
+    print(message, flush=True)
+mount = store.materialize("mnist", "download", [sys.argv[3]], progress=show)
+print("PATH", mount.host_path, flush=True)
+"""
+
+
+def test_processes_sharing_a_cache_download_once(tmp_path: Path, site: Site) -> None:
+    url = f"{site.url}/train.bin"
+    site.gate = threading.Event()
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    argv = [sys.executable, "-c", _PROCESS, str(tmp_path / "cache"), str(tmp_path / "st"), url]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT)
+        for _ in range(3)
+    ]
+    lines: list[list[str]] = [[] for _ in procs]
+
+    def read(i: int) -> None:
+        assert procs[i].stdout is not None
+        lines[i].extend(line.strip() for line in procs[i].stdout)
+
+    readers = [threading.Thread(target=read, args=(i,)) for i in range(3)]
+    for r in readers:
+        r.start()
+    try:
+        # one process downloads, the other two wait on the lock file before the gate opens
+        wait_for(lambda: sum(any("waiting" in x for x in ls) for ls in lines) == 2, timeout=20)
+        wait_for(lambda: site.hits == {"/train.bin": 1})
+    finally:
+        site.gate.set()
+        for p in procs:
+            p.wait(20)
+        for r in readers:
+            r.join(5)
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    paths = {line for ls in lines for line in ls if line.startswith("PATH ")}
+    assert len(paths) == 1
+    assert site.hits == {"/train.bin": 1}
+
+
+def test_entry_names_come_from_the_url_path(store: MaterialStore, site: Site) -> None:
+    mount = store.materialize(
+        "d", MaterialKind.DOWNLOAD, [f"{site.url}/", f"{site.url}/labels.txt?v=2"]
+    )
+    assert sorted(p.name for p in mount.host_path.iterdir()) == ["index", "labels.txt"]
+    assert "train.bin" in (mount.host_path / "index").read_text()  # the server's listing
+
+
+def test_http_404_names_the_prerequisite_and_url(store: MaterialStore, site: Site) -> None:
+    url = f"{site.url}/missing.tar.gz"
+    with pytest.raises(MaterialError) as err:
+        store.materialize("imagenet", MaterialKind.DOWNLOAD, [url])
+    assert str(err.value) == f"prerequisite 'imagenet': {url} returned HTTP 404 File not found"
+    assert cache_entries(store) == []
+
+
+def test_connection_refused_is_reported_without_credentials(store: MaterialStore) -> None:
+    port = free_port()
+    with pytest.raises(MaterialError) as err:
+        store.materialize("d", MaterialKind.DOWNLOAD, [f"http://bob:s3cret@127.0.0.1:{port}/x.csv"])
+    message = str(err.value)
+    assert message.startswith(
+        f"prerequisite 'd': http://***@127.0.0.1:{port}/x.csv: could not connect"
+    )
+    assert "refused" in message.lower()
+    assert "s3cret" not in message
+
+
+@pytest.mark.parametrize(
+    ("path", "amount"),
+    [("/big.bin", "is 5.0 kB,"), ("/stream/5000", "goes")],
+    ids=["content-length", "streamed"],
+)
+def test_downloads_over_the_size_cap_are_refused(
+    tmp_path: Path, site: Site, path: str, amount: str
+) -> None:
+    (site.root / "big.bin").write_bytes(b"y" * 5000)
+    store = MaterialStore(tmp_path / "cache", storage_dir=tmp_path / "st", max_download_bytes=4000)
+    with pytest.raises(MaterialError) as err:
+        store.materialize("big", MaterialKind.DOWNLOAD, [f"{site.url}{path}"])
+    assert str(err.value) == (
+        f"prerequisite 'big': {site.url}{path} {amount} over the download limit of 4.0 kB "
+        "per prerequisite"
+    )
+    assert cache_entries(store) == []
+
+
+def test_size_cap_counts_all_uris_of_a_prerequisite(tmp_path: Path, site: Site) -> None:
+    (site.root / "part1.bin").write_bytes(b"z" * 2500)
+    (site.root / "part2.bin").write_bytes(b"z" * 2500)
+    store = MaterialStore(tmp_path / "cache", storage_dir=tmp_path / "st", max_download_bytes=4000)
+    with pytest.raises(
+        MaterialError, match=r"part2\.bin brings it to 5\.0 kB, over the download limit of 4\.0 kB"
+    ):
+        store.materialize(
+            "big", MaterialKind.DOWNLOAD, [f"{site.url}/part1.bin", f"{site.url}/part2.bin"]
+        )
+    assert cache_entries(store) == []
+    assert store.materialize(
+        "ok", MaterialKind.DOWNLOAD, [f"{site.url}/part1.bin"]
+    ).host_path.is_dir()
+
+
+def test_failed_download_leaves_no_entry(store: MaterialStore, site: Site) -> None:
+    uris = [f"{site.url}/train.bin", f"{site.url}/late.txt"]
+    with pytest.raises(MaterialError, match=r"late\.txt returned HTTP 404"):
+        store.materialize("d", MaterialKind.DOWNLOAD, uris)
+    assert cache_entries(store) == []
+    (site.root / "late.txt").write_text("here now")
+    mount = store.materialize("d", MaterialKind.DOWNLOAD, uris)
+    assert (mount.host_path / "late.txt").read_text() == "here now"
+    assert site.hits["/train.bin"] == 2  # nothing half-made was reused
+
+
+# --- local files -----------------------------------------------------------------------------
+
+
+def test_local_files_under_the_allowed_roots_are_copied(
+    store: MaterialStore, allowed: Path
+) -> None:
+    (allowed / "ds" / "sub").mkdir(parents=True)
+    (allowed / "ds" / "sub" / "a.txt").write_text("a")
+    (allowed / "notes.txt").write_text("first")
+    uris = [(allowed / "ds").as_uri(), str(allowed / "notes.txt")]
+    mount = store.materialize("local", MaterialKind.DOWNLOAD, uris)
+    assert mount.read_only
+    assert (mount.host_path / "ds" / "sub" / "a.txt").read_text() == "a"
+    assert (mount.host_path / "notes.txt").read_text() == "first"
+    assert store.materialize("local", MaterialKind.DOWNLOAD, uris) == mount
+
+    (allowed / "notes.txt").write_text("second edit")
+    changed = store.materialize("local", MaterialKind.DOWNLOAD, uris)
+    assert changed.host_path != mount.host_path
+    assert (changed.host_path / "notes.txt").read_text() == "second edit"
+    assert (mount.host_path / "notes.txt").read_text() == "first"  # entries never change
+
+    with pytest.raises(MaterialError) as err:
+        store.materialize("local", MaterialKind.DOWNLOAD, [str(allowed / "gone.csv")])
+    assert str(err.value) == f"prerequisite 'local': {allowed / 'gone.csv'} does not exist"
+
+
+def test_local_paths_outside_the_allowed_roots_are_refused(
+    store: MaterialStore, allowed: Path, tmp_path: Path
+) -> None:
+    (allowed / "escape").symlink_to("/etc")
+    for uri in ["file:///etc/passwd", "/etc/passwd", (allowed / "escape" / "passwd").as_uri()]:
+        with pytest.raises(UnservableMaterial) as err:
+            store.check("secrets", MaterialKind.DOWNLOAD, [uri])
+        assert str(err.value) == (
+            f"prerequisite 'secrets': /etc/passwd is outside the allowed roots ({allowed})"
+        )
+    with pytest.raises(UnservableMaterial, match="must name a path on this machine"):
+        store.check("secrets", MaterialKind.DOWNLOAD, ["file://otherhost/etc/passwd"])
+    with pytest.raises(UnservableMaterial, match="outside the allowed roots"):
+        store.materialize("secrets", MaterialKind.DOWNLOAD, ["file:///etc/passwd"])
+    bare = MaterialStore(tmp_path / "c2", storage_dir=tmp_path / "s2")
+    with pytest.raises(UnservableMaterial, match="no allowed roots are configured"):
+        bare.check("x", MaterialKind.DOWNLOAD, [str(allowed)])
+    assert cache_entries(store) == []
+
+
+# --- refused at launch -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "uri", "scheme", "supported"),
+    [
+        (MaterialKind.DOWNLOAD, "hdfs://10.0.0.1:9000/imagenet", "hdfs", "http, https, file"),
+        (MaterialKind.DOWNLOAD, "nfs://server/export/data", "nfs", "http, https, file"),
+        (MaterialKind.DOWNLOAD, "s3://bucket/key", "s3", "http, https, file"),
+        (MaterialKind.DOWNLOAD, "ftp://pytorch_examples", "ftp", "http, https, file"),
+        (MaterialKind.CLONE, "ssh://git@github.com/a/b.git", "ssh", "http, https, git, file"),
+        (MaterialKind.CLONE, "git@github.com:a/b.git", "ssh", "http, https, git, file"),
+        (
+            MaterialKind.MOUNT,
+            "hdfs://10.151.40.179:9000/core/out",
+            "hdfs",
+            "file, or a storage name",
+        ),
+        (MaterialKind.MOUNT, "https://example.com/out", "https", "file, or a storage name"),
+    ],
+)
+def test_schemes_the_simulator_cannot_serve_are_refused(
+    store: MaterialStore, kind: MaterialKind, uri: str, scheme: str, supported: str
+) -> None:
+    expected = (
+        f"prerequisite 'imagenet': scheme '{scheme}' cannot be served by the local simulator "
+        f"(supported: {supported})"
+    )
+    with pytest.raises(UnservableMaterial) as err:
+        store.check("imagenet", kind, [uri])
+    assert str(err.value) == expected
+    with pytest.raises(UnservableMaterial) as err:
+        store.materialize("imagenet", kind, [uri])
+    assert str(err.value) == expected
+    assert not store.cache_dir.exists() and not store.storage_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "uris", "message"),
+    [
+        ("d", MaterialKind.DOWNLOAD, [], "prerequisite 'd': a data prerequisite needs a URI"),
+        (
+            "s",
+            MaterialKind.CLONE,
+            [],
+            "prerequisite 's': a script prerequisite takes exactly one repository (got 0)",
+        ),
+        (
+            "s",
+            MaterialKind.CLONE,
+            ["https://h/a", "https://h/b"],
+            "takes exactly one repository (got 2)",
+        ),
+        (
+            "o",
+            MaterialKind.MOUNT,
+            ["a", "b"],
+            "prerequisite 'o': a storage prerequisite takes at most one URI (got 2)",
+        ),
+        (
+            "d",
+            MaterialKind.DOWNLOAD,
+            ["data.csv"],
+            "'data.csv' is neither a URL nor an absolute path",
+        ),
+        (
+            "d",
+            MaterialKind.DOWNLOAD,
+            ["https://a/x.csv", "https://b/x.csv"],
+            "would both be saved as 'x.csv'",
+        ),
+        ("d", MaterialKind.DOWNLOAD, ["https:///x.csv"], "https:///x.csv has no host"),
+        (
+            "../up",
+            MaterialKind.MOUNT,
+            [],
+            "prerequisite name '../up' cannot be used as a directory name",
+        ),
+        (
+            "o",
+            MaterialKind.MOUNT,
+            ["../up"],
+            "prerequisite 'o': storage name '../up' cannot be used",
+        ),
+        ("s", MaterialKind.CLONE, ["https://h/a/b@--upload-pack=x"], "is not a git ref"),
+    ],
+)
+def test_bad_uri_lists_are_refused(
+    store: MaterialStore, name: str, kind: MaterialKind, uris: list[str], message: str
+) -> None:
+    with pytest.raises(UnservableMaterial) as err:
+        store.check(name, kind, uris)
+    assert message in str(err.value)
+
+
+# --- storage ---------------------------------------------------------------------------------
+
+
+def test_storage_is_a_persistent_writable_directory(
+    store: MaterialStore, tmp_path: Path, allowed: Path
+) -> None:
+    mount = store.materialize("ckpt", MaterialKind.MOUNT, [])
+    assert mount == Mount(store.storage_dir / "ckpt", read_only=False)
+    (mount.host_path / "epoch1.pt").write_text("weights")
+
+    restarted = MaterialStore(tmp_path / "cache", storage_dir=tmp_path / "storage")
+    again = restarted.materialize("ckpt", MaterialKind.MOUNT, [])
+    assert (again.host_path / "epoch1.pt").read_text() == "weights"
+
+    shared_a = store.materialize("out_a", MaterialKind.MOUNT, ["team"])
+    shared_b = store.materialize("out_b", MaterialKind.MOUNT, ["team"])
+    assert shared_a.host_path == shared_b.host_path == store.storage_dir / "team"
+
+    local = store.materialize("out", MaterialKind.MOUNT, [(allowed / "results" / "run1").as_uri()])
+    assert (
+        local == Mount(allowed / "results" / "run1", read_only=False) and local.host_path.is_dir()
+    )
+    assert store.materialize("in", MaterialKind.MOUNT, [str(allowed)], read_only=True).read_only
+
+    (allowed / "file.txt").write_text("x")
+    with pytest.raises(MaterialError, match=r"file\.txt exists and is not a directory"):
+        store.materialize("out", MaterialKind.MOUNT, [str(allowed / "file.txt")])
+    with pytest.raises(UnservableMaterial, match="outside the allowed roots"):
+        store.materialize("out", MaterialKind.MOUNT, ["/etc"])
+
+
+# --- scripts ---------------------------------------------------------------------------------
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo(allowed: Path) -> tuple[Path, str, str]:
+    """A repository with two commits: 'one' (tag v1, branch feat/x), then 'two' (HEAD)."""
+    path = allowed / "bench"
+    path.mkdir()
+    git(path, "init", "--quiet", "--initial-branch=main")
+    (path / "run.sh").write_text("one")
+    git(path, "add", "run.sh")
+    git(path, "commit", "--quiet", "-m", "one")
+    first = git(path, "rev-parse", "HEAD")
+    git(path, "tag", "-a", "v1", "-m", "release")
+    git(path, "branch", "feat/x")
+    (path / "run.sh").write_text("two")
+    git(path, "commit", "--quiet", "-am", "two")
+    return path, first, git(path, "rev-parse", "HEAD")
+
+
+def test_clone_checks_out_the_asked_commit_and_caches_it(
+    store: MaterialStore, repo: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    path, first, second = repo
+    url = path.as_uri()
+    mount = store.materialize("code", MaterialKind.CLONE, [f"{url}@{first}"])
+    assert mount.read_only
+    assert (mount.host_path / "run.sh").read_text() == "one"
+    assert git(mount.host_path, "rev-parse", "HEAD") == first
+
+    head = store.materialize("code", MaterialKind.CLONE, [url])
+    assert (head.host_path / "run.sh").read_text() == "two"
+    assert git(head.host_path, "rev-parse", "HEAD") == second
+
+    for ref in ("@v1", "#feat/x", f"@{first[:8]}"):
+        assert (
+            store.materialize("code", MaterialKind.CLONE, [url + ref]).host_path / "run.sh"
+        ).read_text() == "one"
+    assert (
+        store.materialize("code", MaterialKind.CLONE, [f"{url}@v1"]) == mount
+    )  # keyed by the commit
+
+    path.rename(tmp_path / "allowed" / "moved")  # the repository is gone; the cache still serves
+    messages: list[str] = []
+    cached = store.materialize(
+        "code", MaterialKind.CLONE, [f"{url}@{first}"], progress=lambda _n, m: messages.append(m)
+    )
+    assert cached == mount
+    assert messages == [f"script 'code' is cached at {first[:12]}"]
+
+
+def test_clone_errors_name_the_prerequisite_repository_and_cause(
+    store: MaterialStore, repo: tuple[Path, str, str], allowed: Path
+) -> None:
+    path, _first, _second = repo
+    url = path.as_uri()
+    with pytest.raises(MaterialError) as err:
+        store.materialize("code", MaterialKind.CLONE, [f"{url}@{'0' * 40}"])
+    assert str(err.value) == f"prerequisite 'code': {url} has no commit '{'0' * 40}'"
+
+    with pytest.raises(MaterialError) as err:
+        store.materialize("code", MaterialKind.CLONE, [f"{url}@nope"])
+    assert str(err.value) == f"prerequisite 'code': {url} has no branch, tag or commit 'nope'"
+
+    missing = (allowed / "missing").as_uri()
+    with pytest.raises(MaterialError) as err:
+        store.materialize("code", MaterialKind.CLONE, [missing])
+    message = str(err.value)
+    assert message.startswith(f"prerequisite 'code': git could not list {missing}: fatal: ")
+    assert "missing" in message.split("fatal: ", 1)[1]
+    assert cache_entries(store) == []
+
+
+def test_clone_over_git_protocol(store: MaterialStore, repo: tuple[Path, str, str]) -> None:
+    path, first, _second = repo
+    port = free_port()
+    daemon = subprocess.Popen(
+        ["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={path.parent}",
+         "--listen=127.0.0.1", f"--port={port}", str(path.parent)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+
+        def listening() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_for(listening)
+        url = f"git://127.0.0.1:{port}/bench"
+        head = store.materialize("code", MaterialKind.CLONE, [url])
+        assert (head.host_path / "run.sh").read_text() == "two"
+        old = store.materialize("code", MaterialKind.CLONE, [f"{url}@{first}"])
+        assert (old.host_path / "run.sh").read_text() == "one"
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+
+
+def test_repository_specs() -> None:
+    assert parse_repo("s", "github.com/MaggieQi/benchmarks") == RepoSpec(
+        "https://github.com/MaggieQi/benchmarks", None
+    )
+    assert parse_repo("s", "github.com/a/b@1a2b3c4") == RepoSpec(
+        "https://github.com/a/b", "1a2b3c4"
+    )
+    assert parse_repo("s", "https://tok@github.com/a/b.git@v2") == RepoSpec(
+        "https://tok@github.com/a/b.git", "v2"
+    )
+    assert parse_repo("s", "https://tok@github.com/a/b.git") == RepoSpec(
+        "https://tok@github.com/a/b.git", None
+    )
+    assert parse_repo("s", "http://h/a/b#feat/x") == RepoSpec("http://h/a/b", "feat/x")
+    with pytest.raises(UnservableMaterial, match="scheme 'ssh'"):
+        parse_repo("s", "git@github.com:a/b.git@v1")
+
+
+def test_repositories_outside_the_roots_are_refused(store: MaterialStore, tmp_path: Path) -> None:
+    with pytest.raises(UnservableMaterial) as err:
+        store.check("code", MaterialKind.CLONE, [f"{tmp_path / 'elsewhere'}@v1"])
+    assert "is outside the allowed roots" in str(err.value)
+    assert str(err.value).startswith(f"prerequisite 'code': {tmp_path / 'elsewhere'} ")
