@@ -26,6 +26,7 @@ MANAGED = f"{LABEL}.managed"
 OWNER = f"{LABEL}.owner"
 # Job networks take their subnets from here: 512 networks of up to 253 instances each.
 NETWORK_POOL = ipaddress.IPv4Network("10.222.0.0/15")
+_NETWORK_LOCK = threading.Lock()
 
 
 class EngineError(Exception):
@@ -142,8 +143,20 @@ class Engine:
         taken from NETWORK_POOL, skipping any that overlaps a network Docker already has.
         """
         prefix = min(24, 32 - math.ceil(math.log2(hosts + 3)))
-        for _ in range(8):  # another process may take the same subnet between list and create
-            subnet = self._free_subnet(prefix)
+        tried: list[ipaddress.IPv4Network] = []
+        with _NETWORK_LOCK:  # another process may still take a subnet between list and create
+            return self._create_network(name, labels, prefix, tried)
+
+    def _create_network(
+        self,
+        name: str,
+        labels: dict[str, str],
+        prefix: int,
+        tried: list[ipaddress.IPv4Network],
+    ) -> NetworkInfo:
+        for _ in range(16):
+            subnet = self._free_subnet(prefix, tried)
+            tried.append(subnet)
             gateway = next(subnet.hosts())
             ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet), gateway=str(gateway))])
             try:
@@ -161,8 +174,10 @@ class Engine:
             return NetworkInfo(name, subnet, gateway)
         raise EngineError(f"cannot create network {name}: no free subnet in {NETWORK_POOL}")
 
-    def _free_subnet(self, prefix: int) -> ipaddress.IPv4Network:
-        taken = []
+    def _free_subnet(
+        self, prefix: int, tried: list[ipaddress.IPv4Network]
+    ) -> ipaddress.IPv4Network:
+        taken = list(tried)
         for network in self.api.networks():
             for config in (network.get("IPAM") or {}).get("Config") or []:
                 with contextlib.suppress(KeyError, ValueError):

@@ -1,0 +1,70 @@
+"""The job engine: job and instance states, exit-code classification, completion and retry
+policy, and the state machine that turns backend facts into a job's state.
+
+Pure logic: nothing here talks to a backend, a database or the network, so `paigraph run` and
+the GraphQL service drive the same machine.
+"""
+
+from server.jobs.exit_codes import Behaviour, ExitInfo, ExitSpec, Reaction, classify, spec_for
+from server.jobs.machine import (
+    Action,
+    AttemptRecord,
+    Completion,
+    Finish,
+    InstanceView,
+    JobMachine,
+    JobRecord,
+    LaunchAttempt,
+    MachineSnapshot,
+    ReleaseAttempt,
+    RetryInstance,
+    StopAttempt,
+    events_for_report,
+)
+from server.jobs.policy import (
+    JobPolicy,
+    Outcome,
+    RetryDecision,
+    RetryPolicy,
+    RolePolicy,
+    effective_completion,
+    job_policy,
+    role_policy,
+    role_policy_from_launch,
+)
+from server.jobs.states import IllegalTransition, JobState, Transition, check_transition
+
+__all__ = [
+    "Action",
+    "AttemptRecord",
+    "Behaviour",
+    "Completion",
+    "ExitInfo",
+    "ExitSpec",
+    "Finish",
+    "IllegalTransition",
+    "InstanceView",
+    "JobMachine",
+    "JobPolicy",
+    "JobRecord",
+    "JobState",
+    "LaunchAttempt",
+    "MachineSnapshot",
+    "Outcome",
+    "Reaction",
+    "ReleaseAttempt",
+    "RetryDecision",
+    "RetryInstance",
+    "RetryPolicy",
+    "RolePolicy",
+    "StopAttempt",
+    "Transition",
+    "check_transition",
+    "classify",
+    "effective_completion",
+    "events_for_report",
+    "job_policy",
+    "role_policy",
+    "role_policy_from_launch",
+    "spec_for",
+]

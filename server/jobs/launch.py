@@ -1,0 +1,205 @@
+"""Turn a resolved JobSpec into the LaunchRequest a backend runs.
+
+This is where the protocol's names meet the backend's plain values: the docker image is looked
+up, data / script / output prerequisites become materials, `cmd` plugin callbacks and deployment
+commands become hooks, and the completion rules become the effective numbers OpenPAI exports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backends.base import (
+    Fetch,
+    Hooks,
+    LaunchRequest,
+    Material,
+    PortRequest,
+    ResourceRequest,
+    RoleLaunch,
+)
+from server.jobs.policy import effective_completion
+from server.protocol.model import (
+    CallbackEvent,
+    Dialect,
+    JobSpec,
+    Prerequisite,
+    PrerequisiteType,
+    TaskRole,
+)
+from server.protocol.rules import is_reference
+
+RUNTIME_PLUGIN = "com.microsoft.pai.runtimeplugin"
+
+
+class NotRunnable(ValueError):
+    """The job is valid but cannot run as it is; `path` names the field."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def launch_request(
+    spec: JobSpec,
+    *,
+    job_id: str,
+    attempt: int = 1,
+    user: str = "default",
+) -> LaunchRequest:
+    """The attempt `attempt` of `spec` (already rendered) as a backend sees it."""
+    roles = [_role(spec, role) for role in spec.task_roles]
+    return LaunchRequest(
+        job_id=job_id,
+        job_name=spec.name,
+        user=user,
+        virtual_cluster=spec.virtual_cluster,
+        attempt=attempt,
+        roles=roles,
+        env=dict(spec.env),
+        secrets={k: str(v) for k, v in spec.secrets.items()},
+    )
+
+
+def _role(spec: JobSpec, role: TaskRole) -> RoleLaunch:
+    min_failed, min_succeeded = effective_completion(role)
+    resources = role.resources
+    return RoleLaunch(
+        name=role.name,
+        instances=role.instances,
+        image=_image(spec, role),
+        resources=ResourceRequest(
+            cpu=resources.cpu,
+            memory_mb=resources.memory_mb,
+            gpu=resources.gpu,
+            shm_mb=resources.shm_mb,
+            ports=[
+                PortRequest(label=p.label, count=p.count, begin_at=p.begin_at)
+                for p in resources.ports
+            ],
+        ),
+        commands=spec.commands_for(role),
+        hooks=_hooks(spec, role),
+        materials=_materials(spec, role),
+        env=dict(role.env),
+        min_failed=min_failed,
+        min_succeeded=min_succeeded,
+    )
+
+
+def _image(spec: JobSpec, role: TaskRole) -> str:
+    path = f"taskRoles.{role.name}.dockerImage"
+    if is_reference(role.docker_image):
+        raise NotRunnable(
+            path, f"{role.docker_image} is a marketplace reference; resolve it through the service"
+        )
+    found = spec.prerequisite(role.docker_image, PrerequisiteType.DOCKERIMAGE)
+    if found is None or not found.uri:
+        raise NotRunnable(path, f"dockerimage prerequisite {role.docker_image!r} has no uri")
+    return found.uri[0]
+
+
+_MATERIAL_KINDS: dict[PrerequisiteType, Fetch] = {
+    PrerequisiteType.DATA: Fetch.DOWNLOAD,
+    PrerequisiteType.SCRIPT: Fetch.CLONE,
+    PrerequisiteType.OUTPUT: Fetch.MOUNT,
+    PrerequisiteType.STORAGE: Fetch.MOUNT,
+}
+
+
+def _materials(spec: JobSpec, role: TaskRole) -> list[Material]:
+    """The role's data, script and output / storage, put in place under the work dir.
+
+    v1's dataDir / outputDir / codeDir are paths on the cluster's file system that the job
+    reads through PAI_DATA_DIR and friends; they are exported, never fetched.
+    """
+    if spec.dialect is Dialect.V1:
+        return []
+    wanted = [
+        (role.data, (PrerequisiteType.DATA,)),
+        (role.script, (PrerequisiteType.SCRIPT,)),
+        (role.output, (PrerequisiteType.OUTPUT, PrerequisiteType.STORAGE)),
+    ]
+    materials: list[Material] = []
+    for name, types in wanted:
+        if name is None:
+            continue
+        found = next((p for t in types if (p := spec.prerequisite(name, t))), None)
+        if found is None:
+            continue
+        kind = _MATERIAL_KINDS[found.type]
+        if kind is not Fetch.MOUNT and not found.uri:
+            continue  # nothing to fetch: a prerequisite used only through its callbacks
+        materials.append(Material(name=found.name, kind=kind, uris=list(found.uri)))
+    return materials
+
+
+def _hooks(spec: JobSpec, role: TaskRole) -> Hooks:
+    """cmd plugin callbacks: role prerequisites first, then extras; post hooks in reverse."""
+    plugins: list[tuple[list[str], list[str], list[str]]] = []
+    for name in role.prerequisites:
+        found = spec.prerequisite(name)
+        if found is not None and _is_cmd(found.plugin):
+            plugins.append(_prerequisite_commands(found))
+    for entry in _extras_plugins(spec):
+        if entry.get("plugin") != "cmd":
+            continue
+        roles = entry.get("taskroles") or entry.get("taskRoles")
+        if isinstance(roles, list) and role.name not in roles:
+            continue
+        parameters = entry.get("parameters") or {}
+        if isinstance(parameters, dict):
+            plugins.append(_parameter_commands(parameters))
+    return Hooks(
+        on_start=[c for start, _, _ in plugins for c in start],
+        on_success=[c for _, success, _ in reversed(plugins) for c in success],
+        on_failure=[c for _, _, failure in reversed(plugins) for c in failure],
+    )
+
+
+def _is_cmd(plugin: str | None) -> bool:
+    return plugin in ("cmd", f"{RUNTIME_PLUGIN}.cmd")
+
+
+def _prerequisite_commands(p: Prerequisite) -> tuple[list[str], list[str], list[str]]:
+    start: list[str] = []
+    success: list[str] = []
+    failure: list[str] = []
+    for callback in p.callbacks:
+        target = {
+            CallbackEvent.TASK_STARTS: start,
+            CallbackEvent.TASK_SUCCEEDS: success,
+            CallbackEvent.TASK_FAILS: failure,
+        }[callback.event]
+        target.extend(callback.commands)
+    pre, post, _ = _parameter_commands(p.plugin_parameters)
+    return [*start, *pre], [*success, *post], failure
+
+
+def _parameter_commands(parameters: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    def strings(key: str) -> list[str]:
+        value = parameters.get(key)
+        return [str(v) for v in value] if isinstance(value, list) else []
+
+    start, success, failure = strings("preCommands"), strings("postCommands"), []
+    callbacks = parameters.get("callbacks")
+    for callback in callbacks if isinstance(callbacks, list) else []:
+        if not isinstance(callback, dict):
+            continue
+        commands = [str(c) for c in callback.get("commands") or []]
+        event = callback.get("event")
+        if event == CallbackEvent.TASK_STARTS:
+            start += commands
+        elif event == CallbackEvent.TASK_SUCCEEDS:
+            success += commands
+        elif event == CallbackEvent.TASK_FAILS:
+            failure += commands
+    return start, success, failure
+
+
+def _extras_plugins(spec: JobSpec) -> list[dict[str, Any]]:
+    entries = spec.extras.get(RUNTIME_PLUGIN)
+    if not isinstance(entries, list):
+        return []
+    return [e for e in entries if isinstance(e, dict)]

@@ -1,0 +1,687 @@
+"""The job state machine: backend facts in, job and instance states and runner actions out.
+
+`JobMachine` is pure and deterministic. It is fed the backend's `InstanceEvent`s, user stop
+requests and the results of the actions it asked for, and it answers each input with a list of
+actions for whoever drives it (the `paigraph run` runner, later the service):
+
+- `LaunchAttempt`: build the attempt's LaunchRequest and call `backend.launch`; if the backend
+  raises LaunchRefused, call `launch_refused(attempt, message)`.
+- `StopAttempt`: call `backend.stop(job_id, attempt, grace_seconds)`, then `stop_completed(attempt)`
+  once it returned (every instance of the attempt is gone by then).
+- `ReleaseAttempt`: call `backend.forget(job_id, attempt)`; every instance of it has ended.
+- `RetryInstance`: run one instance of the current attempt again on its own (task retry, only
+  when gang allocation is off).
+- `Finish`: the job reached its final state; nothing follows.
+
+Actions come in the order they must be carried out. Everything the machine knows is in its
+`JobRecord` (plain pydantic values), so it can be stored, shown and rebuilt: `snapshot()` /
+`JobMachine.restore()`, or `JobMachine(policy, record=JobRecord.model_validate(stored))`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from backends.base import EventKind, InstanceEvent, InstanceReport, InstanceStatus, utcnow
+from server.jobs import exit_codes
+from server.jobs.exit_codes import ExitInfo
+from server.jobs.policy import JobPolicy, Outcome
+from server.jobs.states import JobState, Transition, check_transition
+
+_ENDING = frozenset({EventKind.EXITED, EventKind.START_FAILED, EventKind.STOPPED, EventKind.LOST})
+_PROGRESS = {JobState.WAITING: 0, JobState.STARTING: 1, JobState.RUNNING: 2}
+
+
+# --- actions ---------------------------------------------------------------------------------
+
+
+class _Action(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LaunchAttempt(_Action):
+    kind: Literal["launch"] = "launch"
+    attempt: int
+    delay_seconds: float = 0.0  # wait this long first (a retry after a resource conflict)
+    reason: str = ""
+
+
+class StopAttempt(_Action):
+    kind: Literal["stop"] = "stop"
+    attempt: int
+    reason: str
+    grace_seconds: float
+
+
+class ReleaseAttempt(_Action):
+    kind: Literal["release"] = "release"
+    attempt: int
+
+
+class RetryInstance(_Action):
+    kind: Literal["retry_instance"] = "retry_instance"
+    attempt: int
+    role: str
+    index: int
+    task_attempt: int  # 2 for the first retry of this instance
+    delay_seconds: float = 0.0
+    reason: str = ""
+
+
+class Finish(_Action):
+    kind: Literal["finish"] = "finish"
+    state: JobState
+    reason: str
+    exit: ExitInfo | None = None
+
+
+Action = Annotated[
+    LaunchAttempt | StopAttempt | ReleaseAttempt | RetryInstance | Finish,
+    Field(discriminator="kind"),
+]
+
+
+# --- the record --------------------------------------------------------------------------------
+
+
+class InstanceView(BaseModel):
+    """One task instance of the current attempt, as a user sees it."""
+
+    role: str
+    index: int
+    attempt: int
+    task_attempt: int = 1  # > 1 after the instance was retried on its own
+    task_retries: int = 0
+    task_accountable_retries: int = 0
+    state: JobState = JobState.WAITING
+    reason: str = "waiting to be placed"
+    exit_code: int | None = None  # what the container returned
+    exit: ExitInfo | None = None  # how it ended, classified
+    node: str | None = None
+    host_ip: str | None = None
+    ports: dict[str, list[int]] = Field(default_factory=dict)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    @property
+    def exit_reason(self) -> str | None:
+        return self.exit.reason if self.exit else None
+
+    @property
+    def ended(self) -> bool:
+        return self.state.is_final
+
+
+class Completion(BaseModel):
+    """How an attempt's outcome was decided, and which instance decided it."""
+
+    message: str
+    exit: ExitInfo
+    role: str | None = None  # the role and index whose end fired a rule; None otherwise
+    index: int | None = None
+    by_user: bool = False
+
+
+class AttemptRecord(BaseModel):
+    attempt: int
+    launched_at: datetime
+    completion: Completion | None = None  # set once the outcome is decided
+    stop_issued: bool = False
+    state: JobState | None = None  # SUCCEEDED / FAILED / STOPPED once every instance ended
+    finished_at: datetime | None = None
+
+
+class JobRecord(BaseModel):
+    """Everything the machine knows; each field maps to a stored column or row."""
+
+    job_id: str
+    state: JobState = JobState.WAITING
+    reason: str = "waiting: submitted"
+    attempt: int = 1
+    retries: int = 0  # every retry (OpenPAI's `retries`)
+    accountable_retries: int = 0  # those counted against the retry count
+    created_at: datetime
+    started_at: datetime | None = None  # when an instance first ran
+    completed_at: datetime | None = None
+    stop_reason: str | None = None  # set when a user asked to stop
+    exit: ExitInfo | None = None  # how the job ended (OpenPAI's appExitCode and spec)
+    instances: list[InstanceView] = Field(default_factory=list)  # the current attempt's
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    transitions: list[Transition] = Field(default_factory=list)  # job's and instances', in order
+
+    @property
+    def current(self) -> AttemptRecord | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def trigger(self) -> Completion | None:
+        """What decided the latest decided attempt (OpenPAI's appExitTrigger*)."""
+        for attempt in reversed(self.attempts):
+            if attempt.completion is not None:
+                return attempt.completion
+        return None
+
+    @property
+    def platform_retries(self) -> int:
+        return self.retries - self.accountable_retries
+
+
+class MachineSnapshot(BaseModel):
+    policy: JobPolicy
+    record: JobRecord
+
+
+# --- the machine -------------------------------------------------------------------------------
+
+
+class JobMachine:
+    """Decides a job's state from backend facts; see the module docstring for the protocol."""
+
+    def __init__(
+        self,
+        policy: JobPolicy,
+        job_id: str | None = None,
+        *,
+        at: datetime | None = None,
+        record: JobRecord | None = None,
+    ) -> None:
+        if record is None:
+            if job_id is None:
+                raise ValueError("a new JobMachine needs a job_id")
+            when = at or utcnow()
+            record = JobRecord(job_id=job_id, created_at=when)
+            record.instances = _views(policy, record.attempt)
+            record.transitions.append(
+                Transition(
+                    at=when, attempt=1, from_state=None, to_state=record.state, reason=record.reason
+                )
+            )
+        self._policy = policy
+        self._r = record
+
+    # --- reading ---
+
+    @property
+    def policy(self) -> JobPolicy:
+        return self._policy
+
+    @property
+    def record(self) -> JobRecord:
+        """The live record; treat it as read-only."""
+        return self._r
+
+    @property
+    def job_id(self) -> str:
+        return self._r.job_id
+
+    @property
+    def state(self) -> JobState:
+        return self._r.state
+
+    @property
+    def reason(self) -> str:
+        return self._r.reason
+
+    @property
+    def attempt(self) -> int:
+        return self._r.attempt
+
+    @property
+    def retries(self) -> int:
+        return self._r.retries
+
+    @property
+    def is_final(self) -> bool:
+        return self._r.state.is_final
+
+    @property
+    def instances(self) -> list[InstanceView]:
+        return self._r.instances
+
+    @property
+    def transitions(self) -> list[Transition]:
+        return self._r.transitions
+
+    def instance(self, role: str, index: int) -> InstanceView | None:
+        return next((v for v in self._r.instances if v.role == role and v.index == index), None)
+
+    def snapshot(self) -> MachineSnapshot:
+        return MachineSnapshot(policy=self._policy, record=self._r.model_copy(deep=True))
+
+    @classmethod
+    def restore(cls, snapshot: MachineSnapshot) -> JobMachine:
+        return cls(snapshot.policy, record=snapshot.record.model_copy(deep=True))
+
+    # --- inputs ---
+
+    def start(self, *, at: datetime | None = None) -> list[Action]:
+        """Launch the first attempt; does nothing when the job was started already."""
+        r = self._r
+        if r.attempts or r.state.is_final:
+            return []
+        when = at or utcnow()
+        r.attempts.append(AttemptRecord(attempt=r.attempt, launched_at=when))
+        r.reason = f"waiting: attempt {r.attempt} queued"
+        return [LaunchAttempt(attempt=r.attempt, reason="first attempt")]
+
+    def apply(self, event: InstanceEvent, *, log_tail: str = "") -> list[Action]:
+        """Apply one backend event. Events of other jobs and other attempts are ignored.
+
+        `log_tail` is the end of the instance's log, worth passing with a failed EXITED event:
+        known failures in it ("command not found", an ImportError ...) are classified.
+        """
+        r = self._r
+        if r.state.is_final or not r.attempts or event.job_id != r.job_id:
+            return []
+        if event.attempt != r.attempt:
+            return []
+        if event.kind is EventKind.WAITING:
+            if r.state is JobState.WAITING and self._decided is None:
+                r.reason = _waiting_text(event.reason)
+            return []
+        key = event.key
+        view = self.instance(key.role, key.index) if key is not None else None
+        if view is None or view.ended:
+            return []
+        if event.placement is not None:
+            view.node = event.placement.node
+            view.host_ip = event.placement.host_ip
+            view.ports = {k: list(v) for k, v in event.placement.ports.items()}
+        if event.kind is EventKind.PLACED:
+            if view.state is JobState.WAITING:
+                self._move(view, JobState.STARTING, event.at, f"placed on {view.node or 'a node'}")
+            return self._progress(event.at)
+        if event.kind is EventKind.STARTED:
+            view.started_at = view.started_at or event.at
+            r.started_at = r.started_at or event.at
+            if view.state in (JobState.WAITING, JobState.STARTING):
+                self._move(view, JobState.RUNNING, event.at, f"running on {view.node or 'a node'}")
+            return self._progress(event.at)
+        if event.kind in _ENDING:
+            return self._instance_ended(view, event, log_tail)
+        return []
+
+    def request_stop(
+        self, reason: str = "stop requested by user", *, at: datetime | None = None
+    ) -> list[Action]:
+        """A user asked to stop the job: it ends STOPPED unless its outcome was already decided."""
+        r = self._r
+        if r.state.is_final or r.stop_reason is not None:
+            return []
+        when = at or utcnow()
+        r.stop_reason = reason
+        current = r.current
+        if current is None:  # never launched: nothing to stop
+            for view in r.instances:
+                self._move(view, JobState.STOPPED, when, f"stopped: {reason}")
+            return self._finish(JobState.STOPPED, f"stopped: {reason}", None, when, release=False)
+        if current.completion is None:
+            current.completion = Completion(
+                message=f"stopped: {reason}",
+                exit=exit_codes.info(exit_codes.STOP_REQUESTED, f"stopped: {reason}"),
+                by_user=True,
+            )
+        if current.stop_issued:
+            return []
+        return self._stop_attempt(when)
+
+    def stop_completed(self, attempt: int, *, at: datetime | None = None) -> list[Action]:
+        """`backend.stop` returned for this attempt: every instance still shown live is gone."""
+        r = self._r
+        current = r.current
+        if r.state.is_final or current is None or attempt != r.attempt:
+            return []
+        when = at or utcnow()
+        if current.completion is None:
+            current.completion = Completion(
+                message="stopped: the attempt was stopped",
+                exit=exit_codes.info(exit_codes.STOP_REQUESTED, "stopped: the attempt was stopped"),
+                by_user=True,
+            )
+        for view in r.instances:
+            if not view.ended:
+                self._end_stopped(view, None, when)
+        return self._after_end(when)
+
+    def launch_refused(
+        self, attempt: int, reason: str, *, at: datetime | None = None
+    ) -> list[Action]:
+        """The backend refused the attempt (it can never run there): the job FAILED, no retry."""
+        r = self._r
+        current = r.current
+        if r.state.is_final or current is None or attempt != r.attempt:
+            return []
+        when = at or utcnow()
+        text = f"refused: {reason}"
+        ended = exit_codes.info(exit_codes.CREATION_REFUSED, text)
+        for view in r.instances:
+            if not view.ended:
+                view.exit, view.finished_at = ended, when
+                self._move(view, JobState.FAILED, when, text)
+        current.completion = Completion(message=text, exit=ended)
+        current.state, current.finished_at = JobState.FAILED, when
+        return self._finish(JobState.FAILED, text, ended, when, release=False)
+
+    # --- instance ends ---
+
+    @property
+    def _decided(self) -> Completion | None:
+        current = self._r.current
+        return current.completion if current else None
+
+    def _instance_ended(
+        self, view: InstanceView, event: InstanceEvent, log_tail: str
+    ) -> list[Action]:
+        at = event.at
+        if view.state is JobState.STOPPING:
+            if event.kind is EventKind.EXITED and event.exit_code == 0:
+                view.exit, view.exit_code, view.finished_at = exit_codes.classify(0), 0, at
+                self._move(view, JobState.SUCCEEDED, at, view.exit.reason)
+            else:
+                self._end_stopped(view, event.exit_code, at)
+            return self._after_end(at)
+        ended = _classify(event, log_tail)
+        failed = not ended.succeeded
+        if failed and (retry := self._task_retry(view, ended, event, at)) is not None:
+            return retry
+        view.exit, view.exit_code, view.finished_at = ended, event.exit_code, at
+        self._move(view, JobState.FAILED if failed else JobState.SUCCEEDED, at, ended.reason)
+        if self._decided is None:
+            self._judge(view, Outcome.FAILED if failed else Outcome.SUCCEEDED)
+        return self._after_end(at)
+
+    def _end_stopped(self, view: InstanceView, exit_code: int | None, at: datetime) -> None:
+        decided = self._decided
+        if decided is not None and decided.by_user:
+            ended = exit_codes.info(exit_codes.STOP_REQUESTED, exit_code=exit_code)
+            text = decided.message
+        else:
+            ended = exit_codes.info(exit_codes.ATTEMPT_COMPLETED, exit_code=exit_code)
+            text = f"stopped: {_decided_by(decided)}"
+        view.exit = ended.model_copy(update={"reason": text})
+        view.exit_code, view.finished_at = exit_code, at
+        self._move(view, JobState.STOPPED, at, text)
+
+    def _task_retry(
+        self, view: InstanceView, ended: ExitInfo, event: InstanceEvent, at: datetime
+    ) -> list[Action] | None:
+        """Retry one failed instance on its own (gang allocation off), or None when it is not."""
+        policy = self._policy.task_retry(view.role)
+        if policy is None or self._decided is not None or self._r.stop_reason is not None:
+            return None
+        decision = policy.decide(
+            ended, attempts=view.task_attempt, accountable_retries=view.task_accountable_retries
+        )
+        if not decision.retry:
+            return None
+        view.task_attempt += 1
+        view.task_retries += 1
+        view.task_accountable_retries += int(decision.accountable)
+        view.exit, view.exit_code, view.started_at, view.finished_at = None, None, None, None
+        text = f"retrying on its own after {_story(view, ended)}; {decision.reason}"
+        self._move(view, JobState.WAITING, at, text)
+        self._progress(at)
+        return [
+            RetryInstance(
+                attempt=self._r.attempt,
+                role=view.role,
+                index=view.index,
+                task_attempt=view.task_attempt,
+                delay_seconds=decision.delay_seconds,
+                reason=text,
+            )
+        ]
+
+    def _judge(self, view: InstanceView, outcome: Outcome) -> None:
+        """Apply the completion rules after `view` ended; record the decision if one fires."""
+        r, current = self._r, self._r.current
+        assert current is not None and view.exit is not None
+        role = self._policy.role(view.role)
+        wanted = JobState.FAILED if outcome is Outcome.FAILED else JobState.SUCCEEDED
+        count = sum(1 for v in r.instances if v.role == view.role and v.state is wanted)
+        if role.reached(outcome, count):
+            current.completion = Completion(
+                message=f"{role.rule_message(outcome, count)} ({_story(view, view.exit)})",
+                exit=view.exit,
+                role=view.role,
+                index=view.index,
+            )
+        elif all(v.ended for v in r.instances):
+            total = len(r.instances)
+            failed = sum(1 for v in r.instances if v.state is JobState.FAILED)
+            message = (
+                f"CompletedTaskCount {total} has reached TotalTaskCount {total} "
+                "and no minFailed / minSucceeded rule fired"
+                + (f" ({failed} failed instance(s) were allowed)" if failed else "")
+            )
+            current.completion = Completion(
+                message=message, exit=exit_codes.info(exit_codes.SUCCEEDED, message)
+            )
+
+    def _after_end(self, at: datetime) -> list[Action]:
+        r, current = self._r, self._r.current
+        assert current is not None
+        live = [v for v in r.instances if not v.ended]
+        if current.completion is not None and live:
+            return [] if current.stop_issued else self._stop_attempt(at)
+        if live:
+            return self._progress(at)
+        if current.completion is None:  # every instance was stopped from outside the rules
+            current.completion = Completion(
+                message="every instance ended",
+                exit=exit_codes.info(exit_codes.STOP_REQUESTED, "every instance ended"),
+                by_user=True,
+            )
+        return self._end_attempt(at)
+
+    # --- attempts ---
+
+    def _stop_attempt(self, at: datetime) -> list[Action]:
+        r, current = self._r, self._r.current
+        assert current is not None and current.completion is not None
+        current.stop_issued = True
+        message = current.completion.message
+        why = message if current.completion.by_user else _decided_by(current.completion)
+        for view in r.instances:
+            if not view.ended:
+                self._move(
+                    view, JobState.STOPPING, at, "stopping: " + why.removeprefix("stopped: ")
+                )
+        self._set_job(JobState.STOPPING, "stopping: " + message.removeprefix("stopped: "), at)
+        return [
+            StopAttempt(
+                attempt=r.attempt, reason=message, grace_seconds=self._policy.stop_grace_seconds
+            )
+        ]
+
+    def _end_attempt(self, at: datetime) -> list[Action]:
+        r, current = self._r, self._r.current
+        assert current is not None and current.completion is not None
+        completion = current.completion
+        ended = completion.exit
+        if r.stop_reason is not None and not completion.by_user:
+            decision_reason, retry = "not run again: the job was stopped", None
+        else:
+            retry = self._policy.retry.decide(
+                ended, attempts=r.attempt, accountable_retries=r.accountable_retries
+            )
+            decision_reason = retry.reason
+        state = _final_state(ended)
+        current.state, current.finished_at = state, at
+        if retry is not None and retry.retry:
+            old = r.attempt
+            r.retries += 1
+            r.accountable_retries += int(retry.accountable)
+            r.attempt += 1
+            r.instances = _views(self._policy, r.attempt)
+            r.attempts.append(AttemptRecord(attempt=r.attempt, launched_at=at))
+            text = (
+                f"waiting: attempt {r.attempt}, {decision_reason}; "
+                f"attempt {old}: {completion.message}"
+            )
+            self._set_job(JobState.WAITING, text, at)
+            return [
+                ReleaseAttempt(attempt=old),
+                LaunchAttempt(attempt=r.attempt, delay_seconds=retry.delay_seconds, reason=text),
+            ]
+        text = "; ".join(part for part in (completion.message, decision_reason) if part)
+        return self._finish(state, text, ended, at, release=True)
+
+    def _finish(
+        self, state: JobState, reason: str, ended: ExitInfo | None, at: datetime, *, release: bool
+    ) -> list[Action]:
+        r = self._r
+        r.exit = ended
+        r.completed_at = at
+        self._set_job(state, reason, at)
+        actions: list[Action] = [ReleaseAttempt(attempt=r.attempt)] if release else []
+        return [*actions, Finish(state=state, reason=reason, exit=ended)]
+
+    # --- state changes ---
+
+    def _progress(self, at: datetime) -> list[Action]:
+        """Move the job forward within an attempt and keep its reason current."""
+        r = self._r
+        if self._decided is not None or r.state not in _PROGRESS:
+            return []
+        views = r.instances
+        if any(v.started_at is not None or v.exit_code is not None for v in views):
+            target = JobState.RUNNING
+        elif any(v.state is not JobState.WAITING or v.node is not None for v in views):
+            target = JobState.STARTING
+        else:
+            target = JobState.WAITING
+        total = len(views)
+        running = sum(1 for v in views if v.state is JobState.RUNNING)
+        ended = sum(1 for v in views if v.ended)
+        if target is JobState.RUNNING:
+            text = f"running: {running} of {total} instance(s) running" + (
+                f", {ended} ended" if ended else ""
+            )
+        elif target is JobState.STARTING:
+            placed = sum(1 for v in views if v.state is not JobState.WAITING)
+            text = f"starting: {placed} of {total} instance(s) placed"
+        else:
+            return []
+        if _PROGRESS[target] > _PROGRESS[r.state]:
+            self._set_job(target, text, at)
+        elif r.state is target:
+            r.reason = text
+        return []
+
+    def _set_job(self, state: JobState, reason: str, at: datetime) -> None:
+        r = self._r
+        if state is not r.state:
+            check_transition(r.state, state)
+            r.transitions.append(
+                Transition(
+                    at=at, attempt=r.attempt, from_state=r.state, to_state=state, reason=reason
+                )
+            )
+            r.state = state
+        r.reason = reason
+
+    def _move(self, view: InstanceView, state: JobState, at: datetime, reason: str) -> None:
+        if state is not view.state:
+            check_transition(view.state, state, instance=True)
+            self._r.transitions.append(
+                Transition(
+                    at=at,
+                    attempt=view.attempt,
+                    from_state=view.state,
+                    to_state=state,
+                    reason=reason,
+                    role=view.role,
+                    index=view.index,
+                )
+            )
+            view.state = state
+        view.reason = reason
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _views(policy: JobPolicy, attempt: int) -> list[InstanceView]:
+    return [
+        InstanceView(role=role.name, index=i, attempt=attempt)
+        for role in policy.roles
+        for i in range(role.instances)
+    ]
+
+
+def _classify(event: InstanceEvent, log_tail: str) -> ExitInfo:
+    if event.kind is EventKind.START_FAILED:
+        return exit_codes.classify(event.exit_code, start_failed_reason=event.reason or "")
+    if event.kind is EventKind.LOST:
+        return exit_codes.vanished(event.reason)
+    if event.kind is EventKind.STOPPED and event.exit_code is None and not event.oom_killed:
+        return exit_codes.vanished(event.reason or "stopped from outside the job engine")
+    return exit_codes.classify(event.exit_code, oom_killed=event.oom_killed, log_tail=log_tail)
+
+
+def _story(view: InstanceView, ended: ExitInfo) -> str:
+    """E.g. 'worker-0 exited with 1: the command failed and the cause was not recognised'."""
+    prefix = f"exit code {ended.exit_code}: "
+    if ended.exit_code is not None and ended.reason.startswith(prefix):
+        return f"{view.name} exited with {ended.exit_code}: {ended.reason[len(prefix) :]}"
+    return f"{view.name} {ended.reason}"
+
+
+def _decided_by(decided: Completion | None) -> str:
+    if decided is None or decided.role is None:
+        return "the outcome of its attempt was already decided"
+    return f"the outcome of its attempt was decided by {decided.role}-{decided.index}"
+
+
+def _final_state(ended: ExitInfo) -> JobState:
+    if ended.succeeded:
+        return JobState.SUCCEEDED
+    if ended.is_stop:
+        return JobState.STOPPED
+    return JobState.FAILED
+
+
+def _waiting_text(reason: str | None) -> str:
+    if not reason:
+        return "waiting: not placed yet"
+    return reason if reason.startswith("waiting") else f"waiting: {reason}"
+
+
+def events_for_report(report: InstanceReport) -> list[InstanceEvent]:
+    """The events that bring a machine up to date with an instance a backend found after a
+    restart (`Backend.reconcile`); facts the machine already has are ignored when applied."""
+    key = report.key
+    base = {"job_id": key.job_id, "attempt": key.attempt, "role": key.role, "index": key.index}
+    events = [
+        InstanceEvent(
+            kind=EventKind.PLACED,
+            placement=report.placement,
+            at=report.started_at or utcnow(),
+            **base,
+        )
+    ]
+    if report.status is InstanceStatus.PENDING:
+        return events
+    if report.started_at is not None or report.status is InstanceStatus.RUNNING:
+        events.append(
+            InstanceEvent(kind=EventKind.STARTED, at=report.started_at or utcnow(), **base)
+        )
+    if report.status is InstanceStatus.EXITED:
+        events.append(
+            InstanceEvent(
+                kind=EventKind.EXITED,
+                exit_code=report.exit_code,
+                oom_killed=report.oom_killed,
+                at=report.finished_at or utcnow(),
+                **base,
+            )
+        )
+    return events

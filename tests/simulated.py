@@ -1,0 +1,135 @@
+"""Shared pieces of the simulator tests: a backend on a temporary state dir, small jobs, and
+collecting events until instances end."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from backends.base import (
+    EventKind,
+    InstanceEvent,
+    InstanceKey,
+    LaunchRequest,
+    PortRequest,
+    ResourceRequest,
+    RoleLaunch,
+)
+from backends.docker import DockerBackend
+from simulator.containers import OWNER
+from simulator.settings import SimulatorSettings
+
+IMAGE = "paigraph/busybox:test"
+ENDED = (EventKind.EXITED, EventKind.STOPPED, EventKind.START_FAILED, EventKind.LOST)
+
+
+def role(
+    name: str,
+    commands: list[str],
+    *,
+    instances: int = 1,
+    cpu: int = 1,
+    memory_mb: int = 128,
+    ports: Iterable[tuple[str, int]] = (),
+    image: str = IMAGE,
+    **fields: Any,
+) -> RoleLaunch:
+    return RoleLaunch(
+        name=name,
+        instances=instances,
+        image=image,
+        resources=ResourceRequest(
+            cpu=cpu,
+            memory_mb=memory_mb,
+            shm_mb=16,
+            ports=[PortRequest(label=label, count=count) for label, count in ports],
+        ),
+        commands=commands,
+        **fields,
+    )
+
+
+def job(*roles: RoleLaunch, job_id: str | None = None, **fields: Any) -> LaunchRequest:
+    return LaunchRequest(
+        job_id=job_id or f"t{uuid.uuid4().hex[:8]}", job_name="test", roles=list(roles), **fields
+    )
+
+
+def settings(state_dir: Path, **overrides: Any) -> SimulatorSettings:
+    return SimulatorSettings(state_dir=state_dir, use_host_gpus=False, **overrides)
+
+
+@asynccontextmanager
+async def backend(
+    state_dir: Path, *, owner: str | None = None, **overrides: Any
+) -> AsyncIterator[DockerBackend]:
+    sim = DockerBackend(
+        settings(state_dir, **overrides), owner=owner or f"test-{uuid.uuid4().hex[:8]}"
+    )
+    await sim.start()
+    try:
+        yield sim
+    finally:
+        await sim.close()
+
+
+class Collector:
+    """Reads a backend's event stream in the background, so tests can wait for conditions."""
+
+    def __init__(self, sim: DockerBackend) -> None:
+        self.events: list[InstanceEvent] = []
+        self._changed = asyncio.Condition()
+        self._task = asyncio.create_task(self._pump(sim))
+
+    async def _pump(self, sim: DockerBackend) -> None:
+        async for event in sim.events():
+            async with self._changed:
+                self.events.append(event)
+                self._changed.notify_all()
+
+    def of(self, request: LaunchRequest) -> list[InstanceEvent]:
+        return [
+            e for e in self.events if e.job_id == request.job_id and e.attempt == request.attempt
+        ]
+
+    def ended(self, request: LaunchRequest) -> dict[InstanceKey, InstanceEvent]:
+        return {e.key: e for e in self.of(request) if e.kind in ENDED and e.key is not None}
+
+    def started(self, request: LaunchRequest) -> dict[InstanceKey, InstanceEvent]:
+        return {
+            e.key: e for e in self.of(request) if e.kind is EventKind.STARTED and e.key is not None
+        }
+
+    async def until(self, condition: Any, timeout: float = 90) -> None:
+        async def wait() -> None:
+            async with self._changed:
+                await self._changed.wait_for(condition)
+
+        await asyncio.wait_for(wait(), timeout)
+
+    async def all_ended(self, request: LaunchRequest, timeout: float = 90) -> dict:
+        await self.until(lambda: len(self.ended(request)) == request.total_instances, timeout)
+        return self.ended(request)
+
+    def close(self) -> None:
+        self._task.cancel()
+
+
+def leftovers(owner: str) -> tuple[list[str], list[str]]:
+    """Containers and networks Docker still has for this owner."""
+    client = docker.from_env()
+    containers = [
+        c.name for c in client.containers.list(all=True, filters={"label": f"{OWNER}={owner}"})
+    ]
+    networks = [n.name for n in client.networks.list(filters={"label": f"{OWNER}={owner}"})]
+    return containers, networks
+
+
+async def log_text(sim: DockerBackend, key: InstanceKey) -> str:
+    return "".join([chunk.data async for chunk in sim.logs(key)])

@@ -1,0 +1,352 @@
+"""The simulator backend on a real Docker engine: real containers, networks and ports."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+from collections import defaultdict
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from backends.base import (
+    EventKind,
+    Fetch,
+    Hooks,
+    InstanceKey,
+    InstanceStatus,
+    LaunchRefused,
+    Material,
+)
+from simulator.containers import OWNER
+from tests.simulated import Collector, backend, job, leftovers, log_text, role
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+
+# The ps serves a CGI endpoint on its http port: every POST body is recorded and answered;
+# it exits once it has heard from both workers and from the host.
+PS_SERVER = [
+    "mkdir -p /tmp/www/cgi-bin",
+    "printf '%s\\n' '#!/bin/sh' 'echo Content-Type: text/plain' 'echo'"
+    " 'body=$(head -c \"$CONTENT_LENGTH\")' 'echo \"$body\" >> /tmp/heard'"
+    " 'echo \"ack $body from $PAI_CURRENT_TASK_ROLE_NAME\"' > /tmp/www/cgi-bin/talk",
+    "chmod +x /tmp/www/cgi-bin/talk && touch /tmp/heard",
+    "httpd -p $PAI_CONTAINER_HOST_PORT -h /tmp/www",
+    "while [ $(wc -l < /tmp/heard) -lt 3 ]; do sleep 0.2; done",
+    "sort /tmp/heard",
+]
+WORKER = [
+    "ps_address=${PAI_TASK_ROLE_ps_HOST_LIST%%,*}",
+    "for i in $(seq 1 100); do"
+    ' wget -q -O /tmp/answer --post-data "worker $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"'
+    " http://$ps_address/cgi-bin/talk && break; sleep 0.2; done",
+    "cat /tmp/answer",
+    'grep -q "ack worker $PAI_TASK_INDEX from ps" /tmp/answer',
+]
+
+
+async def test_ps_and_workers_talk_over_their_allocated_ports(tmp_path: Path) -> None:
+    request = job(role("ps", PS_SERVER), role("worker", WORKER, instances=2))
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        ps_key = InstanceKey(job_id=request.job_id, attempt=1, role="ps", index=0)
+        await events.until(lambda: ps_key in events.started(request))
+        http_port = events.started(request)[ps_key].placement.ports["http"][0]
+        answer = ""
+        for _ in range(100):  # the host reaches the ps at 127.0.0.1:<its allocated port>
+            try:
+                answer = httpx.post(
+                    f"http://127.0.0.1:{http_port}/cgi-bin/talk", content="host", timeout=2
+                ).text
+                break
+            except httpx.TransportError:
+                await asyncio.sleep(0.2)
+        ended = await events.all_ended(request)
+        assert answer.strip() == "ack host from ps"
+        assert {k.role: e.exit_code for k, e in ended.items()} == {"ps": 0, "worker": 0}
+        assert all(e.kind is EventKind.EXITED for e in ended.values())
+        ps_log = await log_text(sim, ps_key)
+        assert "host\nworker 0\nworker 1" in ps_log
+        worker_log = await log_text(
+            sim, InstanceKey(job_id=request.job_id, attempt=1, role="worker", index=1)
+        )
+        assert "ack worker 1 from ps" in worker_log
+        addresses = {
+            e.key: e.placement.host_ip for e in events.of(request) if e.kind is EventKind.PLACED
+        }
+        assert len(set(addresses.values())) == 3  # every instance has its own address
+        await sim.forget(request.job_id, 1)
+        events.close()
+        assert leftovers(sim.owner) == ([], [])
+
+
+async def test_the_container_sees_its_environment_and_the_sourceable_file(tmp_path: Path) -> None:
+    commands = [
+        "env | grep ^PAI_ | sort > /tmp/process.env",
+        "(env -i sh -c '. /usr/local/pai/runtime_env.sh; env' | grep ^PAI_ | sort) > /tmp/file.env",
+        "diff /tmp/process.env /tmp/file.env && echo SAME",
+        "echo ports=$PAI_CONTAINER_HOST_PORT_LIST",
+        "echo hosts=$PAI_TASK_ROLE_trainer_HOST_LIST",
+        "echo grpc=$PAI_CONTAINER_HOST_grpc_PORT_LIST",
+        "echo instances=$PAI_TASK_ROLE_INSTANCES",
+        "echo resource=$PAI_RESOURCE_trainer",
+        "echo workdir=$(pwd)",
+    ]
+    request = job(
+        role("trainer", commands, instances=2, ports=[("grpc", 3)], cpu=2, memory_mb=256),
+        role("Eval_Role", ["true"]),
+    )
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        ended = await events.all_ended(request)
+        assert {e.exit_code for e in ended.values()} == {0}
+        placed = {e.key: e.placement for e in events.of(request) if e.kind is EventKind.PLACED}
+        key = InstanceKey(job_id=request.job_id, attempt=1, role="trainer", index=1)
+        text = await log_text(sim, key)
+        mine = placed[key]
+        grpc = ",".join(map(str, mine.ports["grpc"]))
+        assert "SAME" in text
+        assert f"grpc={grpc}\n" in text
+        assert len(mine.ports["grpc"]) == 3
+        assert (
+            f"ports=grpc:{grpc};ssh:{mine.ports['ssh'][0]};http:{mine.ports['http'][0]};\n" in text
+        )
+        hosts = ",".join(
+            f"{placed[k].host_ip}:{placed[k].ports['http'][0]}"
+            for k in sorted((k for k in placed if k.role == "trainer"), key=lambda k: k.index)
+        )
+        assert f"hosts={hosts}\n" in text
+        assert "instances=trainer:0,trainer:1,Eval_Role:0\n" in text
+        assert "resource=0,2,256,16\n" in text
+        assert "workdir=/work\n" in text
+        await sim.forget(request.job_id, 1)
+        events.close()
+
+
+async def test_twenty_concurrent_jobs_never_share_ports_or_overcommit_nodes(tmp_path: Path) -> None:
+    # 2 nodes x 4 cpu: each job takes 3 cpu (1 + 2 instances), so at most 2 run at a time
+    overrides = {"node_count": 2, "node": {"cpu": 4, "memory_mb": 4096}}
+    requests = [
+        job(role("a", ["sleep 0.5"]), role("b", ["sleep 0.5"], instances=2, ports=[("p", 2)]))
+        for _ in range(20)
+    ]
+    async with backend(tmp_path, **overrides) as sim:
+        events = Collector(sim)
+        await asyncio.gather(*(sim.launch(r) for r in requests))
+        for request in requests:
+            ended = await events.all_ended(request, timeout=240)
+            assert {e.exit_code for e in ended.values()} == {0}, ended
+        # replay the event log: cpu per node and ports held by live instances
+        used: dict[str, int] = defaultdict(int)
+        held: dict[int, InstanceKey] = {}
+        live: dict[InstanceKey, tuple[str, list[int]]] = {}
+        for event in events.events:
+            if event.kind is EventKind.PLACED:
+                ports = [p for group in event.placement.ports.values() for p in group]
+                for port in ports:
+                    assert port not in held, f"port {port} given to {event.key} and {held[port]}"
+                    held[port] = event.key
+                used[event.placement.node] += 1
+                assert used[event.placement.node] <= 4
+                live[event.key] = (event.placement.node, ports)
+            elif event.kind in (EventKind.EXITED, EventKind.STOPPED) and event.key in live:
+                node, ports = live.pop(event.key)
+                used[node] -= 1
+                for port in ports:
+                    del held[port]
+        waits = [e for e in events.events if e.kind is EventKind.WAITING]
+        assert waits and "cpu" in waits[0].reason
+        for request in requests:
+            await sim.forget(request.job_id, 1)
+        events.close()
+        assert leftovers(sim.owner) == ([], [])
+
+
+async def test_failures_are_reported_with_their_cause(tmp_path: Path) -> None:
+    oom = job(role("hog", ["dd if=/dev/zero of=/dev/null bs=200M count=1"], memory_mb=32))
+    failing = job(role("sad", ["echo about to fail", "exit 3"]))
+    missing = job(role("ghost", ["true"], image="paigraph/does-not-exist:1"))
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        for request in (oom, failing, missing):
+            await sim.launch(request)
+        [oom_end] = (await events.all_ended(oom)).values()
+        [fail_end] = (await events.all_ended(failing)).values()
+        [missing_end] = (await events.all_ended(missing)).values()
+        assert oom_end.kind is EventKind.EXITED and oom_end.oom_killed
+        assert oom_end.exit_code == 137
+        assert "memory limit of 32 MB" in oom_end.reason
+        assert fail_end.kind is EventKind.EXITED and fail_end.exit_code == 3
+        assert "about to fail" in await log_text(sim, fail_end.key)
+        assert missing_end.kind is EventKind.START_FAILED
+        assert "paigraph/does-not-exist:1" in missing_end.reason
+        assert "not on this machine" in missing_end.reason
+        for request in (oom, failing, missing):
+            await sim.forget(request.job_id, 1)
+        events.close()
+
+
+async def test_a_job_that_can_never_fit_is_refused_at_launch(tmp_path: Path) -> None:
+    async with backend(tmp_path) as sim:
+        with pytest.raises(LaunchRefused, match="largest node has 16 cpu"):
+            await sim.launch(job(role("big", ["true"], cpu=17)))
+        with pytest.raises(LaunchRefused, match="hdfs"):
+            await sim.launch(
+                job(
+                    role(
+                        "reader",
+                        ["true"],
+                        materials=[
+                            Material(name="logs", kind=Fetch.DOWNLOAD, uris=["hdfs://nn/logs"])
+                        ],
+                    )
+                )
+            )
+
+
+async def test_stop_in_the_middle_ends_every_instance_and_leaves_nothing(tmp_path: Path) -> None:
+    request = job(role("sleeper", ["sleep 1000"], instances=3))
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        await events.until(lambda: len(events.started(request)) == 3)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await sim.stop(request.job_id, 1, grace_seconds=5)
+        ended = await events.all_ended(request, timeout=30)
+        assert loop.time() - began < 5  # SIGTERM reached the user command; no SIGKILL needed
+        assert {e.kind for e in ended.values()} == {EventKind.STOPPED}
+        assert {e.exit_code for e in ended.values()} == {143}
+        await sim.forget(request.job_id, 1)
+        events.close()
+        assert leftovers(sim.owner) == ([], [])
+
+
+async def test_a_restarted_backend_adopts_running_instances_and_removes_orphans(
+    tmp_path: Path,
+) -> None:
+    owner = "test-restart"
+    request = job(role("slow", ["sleep 3", "echo done"], instances=2), role("fast", ["exit 4"]))
+    async with backend(tmp_path, owner=owner) as first:
+        events = Collector(first)
+        await first.launch(request)
+        await events.until(lambda: len(events.ended(request)) == 1)  # "fast" ended
+        await events.until(lambda: len(events.started(request)) == 3)
+        events.close()
+    # a container of this owner that no attempt on record owns: left by a crash mid-launch
+    subprocess.run(
+        ["docker", "run", "-d", "--label", f"{OWNER}={owner}", "--label", "io.paigraph.managed=1",
+         "--label", "io.paigraph.job=nobody", "--label", "io.paigraph.attempt=1",
+         "--label", "io.paigraph.role=x", "--label", "io.paigraph.index=0",
+         "paigraph/busybox:test", "sleep", "1000"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    async with backend(tmp_path, owner=owner) as second:
+        events = Collector(second)
+        reports = {r.key: r for r in await second.reconcile()}
+        assert {k.role: r.status for k, r in reports.items()} == {
+            "slow": InstanceStatus.RUNNING,
+            "fast": InstanceStatus.EXITED,
+        }
+        assert (
+            reports[InstanceKey(job_id=request.job_id, attempt=1, role="fast", index=0)].exit_code
+            == 4
+        )
+        containers, _ = leftovers(owner)
+        assert len(containers) == 2  # the orphan is gone; the two sleepers remain
+        await events.until(lambda: len(events.ended(request)) == 2, timeout=30)
+        assert {e.exit_code for e in events.ended(request).values()} == {0}
+        key = InstanceKey(job_id=request.job_id, attempt=1, role="slow", index=1)
+        assert "done" in await log_text(second, key)
+        await second.forget(request.job_id, 1)
+        events.close()
+    assert leftovers(owner) == ([], [])
+
+
+async def test_logs_can_be_tailed_and_followed(tmp_path: Path) -> None:
+    request = job(role("talker", ["for i in 1 2 3 4 5; do echo line $i; sleep 0.3; done"]))
+    key = InstanceKey(job_id=request.job_id, attempt=1, role="talker", index=0)
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        await events.until(lambda: len(events.started(request)) == 1)
+        followed = "".join([c.data async for c in sim.logs(key, follow=True)])
+        assert [line for line in followed.splitlines() if line.startswith("line")] == [
+            f"line {i}" for i in range(1, 6)
+        ]
+        tail = "".join([c.data async for c in sim.logs(key, tail=2)])
+        assert len(tail.splitlines()) == 2
+        assert followed.endswith(tail)
+        offset = followed.index("line 3")
+        rest = "".join([c.data async for c in sim.logs(key, offset=offset)])
+        assert rest.startswith("line 3") and rest == followed[offset:]
+        await sim.forget(request.job_id, 1)
+        events.close()
+
+
+@pytest.fixture
+def http_site(tmp_path: Path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "numbers.csv").write_text("1,2,3\n")
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(site))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _git_repo(path: Path) -> str:
+    path.mkdir()
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    (path / "train.sh").write_text("echo training version 1\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    first = subprocess.run(
+        [*git[:3], "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    (path / "train.sh").write_text("echo training version 2\n")
+    subprocess.run([*git, "commit", "-qam", "two"], check=True)
+    return first
+
+
+async def test_data_script_and_storage_prerequisites_are_in_place(
+    tmp_path: Path, http_site: str
+) -> None:
+    repo = tmp_path / "repo"
+    first_commit = _git_repo(repo)
+    materials = [
+        Material(name="numbers", kind=Fetch.DOWNLOAD, uris=[f"{http_site}/numbers.csv"]),
+        Material(name="code", kind=Fetch.CLONE, uris=[f"file://{repo}@{first_commit}"]),
+        Material(name="results", kind=Fetch.MOUNT),
+    ]
+    commands = [
+        "cat numbers/numbers.csv",
+        "sh code/train.sh",
+        "echo result-$PAI_TASK_INDEX > results/out-$PAI_TASK_INDEX",
+    ]
+    hooks = Hooks(on_start=["echo starting-hook"], on_success=["echo success-hook"])
+    request = job(role("reader", commands, instances=2, materials=materials, hooks=hooks))
+    async with backend(tmp_path, allowed_file_roots=[tmp_path]) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        ended = await events.all_ended(request)
+        assert {e.exit_code for e in ended.values()} == {0}, ended
+        text = await log_text(
+            sim, InstanceKey(job_id=request.job_id, attempt=1, role="reader", index=0)
+        )
+        assert "1,2,3" in text
+        assert "training version 1" in text
+        assert text.index("starting-hook") < text.index("1,2,3") < text.index("success-hook")
+        storage = Path(sim.settings.state_dir) / "storage" / "results"
+        assert sorted(p.read_text() for p in storage.iterdir()) == ["result-0\n", "result-1\n"]
+        await sim.forget(request.job_id, 1)
+        events.close()
