@@ -104,6 +104,7 @@ class _Attempt:
     network: str | None = None
     placed: bool = False
     stopping: bool = False
+    forgotten: bool = False
     waiting_reason: str | None = None
 
     @property
@@ -412,7 +413,9 @@ class DockerBackend:
         with self._lock:
             instance.container_id = container_id
             self._by_container[container_id] = instance
-        if attempt.stopping:
+        if attempt.forgotten:
+            self.engine.remove(container_id)
+        elif attempt.stopping:
             self.engine.stop(container_id, 0)
 
     def _container_spec(
@@ -559,7 +562,7 @@ class DockerBackend:
     ) -> None:
         """Record an instance's end once: exit record on disk, resources back, event out."""
         with self._lock:
-            if instance.ended:
+            if instance.ended or attempt.forgotten:
                 return
             instance.ended = True
         event = self._event(
@@ -612,16 +615,29 @@ class DockerBackend:
         list(self._docker_pool.map(lambda cid: self.engine.stop(cid, grace), running))
 
     def _forget(self, attempt_id: str) -> None:
+        """Remove whatever the attempt still has (containers, network, held capacity and
+        ports) at once; its logs and exit records stay on disk."""
         with self._lock:
             attempt = self._attempts.pop(attempt_id, None)
-        if attempt is None:
-            return
+            if attempt is None:
+                return
+            attempt.forgotten = True
+            if attempt_id in self._queue:
+                self._queue.remove(attempt_id)
+            network, attempt.network = attempt.network, None
         for instance in attempt.instances.values():
             if instance.container_id:
                 self.engine.remove(instance.container_id)
-        self._cleanup_if_done(attempt)
+                with self._lock:
+                    self._by_container.pop(instance.container_id, None)
+            self.ports.release(f"{attempt.id}/{instance.key.role}/{instance.key.index}")
+        self.cluster.release(attempt.id)
+        if network:
+            with contextlib.suppress(EngineError):
+                self.engine.remove_network(network)
         with contextlib.suppress(FileNotFoundError):
             (attempt.dir / "launch.json").unlink()
+        self._schedule_soon()
 
     # --- after a restart ---------------------------------------------------------------------
 
