@@ -128,6 +128,33 @@ def resolve(
 
 
 @app.command()
+def run(
+    file: Annotated[Path, typer.Argument(help="A job config in any dialect.")],
+    param: Annotated[
+        list[str] | None, typer.Option("--param", "-p", help="Override a parameter: key=value.")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="PAIGRAPH_SIMULATOR_CONFIG",
+            help="Simulator settings file (nodes, virtual clusters, port range).",
+        ),
+    ] = None,
+) -> None:
+    """Run one job on the local simulator in the foreground; exit 0 SUCCEEDED, 1 FAILED."""
+    from server.foreground import run_in_foreground
+
+    result = resolve_job(_read(file), _parse_params(param or []))
+    if result.spec is None:
+        err.print(f"[red]INVALID[/red] {escape(str(file))}: {escape(result.summary())}")
+        _print_issues(err, result)
+        raise typer.Exit(1)
+    _print_issues(err, result)
+    raise typer.Exit(run_in_foreground(result.spec, out, config=config))
+
+
+@app.command()
 def serve(
     host: Annotated[str, typer.Option(envvar="PAIGRAPH_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="PAIGRAPH_PORT")] = 8000,

@@ -1,0 +1,182 @@
+"""Drive one job to its end: the state machine decides, the backend does.
+
+The runner owns no policy. It feeds backend events to the JobMachine and carries out the actions
+the machine returns (launch, stop, relaunch an instance, release), in order. `paigraph run` uses
+it in the foreground; the service will use the same loop with persistence around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from backends.base import (
+    Backend,
+    EventKind,
+    InstanceEvent,
+    InstanceKey,
+    LaunchRefused,
+    LaunchRequest,
+)
+from server.jobs.launch import launch_request
+from server.jobs.machine import (
+    Action,
+    Finish,
+    JobMachine,
+    JobRecord,
+    LaunchAttempt,
+    ReleaseAttempt,
+    RetryInstance,
+    StopAttempt,
+)
+from server.jobs.policy import JobPolicy, job_policy
+from server.protocol.model import JobSpec
+
+LOG_TAIL_LINES = 200
+LOG_TAIL_CHARS = 16 * 1024
+SETTLE_SECONDS = 5.0  # after a stop: how long to wait for the instances' own exit events
+
+
+class JobRunner:
+    """Runs `spec` as job `job_id` on `backend` until the job is final."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        backend: Backend,
+        *,
+        job_id: str,
+        user: str = "default",
+        policy: JobPolicy | None = None,
+        on_change: Callable[[JobMachine], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.job_id = job_id
+        self.user = user
+        self.machine = JobMachine(policy or job_policy(spec), job_id)
+        self.on_change = on_change or (lambda machine: None)
+        self.request(1)  # a job that cannot run says so now, before anything starts
+        self._events: asyncio.Queue[InstanceEvent] = asyncio.Queue()
+        self._stop_reason: str | None = None
+        self._wake = asyncio.Event()
+
+    def request(self, attempt: int) -> LaunchRequest:
+        return launch_request(self.spec, job_id=self.job_id, attempt=attempt, user=self.user)
+
+    def request_stop(self, reason: str = "stop requested by user") -> None:
+        """Ask the job to stop; safe to call from a signal handler on the runner's loop."""
+        self._stop_reason = reason
+        self._wake.set()
+
+    async def run(self) -> JobRecord:
+        pump = asyncio.create_task(self._pump())
+        try:
+            await self._carry_out(self.machine.start())
+            while not self.machine.is_final:
+                await self._next()
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        return self.machine.record
+
+    # --- the loop --------------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        async for event in self.backend.events():
+            if event.job_id == self.job_id:
+                await self._events.put(event)
+                self._wake.set()
+
+    async def _next(self) -> None:
+        """Wait for an event or a stop request, and act on it."""
+        if self._events.empty() and self._stop_reason is None:
+            self._wake.clear()
+            await self._wake.wait()
+        if self._stop_reason is not None:
+            reason, self._stop_reason = self._stop_reason, None
+            await self._carry_out(self.machine.request_stop(reason))
+        while not self._events.empty():
+            await self._apply(self._events.get_nowait())
+
+    async def _apply(self, event: InstanceEvent) -> None:
+        tail = ""
+        if event.kind is EventKind.EXITED and event.exit_code not in (0, None):
+            tail = await self._log_tail(event)
+        await self._carry_out(self.machine.apply(event, log_tail=tail))
+
+    async def _carry_out(self, actions: list[Action]) -> None:
+        self.on_change(self.machine)
+        for action in actions:
+            if isinstance(action, LaunchAttempt):
+                await self._launch(action)
+            elif isinstance(action, StopAttempt):
+                await self.backend.stop(self.job_id, action.attempt, action.grace_seconds)
+                await self._settle(action.attempt)
+                await self._carry_out(self.machine.stop_completed(action.attempt))
+            elif isinstance(action, RetryInstance):
+                await self._relaunch(action)
+            elif isinstance(action, ReleaseAttempt):
+                await self.backend.forget(self.job_id, action.attempt)
+            elif isinstance(action, Finish):
+                break
+            self.on_change(self.machine)
+
+    async def _launch(self, action: LaunchAttempt) -> None:
+        if action.delay_seconds and not await self._pause(action.delay_seconds):
+            return
+        if self.machine.is_final or self.machine.attempt != action.attempt:
+            return  # stopped while waiting to launch
+        try:
+            await self.backend.launch(self.request(action.attempt))
+        except LaunchRefused as exc:
+            await self._carry_out(self.machine.launch_refused(action.attempt, str(exc)))
+
+    async def _relaunch(self, action: RetryInstance) -> None:
+        if action.delay_seconds and not await self._pause(action.delay_seconds):
+            return
+        if self.machine.is_final or self.machine.attempt != action.attempt:
+            return
+        key = InstanceKey(
+            job_id=self.job_id, attempt=action.attempt, role=action.role, index=action.index
+        )
+        await self.backend.relaunch(key)
+
+    async def _pause(self, seconds: float) -> bool:
+        """Sleep, unless a stop is asked for first; True when the sleep ran its course."""
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_requested(), seconds)
+            return False
+        return True
+
+    async def _stop_requested(self) -> None:
+        while self._stop_reason is None:
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _settle(self, attempt: int) -> None:
+        """Apply the stopped instances' own events (exit codes) before the stop is final."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_SECONDS
+        while (
+            any(not view.ended for view in self.machine.instances if view.attempt == attempt)
+            and loop.time() < deadline
+        ):
+            if self._events.empty():
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), deadline - loop.time())
+                continue
+            await self._apply(self._events.get_nowait())
+
+    async def _log_tail(self, event: InstanceEvent) -> str:
+        if event.key is None:
+            return ""
+        try:
+            chunks = [c.data async for c in self.backend.logs(event.key, tail=LOG_TAIL_LINES)]
+        except Exception:
+            return ""
+        return "".join(chunks)[-LOG_TAIL_CHARS:]
