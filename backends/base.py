@@ -213,6 +213,18 @@ class Backend(Protocol):
     ) -> AsyncIterator[LogChunk]:
         """An instance's output, from a byte offset or its last `tail` lines; kept after it ends."""
 
+    async def relaunch(self, key: InstanceKey) -> None:
+        """Start one ended instance of a live attempt again (task retry, gang allocation off).
+
+        Its peers keep running and keep the environment they started with, so the instance
+        comes back with the same role, index and environment, at the same address, and with
+        the same ports when they are still free (else new ones). PLACED / STARTED / EXITED ...
+        follow for it as for any instance, WAITING (with its role and index) while it does not
+        fit, and its log goes on in the same file. The events carry no retry number: the
+        caller knows which run it asked for. UnknownInstance when there is no such instance;
+        BackendError when it has not ended yet or its attempt is being stopped.
+        """
+
     async def reconcile(self) -> list[InstanceReport]:
         """Every instance this backend knows of, so a restarted server can adopt them."""
 

@@ -6,6 +6,11 @@ as InstanceEvents. Everything an attempt needs to be found again after a restart
 the state directory (`attempts/<job>/<attempt>/`): the launch request, each instance's runtime
 files, its log and, once it ended, its exit record. Containers and networks are removed as soon
 as they are no longer needed; logs and exit records stay until the attempt is forgotten.
+
+Without gang allocation one ended instance can be started again on its own (`relaunch`): it is
+placed alone, keeps its address (and its ports when they are free) so the environment its
+peers started with stays true, and each run's container carries its run number, so events of
+an earlier run are never taken for the current one.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 
 from backends.base import (
+    BackendError,
     EventKind,
     Fetch,
     InstanceEvent,
@@ -39,9 +45,9 @@ from backends.base import (
     UnknownInstance,
     utcnow,
 )
-from backends.entrypoint import ENTRYPOINT, RUNTIME_DIR, WORK_DIR, entrypoint_script
+from backends.entrypoint import ENTRYPOINT, MARKER, RUNTIME_DIR, WORK_DIR, entrypoint_script
 from backends.runtime_env import port_requests, runtime_env, shell_env_file
-from simulator.cluster import Cluster, Demand, NeverFits, Shortage, Slot
+from simulator.cluster import Cluster, Demand, NeverFits, Placed, Shortage, Slot
 from simulator.containers import (
     LABEL,
     OWNER,
@@ -63,6 +69,7 @@ INDEX = f"{LABEL}.index"
 NODE = f"{LABEL}.node"
 PORTS = f"{LABEL}.ports"
 GPUS = f"{LABEL}.gpus"
+RUN = f"{LABEL}.run"  # 1, then 2, 3 ... for each time the instance is started again
 
 _FETCH_KIND = {
     Fetch.DOWNLOAD: MaterialKind.DOWNLOAD,
@@ -86,7 +93,7 @@ def _safe(text: str) -> str:
     return f"{cleaned}-{hashlib.sha1(text.encode()).hexdigest()[:6]}"
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: the relaunch queue holds these
 class _Instance:
     key: InstanceKey
     dir: Path
@@ -94,6 +101,13 @@ class _Instance:
     placement: Placement | None = None
     ended: bool = False
     started_at: datetime | None = None
+    run: int = 1  # how many times it was started; relaunch adds one
+    waiting_reason: str | None = None  # why a relaunch waits, told once per change
+
+    @property
+    def relaunch_file(self) -> Path:
+        """Its run number, and whether that run still waits to be placed (read on adoption)."""
+        return self.dir / "relaunch.json"
 
 
 @dataclass
@@ -102,6 +116,8 @@ class _Attempt:
     dir: Path
     instances: dict[tuple[str, int], _Instance] = field(default_factory=dict)
     network: str | None = None
+    addresses: list[str] = field(default_factory=list)  # the network's, in the gang's order
+    network_lock: threading.Lock = field(default_factory=threading.Lock)
     placed: bool = False
     stopping: bool = False
     forgotten: bool = False
@@ -150,6 +166,7 @@ class DockerBackend:
         self._lock = threading.RLock()
         self._attempts: dict[str, _Attempt] = {}
         self._queue: list[str] = []  # attempt ids waiting for capacity, in arrival order
+        self._relaunches: list[_Instance] = []  # instances to start again, in arrival order
         self._by_container: dict[str, _Instance] = {}
         # control work (placing, finishing) and Docker calls get separate pools, so a task of
         # the first never waits for a worker of its own pool
@@ -219,6 +236,9 @@ class DockerBackend:
                 return
             await asyncio.sleep(_POLL_SECONDS)
 
+    async def relaunch(self, key: InstanceKey) -> None:
+        await asyncio.to_thread(self._relaunch, key)
+
     async def reconcile(self) -> list[InstanceReport]:
         return await asyncio.to_thread(self._reports)
 
@@ -281,12 +301,20 @@ class DockerBackend:
         return False
 
     def _schedule(self) -> None:
-        """Place every queued attempt that fits now, in arrival order (gang: all or none)."""
+        """Place every queued attempt that fits now, in arrival order (gang: all or none).
+
+        Instances to start again come first: their attempts already run, and a peer waiting
+        for them holds resources that a new attempt would only wait for as well.
+        """
         with self._scheduling:
             while True:
                 placed_any = False
                 with self._lock:
+                    relaunches = list(self._relaunches)
                     queued = list(self._queue)
+                for instance in relaunches:
+                    if self._try_relaunch(instance):
+                        placed_any = True
                 for attempt_id in queued:
                     attempt = self._attempts.get(attempt_id)
                     if attempt is None or attempt.stopping:
@@ -363,8 +391,7 @@ class DockerBackend:
             for instance in attempt.instances.values():
                 self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
             return
-        with self._lock:
-            attempt.network = network.name
+        self._use_network(attempt, network.name, addresses)
         placements = {
             (role.name, index): Placement(
                 node=slots[(role.name, index)].node,
@@ -418,6 +445,15 @@ class DockerBackend:
         elif attempt.stopping:
             self.engine.stop(container_id, 0)
 
+    def _use_network(self, attempt: _Attempt, name: str, addresses: list[str]) -> None:
+        """Record the attempt's network and its addresses (on disk too: a relaunch after a
+        restart gives an instance its address on this network)."""
+        with self._lock:
+            attempt.network, attempt.addresses = name, addresses
+        (attempt.dir / "network.json").write_text(
+            json.dumps({"name": name, "addresses": addresses}), encoding="utf-8"
+        )
+
     def _container_spec(
         self,
         attempt: _Attempt,
@@ -436,8 +472,10 @@ class DockerBackend:
         aliases = [f"{role.name}-{index}"]
         if _safe(role.name) != role.name:
             aliases.append(f"{_safe(role.name)}-{index}")
+        name = f"pai-{_safe(request.job_id)}-{request.attempt}-{_safe(role.name)}-{index}"
         return ContainerSpec(
-            name=f"pai-{_safe(request.job_id)}-{request.attempt}-{_safe(role.name)}-{index}",
+            # each run its own name: the container of the run before may not be removed yet
+            name=name if instance.run == 1 else f"{name}-run{instance.run}",
             image=role.image,
             command=["/bin/sh", ENTRYPOINT],
             network=network,
@@ -452,6 +490,7 @@ class DockerBackend:
                 NODE: placement.node,
                 PORTS: json.dumps(placement.ports),
                 GPUS: json.dumps(list(slot.gpus)),
+                RUN: str(instance.run),
             },
             env=env,
             ports=all_ports,
@@ -469,9 +508,11 @@ class DockerBackend:
             ),
         )
 
-    def _materialize(self, request: LaunchRequest) -> dict[tuple[str, str], BindMount]:
+    def _materialize(
+        self, request: LaunchRequest, roles: list[RoleLaunch] | None = None
+    ) -> dict[tuple[str, str], BindMount]:
         mounts: dict[tuple[str, str], BindMount] = {}
-        for role in request.roles:
+        for role in request.roles if roles is None else roles:
             for material in role.materials:
                 mount = self.materials.materialize(
                     material.name,
@@ -498,6 +539,186 @@ class DockerBackend:
                 notes[role.name] = "limits clipped to this machine: " + ", ".join(clipped)
         return notes
 
+    # --- starting one instance again ---------------------------------------------------------
+
+    def _relaunch(self, key: InstanceKey) -> None:
+        """Queue an ended instance to run again; its events start over from PLACED."""
+        attempt_id = f"{key.job_id}#{key.attempt}"
+        where = f"{key.role}-{key.index} of attempt {key.attempt} of job {key.job_id}"
+        with self._lock:
+            attempt = self._attempts.get(attempt_id)
+            instance = attempt.instances.get((key.role, key.index)) if attempt else None
+            if attempt is None or instance is None:
+                raise UnknownInstance(f"no instance {where}")
+            # the exit record is written after `ended` is set: wait for both
+            if not (instance.ended and (instance.dir / "exit.json").exists()):
+                raise BackendError(f"{where} has not ended; only an ended instance runs again")
+            if attempt.stopping:
+                raise BackendError(f"attempt {key.attempt} of job {key.job_id} is being stopped")
+            (instance.dir / "exit.json").unlink()
+            instance.ended = False
+            instance.started_at = None
+            instance.waiting_reason = None
+            instance.run += 1
+            old, instance.container_id = instance.container_id, None
+            if old:
+                self._by_container.pop(old, None)
+            self._write_run(instance, queued=True)
+            self._relaunches.append(instance)
+        with (instance.dir / "output.log").open("a", encoding="utf-8") as log:
+            log.write(
+                f"{MARKER} task retry {instance.run - 1}: starting task attempt {instance.run}\n"
+            )
+        if old:
+            self.engine.remove(old)  # its address is given to the new run
+        self._schedule()
+
+    def _write_run(self, instance: _Instance, *, queued: bool) -> None:
+        placement = instance.placement.model_dump() if instance.placement else None
+        record = {"run": instance.run, "queued": queued, "placement": placement}
+        instance.relaunch_file.write_text(json.dumps(record), encoding="utf-8")
+
+    def _try_relaunch(self, instance: _Instance) -> bool:
+        """Place one instance to run again, alone; False while it does not fit."""
+        key = instance.key
+        with self._lock:
+            attempt = self._attempts.get(f"{key.job_id}#{key.attempt}")
+            if attempt is None or attempt.stopping or instance.ended:
+                with contextlib.suppress(ValueError):
+                    self._relaunches.remove(instance)
+                return False
+        request = attempt.request
+        role = request.role(key.role)
+        if any(i.placement is None for i in attempt.instances.values()):
+            reason = (
+                "cannot run on its own: its attempt was never placed, so its peers have no "
+                "addresses; launch the attempt again instead"
+            )
+            self._drop_relaunch(attempt, instance, reason)
+            return False
+        previous = instance.placement
+        assert previous is not None
+        position = _position(request, key)
+        try:
+            result = self.cluster.place_one(
+                attempt.id, request.virtual_cluster, position, _demand(role), prefer=previous.node
+            )
+        except NeverFits as exc:  # the settings changed since the attempt was placed
+            self._drop_relaunch(attempt, instance, exc.reason)
+            return False
+        if isinstance(result, Shortage):
+            self._wait_instance(instance, result.reason)
+            return False
+        owner = f"{attempt.id}/{key.role}/{key.index}"
+        try:
+            ports = self._ports_again(owner, role, key.index, previous)
+        except PortError as exc:
+            self.cluster.release_one(attempt.id, position)
+            self._wait_instance(instance, f"waiting for ports: {exc}")
+            return False
+        with self._lock:
+            stopped = attempt.stopping or instance not in self._relaunches
+            if not stopped:
+                self._relaunches.remove(instance)
+                instance.waiting_reason = None
+        if stopped:  # a stop took it off the queue meanwhile; it ends as stopped
+            self.ports.release(owner)
+            self.cluster.release_one(attempt.id, position)
+            return False
+        self._pool.submit(self._start_relaunch, attempt, instance, result, ports)
+        return True
+
+    def _ports_again(
+        self, owner: str, role: RoleLaunch, index: int, previous: Placement
+    ) -> dict[str, list[int]]:
+        """The ports the instance had, when each label's ports are a free run; else new ones."""
+        asks = _port_asks(role, index)
+        again = _same_ports(asks, previous)
+        if again is not None:
+            with contextlib.suppress(PortError):
+                return self.ports.allocate(owner, again)
+        return self.ports.allocate(owner, asks)
+
+    def _drop_relaunch(self, attempt: _Attempt, instance: _Instance, reason: str) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            self._relaunches.remove(instance)
+        self._end(attempt, instance, EventKind.START_FAILED, reason=reason)
+        self._cleanup_if_done(attempt)
+
+    def _wait_instance(self, instance: _Instance, reason: str) -> None:
+        if instance.waiting_reason == reason:
+            return
+        instance.waiting_reason = reason
+        self._emit(self._event(instance, EventKind.WAITING, reason=reason))
+
+    def _start_relaunch(
+        self,
+        attempt: _Attempt,
+        instance: _Instance,
+        placed: Placed,
+        ports: dict[str, list[int]],
+    ) -> None:
+        """Start the instance's new container, on the attempt's network at its address."""
+        request = attempt.request
+        key = instance.key
+        role = request.role(key.role)
+        slot = placed.slots[0]
+        try:
+            mounts = self._materialize(request, [role])
+            network, address = self._network_for(attempt, _position(request, key))
+        except (EngineError, MaterialError, OSError) as exc:
+            self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
+            self._cleanup_if_done(attempt)
+            return
+        instance.placement = Placement(node=slot.node, host_ip=address, ports=ports)
+        placements = {
+            name: peer.placement
+            for name, peer in attempt.instances.items()
+            if peer.placement is not None
+        }
+        env = runtime_env(request, placements, role.name, key.index)
+        (instance.dir / "runtime_env.sh").write_text(shell_env_file(env), encoding="utf-8")
+        (instance.dir / "entrypoint.sh").write_text(entrypoint_script(role), encoding="utf-8")
+        spec = self._container_spec(attempt, role, key.index, env, network, mounts, slot)
+        self._write_run(instance, queued=False)
+        reason = self._clipping_notes(request).get(role.name)
+        self._emit(
+            self._event(instance, EventKind.PLACED, reason=reason, placement=instance.placement)
+        )
+        self._run_container(attempt, instance, spec)
+        self._cleanup_if_done(attempt)
+
+    def _network_for(self, attempt: _Attempt, position: int) -> tuple[str, str]:
+        """The attempt's network and the instance's address on it; a new network when the old
+        one was removed because every instance had ended (its subnet is usually free again,
+        and then the address is the same)."""
+        with attempt.network_lock:
+            with self._lock:
+                name, addresses = attempt.network, list(attempt.addresses)
+            if name is not None:
+                if position < len(addresses):
+                    return name, addresses[position]
+                # adopted without a record of its addresses: the instance's own one
+                role, index = _order(attempt.request)[position]
+                placement = attempt.instances[(role.name, index)].placement
+                assert placement is not None
+                return name, placement.host_ip
+            request = attempt.request
+            info = self.engine.create_network(
+                f"pai-{_safe(request.job_id)}-{request.attempt}-{os.urandom(3).hex()}",
+                {OWNER: self.owner, JOB: request.job_id, ATTEMPT: str(request.attempt)},
+                request.total_instances,
+            )
+            addresses = info.addresses(request.total_instances)
+            with self._lock:
+                forgotten = attempt.forgotten
+            if forgotten:
+                with contextlib.suppress(EngineError):
+                    self.engine.remove_network(info.name)
+                raise EngineError(f"attempt {attempt.id} was forgotten")
+            self._use_network(attempt, info.name, addresses)
+            return info.name, addresses[position]
+
     # --- watching ----------------------------------------------------------------------------
 
     def _on_container_event(self, event: ContainerEvent) -> None:
@@ -510,6 +731,8 @@ class DockerBackend:
         attempt = self._attempts.get(f"{instance.key.job_id}#{instance.key.attempt}")
         if attempt is None or instance.ended:
             return
+        if event.labels.get(RUN, "1") != str(instance.run):
+            return  # the container of an earlier run of a relaunched instance
         if event.action == "start":
             instance.started_at = event.at
             self._emit(self._event(instance, EventKind.STARTED, placement=instance.placement))
@@ -587,15 +810,19 @@ class DockerBackend:
             self._pool.submit(self._schedule)
 
     def _cleanup_if_done(self, attempt: _Attempt) -> None:
-        if not attempt.all_ended():
-            return
-        with self._lock:
+        with self._lock:  # checked under the lock: a relaunch may be bringing one back
+            if not attempt.all_ended():
+                return
             if attempt.id in self._queue:
                 self._queue.remove(attempt.id)
             network, attempt.network = attempt.network, None
         if network:
-            with contextlib.suppress(EngineError):
+            try:
                 self.engine.remove_network(network)
+            except EngineError:
+                with self._lock:  # still in use a moment longer: a relaunch or forget retries
+                    if attempt.network is None and not attempt.forgotten:
+                        attempt.network = network
 
     # --- stopping ----------------------------------------------------------------------------
 
@@ -608,10 +835,17 @@ class DockerBackend:
             queued = attempt_id in self._queue
             if queued:
                 self._queue.remove(attempt_id)
+            relaunching = [i for i in self._relaunches if _attempt_of(i) == attempt_id]
+            for instance in relaunching:
+                self._relaunches.remove(instance)
             running = [i.container_id for i in attempt.instances.values() if i.container_id]
         if queued or not attempt.placed:
             for instance in attempt.instances.values():
                 self._end(attempt, instance, EventKind.STOPPED, reason="stopped while waiting")
+        for instance in relaunching:
+            self._end(
+                attempt, instance, EventKind.STOPPED, reason="stopped while waiting to run again"
+            )
         list(self._docker_pool.map(lambda cid: self.engine.stop(cid, grace), running))
 
     def _forget(self, attempt_id: str) -> None:
@@ -624,6 +858,7 @@ class DockerBackend:
             attempt.forgotten = True
             if attempt_id in self._queue:
                 self._queue.remove(attempt_id)
+            self._relaunches = [i for i in self._relaunches if _attempt_of(i) != attempt_id]
             network, attempt.network = attempt.network, None
         for instance in attempt.instances.values():
             if instance.container_id:
@@ -645,6 +880,8 @@ class DockerBackend:
         """Take back this owner's attempts; remove containers and networks nobody owns."""
         self._remove_leftovers_of_dead_runs()
         containers = self.engine.containers({OWNER: self.owner})
+        requeue: list[_Instance] = []  # relaunched, still waiting to be placed
+        recorded: dict[str, tuple[str, list[str]]] = {}  # attempt -> its network's addresses
         for launch in sorted(self.attempts_dir.glob("*/*/launch.json")):
             request = LaunchRequest.model_validate_json(launch.read_text(encoding="utf-8"))
             attempt = _Attempt(request=request, dir=launch.parent, placed=True)
@@ -654,6 +891,13 @@ class DockerBackend:
                         job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
                     )
                     instance = _Instance(key=key, dir=launch.parent / f"{_safe(role.name)}-{index}")
+                    if instance.relaunch_file.exists():
+                        run = json.loads(instance.relaunch_file.read_text("utf-8"))
+                        instance.run = run["run"]
+                        if run["placement"] is not None:
+                            instance.placement = Placement.model_validate(run["placement"])
+                        if run["queued"]:
+                            requeue.append(instance)
                     record = instance.dir / "exit.json"
                     if record.exists():
                         instance.ended = True
@@ -661,11 +905,15 @@ class DockerBackend:
                         instance.placement = event.placement
                     attempt.instances[(role.name, index)] = instance
             self._attempts[attempt.id] = attempt
+            with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+                network = json.loads((attempt.dir / "network.json").read_text("utf-8"))
+                recorded[attempt.id] = (network["name"], network["addresses"])
         held: dict[str, list[tuple[str, Demand, tuple[int, ...]] | None]] = {}
         for info in containers:
             instance = self._instance_from_labels(info.labels)
-            if instance is None:
-                self.engine.remove(info.id)  # an orphan: no attempt on record owns it
+            if instance is None or info.labels.get(RUN, "1") != str(instance.run):
+                # an orphan: no attempt on record owns it, or a run that was replaced
+                self.engine.remove(info.id)
                 continue
             attempt = self._attempts[f"{instance.key.job_id}#{instance.key.attempt}"]
             ports = json.loads(info.labels.get(PORTS, "{}"))
@@ -688,9 +936,14 @@ class DockerBackend:
         for attempt_id, slots in held.items():
             attempt = self._attempts[attempt_id]
             self.cluster.adopt(attempt_id, attempt.request.virtual_cluster, slots)
+        self._relaunches.extend(i for i in requeue if not i.ended and i.container_id is None)
         for attempt in self._attempts.values():
             for instance in attempt.instances.values():
-                if not instance.ended and instance.container_id is None:
+                if (
+                    not instance.ended
+                    and instance.container_id is None
+                    and instance not in self._relaunches
+                ):
                     self._end(attempt, instance, EventKind.LOST, reason="its container is gone")
         for name, labels in self.engine.networks({OWNER: self.owner}):
             attempt = self._attempts.get(f"{labels.get(JOB)}#{labels.get(ATTEMPT)}")
@@ -699,6 +952,10 @@ class DockerBackend:
                     self.engine.remove_network(name)
             else:
                 attempt.network = name
+                known, addresses = recorded.get(attempt.id, ("", []))
+                attempt.addresses = addresses if known == name else []
+        if self._relaunches:
+            self._schedule()
 
     def _remove_leftovers_of_dead_runs(self) -> None:
         """Containers of a `paigraph run` whose process is gone (killed, machine rebooted)."""
@@ -782,6 +1039,10 @@ class DockerBackend:
             self._loop.call_soon_threadsafe(self._events.put_nowait, event)
 
 
+def _attempt_of(instance: _Instance) -> str:
+    return f"{instance.key.job_id}#{instance.key.attempt}"
+
+
 def _order(request: LaunchRequest) -> list[tuple[RoleLaunch, int]]:
     """Every instance of the attempt, roles in order, indexes ascending: the gang's order."""
     return [(role, index) for role in request.roles for index in range(role.instances)]
@@ -809,6 +1070,20 @@ def _port_asks(role: RoleLaunch, index: int) -> list[PortAsk]:
         PortAsk(p.label, p.count, p.begin_at + index * p.count if p.begin_at else 0)
         for p in port_requests(role)
     ]
+
+
+def _same_ports(asks: list[PortAsk], previous: Placement) -> list[PortAsk] | None:
+    """Asks for exactly the ports an instance had, or None when a label's ports were not one
+    consecutive run (an ask names a first port and a count)."""
+    again = []
+    for ask in asks:
+        had = previous.ports.get(ask.label, [])
+        if len(had) != ask.count:
+            return None
+        if had and had != list(range(had[0], had[0] + ask.count)):
+            return None
+        again.append(ask._replace(begin_at=had[0]) if had else ask)
+    return again
 
 
 def _pid_alive(pid: int) -> bool:

@@ -287,6 +287,54 @@ class Cluster:
             self._held[attempt_id] = _Holding(vc, entries)
             return Placed(tuple(Slot(e.node, e.gpus) for e in entries if e is not None))
 
+    def place_one(
+        self,
+        attempt_id: str,
+        vc: str,
+        index: int,
+        demand: Demand,
+        *,
+        prefer: str | None = None,
+    ) -> Placed | Shortage:
+        """Hold resources for the ``index``-th demand of an attempt again, after it was given
+        back: one instance started again on its own (task retry without gang allocation).
+
+        The rest of the attempt is not touched, so this works while its peers run and after
+        all of them ended. ``prefer`` is tried first, so the instance returns to the node it
+        ran on when that has room. Raises NeverFits, and ValueError when that demand still
+        holds resources or the attempt holds them in another virtual cluster.
+        """
+        if index < 0:
+            raise ValueError(f"demand index must be >= 0, not {index}")
+        reason = self.never_fits(vc, [demand])
+        if reason is not None:
+            raise NeverFits(reason)
+        with self._lock:
+            holding = self._held.get(attempt_id)
+            if holding is not None:
+                if holding.vc != vc:
+                    raise ValueError(f"attempt {attempt_id!r} holds resources in vc {holding.vc}")
+                if index < len(holding.entries) and holding.entries[index] is not None:
+                    raise ValueError(
+                        f"demand {index} of attempt {attempt_id!r} already holds resources"
+                    )
+            shortage = self._vc_shortage(vc, [demand])
+            if shortage:
+                return Shortage(shortage)
+            free = {name: state.free() for name, state in self._nodes.items()}
+            order = sorted(free, key=lambda name: name != prefer)  # stable: settings order
+            node = next((name for name in order if _fits(demand, free[name])), None)
+            if node is None:
+                return Shortage(self._node_shortage([demand], [None], free))
+            state = self._nodes[node]
+            entry = _Entry(node, demand, tuple(state.free_gpu_indices()[: demand.gpu]))
+            state.take(entry)
+            if holding is None:
+                holding = self._held[attempt_id] = _Holding(vc, [])
+            holding.entries.extend([None] * (index + 1 - len(holding.entries)))
+            holding.entries[index] = entry
+            return Placed((Slot(entry.node, entry.gpus),))
+
     def release(self, attempt_id: str) -> None:
         """Give back everything the attempt still holds; unknown attempts are ignored."""
         with self._lock:

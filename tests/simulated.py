@@ -4,6 +4,7 @@ collecting events until instances end."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import docker.errors
 
 from backends.base import (
     EventKind,
@@ -75,8 +77,11 @@ async def backend(
     await sim.start()
     try:
         yield sim
-    finally:
+    except BaseException:
         await sim.close()
+        remove_leftovers(sim.owner)
+        raise
+    await sim.close()
 
 
 class Collector:
@@ -123,12 +128,23 @@ class Collector:
 
 def leftovers(owner: str) -> tuple[list[str], list[str]]:
     """Containers and networks Docker still has for this owner."""
-    client = docker.from_env()
-    containers = [
-        c.name for c in client.containers.list(all=True, filters={"label": f"{OWNER}={owner}"})
-    ]
-    networks = [n.name for n in client.networks.list(filters={"label": f"{OWNER}={owner}"})]
+    api = docker.from_env().api
+    labels = {"label": f"{OWNER}={owner}"}
+    containers = [c["Names"][0].lstrip("/") for c in api.containers(all=True, filters=labels)]
+    networks = [n["Name"] for n in api.networks(filters=labels)]
     return containers, networks
+
+
+def remove_leftovers(owner: str) -> None:
+    """After a failed test: take away whatever its backend could not clean up."""
+    api = docker.from_env().api
+    labels = {"label": f"{OWNER}={owner}"}
+    for container in api.containers(all=True, filters=labels):
+        with contextlib.suppress(docker.errors.APIError):
+            api.remove_container(container["Id"], force=True)
+    for network in api.networks(filters=labels):
+        with contextlib.suppress(docker.errors.APIError):
+            api.remove_network(network["Id"])
 
 
 async def log_text(sim: DockerBackend, key: InstanceKey) -> str:

@@ -215,6 +215,38 @@ def test_release_one_instance_then_the_rest() -> None:
     assert not c.holds("b")
 
 
+def test_one_released_instance_is_placed_again_on_its_own() -> None:
+    c = cluster("node_count: 2\nnode: {cpu: 4, memory_mb: 4096}\ngpus_per_node: 1")
+    c.place("a", "default", [Demand(2, 512, 1), Demand(2, 512, 1)])
+    assert used(c) == {"node-0": Capacity(2, 512, 1), "node-1": Capacity(2, 512, 1)}
+    with pytest.raises(ValueError, match="demand 1 of attempt 'a' already holds resources"):
+        c.place_one("a", "default", 1, Demand(2, 512, 1))
+    c.release_one("a", 1)
+    assert c.place("b", "default", [Demand(3, 512)]) == Placed((Slot("node-1", ()),))
+    # cpu is free on node-0 and the gpu on node-1, but no node has both
+    assert c.place_one("a", "default", 1, Demand(2, 512, 1), prefer="node-1") == Shortage(
+        "no node has 2 free cpu, 512 MB free memory and 1 free gpu at once"
+    )
+    assert used(c) == {"node-0": Capacity(2, 512, 1), "node-1": Capacity(3, 512, 0)}
+    with pytest.raises(NeverFits, match="the largest node has 4 cpu"):
+        c.place_one("a", "default", 1, Demand(5, 512))
+    c.release("b")
+    assert c.place_one("a", "default", 1, Demand(2, 512, 1), prefer="node-1") == Placed(
+        (Slot("node-1", (0,)),)
+    )
+    c.release("a")
+    # after every instance gave its share back: the preferred node first, if it has room
+    assert c.place_one("a", "default", 1, Demand(1, 256), prefer="node-1") == Placed(
+        (Slot("node-1", ()),)
+    )
+    assert c.place_one("a", "default", 0, Demand(1, 256)) == Placed((Slot("node-0", ()),))
+    assert used(c) == {"node-0": Capacity(1, 256, 0), "node-1": Capacity(1, 256, 0)}
+    c.release_one("a", 1)
+    c.release_one("a", 0)
+    assert not c.holds("a")
+    assert used(c)["node-1"] == Capacity(0, 0, 0)
+
+
 def test_a_restarted_backend_adopts_what_runs() -> None:
     c = cluster("node_count: 2\nnode: {cpu: 8, memory_mb: 4096}\ngpus_per_node: 4")
     c.adopt("a", "default", [("node-1", Demand(4, 1024, 2), [0, 1]), None])

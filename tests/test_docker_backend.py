@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import threading
 from collections import defaultdict
@@ -10,10 +11,12 @@ from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import docker
 import httpx
 import pytest
 
 from backends.base import (
+    BackendError,
     EventKind,
     Fetch,
     Hooks,
@@ -21,6 +24,7 @@ from backends.base import (
     InstanceStatus,
     LaunchRefused,
     Material,
+    UnknownInstance,
 )
 from simulator.containers import OWNER
 from tests.simulated import Collector, backend, job, leftovers, log_text, role
@@ -350,3 +354,157 @@ async def test_data_script_and_storage_prerequisites_are_in_place(
         assert sorted(p.read_text() for p in storage.iterdir()) == ["result-0\n", "result-1\n"]
         await sim.forget(request.job_id, 1)
         events.close()
+
+
+# A task retry without gang allocation. Instance 1 fails on its first run and serves its http
+# port on the second; instance 0 runs all along and reaches it at the address and port that
+# its own environment named when it started, before instance 1 was started again.
+RETRIED = [
+    'if [ "$PAI_TASK_INDEX" = 0 ]; then',
+    "  peer=${PAI_TASK_ROLE_w_HOST_LIST#*,}",
+    "  for i in $(seq 1 300); do",
+    '    timeout 5 wget -q -O /tmp/answer "http://$peer/hello.txt" && break; sleep 0.2',
+    "  done",
+    '  grep -q "second run of 1" /tmp/answer || exit 7',
+    '  echo "reached $peer: $(cat /tmp/answer)"; touch results/seen; exit 0',
+    "fi",
+    "if [ -f results/tried-$PAI_TASK_INDEX ]; then",
+    '  echo "second run at $PAI_CONTAINER_HOST_IP"; mkdir -p /tmp/www',
+    '  echo "second run of $PAI_TASK_INDEX" > /tmp/www/hello.txt',
+    "  httpd -p $PAI_CONTAINER_HOST_PORT -h /tmp/www",
+    "  for i in $(seq 1 300); do [ -f results/seen ] && break; sleep 0.2; done",
+    "  exit 0",
+    "fi",
+    'touch results/tried-$PAI_TASK_INDEX; echo "first run at $PAI_CONTAINER_HOST_IP"; exit 5',
+]
+
+
+def _runs(events: Collector, key: InstanceKey) -> list[EventKind]:
+    return [e.kind for e in events.events if e.key == key]
+
+
+async def _nothing_left(owner: str, timeout: float = 10) -> bool:
+    """Whether Docker has no container or network of the owner, within the timeout: removal
+    follows the ending event."""
+    for _ in range(int(timeout / 0.2)):
+        with contextlib.suppress(docker.errors.NotFound):  # listed, then removed meanwhile
+            if leftovers(owner) == ([], []):
+                return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def test_relaunch_runs_one_failed_instance_again_where_its_peers_expect_it(
+    tmp_path: Path,
+) -> None:
+    results = Material(name="results", kind=Fetch.MOUNT)
+    request = job(role("w", RETRIED, instances=2, materials=[results]))
+    first = InstanceKey(job_id=request.job_id, attempt=1, role="w", index=0)
+    retried = InstanceKey(job_id=request.job_id, attempt=1, role="w", index=1)
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        await events.until(lambda: retried in events.ended(request))
+        failed = events.ended(request)[retried]
+        assert (failed.kind, failed.exit_code) == (EventKind.EXITED, 5)
+        assert first not in events.ended(request)
+        with pytest.raises(BackendError, match=r"w-0 of attempt 1 .* has not ended"):
+            await sim.relaunch(first)
+        with pytest.raises(UnknownInstance):
+            await sim.relaunch(retried.model_copy(update={"index": 2}))
+        await sim.relaunch(retried)
+        with pytest.raises(BackendError, match="has not ended"):
+            await sim.relaunch(retried)  # twice: the second run is under way
+        await events.until(lambda: _runs(events, retried).count(EventKind.EXITED) == 2)
+        ended = await events.all_ended(request)
+        assert {k.index: (e.kind, e.exit_code) for k, e in ended.items()} == {
+            0: (EventKind.EXITED, 0),
+            1: (EventKind.EXITED, 0),
+        }
+        assert _runs(events, retried) == [
+            EventKind.PLACED,
+            EventKind.STARTED,
+            EventKind.EXITED,
+            EventKind.PLACED,
+            EventKind.STARTED,
+            EventKind.EXITED,
+        ]
+        placed = [e.placement for e in events.of(request) if e.kind is EventKind.PLACED]
+        assert placed[1] == placed[2]  # w-1: same node, address and ports the second time
+        log = await log_text(sim, retried)
+        address = placed[1].host_ip
+        assert log.index(f"first run at {address}\n") < log.index("[paigraph] task retry 1")
+        assert log.index("[paigraph] task retry 1") < log.index(f"second run at {address}\n")
+        peer = f"{address}:{placed[1].ports['http'][0]}"
+        assert f"reached {peer}: second run of 1" in await log_text(sim, first)
+        reports = {r.key: r for r in await sim.reconcile()}
+        assert (reports[retried].status, reports[retried].exit_code) == (
+            InstanceStatus.EXITED,
+            0,
+        )
+        await sim.forget(request.job_id, 1)
+        events.close()
+        assert leftovers(sim.owner) == ([], [])
+
+
+async def test_relaunch_after_every_peer_ended_gets_a_network_again(tmp_path: Path) -> None:
+    commands = [
+        'if [ "$PAI_TASK_INDEX" = 0 ] || [ -f results/tried ]; then',
+        '  echo "ran at $PAI_CONTAINER_HOST_IP"; exit 0',
+        "fi",
+        "touch results/tried; exit 2",
+    ]
+    results = Material(name="results", kind=Fetch.MOUNT)
+    request = job(role("w", commands, instances=2, materials=[results]))
+    retried = InstanceKey(job_id=request.job_id, attempt=1, role="w", index=1)
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        ended = await events.all_ended(request)
+        assert ended[retried].exit_code == 2
+        assert await _nothing_left(sim.owner)
+        await sim.relaunch(retried)
+        await events.until(lambda: _runs(events, retried).count(EventKind.EXITED) == 2)
+        assert events.ended(request)[retried].exit_code == 0
+        placement = [e.placement for e in events.of(request) if e.kind is EventKind.PLACED][-1]
+        assert f"ran at {placement.host_ip}\n" in await log_text(sim, retried)
+        [report] = [r for r in await sim.reconcile() if r.key == retried]
+        assert (report.status, report.exit_code) == (InstanceStatus.EXITED, 0)
+        # the network made for the second run is gone with it
+        assert await _nothing_left(sim.owner)
+        await sim.forget(request.job_id, 1)
+        events.close()
+
+
+async def test_relaunch_waits_for_room_and_a_stop_ends_the_wait(tmp_path: Path) -> None:
+    overrides = {"node_count": 1, "node": {"cpu": 2, "memory_mb": 4096}}
+    request = job(role("w", ['[ "$PAI_TASK_INDEX" = 0 ] && sleep 1000', "exit 3"], instances=2))
+    other = job(role("hog", ["sleep 1000"]))
+    retried = InstanceKey(job_id=request.job_id, attempt=1, role="w", index=1)
+    async with backend(tmp_path, **overrides) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        await events.until(lambda: retried in events.ended(request))
+        await sim.launch(other)  # takes the cpu w-1 gave back
+        await events.until(lambda: len(events.started(other)) == 1)
+        await sim.relaunch(retried)
+        await events.until(lambda: EventKind.WAITING in _runs(events, retried))
+        [waiting] = [e for e in events.of(request) if e.kind is EventKind.WAITING]
+        assert waiting.key == retried
+        assert "cpu" in waiting.reason
+        assert [r.status for r in await sim.reconcile() if r.key == retried] == [
+            InstanceStatus.PENDING
+        ]
+        await sim.stop(request.job_id, 1, grace_seconds=1)
+        ended = await events.all_ended(request, timeout=30)
+        assert ended[retried].kind is EventKind.STOPPED
+        assert ended[retried].reason == "stopped while waiting to run again"
+        assert EventKind.PLACED not in _runs(events, retried)[3:]
+        with pytest.raises(BackendError, match="is being stopped"):
+            await sim.relaunch(retried)
+        await sim.stop(other.job_id, 1, grace_seconds=1)
+        await events.all_ended(other, timeout=30)
+        for done in (request, other):
+            await sim.forget(done.job_id, 1)
+        events.close()
+        assert leftovers(sim.owner) == ([], [])

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from backends.base import (
     Backend,
+    BackendError,
     EventKind,
     InstanceEvent,
     InstanceKey,
@@ -142,7 +143,8 @@ class JobRunner:
         key = InstanceKey(
             job_id=self.job_id, attempt=action.attempt, role=action.role, index=action.index
         )
-        await self.backend.relaunch(key)
+        with contextlib.suppress(BackendError):  # stopping or forgotten meanwhile: stop ends it
+            await self.backend.relaunch(key)
 
     async def _pause(self, seconds: float) -> bool:
         """Sleep, unless a stop is asked for first; True when the sleep ran its course."""
