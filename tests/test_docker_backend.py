@@ -508,3 +508,32 @@ async def test_relaunch_waits_for_room_and_a_stop_ends_the_wait(tmp_path: Path) 
             await sim.forget(done.job_id, 1)
         events.close()
         assert leftovers(sim.owner) == ([], [])
+
+
+async def test_instances_resolve_peers_by_alias_and_get_their_limits(tmp_path: Path) -> None:
+    commands = [
+        'nslookup worker-1 2>/dev/null | grep -q "$PAI_HOST_IP_worker_1" && echo ALIAS-OK',
+        "echo shm=$(df -m /dev/shm | tail -1 | awk '{print $2}')",
+        "echo memory=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null"
+        " || cat /sys/fs/cgroup/memory.max)",
+        "echo pids=$(cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max)",
+        "echo init=$(cat /proc/1/comm)",
+        "mount -t tmpfs none /mnt 2>/dev/null || echo UNPRIVILEGED",
+    ]
+    request = job(role("worker", commands, instances=2, memory_mb=128))
+    async with backend(tmp_path, pids_limit=200) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        ended = await events.all_ended(request)
+        assert {e.exit_code for e in ended.values()} == {0}
+        text = await log_text(
+            sim, InstanceKey(job_id=request.job_id, attempt=1, role="worker", index=0)
+        )
+        assert "ALIAS-OK" in text
+        assert "shm=16\n" in text
+        assert f"memory={128 * 1024 * 1024}\n" in text
+        assert "pids=200\n" in text
+        assert "init=docker-init\n" in text
+        assert "UNPRIVILEGED" in text
+        await sim.forget(request.job_id, 1)
+        events.close()

@@ -162,3 +162,33 @@ tasks:
 """
     code, output = _finish(_start(tmp_path, text, "--param", "greeting=bonjour"))
     assert code == 0, output
+
+
+def test_cmd_plugin_callbacks_run_around_the_commands(tmp_path: Path) -> None:
+    text = f"""
+protocolVersion: 2
+name: hooked
+type: job
+prerequisites:
+  - {{name: bb, type: dockerimage, uri: "{IMAGE}"}}
+  - name: announce
+    type: script
+    plugin: com.microsoft.pai.runtimeplugin.cmd
+    callbacks:
+      - {{event: taskStarts, commands: ["echo hook-start"]}}
+      - {{event: taskSucceeds, commands: ["echo hook-succeeded"]}}
+      - {{event: taskFails, commands: ["echo hook-failed with $PAI_CURRENT_TASK_ROLE_NAME"]}}
+taskRoles:
+  main:
+    dockerImage: bb
+    prerequisites: [announce]
+    resourcePerInstance: {{cpu: 1, memoryMB: 128, gpu: 0}}
+    commands: ["echo user-command", "exit 7"]
+"""
+    code, output = _finish(_start(tmp_path, text))
+    assert code == 1, output
+    assert "exit code 7" in output
+    start, user, failed = (output.index(s) for s in ("hook-start", "user-command", "hook-failed"))
+    assert start < user < failed
+    assert "hook-failed with main" in output
+    assert "hook-succeeded" not in output

@@ -129,9 +129,10 @@ def _materials(spec: JobSpec, role: TaskRole) -> list[Material]:
         if found is None:
             continue
         kind = _MATERIAL_KINDS[found.type]
-        if kind is not Fetch.MOUNT and not found.uri:
+        uris = [u for u in found.uri if u.strip()]
+        if kind is not Fetch.MOUNT and not uris:
             continue  # nothing to fetch: a prerequisite used only through its callbacks
-        materials.append(Material(name=found.name, kind=kind, uris=list(found.uri)))
+        materials.append(Material(name=found.name, kind=kind, uris=uris))
     return materials
 
 

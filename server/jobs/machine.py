@@ -296,7 +296,9 @@ class JobMachine:
             view.ports = {k: list(v) for k, v in event.placement.ports.items()}
         if event.kind is EventKind.PLACED:
             if view.state is JobState.WAITING:
-                self._move(view, JobState.STARTING, event.at, f"placed on {view.node or 'a node'}")
+                placed = f"placed on {view.node or 'a node'}"
+                note = f"; {event.reason}" if event.reason else ""  # e.g. limits clipped
+                self._move(view, JobState.STARTING, event.at, placed + note)
             return self._progress(event.at)
         if event.kind is EventKind.STARTED:
             view.started_at = view.started_at or event.at

@@ -1,0 +1,120 @@
+"""From a parsed job to the LaunchRequest a backend runs: images, materials, hooks, rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.base import Fetch
+from server.jobs.launch import NotRunnable, launch_request
+from server.protocol import resolve_job
+
+JOB = """
+protocolVersion: 2
+name: composed
+type: job
+prerequisites:
+  - {name: img, type: dockerimage, uri: "paigraph/busybox:test"}
+  - {name: mnist, type: data, uri: ["http://example.test/mnist.zip"]}
+  - {name: code, type: script, uri: "https://example.test/code.git@abc123"}
+  - {name: models, type: output, uri: ""}
+  - name: setup
+    type: script
+    plugin: com.microsoft.pai.runtimeplugin.cmd
+    callbacks:
+      - {event: taskStarts, commands: [echo setup-start]}
+      - {event: taskSucceeds, commands: [echo setup-done]}
+      - {event: taskFails, commands: [echo setup-failed]}
+  - name: notify
+    type: script
+    plugin: com.microsoft.pai.runtimeplugin.cmd
+    callbacks:
+      - {event: taskStarts, commands: [echo notify-start]}
+      - {event: taskSucceeds, commands: [echo notify-done]}
+taskRoles:
+  trainer:
+    instances: 2
+    dockerImage: img
+    data: mnist
+    script: code
+    output: models
+    prerequisites: [setup, notify]
+    resourcePerInstance: {cpu: 2, memoryMB: 1024, gpu: 0, ports: {grpc: 2}}
+    commands: [python train.py]
+  evaluator:
+    dockerImage: img
+    resourcePerInstance: {cpu: 1, memoryMB: 512, gpu: 0}
+    completion: {minSucceededInstances: -1}
+    commands: [echo eval]
+extras:
+  com.microsoft.pai.runtimeplugin:
+    - plugin: cmd
+      taskroles: [evaluator]
+      parameters:
+        callbacks:
+          - {event: taskStarts, commands: [echo extras-start]}
+    - plugin: ssh
+      parameters: {jobssh: true}
+"""
+
+
+def _request(text: str = JOB):
+    result = resolve_job(text)
+    assert result.spec is not None, result.errors
+    return launch_request(result.spec, job_id="j1", attempt=3, user="alice")
+
+
+def test_roles_carry_image_resources_ports_and_rules() -> None:
+    request = _request()
+    assert (request.job_id, request.attempt, request.user) == ("j1", 3, "alice")
+    trainer = request.role("trainer")
+    assert trainer.image == "paigraph/busybox:test"
+    assert (trainer.instances, trainer.resources.cpu, trainer.resources.memory_mb) == (2, 2, 1024)
+    assert [(p.label, p.count) for p in trainer.resources.ports] == [
+        ("grpc", 2),
+        ("ssh", 1),
+        ("http", 1),
+    ]
+    assert (trainer.min_failed, trainer.min_succeeded) == (1, 2)
+    evaluator = request.role("evaluator")
+    assert (evaluator.min_failed, evaluator.min_succeeded) == (1, -1)
+
+
+def test_data_script_and_output_become_materials() -> None:
+    trainer = _request().role("trainer")
+    assert [(m.name, m.kind, m.uris) for m in trainer.materials] == [
+        ("mnist", Fetch.DOWNLOAD, ["http://example.test/mnist.zip"]),
+        ("code", Fetch.CLONE, ["https://example.test/code.git@abc123"]),
+        ("models", Fetch.MOUNT, []),
+    ]
+    assert _request().role("evaluator").materials == []
+
+
+def test_cmd_callbacks_become_hooks_in_plugin_order_and_reverse_after() -> None:
+    request = _request()
+    hooks = request.role("trainer").hooks
+    assert hooks.on_start == ["echo setup-start", "echo notify-start"]
+    assert hooks.on_success == ["echo notify-done", "echo setup-done"]
+    assert hooks.on_failure == ["echo setup-failed"]
+    # the extras entry is filtered to its task roles; the ssh plugin is not a cmd plugin
+    assert request.role("evaluator").hooks.on_start == ["echo extras-start"]
+
+
+def test_v1_directories_are_exported_never_fetched() -> None:
+    text = """{"jobName": "old", "image": "paigraph/busybox:test", "dataDir": "hdfs://nn/data",
+      "taskRoles": [{"name": "main", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 256,
+      "command": "true"}]}"""
+    request = _request(text)
+    assert request.env["PAI_DATA_DIR"] == "hdfs://nn/data"
+    assert request.role("main").materials == []
+
+
+def test_a_marketplace_image_reference_is_not_runnable_without_the_service() -> None:
+    text = JOB.replace(
+        "dockerImage: img\n    data", "dockerImage: marketplace://name/img\n    data"
+    )
+    result = resolve_job(text)
+    assert result.spec is not None, result.errors
+    with pytest.raises(NotRunnable) as caught:
+        launch_request(result.spec, job_id="j1")
+    assert caught.value.path == "taskRoles.trainer.dockerImage"
+    assert "marketplace" in caught.value.message
