@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from server.protocol import Issue, Kind, ParseResult, parse_document, resolve_job, to_v2_yaml
+from server.protocol.model import JobSpec
 
 app = typer.Typer(
     help="paigraph: multi-role batch jobs in the OpenPAI style, served over GraphQL.",
@@ -110,6 +111,17 @@ def _parse_params(params: list[str]) -> dict[str, Any]:
     return values
 
 
+def _resolved(file: Path, params: list[str] | None) -> JobSpec:
+    """The job in `file` with its parameters rendered; exit 1 with every error when invalid."""
+    result = resolve_job(_read(file), _parse_params(params or []))
+    if result.spec is None:
+        err.print(f"[red]INVALID[/red] {escape(str(file))}: {escape(result.summary())}")
+        _print_issues(err, result)
+        raise typer.Exit(1)
+    _print_issues(err, result)
+    return result.spec
+
+
 @app.command()
 def resolve(
     file: Annotated[Path, typer.Argument(help="A job config in any dialect.")],
@@ -118,13 +130,7 @@ def resolve(
     ] = None,
 ) -> None:
     """Print the job as canonical OpenPAI protocol v2 YAML, with parameters rendered."""
-    result = resolve_job(_read(file), _parse_params(param or []))
-    if result.spec is None:
-        err.print(f"[red]INVALID[/red] {escape(str(file))}: {escape(result.summary())}")
-        _print_issues(err, result)
-        raise typer.Exit(1)
-    _print_issues(err, result)
-    typer.echo(to_v2_yaml(result.spec), nl=False)
+    typer.echo(to_v2_yaml(_resolved(file, param)), nl=False)
 
 
 @app.command()
@@ -145,13 +151,7 @@ def run(
     """Run one job on the local simulator in the foreground; exit 0 SUCCEEDED, 1 FAILED."""
     from server.foreground import run_in_foreground
 
-    result = resolve_job(_read(file), _parse_params(param or []))
-    if result.spec is None:
-        err.print(f"[red]INVALID[/red] {escape(str(file))}: {escape(result.summary())}")
-        _print_issues(err, result)
-        raise typer.Exit(1)
-    _print_issues(err, result)
-    raise typer.Exit(run_in_foreground(result.spec, out, config=config))
+    raise typer.Exit(run_in_foreground(_resolved(file, param), out, config=config))
 
 
 @app.command()

@@ -192,3 +192,42 @@ taskRoles:
     assert start < user < failed
     assert "hook-failed with main" in output
     assert "hook-succeeded" not in output
+
+
+RETRIED = """
+protocolVersion: 2
+name: flaky
+type: job
+jobRetryCount: {job_retries}
+prerequisites:
+  - {{name: bb, type: dockerimage, uri: "{image}"}}
+  - {{name: marks, type: output, uri: ""}}
+taskRoles:
+  main:
+    instances: 2
+    taskRetryCount: {task_retries}
+    dockerImage: bb
+    output: marks
+    resourcePerInstance: {{cpu: 1, memoryMB: 128, gpu: 0}}
+    commands:
+      - if [ -f marks/$PAI_TASK_INDEX ]; then echo second try; exit 0; fi
+      - touch marks/$PAI_TASK_INDEX
+      - if [ $PAI_TASK_INDEX = 1 ]; then echo first try fails; exit 1; fi
+{extras}"""
+
+
+def test_a_failed_attempt_is_retried_as_a_whole_job(tmp_path: Path) -> None:
+    text = RETRIED.format(job_retries=1, task_retries=0, image=IMAGE, extras="")
+    code, output = _finish(_start(tmp_path, text))
+    assert code == 0, output
+    assert "job flaky: SUCCEEDED" in output
+    assert "attempt 2" in output
+
+
+def test_with_gang_allocation_off_only_the_failed_instance_runs_again(tmp_path: Path) -> None:
+    extras = "extras:\n  gangAllocation: false\n"
+    text = RETRIED.format(job_retries=0, task_retries=1, image=IMAGE, extras=extras)
+    code, output = _finish(_start(tmp_path, text))
+    assert code == 0, output
+    assert "job flaky: SUCCEEDED" in output
+    assert "attempt 1" in output and "attempt 2" not in output
