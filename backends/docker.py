@@ -3,9 +3,9 @@
 Placement, ports and prerequisites come from `simulator/`; this module turns a LaunchRequest
 into containers on a network of the attempt, watches Docker's event stream, and reports facts
 as InstanceEvents. Everything an attempt needs to be found again after a restart lives under
-the state directory (`attempts/<job>/<attempt>/`): the launch request, each instance's runtime
-files, its log and, once it ended, its exit record. Containers and networks are removed as soon
-as they are no longer needed; logs and exit records stay until the attempt is forgotten.
+the state directory (`attempts/<owner>/<job>/<attempt>/`, laid out in docker_records).
+Containers and networks are removed as soon as they are no longer needed; logs and exit
+records stay until the attempt is forgotten.
 
 Without gang allocation one ended instance can be started again on its own (`relaunch`): it is
 placed alone, keeps its address (and its ports when they are free) so the environment its
@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
-import os
-import re
-import socket
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from backends import docker_records as records
 from backends.base import (
     BackendError,
     EventKind,
@@ -45,31 +41,52 @@ from backends.base import (
     UnknownInstance,
     utcnow,
 )
-from backends.entrypoint import ENTRYPOINT, MARKER, RUNTIME_DIR, WORK_DIR, entrypoint_script
-from backends.runtime_env import port_requests, runtime_env, shell_env_file
+from backends.docker_attempts import (
+    Attempt,
+    Instance,
+    attempt_id,
+    demand,
+    gang_order,
+    gang_position,
+    port_asks,
+    recorded_attempt,
+    same_ports,
+)
+from backends.docker_specs import (
+    ATTEMPT,
+    GPUS,
+    INDEX,
+    JOB,
+    NODE,
+    PORTS,
+    ROLE,
+    RUN,
+    HostLimits,
+    attempt_labels,
+    container_spec,
+    left_by_dead_run,
+    network_name,
+    run_owner,
+    safe,
+)
+from backends.entrypoint import WORK_DIR
+from backends.runtime_env import runtime_env
 from simulator.cluster import Cluster, Demand, NeverFits, Placed, Shortage, Slot
 from simulator.containers import (
-    LABEL,
     OWNER,
     BindMount,
     ContainerEvent,
+    ContainerInfo,
     ContainerSpec,
     Engine,
     EngineError,
-    ImageMissing,
+    NetworkInfo,
 )
-from simulator.ports import PortAllocator, PortAsk, PortError
+from simulator.ports import PortAllocator, PortError
 from simulator.prereqs import MaterialError, MaterialKind, MaterialStore, UnservableMaterial
 from simulator.settings import SimulatorSettings, load_settings
 
-JOB = f"{LABEL}.job"
-ATTEMPT = f"{LABEL}.attempt"
-ROLE = f"{LABEL}.role"
-INDEX = f"{LABEL}.index"
-NODE = f"{LABEL}.node"
-PORTS = f"{LABEL}.ports"
-GPUS = f"{LABEL}.gpus"
-RUN = f"{LABEL}.run"  # 1, then 2, 3 ... for each time the instance is started again
+__all__ = ["DockerBackend", "run_owner"]
 
 _FETCH_KIND = {
     Fetch.DOWNLOAD: MaterialKind.DOWNLOAD,
@@ -78,57 +95,6 @@ _FETCH_KIND = {
 }
 _POLL_SECONDS = 0.2
 _PARALLEL_STARTS = 16
-
-
-def run_owner() -> str:
-    """The owner label of a foreground `paigraph run`: host and pid, so leftovers can be told."""
-    return f"run-{socket.gethostname()}-{os.getpid()}"
-
-
-def _safe(text: str) -> str:
-    """A Docker-name-safe rendering of a user's name, unique through a short hash."""
-    cleaned = re.sub(r"[^a-zA-Z0-9_.-]", "", text)[:40] or "x"
-    if cleaned == text:
-        return cleaned
-    return f"{cleaned}-{hashlib.sha1(text.encode()).hexdigest()[:6]}"
-
-
-@dataclass(eq=False)  # compared by identity: the relaunch queue holds these
-class _Instance:
-    key: InstanceKey
-    dir: Path
-    container_id: str | None = None
-    placement: Placement | None = None
-    ended: bool = False
-    started_at: datetime | None = None
-    run: int = 1  # how many times it was started; relaunch adds one
-    waiting_reason: str | None = None  # why a relaunch waits, told once per change
-
-    @property
-    def relaunch_file(self) -> Path:
-        """Its run number, and whether that run still waits to be placed (read on adoption)."""
-        return self.dir / "relaunch.json"
-
-
-@dataclass
-class _Attempt:
-    request: LaunchRequest
-    dir: Path
-    instances: dict[tuple[str, int], _Instance] = field(default_factory=dict)
-    network: str | None = None
-    addresses: list[str] = field(default_factory=list)  # the network's, in the gang's order
-    network_lock: threading.Lock = field(default_factory=threading.Lock)
-    placed: bool = False
-    stopping: bool = False
-    forgotten: bool = False
-    waiting_reason: str | None = None
-
-    @property
-    def id(self) -> str:
-        return f"{self.request.job_id}#{self.request.attempt}"
-
-    def all_ended(self) -> bool:
-        return all(i.ended for i in self.instances.values())
 
 
 class DockerBackend:
@@ -149,7 +115,7 @@ class DockerBackend:
         state = Path(self.settings.state_dir)
         # one folder per owner: a server and a `paigraph run` sharing the state dir never
         # adopt (or declare lost) each other's attempts
-        self.attempts_dir = state / "attempts" / _safe(owner)
+        self.attempts_dir = state / "attempts" / safe(owner)
         self.attempts_dir.mkdir(parents=True, exist_ok=True)
         self.cluster = Cluster(self.settings)
         self.ports = PortAllocator(
@@ -163,11 +129,12 @@ class DockerBackend:
             storage_dir=state / "storage",
         )
         self.host_cpus, self.host_memory_mb = self.engine.host_capacity()
+        self._host = HostLimits(self.host_cpus, self.host_memory_mb, self.settings.pids_limit)
         self._lock = threading.RLock()
-        self._attempts: dict[str, _Attempt] = {}
+        self._attempts: dict[str, Attempt] = {}
         self._queue: list[str] = []  # attempt ids waiting for capacity, in arrival order
-        self._relaunches: list[_Instance] = []  # instances to start again, in arrival order
-        self._by_container: dict[str, _Instance] = {}
+        self._relaunches: list[Instance] = []  # instances to start again, in arrival order
+        self._by_container: dict[str, Instance] = {}
         # control work (placing, finishing) and Docker calls get separate pools, so a task of
         # the first never waits for a worker of its own pool
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sim")
@@ -202,7 +169,7 @@ class DockerBackend:
 
     async def stop(self, job_id: str, attempt: int, grace_seconds: float | None = None) -> None:
         grace = self.settings.stop_grace_seconds if grace_seconds is None else grace_seconds
-        await asyncio.to_thread(self._stop, f"{job_id}#{attempt}", grace)
+        await asyncio.to_thread(self._stop, attempt_id(job_id, attempt), grace)
 
     async def events(self) -> AsyncIterator[InstanceEvent]:  # type: ignore[override]
         assert self._events is not None, "call start() first"
@@ -217,20 +184,21 @@ class DockerBackend:
         tail: int | None = None,
         follow: bool = False,
     ) -> AsyncIterator[LogChunk]:
-        path = self._instance_dir(key) / "output.log"
-        if not path.parent.is_dir():
+        directory = self._instance_dir(key)
+        path = records.log_file(directory)
+        if not directory.is_dir():
             raise UnknownInstance(f"no instance {key.role}-{key.index} in attempt {key.attempt}")
         if tail is not None:
-            offset = await asyncio.to_thread(_tail_offset, path, tail)
+            offset = await asyncio.to_thread(records.tail_offset, path, tail)
         while True:
-            data = await asyncio.to_thread(_read_from, path, offset)
+            data = await asyncio.to_thread(records.read_from, path, offset)
             if data:
                 yield LogChunk(key=key, offset=offset, data=data.decode("utf-8", "replace"))
                 offset += len(data)
                 continue
-            if not follow or self._instance_ended(key):
+            if not follow or records.has_exit(directory):
                 # one last read: output written just before the end
-                data = await asyncio.to_thread(_read_from, path, offset)
+                data = await asyncio.to_thread(records.read_from, path, offset)
                 if data:
                     yield LogChunk(key=key, offset=offset, data=data.decode("utf-8", "replace"))
                 return
@@ -243,13 +211,12 @@ class DockerBackend:
         return await asyncio.to_thread(self._reports)
 
     async def forget(self, job_id: str, attempt: int) -> None:
-        await asyncio.to_thread(self._forget, f"{job_id}#{attempt}")
+        await asyncio.to_thread(self._forget, attempt_id(job_id, attempt))
 
     # --- launching ---------------------------------------------------------------------------
 
     def _launch(self, request: LaunchRequest) -> None:
-        attempt_id = f"{request.job_id}#{request.attempt}"
-        demands = [_demand(role) for role, _ in _order(request)]
+        demands = [demand(role) for role, _ in gang_order(request)]
         never = self.cluster.never_fits(request.virtual_cluster, demands)
         if never:
             raise LaunchRefused(never)
@@ -259,35 +226,23 @@ class DockerBackend:
                     self.materials.check(material.name, _FETCH_KIND[material.kind], material.uris)
                 except UnservableMaterial as exc:
                     raise LaunchRefused(str(exc)) from None
-        directory = self.attempts_dir / _safe(request.job_id) / str(request.attempt)
-        attempt = _Attempt(request=request, dir=directory)
-        for role in request.roles:
-            for index in range(role.instances):
-                key = InstanceKey(
-                    job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
-                )
-                attempt.instances[(role.name, index)] = _Instance(
-                    key=key, dir=directory / f"{_safe(role.name)}-{index}"
-                )
+        directory = records.attempt_dir(self.attempts_dir, request.job_id, request.attempt)
+        attempt = Attempt.new(request, directory)
         with self._lock:
-            if attempt_id in self._attempts:
+            if attempt.id in self._attempts:
                 raise LaunchRefused(f"attempt {request.attempt} of job {request.job_id} exists")
-            directory.mkdir(parents=True, exist_ok=True)
-            (directory / "launch.json").write_text(
-                request.model_dump_json(exclude={"secrets"}), encoding="utf-8"
-            )
-            self._attempts[attempt_id] = attempt
+            records.write_launch(directory, request)
+            self._attempts[attempt.id] = attempt
         missing = sorted({r.image for r in request.roles if not self._image_ready(r.image)})
         if missing:
             reason = (
                 f"image {missing[0]!r} is not on this machine and the simulator does not pull "
                 "images (build it locally, e.g. with docker build or docker import)"
             )
-            for instance in attempt.instances.values():
-                self._end(attempt, instance, EventKind.START_FAILED, reason=reason)
+            self._end_all(attempt, EventKind.START_FAILED, reason)
             return
         with self._lock:
-            self._queue.append(attempt_id)
+            self._queue.append(attempt.id)
         self._schedule()
 
     def _image_ready(self, image: str) -> bool:
@@ -315,8 +270,8 @@ class DockerBackend:
                 for instance in relaunches:
                     if self._try_relaunch(instance):
                         placed_any = True
-                for attempt_id in queued:
-                    attempt = self._attempts.get(attempt_id)
+                for queued_id in queued:
+                    attempt = self._attempts.get(queued_id)
                     if attempt is None or attempt.stopping:
                         continue
                     if self._try_place(attempt):
@@ -324,23 +279,23 @@ class DockerBackend:
                 if not placed_any:
                     return
 
-    def _try_place(self, attempt: _Attempt) -> bool:
+    def _try_place(self, attempt: Attempt) -> bool:
         request = attempt.request
-        order = _order(request)
-        demands = [_demand(role) for role, _ in order]
+        order = gang_order(request)
+        demands = [demand(role) for role, _ in order]
         try:
             result = self.cluster.place(attempt.id, request.virtual_cluster, demands)
         except NeverFits as exc:
             with self._lock:
                 self._queue.remove(attempt.id)
-            for instance in attempt.instances.values():
-                self._end(attempt, instance, EventKind.START_FAILED, reason=exc.reason)
+            self._end_all(attempt, EventKind.START_FAILED, exc.reason)
             return False
         if isinstance(result, Shortage):
             self._wait(attempt, result.reason)
             return False
         asks = [
-            (f"{attempt.id}/{role.name}/{index}", _port_asks(role, index)) for role, index in order
+            (attempt.instances[(role.name, index)].port_owner, port_asks(role, index))
+            for role, index in order
         ]
         try:
             allocated = self.ports.allocate_many(asks)
@@ -357,7 +312,7 @@ class DockerBackend:
         self._pool.submit(self._start_attempt, attempt, slots, ports)
         return True
 
-    def _wait(self, attempt: _Attempt, reason: str) -> None:
+    def _wait(self, attempt: Attempt, reason: str) -> None:
         if attempt.waiting_reason == reason:
             return
         attempt.waiting_reason = reason
@@ -372,24 +327,19 @@ class DockerBackend:
 
     def _start_attempt(
         self,
-        attempt: _Attempt,
+        attempt: Attempt,
         slots: dict[tuple[str, int], Slot],
         ports: dict[tuple[str, int], dict[str, list[int]]],
     ) -> None:
         """Fetch prerequisites, make the network, then start every container in parallel."""
         request = attempt.request
-        order = _order(request)
+        order = gang_order(request)
         try:
             mounts = self._materialize(request)
-            network = self.engine.create_network(
-                f"pai-{_safe(request.job_id)}-{request.attempt}-{os.urandom(3).hex()}",
-                {OWNER: self.owner, JOB: request.job_id, ATTEMPT: str(request.attempt)},
-                len(order),
-            )
+            network = self._create_network(request)
             addresses = network.addresses(len(order))
         except (EngineError, MaterialError, OSError) as exc:
-            for instance in attempt.instances.values():
-                self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
+            self._end_all(attempt, EventKind.START_FAILED, str(exc))
             return
         self._use_network(attempt, network.name, addresses)
         placements = {
@@ -400,41 +350,26 @@ class DockerBackend:
             )
             for n, (role, index) in enumerate(order)
         }
-        notes = self._clipping_notes(request)
         specs = []
         for role, index in order:
             instance = attempt.instances[(role.name, index)]
             instance.placement = placements[(role.name, index)]
-            env = runtime_env(request, placements, role.name, index)
-            instance.dir.mkdir(parents=True, exist_ok=True)
-            (instance.dir / "runtime_env.sh").write_text(shell_env_file(env), encoding="utf-8")
-            (instance.dir / "entrypoint.sh").write_text(entrypoint_script(role), encoding="utf-8")
-            (instance.dir / "output.log").touch()
             slot = slots[(role.name, index)]
-            spec = self._container_spec(attempt, role, index, env, network.name, mounts, slot)
+            spec = self._prepare_run(attempt, instance, placements, network.name, mounts, slot)
+            records.log_file(instance.dir).touch()
             specs.append((instance, spec))
-            self._emit(
-                self._event(
-                    instance,
-                    EventKind.PLACED,
-                    reason=notes.get(role.name),
-                    placement=instance.placement,
-                )
-            )
+            self._emit_placed(instance, role)
         list(self._docker_pool.map(lambda pair: self._run_container(attempt, *pair), specs))
         # every container may have failed to start: then the network is not needed any more
         self._cleanup_if_done(attempt)
 
-    def _run_container(self, attempt: _Attempt, instance: _Instance, spec: ContainerSpec) -> None:
+    def _run_container(self, attempt: Attempt, instance: Instance, spec: ContainerSpec) -> None:
         if attempt.stopping:
             self._end(attempt, instance, EventKind.STOPPED, reason="stopped before it started")
             return
         try:
             container_id = self.engine.run(spec)
-        except ImageMissing as exc:
-            self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
-            return
-        except EngineError as exc:
+        except EngineError as exc:  # ImageMissing too
             self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
             return
         with self._lock:
@@ -445,67 +380,46 @@ class DockerBackend:
         elif attempt.stopping:
             self.engine.stop(container_id, 0)
 
-    def _use_network(self, attempt: _Attempt, name: str, addresses: list[str]) -> None:
+    def _create_network(self, request: LaunchRequest) -> NetworkInfo:
+        return self.engine.create_network(
+            network_name(request), attempt_labels(self.owner, request), request.total_instances
+        )
+
+    def _use_network(self, attempt: Attempt, name: str, addresses: list[str]) -> None:
         """Record the attempt's network and its addresses (on disk too: a relaunch after a
         restart gives an instance its address on this network)."""
         with self._lock:
             attempt.network, attempt.addresses = name, addresses
-        (attempt.dir / "network.json").write_text(
-            json.dumps({"name": name, "addresses": addresses}), encoding="utf-8"
-        )
+        records.write_network(attempt.dir, name, addresses)
 
-    def _container_spec(
+    def _prepare_run(
         self,
-        attempt: _Attempt,
-        role: RoleLaunch,
-        index: int,
-        env: dict[str, str],
+        attempt: Attempt,
+        instance: Instance,
+        placements: dict[tuple[str, int], Placement],
         network: str,
         mounts: dict[tuple[str, str], BindMount],
         slot: Slot,
     ) -> ContainerSpec:
-        instance = attempt.instances[(role.name, index)]
-        request = attempt.request
-        placement = instance.placement
+        """Write the runtime files of the instance's run (its environment names every peer's
+        placement) and specify its container."""
+        request, key, placement = attempt.request, instance.key, instance.placement
         assert placement is not None
-        all_ports = [p for label_ports in placement.ports.values() for p in label_ports]
-        aliases = [f"{role.name}-{index}"]
-        if _safe(role.name) != role.name:
-            aliases.append(f"{_safe(role.name)}-{index}")
-        name = f"pai-{_safe(request.job_id)}-{request.attempt}-{_safe(role.name)}-{index}"
-        return ContainerSpec(
-            # each run its own name: the container of the run before may not be removed yet
-            name=name if instance.run == 1 else f"{name}-run{instance.run}",
-            image=role.image,
-            command=["/bin/sh", ENTRYPOINT],
-            network=network,
-            ip=placement.host_ip,
-            aliases=aliases,
-            labels={
-                OWNER: self.owner,
-                JOB: request.job_id,
-                ATTEMPT: str(request.attempt),
-                ROLE: role.name,
-                INDEX: str(index),
-                NODE: placement.node,
-                PORTS: json.dumps(placement.ports),
-                GPUS: json.dumps(list(slot.gpus)),
-                RUN: str(instance.run),
-            },
+        env = runtime_env(request, placements, key.role, key.index)
+        records.write_runtime_files(instance.dir, env, request.role(key.role))
+        return container_spec(
+            self.owner,
+            request,
+            key,
+            instance.run,
+            placement,
+            runtime_dir=instance.dir,
             env=env,
-            ports=all_ports,
-            memory_mb=min(role.resources.memory_mb, self.host_memory_mb),
-            cpus=float(min(role.resources.cpu, self.host_cpus)),
-            shm_mb=max(1, min(role.resources.shm_mb, role.resources.memory_mb)),
-            pids_limit=self.settings.pids_limit,
-            mounts=[
-                BindMount(str(instance.dir), RUNTIME_DIR),
-                *(mounts.get((role.name, m.name)) for m in role.materials),
-            ],
-            working_dir=WORK_DIR,
-            gpu_devices=(
-                [str(g) for g in slot.gpus] if self.cluster.node(slot.node).real_gpus else []
-            ),
+            network=network,
+            mounts=mounts,
+            slot=slot,
+            real_gpus=self.cluster.node(slot.node).real_gpus,
+            host=self._host,
         )
 
     def _materialize(
@@ -527,35 +441,29 @@ class DockerBackend:
                 )
         return mounts
 
-    def _clipping_notes(self, request: LaunchRequest) -> dict[str, str]:
-        notes = {}
-        for role in request.roles:
-            clipped = []
-            if role.resources.cpu > self.host_cpus:
-                clipped.append(f"cpu {role.resources.cpu} -> {self.host_cpus}")
-            if role.resources.memory_mb > self.host_memory_mb:
-                clipped.append(f"memoryMB {role.resources.memory_mb} -> {self.host_memory_mb}")
-            if clipped:
-                notes[role.name] = "limits clipped to this machine: " + ", ".join(clipped)
-        return notes
+    def _emit_placed(self, instance: Instance, role: RoleLaunch) -> None:
+        """PLACED, with what was clipped to fit this machine as its reason."""
+        reason = self._host.clipping_note(role)
+        self._emit(
+            self._event(instance, EventKind.PLACED, reason=reason, placement=instance.placement)
+        )
 
     # --- starting one instance again ---------------------------------------------------------
 
     def _relaunch(self, key: InstanceKey) -> None:
         """Queue an ended instance to run again; its events start over from PLACED."""
-        attempt_id = f"{key.job_id}#{key.attempt}"
         where = f"{key.role}-{key.index} of attempt {key.attempt} of job {key.job_id}"
         with self._lock:
-            attempt = self._attempts.get(attempt_id)
+            attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
             instance = attempt.instances.get((key.role, key.index)) if attempt else None
             if attempt is None or instance is None:
                 raise UnknownInstance(f"no instance {where}")
             # the exit record is written after `ended` is set: wait for both
-            if not (instance.ended and (instance.dir / "exit.json").exists()):
+            if not (instance.ended and records.has_exit(instance.dir)):
                 raise BackendError(f"{where} has not ended; only an ended instance runs again")
             if attempt.stopping:
                 raise BackendError(f"attempt {key.attempt} of job {key.job_id} is being stopped")
-            (instance.dir / "exit.json").unlink()
+            records.remove_exit(instance.dir)
             instance.ended = False
             instance.started_at = None
             instance.waiting_reason = None
@@ -565,24 +473,19 @@ class DockerBackend:
                 self._by_container.pop(old, None)
             self._write_run(instance, queued=True)
             self._relaunches.append(instance)
-        with (instance.dir / "output.log").open("a", encoding="utf-8") as log:
-            log.write(
-                f"{MARKER} task retry {instance.run - 1}: starting task attempt {instance.run}\n"
-            )
+        records.log_retry(instance.dir, instance.run)
         if old:
             self.engine.remove(old)  # its address is given to the new run
         self._schedule()
 
-    def _write_run(self, instance: _Instance, *, queued: bool) -> None:
-        placement = instance.placement.model_dump() if instance.placement else None
-        record = {"run": instance.run, "queued": queued, "placement": placement}
-        instance.relaunch_file.write_text(json.dumps(record), encoding="utf-8")
+    def _write_run(self, instance: Instance, *, queued: bool) -> None:
+        records.write_run(instance.dir, records.RunRecord(instance.run, queued, instance.placement))
 
-    def _try_relaunch(self, instance: _Instance) -> bool:
+    def _try_relaunch(self, instance: Instance) -> bool:
         """Place one instance to run again, alone; False while it does not fit."""
         key = instance.key
         with self._lock:
-            attempt = self._attempts.get(f"{key.job_id}#{key.attempt}")
+            attempt = self._attempts.get(instance.attempt_id)
             if attempt is None or attempt.stopping or instance.ended:
                 with contextlib.suppress(ValueError):
                     self._relaunches.remove(instance)
@@ -598,10 +501,10 @@ class DockerBackend:
             return False
         previous = instance.placement
         assert previous is not None
-        position = _position(request, key)
+        position = gang_position(request, key)
         try:
             result = self.cluster.place_one(
-                attempt.id, request.virtual_cluster, position, _demand(role), prefer=previous.node
+                attempt.id, request.virtual_cluster, position, demand(role), prefer=previous.node
             )
         except NeverFits as exc:  # the settings changed since the attempt was placed
             self._drop_relaunch(attempt, instance, exc.reason)
@@ -609,7 +512,7 @@ class DockerBackend:
         if isinstance(result, Shortage):
             self._wait_instance(instance, result.reason)
             return False
-        owner = f"{attempt.id}/{key.role}/{key.index}"
+        owner = instance.port_owner
         try:
             ports = self._ports_again(owner, role, key.index, previous)
         except PortError as exc:
@@ -632,20 +535,20 @@ class DockerBackend:
         self, owner: str, role: RoleLaunch, index: int, previous: Placement
     ) -> dict[str, list[int]]:
         """The ports the instance had, when each label's ports are a free run; else new ones."""
-        asks = _port_asks(role, index)
-        again = _same_ports(asks, previous)
+        asks = port_asks(role, index)
+        again = same_ports(asks, previous)
         if again is not None:
             with contextlib.suppress(PortError):
                 return self.ports.allocate(owner, again)
         return self.ports.allocate(owner, asks)
 
-    def _drop_relaunch(self, attempt: _Attempt, instance: _Instance, reason: str) -> None:
+    def _drop_relaunch(self, attempt: Attempt, instance: Instance, reason: str) -> None:
         with self._lock, contextlib.suppress(ValueError):
             self._relaunches.remove(instance)
         self._end(attempt, instance, EventKind.START_FAILED, reason=reason)
         self._cleanup_if_done(attempt)
 
-    def _wait_instance(self, instance: _Instance, reason: str) -> None:
+    def _wait_instance(self, instance: Instance, reason: str) -> None:
         if instance.waiting_reason == reason:
             return
         instance.waiting_reason = reason
@@ -653,8 +556,8 @@ class DockerBackend:
 
     def _start_relaunch(
         self,
-        attempt: _Attempt,
-        instance: _Instance,
+        attempt: Attempt,
+        instance: Instance,
         placed: Placed,
         ports: dict[str, list[int]],
     ) -> None:
@@ -665,7 +568,7 @@ class DockerBackend:
         slot = placed.slots[0]
         try:
             mounts = self._materialize(request, [role])
-            network, address = self._network_for(attempt, _position(request, key))
+            network, address = self._network_for(attempt, gang_position(request, key))
         except (EngineError, MaterialError, OSError) as exc:
             self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
             self._cleanup_if_done(attempt)
@@ -676,19 +579,13 @@ class DockerBackend:
             for name, peer in attempt.instances.items()
             if peer.placement is not None
         }
-        env = runtime_env(request, placements, role.name, key.index)
-        (instance.dir / "runtime_env.sh").write_text(shell_env_file(env), encoding="utf-8")
-        (instance.dir / "entrypoint.sh").write_text(entrypoint_script(role), encoding="utf-8")
-        spec = self._container_spec(attempt, role, key.index, env, network, mounts, slot)
+        spec = self._prepare_run(attempt, instance, placements, network, mounts, slot)
         self._write_run(instance, queued=False)
-        reason = self._clipping_notes(request).get(role.name)
-        self._emit(
-            self._event(instance, EventKind.PLACED, reason=reason, placement=instance.placement)
-        )
+        self._emit_placed(instance, role)
         self._run_container(attempt, instance, spec)
         self._cleanup_if_done(attempt)
 
-    def _network_for(self, attempt: _Attempt, position: int) -> tuple[str, str]:
+    def _network_for(self, attempt: Attempt, position: int) -> tuple[str, str]:
         """The attempt's network and the instance's address on it; a new network when the old
         one was removed because every instance had ended (its subnet is usually free again,
         and then the address is the same)."""
@@ -699,16 +596,12 @@ class DockerBackend:
                 if position < len(addresses):
                     return name, addresses[position]
                 # adopted without a record of its addresses: the instance's own one
-                role, index = _order(attempt.request)[position]
+                role, index = gang_order(attempt.request)[position]
                 placement = attempt.instances[(role.name, index)].placement
                 assert placement is not None
                 return name, placement.host_ip
             request = attempt.request
-            info = self.engine.create_network(
-                f"pai-{_safe(request.job_id)}-{request.attempt}-{os.urandom(3).hex()}",
-                {OWNER: self.owner, JOB: request.job_id, ATTEMPT: str(request.attempt)},
-                request.total_instances,
-            )
+            info = self._create_network(request)
             addresses = info.addresses(request.total_instances)
             with self._lock:
                 forgotten = attempt.forgotten
@@ -728,7 +621,7 @@ class DockerBackend:
             instance = self._instance_from_labels(event.labels)
             if instance is None:
                 return
-        attempt = self._attempts.get(f"{instance.key.job_id}#{instance.key.attempt}")
+        attempt = self._attempts.get(instance.attempt_id)
         if attempt is None or instance.ended:
             return
         if event.labels.get(RUN, "1") != str(instance.run):
@@ -739,13 +632,16 @@ class DockerBackend:
         elif event.action == "die":
             self._pool.submit(self._finish_container, attempt, instance, event.id)
 
-    def _instance_from_labels(self, labels: dict[str, str]) -> _Instance | None:
-        attempt = self._attempts.get(f"{labels.get(JOB)}#{labels.get(ATTEMPT)}")
+    def _instance_from_labels(self, labels: dict[str, str]) -> Instance | None:
+        attempt = self._attempt_from_labels(labels)
         if attempt is None or INDEX not in labels:
             return None
         return attempt.instances.get((labels.get(ROLE, ""), int(labels[INDEX])))
 
-    def _finish_container(self, attempt: _Attempt, instance: _Instance, container_id: str) -> None:
+    def _attempt_from_labels(self, labels: dict[str, str]) -> Attempt | None:
+        return self._attempts.get(f"{labels.get(JOB)}#{labels.get(ATTEMPT)}")
+
+    def _finish_container(self, attempt: Attempt, instance: Instance, container_id: str) -> None:
         info = self.engine.inspect(container_id)
         code = info.exit_code if info else None
         oom = bool(info and info.oom_killed)
@@ -769,13 +665,13 @@ class DockerBackend:
             self._by_container.pop(container_id, None)
         self._cleanup_if_done(attempt)
 
-    def _memory_of(self, attempt: _Attempt, instance: _Instance) -> int:
+    def _memory_of(self, attempt: Attempt, instance: Instance) -> int:
         return attempt.request.role(instance.key.role).resources.memory_mb
 
     def _end(
         self,
-        attempt: _Attempt,
-        instance: _Instance,
+        attempt: Attempt,
+        instance: Instance,
         kind: EventKind,
         *,
         exit_code: int | None = None,
@@ -797,19 +693,22 @@ class DockerBackend:
             placement=instance.placement,
             at=at,
         )
-        instance.dir.mkdir(parents=True, exist_ok=True)
-        (instance.dir / "exit.json").write_text(event.model_dump_json(), encoding="utf-8")
-        self.ports.release(f"{attempt.id}/{instance.key.role}/{instance.key.index}")
+        records.write_exit(instance.dir, event)
+        self.ports.release(instance.port_owner)
         if attempt.placed:
-            self.cluster.release_one(attempt.id, _position(attempt.request, instance.key))
+            self.cluster.release_one(attempt.id, gang_position(attempt.request, instance.key))
         self._emit(event)
         self._schedule_soon()
+
+    def _end_all(self, attempt: Attempt, kind: EventKind, reason: str) -> None:
+        for instance in attempt.instances.values():
+            self._end(attempt, instance, kind, reason=reason)
 
     def _schedule_soon(self) -> None:
         with contextlib.suppress(RuntimeError):
             self._pool.submit(self._schedule)
 
-    def _cleanup_if_done(self, attempt: _Attempt) -> None:
+    def _cleanup_if_done(self, attempt: Attempt) -> None:
         with self._lock:  # checked under the lock: a relaunch may be bringing one back
             if not attempt.all_ended():
                 return
@@ -826,52 +725,50 @@ class DockerBackend:
 
     # --- stopping ----------------------------------------------------------------------------
 
-    def _stop(self, attempt_id: str, grace: float) -> None:
+    def _stop(self, stopped_id: str, grace: float) -> None:
         with self._lock:
-            attempt = self._attempts.get(attempt_id)
+            attempt = self._attempts.get(stopped_id)
             if attempt is None:
                 return
             attempt.stopping = True
-            queued = attempt_id in self._queue
+            queued = stopped_id in self._queue
             if queued:
-                self._queue.remove(attempt_id)
-            relaunching = [i for i in self._relaunches if _attempt_of(i) == attempt_id]
+                self._queue.remove(stopped_id)
+            relaunching = [i for i in self._relaunches if i.attempt_id == stopped_id]
             for instance in relaunching:
                 self._relaunches.remove(instance)
             running = [i.container_id for i in attempt.instances.values() if i.container_id]
         if queued or not attempt.placed:
-            for instance in attempt.instances.values():
-                self._end(attempt, instance, EventKind.STOPPED, reason="stopped while waiting")
+            self._end_all(attempt, EventKind.STOPPED, "stopped while waiting")
         for instance in relaunching:
             self._end(
                 attempt, instance, EventKind.STOPPED, reason="stopped while waiting to run again"
             )
         list(self._docker_pool.map(lambda cid: self.engine.stop(cid, grace), running))
 
-    def _forget(self, attempt_id: str) -> None:
+    def _forget(self, forgotten_id: str) -> None:
         """Remove whatever the attempt still has (containers, network, held capacity and
         ports) at once; its logs and exit records stay on disk."""
         with self._lock:
-            attempt = self._attempts.pop(attempt_id, None)
+            attempt = self._attempts.pop(forgotten_id, None)
             if attempt is None:
                 return
             attempt.forgotten = True
-            if attempt_id in self._queue:
-                self._queue.remove(attempt_id)
-            self._relaunches = [i for i in self._relaunches if _attempt_of(i) != attempt_id]
+            if forgotten_id in self._queue:
+                self._queue.remove(forgotten_id)
+            self._relaunches = [i for i in self._relaunches if i.attempt_id != forgotten_id]
             network, attempt.network = attempt.network, None
         for instance in attempt.instances.values():
             if instance.container_id:
                 self.engine.remove(instance.container_id)
                 with self._lock:
                     self._by_container.pop(instance.container_id, None)
-            self.ports.release(f"{attempt.id}/{instance.key.role}/{instance.key.index}")
+            self.ports.release(instance.port_owner)
         self.cluster.release(attempt.id)
         if network:
             with contextlib.suppress(EngineError):
                 self.engine.remove_network(network)
-        with contextlib.suppress(FileNotFoundError):
-            (attempt.dir / "launch.json").unlink()
+        records.remove_launch(attempt.dir)
         self._schedule_soon()
 
     # --- after a restart ---------------------------------------------------------------------
@@ -880,62 +777,12 @@ class DockerBackend:
         """Take back this owner's attempts; remove containers and networks nobody owns."""
         self._remove_leftovers_of_dead_runs()
         containers = self.engine.containers({OWNER: self.owner})
-        requeue: list[_Instance] = []  # relaunched, still waiting to be placed
-        recorded: dict[str, tuple[str, list[str]]] = {}  # attempt -> its network's addresses
-        for launch in sorted(self.attempts_dir.glob("*/*/launch.json")):
-            request = LaunchRequest.model_validate_json(launch.read_text(encoding="utf-8"))
-            attempt = _Attempt(request=request, dir=launch.parent, placed=True)
-            for role in request.roles:
-                for index in range(role.instances):
-                    key = InstanceKey(
-                        job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
-                    )
-                    instance = _Instance(key=key, dir=launch.parent / f"{_safe(role.name)}-{index}")
-                    if instance.relaunch_file.exists():
-                        run = json.loads(instance.relaunch_file.read_text("utf-8"))
-                        instance.run = run["run"]
-                        if run["placement"] is not None:
-                            instance.placement = Placement.model_validate(run["placement"])
-                        if run["queued"]:
-                            requeue.append(instance)
-                    record = instance.dir / "exit.json"
-                    if record.exists():
-                        instance.ended = True
-                        event = InstanceEvent.model_validate_json(record.read_text("utf-8"))
-                        instance.placement = event.placement
-                    attempt.instances[(role.name, index)] = instance
+        requeue: list[Instance] = []  # relaunched, still waiting to be placed
+        for directory, request in records.recorded_launches(self.attempts_dir):
+            attempt, queued = recorded_attempt(request, directory)
             self._attempts[attempt.id] = attempt
-            with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
-                network = json.loads((attempt.dir / "network.json").read_text("utf-8"))
-                recorded[attempt.id] = (network["name"], network["addresses"])
-        held: dict[str, list[tuple[str, Demand, tuple[int, ...]] | None]] = {}
-        for info in containers:
-            instance = self._instance_from_labels(info.labels)
-            if instance is None or info.labels.get(RUN, "1") != str(instance.run):
-                # an orphan: no attempt on record owns it, or a run that was replaced
-                self.engine.remove(info.id)
-                continue
-            attempt = self._attempts[f"{instance.key.job_id}#{instance.key.attempt}"]
-            ports = json.loads(info.labels.get(PORTS, "{}"))
-            node = info.labels.get(NODE, "")
-            instance.container_id = info.id
-            instance.placement = Placement(node=node, host_ip=info.ip or "", ports=ports)
-            instance.started_at = info.started_at
-            self._by_container[info.id] = instance
-            if info.status == "running":
-                self.ports.adopt(
-                    f"{attempt.id}/{instance.key.role}/{instance.key.index}",
-                    [p for group in ports.values() for p in group],
-                )
-                slots = held.setdefault(attempt.id, [None] * attempt.request.total_instances)
-                gpus = tuple(json.loads(info.labels.get(GPUS, "[]")))
-                role = attempt.request.role(instance.key.role)
-                slots[_position(attempt.request, instance.key)] = (node, _demand(role), gpus)
-            else:
-                self._finish_container(attempt, instance, info.id)
-        for attempt_id, slots in held.items():
-            attempt = self._attempts[attempt_id]
-            self.cluster.adopt(attempt_id, attempt.request.virtual_cluster, slots)
+            requeue.extend(queued)
+        self._adopt_containers(containers)
         self._relaunches.extend(i for i in requeue if not i.ended and i.container_id is None)
         for attempt in self._attempts.values():
             for instance in attempt.instances.values():
@@ -945,30 +792,61 @@ class DockerBackend:
                     and instance not in self._relaunches
                 ):
                     self._end(attempt, instance, EventKind.LOST, reason="its container is gone")
+        self._adopt_networks()
+        if self._relaunches:
+            self._schedule()
+
+    def _adopt_containers(self, containers: list[ContainerInfo]) -> None:
+        """Attach each container to its instance, hold the capacity and ports of the running
+        ones, finish the ones that ended meanwhile, and remove the ones nobody owns."""
+        held: dict[str, list[tuple[str, Demand, tuple[int, ...]] | None]] = {}
+        for info in containers:
+            instance = self._instance_from_labels(info.labels)
+            if instance is None or info.labels.get(RUN, "1") != str(instance.run):
+                # an orphan: no attempt on record owns it, or a run that was replaced
+                self.engine.remove(info.id)
+                continue
+            attempt = self._attempts[instance.attempt_id]
+            ports = json.loads(info.labels.get(PORTS, "{}"))
+            node = info.labels.get(NODE, "")
+            instance.container_id = info.id
+            instance.placement = Placement(node=node, host_ip=info.ip or "", ports=ports)
+            instance.started_at = info.started_at
+            self._by_container[info.id] = instance
+            if info.status == "running":
+                self.ports.adopt(
+                    instance.port_owner, [p for group in ports.values() for p in group]
+                )
+                slots = held.setdefault(attempt.id, [None] * attempt.request.total_instances)
+                gpus = tuple(json.loads(info.labels.get(GPUS, "[]")))
+                role = attempt.request.role(instance.key.role)
+                slots[gang_position(attempt.request, instance.key)] = (node, demand(role), gpus)
+            else:
+                self._finish_container(attempt, instance, info.id)
+        for held_id, slots in held.items():
+            attempt = self._attempts[held_id]
+            self.cluster.adopt(held_id, attempt.request.virtual_cluster, slots)
+
+    def _adopt_networks(self) -> None:
+        """Give each live attempt its network back (with its addresses when the record of them
+        is for this network); remove the others."""
         for name, labels in self.engine.networks({OWNER: self.owner}):
-            attempt = self._attempts.get(f"{labels.get(JOB)}#{labels.get(ATTEMPT)}")
+            attempt = self._attempt_from_labels(labels)
             if attempt is None or attempt.all_ended():
                 with contextlib.suppress(EngineError):
                     self.engine.remove_network(name)
             else:
                 attempt.network = name
-                known, addresses = recorded.get(attempt.id, ("", []))
+                known, addresses = records.read_network(attempt.dir) or ("", [])
                 attempt.addresses = addresses if known == name else []
-        if self._relaunches:
-            self._schedule()
 
     def _remove_leftovers_of_dead_runs(self) -> None:
-        """Containers of a `paigraph run` whose process is gone (killed, machine rebooted)."""
-        host = socket.gethostname()
+        """Containers and networks of a `paigraph run` whose process is gone."""
         for info in self.engine.containers({}):
-            owner = info.labels.get(OWNER, "")
-            match = re.fullmatch(rf"run-{re.escape(host)}-(\d+)", owner)
-            if match and owner != self.owner and not _pid_alive(int(match.group(1))):
+            if left_by_dead_run(info.labels.get(OWNER, ""), self.owner):
                 self.engine.remove(info.id)
         for name, labels in self.engine.networks({}):
-            owner = labels.get(OWNER, "")
-            match = re.fullmatch(rf"run-{re.escape(host)}-(\d+)", owner)
-            if match and owner != self.owner and not _pid_alive(int(match.group(1))):
+            if left_by_dead_run(labels.get(OWNER, ""), self.owner):
                 with contextlib.suppress(EngineError):
                     self.engine.remove_network(name)
 
@@ -978,21 +856,7 @@ class DockerBackend:
             attempts = list(self._attempts.values())
         for attempt in attempts:
             for instance in attempt.instances.values():
-                record = instance.dir / "exit.json"
-                if instance.ended and record.exists():
-                    event = InstanceEvent.model_validate_json(record.read_text("utf-8"))
-                    reports.append(
-                        InstanceReport(
-                            key=instance.key,
-                            status=InstanceStatus.EXITED,
-                            placement=event.placement,
-                            exit_code=event.exit_code,
-                            oom_killed=event.oom_killed,
-                            started_at=instance.started_at,
-                            finished_at=event.at,
-                        )
-                    )
-                elif not instance.ended:
+                if not instance.ended:
                     reports.append(
                         InstanceReport(
                             key=instance.key,
@@ -1005,22 +869,27 @@ class DockerBackend:
                             started_at=instance.started_at,
                         )
                     )
+                elif event := records.read_exit(instance.dir):
+                    reports.append(
+                        InstanceReport(
+                            key=instance.key,
+                            status=InstanceStatus.EXITED,
+                            placement=event.placement,
+                            exit_code=event.exit_code,
+                            oom_killed=event.oom_killed,
+                            started_at=instance.started_at,
+                            finished_at=event.at,
+                        )
+                    )
         return reports
 
     # --- small parts -------------------------------------------------------------------------
 
     def _instance_dir(self, key: InstanceKey) -> Path:
-        return (
-            self.attempts_dir
-            / _safe(key.job_id)
-            / str(key.attempt)
-            / f"{_safe(key.role)}-{key.index}"
-        )
+        directory = records.attempt_dir(self.attempts_dir, key.job_id, key.attempt)
+        return records.instance_dir(directory, key.role, key.index)
 
-    def _instance_ended(self, key: InstanceKey) -> bool:
-        return (self._instance_dir(key) / "exit.json").exists()
-
-    def _event(self, instance: _Instance, kind: EventKind, **fields) -> InstanceEvent:
+    def _event(self, instance: Instance, kind: EventKind, **fields) -> InstanceEvent:
         if fields.get("at") is None:
             fields["at"] = utcnow()
         return InstanceEvent(
@@ -1037,86 +906,3 @@ class DockerBackend:
             return
         with contextlib.suppress(RuntimeError):  # the loop is closing
             self._loop.call_soon_threadsafe(self._events.put_nowait, event)
-
-
-def _attempt_of(instance: _Instance) -> str:
-    return f"{instance.key.job_id}#{instance.key.attempt}"
-
-
-def _order(request: LaunchRequest) -> list[tuple[RoleLaunch, int]]:
-    """Every instance of the attempt, roles in order, indexes ascending: the gang's order."""
-    return [(role, index) for role in request.roles for index in range(role.instances)]
-
-
-def _position(request: LaunchRequest, key: InstanceKey) -> int:
-    """The instance's place in the gang's order."""
-    position = 0
-    for role in request.roles:
-        if role.name == key.role:
-            return position + key.index
-        position += role.instances
-    raise KeyError(key.role)
-
-
-def _demand(role: RoleLaunch) -> Demand:
-    return Demand(role.resources.cpu, role.resources.memory_mb, role.resources.gpu)
-
-
-def _port_asks(role: RoleLaunch, index: int) -> list[PortAsk]:
-    """The instance's ports. Every instance shares this one host, so a fixed `beginAt` range
-    is laid out per instance, instance i starting at beginAt + i * count (OpenPAI's
-    sequential scheme); without beginAt the allocator picks free ports."""
-    return [
-        PortAsk(p.label, p.count, p.begin_at + index * p.count if p.begin_at else 0)
-        for p in port_requests(role)
-    ]
-
-
-def _same_ports(asks: list[PortAsk], previous: Placement) -> list[PortAsk] | None:
-    """Asks for exactly the ports an instance had, or None when a label's ports were not one
-    consecutive run (an ask names a first port and a count)."""
-    again = []
-    for ask in asks:
-        had = previous.ports.get(ask.label, [])
-        if len(had) != ask.count:
-            return None
-        if had and had != list(range(had[0], had[0] + ask.count)):
-            return None
-        again.append(ask._replace(begin_at=had[0]) if had else ask)
-    return again
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _read_from(path: Path, offset: int, limit: int = 1 << 16) -> bytes:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            return handle.read(limit)
-    except FileNotFoundError:
-        return b""
-
-
-def _tail_offset(path: Path, lines: int) -> int:
-    """The byte offset where the last `lines` lines of the file begin."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return 0
-    if lines <= 0:
-        return len(data)
-    end = len(data) - 1 if data.endswith(b"\n") else len(data)
-    position = end
-    for _ in range(lines):
-        position = data.rfind(b"\n", 0, position)
-        if position < 0:
-            return 0
-    return position + 1

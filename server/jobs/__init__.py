@@ -1,8 +1,9 @@
 """The job engine: job and instance states, exit-code classification, completion and retry
 policy, and the state machine that turns backend facts into a job's state.
 
-Pure logic: nothing here talks to a backend, a database or the network, so `paigraph run` and
-the GraphQL service drive the same machine.
+Pure logic, but for `runner.py`, which carries the machine's actions out on a Backend: nothing
+else here talks to a backend, a database or the network, so `paigraph run` and the GraphQL
+service drive the same machine.
 """
 
 from server.jobs.exit_codes import Behaviour, ExitInfo, ExitSpec, Reaction, classify, spec_for
