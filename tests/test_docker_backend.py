@@ -537,3 +537,18 @@ async def test_instances_resolve_peers_by_alias_and_get_their_limits(tmp_path: P
         assert "UNPRIVILEGED" in text
         await sim.forget(request.job_id, 1)
         events.close()
+
+
+async def test_limits_beyond_this_machine_are_clipped_and_the_user_is_told(tmp_path: Path) -> None:
+    host_cpus = docker.from_env().info()["NCPU"]
+    request = job(role("wide", ["cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || true"],
+                       cpu=host_cpus + 1))  # fmt: skip
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        ended = await events.all_ended(request)
+        assert {e.exit_code for e in ended.values()} == {0}
+        [placed] = [e for e in events.of(request) if e.kind is EventKind.PLACED]
+        assert f"cpu {host_cpus + 1} -> {host_cpus}" in placed.reason
+        await sim.forget(request.job_id, 1)
+        events.close()
