@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 
 from backends.base import (
     Backend,
@@ -50,13 +51,14 @@ class JobRunner:
         job_id: str,
         user: str = "default",
         policy: JobPolicy | None = None,
-        on_change: Callable[[JobMachine], None] | None = None,
+        machine: JobMachine | None = None,
+        on_change: Callable[[JobMachine], Awaitable[None] | None] | None = None,
     ) -> None:
         self.spec = spec
         self.backend = backend
         self.job_id = job_id
         self.user = user
-        self.machine = JobMachine(policy or job_policy(spec), job_id)
+        self.machine = machine or JobMachine(policy or job_policy(spec), job_id)
         self.on_change = on_change or (lambda machine: None)
         self.request(1)  # a job that cannot run says so now, before anything starts
         self._events: asyncio.Queue[InstanceEvent] = asyncio.Queue()
@@ -71,25 +73,38 @@ class JobRunner:
         self._stop_reason = reason
         self._wake.set()
 
-    async def run(self) -> JobRecord:
-        pump = asyncio.create_task(self._pump())
+    def feed(self, event: InstanceEvent) -> None:
+        """Hand the runner one backend event (when someone else reads the backend's stream)."""
+        if event.job_id == self.job_id:
+            self._events.put_nowait(event)
+            self._wake.set()
+
+    async def run(self, *, read_backend_events: bool = True, resume: bool = False) -> JobRecord:
+        """Run until the job is final. With `read_backend_events=False` events come by `feed`;
+        with `resume=True` the machine was restored and is not started again."""
+        pump = asyncio.create_task(self._pump()) if read_backend_events else None
         try:
-            await self._carry_out(self.machine.start())
+            if not resume:
+                await self._carry_out(self.machine.start())
             while not self.machine.is_final:
                 await self._next()
         finally:
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
+            if pump is not None:
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pump
         return self.machine.record
 
     # --- the loop --------------------------------------------------------------------------
 
     async def _pump(self) -> None:
         async for event in self.backend.events():
-            if event.job_id == self.job_id:
-                await self._events.put(event)
-                self._wake.set()
+            self.feed(event)
+
+    async def _changed(self) -> None:
+        result = self.on_change(self.machine)
+        if inspect.isawaitable(result):
+            await result
 
     async def _next(self) -> None:
         """Wait for an event or a stop request, and act on it."""
@@ -109,7 +124,7 @@ class JobRunner:
         await self._carry_out(self.machine.apply(event, log_tail=tail))
 
     async def _carry_out(self, actions: list[Action]) -> None:
-        self.on_change(self.machine)
+        await self._changed()
         for action in actions:
             if isinstance(action, LaunchAttempt):
                 await self._launch(action)
@@ -123,7 +138,7 @@ class JobRunner:
                 await self.backend.forget(self.job_id, action.attempt)
             elif isinstance(action, Finish):
                 break
-            self.on_change(self.machine)
+            await self._changed()
 
     async def _launch(self, action: LaunchAttempt) -> None:
         if action.delay_seconds and not await self._pause(action.delay_seconds):
