@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import yaml
@@ -13,6 +13,9 @@ from rich.markup import escape
 
 from server.protocol import Issue, Kind, ParseResult, parse_document, resolve_job, to_v2_yaml
 from server.protocol.model import JobSpec
+
+if TYPE_CHECKING:
+    from server.store import Store
 
 app = typer.Typer(
     help="paigraph: multi-role batch jobs in the OpenPAI style, served over GraphQL.",
@@ -154,18 +157,62 @@ def run(
     raise typer.Exit(run_in_foreground(_resolved(file, param), out, config=config))
 
 
+_DB_HELP = (
+    "Database URL: sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB "
+    "(default: a SQLite file in the user's data directory)."
+)
+DbOption = Annotated[str | None, typer.Option("--db", envvar="PAIGRAPH_DB", help=_DB_HELP)]
+
+
+def _open_store(db: str | None) -> Store:
+    """The store on `db`, migrated; exit 1 with the reason when the database is not usable."""
+    from server.store import StoreError, open_store
+
+    try:
+        return open_store(db)
+    except StoreError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(envvar="PAIGRAPH_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="PAIGRAPH_PORT")] = 8000,
+    db: DbOption = None,
 ) -> None:
     """Run the GraphQL service (GraphiQL in the browser at /graphql)."""
     import uvicorn
 
     from server.app import create_app
 
+    _open_store(db).close()  # brings the schema up to date before anything is served
     err.print(f"paigraph serving GraphQL on http://{host}:{port}/graphql")
     uvicorn.run(create_app(), host=host, port=port, log_level="info")
+
+
+users_app = typer.Typer(help="Manage users and their tokens.", no_args_is_help=True)
+app.add_typer(users_app, name="users")
+
+
+@users_app.command("add")
+def users_add(
+    name: Annotated[str, typer.Argument(help="The new user's name.")],
+    admin: Annotated[bool, typer.Option("--admin", help="Make the user an administrator.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Add a user to the database directly; print the new token alone on standard output."""
+    from server.store import StoreError
+
+    store = _open_store(db)
+    try:
+        _, token = store.create_user(name, admin=admin)
+    except StoreError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
+    finally:
+        store.close()
+    typer.echo(token)
 
 
 @app.command()

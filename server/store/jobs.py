@@ -1,0 +1,555 @@
+"""Jobs, their task instances and their event log.
+
+Every write of a job's state goes through one transaction that first locks the job: the job
+row, the changed instance rows and the new event rows commit together, and the event sequence
+is read and bumped under the lock, so concurrent writers get consecutive numbers and a reader
+never sees a state without its event (or the other way round).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Row, insert, select, tuple_, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from sqlmodel import col
+
+from backends.base import utcnow
+from server.jobs.machine import InstanceView, JobRecord, MachineSnapshot
+from server.jobs.states import JobState, Transition
+from server.protocol.model import JobSpec
+from server.store.db import Repository
+from server.store.errors import InvalidValue, JobExists, NameInUse, UnknownJob, UnknownUser
+from server.store.tables import EventRow, InstanceRow, JobRow, UserRow
+from server.store.values import (
+    INSTANCE_STATE,
+    JOB_STATE,
+    Event,
+    Instance,
+    Job,
+    JobCursor,
+    JobFilter,
+    JobPage,
+    NewEvent,
+)
+
+MAX_PAGE = 100
+_FINAL = [s.value for s in JobState if s.is_final]
+_JOB_COLUMNS = (
+    JobRow.id,
+    JobRow.name,
+    JobRow.owner_id,
+    UserRow.name,
+    JobRow.virtual_cluster,
+    JobRow.state,
+    JobRow.state_reason,
+    JobRow.submitted_at,
+    JobRow.started_at,
+    JobRow.completed_at,
+    JobRow.attempt,
+    JobRow.retries,
+    JobRow.last_sequence,
+)
+_INSTANCE_COLUMNS = (
+    InstanceRow.job_id,
+    InstanceRow.attempt,
+    InstanceRow.role,
+    InstanceRow.task_index,
+    InstanceRow.task_attempt,
+    InstanceRow.state,
+    InstanceRow.state_reason,
+    InstanceRow.exit_code,
+    InstanceRow.exit_reason,
+    InstanceRow.node,
+    InstanceRow.host_ip,
+    InstanceRow.ports,
+    InstanceRow.started_at,
+    InstanceRow.finished_at,
+)
+_EVENT_COLUMNS = (
+    EventRow.job_id,
+    EventRow.sequence,
+    EventRow.at,
+    EventRow.type,
+    EventRow.message,
+    EventRow.state,
+    EventRow.attempt,
+    EventRow.task_role,
+    EventRow.task_index,
+)
+_NEWEST_FIRST = (col(JobRow.submitted_at).desc(), col(JobRow.id).desc())
+# The instance columns that a save compares to decide whether a row changed.
+_INSTANCE_FIELDS = (
+    "task_attempt",
+    "state",
+    "state_reason",
+    "exit_code",
+    "exit_reason",
+    "node",
+    "host_ip",
+    "ports",
+    "started_at",
+    "finished_at",
+)
+
+
+class JobStore(Repository):
+    # --- writing ---
+
+    def create_job(
+        self,
+        spec: JobSpec,
+        snapshot: MachineSnapshot,
+        *,
+        owner_id: int,
+        virtual_cluster: str | None = None,
+        config: str | None = None,
+    ) -> tuple[Job, list[Event]]:
+        """Store a new job (id, state and instances from `snapshot`) and its first events.
+
+        `config` is the text as submitted with secrets masked (default: `spec.source`, which is);
+        the virtual cluster defaults to the spec's. Raises NameInUse when the owner has a job of
+        that name that has not ended, JobExists for a taken id, UnknownUser for a bad owner.
+        """
+        record = snapshot.record
+        now = utcnow()
+        values = {
+            **_job_values(record, snapshot),
+            "id": record.job_id,
+            "name": spec.name,
+            "owner_id": owner_id,
+            "virtual_cluster": virtual_cluster or spec.virtual_cluster,
+            "submitted_at": record.created_at,
+            "config": spec.source if config is None else config,
+            "spec": spec.model_dump_json(),
+            "last_sequence": 0,
+            "updated_at": now,
+        }
+        try:
+            with self._write() as session:
+                # Lock the owner so two submissions of one name cannot both pass the check.
+                owner = session.scalar(
+                    select(UserRow.name).where(UserRow.id == owner_id).with_for_update()
+                )
+                if owner is None:
+                    raise UnknownUser(f"no user has id {owner_id}")
+                live = session.scalar(
+                    select(JobRow.id).where(
+                        JobRow.owner_id == owner_id,
+                        JobRow.name == spec.name,
+                        col(JobRow.state).not_in(_FINAL),
+                    )
+                )
+                if live is not None:
+                    raise NameInUse(
+                        f"you already have a job named {spec.name!r} that has not ended "
+                        f"({live}); stop it or choose another name"
+                    )
+                session.execute(insert(JobRow), [values])
+                _write_instances(session, record)
+                events = _append(session, record.job_id, 0, record.transitions)
+        except IntegrityError:
+            raise JobExists(f"a job with id {record.job_id!r} exists already") from None
+        job = self.get_job(record.job_id)
+        assert job is not None
+        return job, events
+
+    def save_machine(
+        self,
+        job_id: str,
+        snapshot: MachineSnapshot,
+        changes: Sequence[Transition | NewEvent] = (),
+    ) -> list[Event]:
+        """Write the machine's state, its current attempt's instances and the new events in one
+        transaction; return the events with their sequence numbers (publish them after this).
+
+        `changes` are the transitions made since the last save (`machine.transitions[n:]`, n
+        being its length then) and any other events to record, in order.
+        """
+        record = snapshot.record
+        if record.job_id != job_id:
+            raise ValueError(f"the snapshot is of job {record.job_id!r}, not of {job_id!r}")
+        with self._write() as session:
+            last = _lock(session, job_id)
+            session.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id)
+                .values(**_job_values(record, snapshot), updated_at=utcnow())
+            )
+            _write_instances(session, record)
+            _end_earlier_attempts(session, record, changes)
+            return _append(session, job_id, last, changes)
+
+    def append_events(self, job_id: str, changes: Sequence[Transition | NewEvent]) -> list[Event]:
+        """Record events that come with no change of the machine's state."""
+        with self._write() as session:
+            return _append(session, job_id, _lock(session, job_id), changes)
+
+    # --- reading jobs ---
+
+    def get_job(self, job_id: str) -> Job | None:
+        return self.jobs_by_ids([job_id]).get(job_id)
+
+    def jobs_by_ids(self, job_ids: Iterable[str]) -> dict[str, Job]:
+        """Many jobs in one query (for a loader); unknown ids are left out."""
+        wanted = set(job_ids)
+        if not wanted:
+            return {}
+        with self._read() as session:
+            rows = session.execute(_jobs_query().where(col(JobRow.id).in_(wanted)))
+            return {job.id: job for job in map(_job, rows)}
+
+    def job_named(self, owner_id: int, name: str) -> Job | None:
+        """The owner's newest job of that name."""
+        with self._read() as session:
+            row = session.execute(
+                _jobs_query()
+                .where(JobRow.owner_id == owner_id, JobRow.name == name)
+                .order_by(*_NEWEST_FIRST)
+                .limit(1)
+            ).first()
+            return _job(row) if row is not None else None
+
+    def list_jobs(
+        self, where: JobFilter | None = None, *, first: int = 50, after: JobCursor | None = None
+    ) -> JobPage:
+        """Jobs newest first, `first` (0 to 100) of them after the cursor, matching `where`."""
+        if not 0 <= first <= MAX_PAGE:
+            raise InvalidValue(f"first must be between 0 and {MAX_PAGE}, got {first}")
+        where = where or JobFilter()
+        query = _jobs_query()
+        if where.states:
+            query = query.where(col(JobRow.state).in_([JobState(s).value for s in where.states]))
+        if where.owner is not None:
+            query = query.where(UserRow.name == where.owner)
+        if where.virtual_cluster is not None:
+            query = query.where(JobRow.virtual_cluster == where.virtual_cluster)
+        if where.name is not None:
+            query = query.where(JobRow.name == where.name)
+        if after is not None:
+            query = query.where(
+                tuple_(JobRow.submitted_at, JobRow.id) < tuple_(after.submitted_at, after.id)
+            )
+        query = query.order_by(*_NEWEST_FIRST).limit(first + 1)
+        with self._read() as session:
+            jobs = [_job(row) for row in session.execute(query)]
+        return JobPage(jobs=jobs[:first], has_next=len(jobs) > first)
+
+    def unfinished_jobs(self) -> list[Job]:
+        """Every job that has not reached a final state (what a restarted server resumes)."""
+        with self._read() as session:
+            rows = session.execute(
+                _jobs_query()
+                .where(col(JobRow.state).not_in(_FINAL))
+                .order_by(JobRow.submitted_at, JobRow.id)
+            )
+            return [_job(row) for row in rows]
+
+    def load_machine(self, job_id: str) -> MachineSnapshot:
+        """The job machine's snapshot as last saved; `JobMachine.restore` rebuilds it."""
+        with self._read() as session:
+            text = session.scalar(select(JobRow.machine).where(JobRow.id == job_id))
+        if text is None:
+            raise UnknownJob(f"no job has id {job_id!r}")
+        return MachineSnapshot.model_validate_json(text)
+
+    def job_config(self, job_id: str) -> str | None:
+        """The config as submitted, secrets masked."""
+        with self._read() as session:
+            return session.scalar(select(JobRow.config).where(JobRow.id == job_id))
+
+    def job_specs(self, job_ids: Iterable[str]) -> dict[str, JobSpec]:
+        """The resolved specs of many jobs in one query (for a loader)."""
+        wanted = set(job_ids)
+        if not wanted:
+            return {}
+        with self._read() as session:
+            rows = session.execute(select(JobRow.id, JobRow.spec).where(col(JobRow.id).in_(wanted)))
+            return {job_id: JobSpec.model_validate_json(text) for job_id, text in rows}
+
+    # --- instances and events ---
+
+    def instances_for_jobs(
+        self, job_ids: Iterable[str], *, all_attempts: bool = False
+    ) -> dict[str, list[Instance]]:
+        """The instances of many jobs in one query, by role then index (earlier attempts first
+        with `all_attempts`; otherwise only each job's current attempt). Every id is a key."""
+        wanted = set(job_ids)
+        result: dict[str, list[Instance]] = {job_id: [] for job_id in wanted}
+        if not wanted:
+            return result
+        query = select(*_INSTANCE_COLUMNS).where(col(InstanceRow.job_id).in_(wanted))
+        if not all_attempts:
+            query = query.join(
+                JobRow, (JobRow.id == InstanceRow.job_id) & (JobRow.attempt == InstanceRow.attempt)
+            )
+        query = query.order_by(
+            InstanceRow.job_id, InstanceRow.attempt, InstanceRow.role, InstanceRow.task_index
+        )
+        with self._read() as session:
+            for row in session.execute(query):
+                instance = _instance(row)
+                result[instance.job_id].append(instance)
+        return result
+
+    def events_after(self, job_id: str, sequence: int = 0, limit: int = 100) -> list[Event]:
+        """The job's events with a sequence above `sequence`, oldest first, at most `limit`."""
+        if limit < 1:
+            raise InvalidValue(f"limit must be at least 1, got {limit}")
+        with self._read() as session:
+            rows = session.execute(
+                select(*_EVENT_COLUMNS)
+                .where(EventRow.job_id == job_id, EventRow.sequence > sequence)
+                .order_by(EventRow.sequence)
+                .limit(limit)
+            )
+            return [_event(row) for row in rows]
+
+
+# --- writing helpers -------------------------------------------------------------------------
+
+
+def _lock(session: Session, job_id: str) -> int:
+    """Lock the job row for this transaction (FOR UPDATE; SQLite holds its write lock already)
+    and return the sequence of its newest event."""
+    last = session.scalar(select(JobRow.last_sequence).where(JobRow.id == job_id).with_for_update())
+    if last is None:
+        raise UnknownJob(f"no job has id {job_id!r}")
+    return last
+
+
+def _job_values(record: JobRecord, snapshot: MachineSnapshot) -> dict[str, Any]:
+    return {
+        "state": record.state.value,
+        "state_reason": record.reason,
+        "started_at": record.started_at,
+        "completed_at": record.completed_at,
+        "attempt": record.attempt,
+        "retries": record.retries,
+        "machine": snapshot.model_dump_json(),
+    }
+
+
+def _instance_values(view: InstanceView) -> dict[str, Any]:
+    return {
+        "task_attempt": view.task_attempt,
+        "state": view.state.value,
+        "state_reason": view.reason,
+        "exit_code": view.exit_code,
+        "exit_reason": view.exit_reason,
+        "node": view.node,
+        "host_ip": view.host_ip,
+        "ports": {label: list(ports) for label, ports in view.ports.items()},
+        "started_at": view.started_at,
+        "finished_at": view.finished_at,
+    }
+
+
+def _write_instances(session: Session, record: JobRecord) -> None:
+    """Insert the current attempt's new instance rows and update those that changed."""
+    attempts = {view.attempt for view in record.instances}
+    stored: dict[tuple[int, str, int], tuple[int, dict[str, Any]]] = {}
+    if attempts:
+        columns = [getattr(InstanceRow, name) for name in _INSTANCE_FIELDS]
+        rows = session.execute(
+            select(
+                InstanceRow.id,
+                InstanceRow.attempt,
+                InstanceRow.role,
+                InstanceRow.task_index,
+                *columns,
+            ).where(
+                InstanceRow.job_id == record.job_id,
+                col(InstanceRow.attempt).in_(attempts),
+            )
+        )
+        for row in rows:
+            stored[(row.attempt, row.role, row.task_index)] = (
+                row.id,
+                {name: getattr(row, name) for name in _INSTANCE_FIELDS},
+            )
+    inserts, updates = [], []
+    for view in record.instances:
+        values = _instance_values(view)
+        found = stored.get((view.attempt, view.role, view.index))
+        if found is None:
+            inserts.append(
+                {
+                    "job_id": record.job_id,
+                    "attempt": view.attempt,
+                    "role": view.role,
+                    "task_index": view.index,
+                    **values,
+                }
+            )
+        elif found[1] != values:
+            updates.append({"id": found[0], **values})
+    if inserts:
+        session.execute(insert(InstanceRow), inserts)
+    if updates:
+        session.execute(update(InstanceRow), updates)
+
+
+def _end_earlier_attempts(
+    session: Session, record: JobRecord, changes: Sequence[Transition | NewEvent]
+) -> None:
+    """Apply instance transitions of attempts the record no longer holds to their rows.
+
+    One input can end an attempt's last instances and start the next attempt; the snapshot then
+    shows only the new attempt, and these transitions are all that tells how the old rows ended
+    (state, reason and time; an exit code not saved before is not known here).
+    """
+    current = {(v.attempt, v.role, v.index) for v in record.instances}
+    for change in changes:
+        if not isinstance(change, Transition) or change.role is None or change.index is None:
+            continue
+        if (change.attempt, change.role, change.index) in current:
+            continue
+        values: dict[str, Any] = {"state": change.to_state.value, "state_reason": change.reason}
+        where = [
+            InstanceRow.job_id == record.job_id,
+            InstanceRow.attempt == change.attempt,
+            InstanceRow.role == change.role,
+            InstanceRow.task_index == change.index,
+        ]
+        session.execute(update(InstanceRow).where(*where).values(**values))
+        if change.to_state.is_final:
+            session.execute(
+                update(InstanceRow)
+                .where(*where, col(InstanceRow.finished_at).is_(None))
+                .values(finished_at=change.at)
+            )
+
+
+def _append(
+    session: Session, job_id: str, last: int, changes: Sequence[Transition | NewEvent]
+) -> list[Event]:
+    """Insert the events numbered from `last + 1` and move the job's counter on."""
+    events = [_new_event(job_id, last + n, change) for n, change in enumerate(changes, start=1)]
+    if not events:
+        return []
+    session.execute(
+        insert(EventRow),
+        [
+            {
+                "job_id": e.job_id,
+                "sequence": e.sequence,
+                "at": e.at,
+                "type": e.type,
+                "message": e.message,
+                "state": e.state.value if e.state is not None else None,
+                "attempt": e.attempt,
+                "task_role": e.role,
+                "task_index": e.index,
+            }
+            for e in events
+        ],
+    )
+    session.execute(
+        update(JobRow).where(JobRow.id == job_id).values(last_sequence=events[-1].sequence)
+    )
+    return events
+
+
+def _new_event(job_id: str, sequence: int, change: Transition | NewEvent) -> Event:
+    if isinstance(change, Transition):
+        return Event(
+            job_id=job_id,
+            sequence=sequence,
+            at=change.at,
+            type=JOB_STATE if change.role is None else INSTANCE_STATE,
+            message=change.reason,
+            state=change.to_state,
+            attempt=change.attempt,
+            role=change.role,
+            index=change.index,
+        )
+    return Event(
+        job_id=job_id,
+        sequence=sequence,
+        at=change.at,
+        type=change.type,
+        message=change.message,
+        state=change.state,
+        attempt=change.attempt,
+        role=change.role,
+        index=change.index,
+    )
+
+
+# --- reading helpers -------------------------------------------------------------------------
+
+
+def _jobs_query() -> Any:
+    return select(*_JOB_COLUMNS).join(UserRow, UserRow.id == JobRow.owner_id)
+
+
+def _job(row: Row[Any]) -> Job:
+    (
+        job_id,
+        name,
+        owner_id,
+        owner,
+        vc,
+        state,
+        reason,
+        submitted,
+        started,
+        completed,
+        attempt,
+        retries,
+        last,
+    ) = row
+    return Job(
+        id=job_id,
+        name=name,
+        owner_id=owner_id,
+        owner=owner,
+        virtual_cluster=vc,
+        state=JobState(state),
+        state_reason=reason,
+        submitted_at=submitted,
+        started_at=started,
+        completed_at=completed,
+        attempt=attempt,
+        retries=retries,
+        last_sequence=last,
+    )
+
+
+def _instance(row: Row[Any]) -> Instance:
+    (job_id, attempt, role, index, task_attempt, state, reason, code, exit_reason) = row[:9]
+    node, host_ip, ports, started, finished = row[9:]
+    return Instance(
+        job_id=job_id,
+        attempt=attempt,
+        role=role,
+        index=index,
+        task_attempt=task_attempt,
+        state=JobState(state),
+        state_reason=reason,
+        exit_code=code,
+        exit_reason=exit_reason,
+        node=node,
+        host_ip=host_ip,
+        ports=ports,
+        started_at=started,
+        finished_at=finished,
+    )
+
+
+def _event(row: Row[Any]) -> Event:
+    job_id, sequence, at, type_, message, state, attempt, role, index = row
+    return Event(
+        job_id=job_id,
+        sequence=sequence,
+        at=at,
+        type=type_,
+        message=message,
+        state=JobState(state) if state is not None else None,
+        attempt=attempt,
+        role=role,
+        index=index,
+    )

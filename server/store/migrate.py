@@ -1,0 +1,55 @@
+"""Bring a database's schema up to date with alembic, from code (no alembic.ini needed).
+
+Safe to run on every start and from several processes at once: the upgrade runs in one
+transaction that first takes a lock (an advisory lock on PostgreSQL, the write lock on SQLite),
+so a second process waits and then finds nothing left to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, text
+
+from server.store.db import create_store_engine, is_sqlite, session_scope
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+_LOCK_KEY = 0x70616967  # "paig": the advisory lock that serialises migrating processes
+
+
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("path_separator", "os")
+    return config
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def migrate(url_or_engine: str | Engine | None = None) -> None:
+    """Run `alembic upgrade head` on the database (see `db.database_url` for a str or None)."""
+    engine = (
+        url_or_engine if isinstance(url_or_engine, Engine) else create_store_engine(url_or_engine)
+    )
+    try:
+        config = alembic_config()
+        with session_scope(engine, write=True) as session:
+            connection = session.connection()
+            if not is_sqlite(engine):
+                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+    finally:
+        if not isinstance(url_or_engine, Engine):
+            engine.dispose()

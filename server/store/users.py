@@ -1,0 +1,160 @@
+"""Users, their bearer tokens, and which virtual clusters they may submit to.
+
+A token is shown once, when it is made, and only its SHA-256 is stored: tokens are 256 random
+bits, so a plain hash is enough (nothing to guess), and looking the hash up through its unique
+index needs no constant-time comparison.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from sqlmodel import col
+
+from backends.base import utcnow
+from server.store.db import Repository
+from server.store.errors import InvalidValue, UnknownUser, UserExists
+from server.store.tables import MembershipRow, TokenRow, UserRow, VirtualClusterRow
+from server.store.values import User
+
+TOKEN_PREFIX = "pgt_"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def check_name(name: str, what: str = "user name") -> str:
+    if not _NAME.fullmatch(name):
+        raise InvalidValue(
+            f"{what} {name!r} is not allowed: use 1 to 64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def _user(row: UserRow) -> User:
+    assert row.id is not None
+    return User(id=row.id, name=row.name, admin=row.admin, created_at=row.created_at)
+
+
+class UserStore(Repository):
+    def create_user(self, name: str, admin: bool = False) -> tuple[User, str]:
+        """Add a user with a first token; return the user and the token (shown only now)."""
+        check_name(name)
+        token = new_token()
+        try:
+            with self._write() as session:
+                if session.scalar(select(UserRow.id).where(UserRow.name == name)) is not None:
+                    raise UserExists(f"a user named {name!r} exists already")
+                row = UserRow(name=name, admin=admin, created_at=utcnow())
+                session.add(row)
+                session.flush()
+                assert row.id is not None
+                session.add(
+                    TokenRow(user_id=row.id, token_hash=token_hash(token), created_at=utcnow())
+                )
+                user = _user(row)
+        except IntegrityError:  # another process added the same name in between
+            raise UserExists(f"a user named {name!r} exists already") from None
+        return user, token
+
+    def add_token(self, user_id: int) -> str:
+        """A further token for the user; the earlier ones stay valid."""
+        token = new_token()
+        with self._write() as session:
+            if session.get(UserRow, user_id) is None:
+                raise UnknownUser(f"no user has id {user_id}")
+            session.add(
+                TokenRow(user_id=user_id, token_hash=token_hash(token), created_at=utcnow())
+            )
+        return token
+
+    def user_for_token(self, token: str) -> User | None:
+        """The user a bearer token belongs to, or None for an unknown token."""
+        if not token:
+            return None
+        with self._read() as session:
+            row = session.scalar(
+                select(UserRow)
+                .join(TokenRow, TokenRow.user_id == UserRow.id)
+                .where(TokenRow.token_hash == token_hash(token))
+            )
+            return _user(row) if row is not None else None
+
+    def get_user(self, user_id: int) -> User | None:
+        with self._read() as session:
+            row = session.get(UserRow, user_id)
+            return _user(row) if row is not None else None
+
+    def user_named(self, name: str) -> User | None:
+        with self._read() as session:
+            row = session.scalar(select(UserRow).where(UserRow.name == name))
+            return _user(row) if row is not None else None
+
+    def users_by_ids(self, user_ids: Iterable[int]) -> dict[int, User]:
+        """Many users in one query (for a loader); unknown ids are left out."""
+        wanted = set(user_ids)
+        if not wanted:
+            return {}
+        with self._read() as session:
+            rows = session.scalars(select(UserRow).where(col(UserRow.id).in_(wanted)))
+            return {user.id: user for user in map(_user, rows)}
+
+    def count_users(self) -> int:
+        with self._read() as session:
+            return session.scalar(select(func.count()).select_from(UserRow)) or 0
+
+    def add_membership(self, user_id: int, virtual_cluster: str) -> None:
+        """Let the user submit to the virtual cluster; nothing changes when they already may."""
+        check_name(virtual_cluster, "virtual cluster name")
+        with self._write() as session:
+            if session.get(UserRow, user_id) is None:
+                raise UnknownUser(f"no user has id {user_id}")
+            _insert_missing(
+                session,
+                VirtualClusterRow,
+                {"name": virtual_cluster, "created_at": utcnow()},
+                "name",
+            )
+            vc_id = session.scalar(
+                select(VirtualClusterRow.id).where(VirtualClusterRow.name == virtual_cluster)
+            )
+            _insert_missing(
+                session,
+                MembershipRow,
+                {"user_id": user_id, "virtual_cluster_id": vc_id, "created_at": utcnow()},
+                "user_id",
+                "virtual_cluster_id",
+            )
+
+    def user_vcs(self, user_id: int) -> list[str]:
+        """The names of the virtual clusters the user belongs to, sorted."""
+        with self._read() as session:
+            names = session.scalars(
+                select(VirtualClusterRow.name)
+                .join(MembershipRow, MembershipRow.virtual_cluster_id == VirtualClusterRow.id)
+                .where(MembershipRow.user_id == user_id)
+                .order_by(VirtualClusterRow.name)
+            )
+            return list(names)
+
+
+def _insert_missing(session: Session, table: Any, values: dict[str, Any], *keys: str) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING: a concurrent insert of the same key is no error."""
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(table).values(**values).on_conflict_do_nothing(index_elements=keys)
+    session.execute(statement)

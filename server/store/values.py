@@ -1,0 +1,139 @@
+"""What the store hands out and takes in: frozen dataclasses, never ORM rows.
+
+Plain values keep sessions inside the store (nothing lazy-loads later, nothing expires) and are
+cheap to build in bulk, which matters for list queries that map hundreds of rows per request.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from server.jobs.states import JobState
+
+# Event types written for the machine's transitions; other types may be appended freely.
+JOB_STATE = "JOB_STATE"
+INSTANCE_STATE = "INSTANCE_STATE"
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: int
+    name: str
+    admin: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job's row without its large documents (config, spec, machine: ask for them)."""
+
+    id: str
+    name: str
+    owner_id: int
+    owner: str  # the owner's user name
+    virtual_cluster: str
+    state: JobState
+    state_reason: str
+    submitted_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    attempt: int
+    retries: int
+    last_sequence: int  # the sequence of the job's newest event
+
+    @property
+    def cursor(self) -> JobCursor:
+        return JobCursor(self.submitted_at, self.id)
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    job_id: str
+    attempt: int
+    role: str
+    index: int
+    task_attempt: int
+    state: JobState
+    state_reason: str
+    exit_code: int | None
+    exit_reason: str | None
+    node: str | None
+    host_ip: str | None
+    ports: dict[str, list[int]]
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    job_id: str
+    sequence: int
+    at: datetime
+    type: str
+    message: str | None
+    state: JobState | None
+    attempt: int | None
+    role: str | None
+    index: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append that is not a state change of the machine (e.g. a stop request)."""
+
+    type: str
+    at: datetime
+    message: str | None = None
+    state: JobState | None = None
+    attempt: int | None = None
+    role: str | None = None
+    index: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobCursor:
+    """A position in the job list, which is ordered newest first by (submitted_at, id)."""
+
+    submitted_at: datetime
+    id: str
+
+    def encode(self) -> str:
+        raw = f"{self.submitted_at.isoformat()}|{self.id}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> JobCursor:
+        """Raise ValueError with a user-facing message when `text` is not a job cursor."""
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+            when, sep, job_id = raw.partition("|")
+            at = datetime.fromisoformat(when)
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise ValueError(f"{text!r} is not a job list cursor") from None
+        if not sep or not job_id or at.tzinfo is None:
+            raise ValueError(f"{text!r} is not a job list cursor")
+        return cls(at, job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs to list; every field given must match (exact values)."""
+
+    states: Sequence[JobState] = ()  # any of these; empty: every state
+    owner: str | None = None  # the owner's user name
+    virtual_cluster: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    jobs: list[Job] = field(default_factory=list)
+    has_next: bool = False
+
+    @property
+    def end_cursor(self) -> JobCursor | None:
+        return self.jobs[-1].cursor if self.jobs else None

@@ -1,0 +1,191 @@
+"""`paigraph users add` and `paigraph serve --db`, run as a user runs them, and database URLs."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server.store import (
+    DatabaseError,
+    create_store_engine,
+    current_revision,
+    database_url,
+    head_revision,
+    open_store,
+)
+from tests.store_support import KINDS, fresh_database
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = re.compile(r"pgt_[A-Za-z0-9_-]{43}\n")
+
+
+@pytest.fixture(params=KINDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with fresh_database(request.param, tmp_path) as url:
+        yield url
+
+
+def paigraph(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k != "PAIGRAPH_DB"}
+    return subprocess.run(
+        [sys.executable, "-m", "server.cli", *args],
+        cwd=ROOT,
+        env={**base, "NO_COLOR": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_users_add_prints_only_the_token_and_the_token_authenticates(db_url: str) -> None:
+    done = paigraph("users", "add", "alice", "--admin", "--db", db_url)
+    assert done.returncode == 0, done.stderr
+    assert TOKEN.fullmatch(done.stdout)
+    plain = paigraph("users", "add", "bob", "--db", db_url)
+    assert plain.returncode == 0, plain.stderr
+
+    store = open_store(db_url)
+    try:
+        alice = store.user_for_token(done.stdout.strip())
+        bob = store.user_for_token(plain.stdout.strip())
+        assert alice is not None and (alice.name, alice.admin) == ("alice", True)
+        assert bob is not None and (bob.name, bob.admin) == ("bob", False)
+    finally:
+        store.close()
+
+    again = paigraph("users", "add", "alice", "--db", db_url)
+    assert (again.returncode, again.stdout) == (1, "")
+    assert "error: a user named 'alice' exists already" in again.stderr
+    assert "Traceback" not in again.stderr
+
+
+def test_users_add_finds_the_database_in_paigraph_db_or_the_data_directory(
+    tmp_path: Path,
+) -> None:
+    from_env = paigraph(
+        "users", "add", "ann", env={"PAIGRAPH_DB": f"sqlite:///{tmp_path / 'e.db'}"}
+    )
+    assert from_env.returncode == 0, from_env.stderr
+    assert (tmp_path / "e.db").is_file()
+
+    data_home = tmp_path / "data"
+    default = paigraph("users", "add", "ann", env={"XDG_DATA_HOME": str(data_home)})
+    assert default.returncode == 0, default.stderr
+    store = open_store(f"sqlite:///{data_home / 'paigraph' / 'paigraph.db'}", upgrade=False)
+    try:
+        user = store.user_for_token(default.stdout.strip())
+        assert user is not None and user.name == "ann"
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("command", [["users", "add", "ann"], ["serve", "--port", "1"]])
+def test_a_bad_database_url_is_one_clear_error(command: list[str], tmp_path: Path) -> None:
+    done = paigraph(*command, "--db", "mysql://root:pw@localhost/paigraph")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert "unsupported database URL scheme 'mysql'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "pw@" not in done.stderr
+
+
+def test_serve_migrates_the_database_before_it_serves(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'served.db'}"
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--db", url],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert server.poll() is None, server.stderr.read() if server.stderr else ""
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the server did not answer within 30 s"
+            time.sleep(0.2)
+        engine = create_store_engine(url)
+        assert current_revision(engine) == head_revision() is not None
+        engine.dispose()
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+
+
+# --- URLs --------------------------------------------------------------------------------------
+
+
+def test_the_default_database_is_a_file_in_the_users_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PAIGRAPH_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert database_url() == f"sqlite:///{tmp_path / 'xdg' / 'paigraph' / 'paigraph.db'}"
+    assert (tmp_path / "xdg" / "paigraph").is_dir()
+
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    expected = tmp_path / "home" / ".local" / "share" / "paigraph" / "paigraph.db"
+    assert database_url() == f"sqlite:///{expected}"
+    assert expected.parent.is_dir()
+
+    monkeypatch.setenv("PAIGRAPH_DB", "sqlite:///from-env.db")
+    assert database_url() == "sqlite:///from-env.db"
+    assert database_url("sqlite:///given.db") == "sqlite:///given.db"
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres", "postgresql+psycopg"])
+def test_postgresql_urls_use_psycopg_3(scheme: str) -> None:
+    engine = create_store_engine(f"{scheme}://u:p@127.0.0.1:5432/db", check=False)
+    assert (engine.dialect.name, engine.dialect.driver) == ("postgresql", "psycopg")
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_postgres_scheme_url_opens_the_store(tmp_path: Path) -> None:
+    with fresh_database("postgres", tmp_path) as url:
+        store = open_store(url.replace("postgresql://", "postgres://", 1))
+        try:
+            user, token = store.create_user("pat")
+            assert store.user_for_token(token) == user
+        finally:
+            store.close()
+
+
+def test_unusable_urls_say_what_is_wrong(tmp_path: Path) -> None:
+    closed = free_port()
+    missing = tmp_path / "missing"
+    cases = {
+        "mysql://u:pw@localhost/db": "unsupported database URL scheme 'mysql'",
+        "postgresql+psycopg2://u:pw@localhost/db": "unsupported database URL scheme",
+        "just words": "'just words' is not a database URL",
+        f"postgresql://u:pw@127.0.0.1:{closed}/db": f"cannot open the database postgresql://u:***@127.0.0.1:{closed}/db",
+        f"sqlite:///{missing / 'x.db'}": f"the directory {missing} does not exist",
+    }
+    for url, message in cases.items():
+        with pytest.raises(DatabaseError) as caught:
+            create_store_engine(url)
+        assert message in str(caught.value)
+        assert ":pw@" not in str(caught.value)
+    with pytest.raises(DatabaseError, match="refused"):
+        create_store_engine(f"postgresql://u:pw@127.0.0.1:{closed}/db")
