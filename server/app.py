@@ -1,27 +1,151 @@
-"""The Starlette application that serves the GraphQL API."""
+"""The Starlette application that serves the GraphQL API.
+
+The app's lifespan builds the running parts (store, event bus, backend, job service) when the
+server starts and closes them when it stops, so nothing is opened at import time and a test
+can run several apps side by side.
+"""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
-from strawberry.asgi import GraphQL
-from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
+from server.api.auth import Authenticator, is_loopback
+from server.api.context import Runtime, RuntimeSlot
+from server.api.endpoint import GraphQLEndpoint
+from server.api.limits import MAX_BODY_BYTES
 from server.api.schema import schema
+from server.events import bus_for
+from server.store import database_url, open_store
+
+if TYPE_CHECKING:
+    from backends.base import Backend
+    from server.jobs.service import JobService
+
+BACKENDS = ("docker", "kubernetes")
+
+
+class BackendUnavailable(ValueError):
+    """The backend named on the command line cannot be used; the message says why."""
+
+
+def check_backend(name: str) -> None:
+    """Raise BackendUnavailable, saying why, unless jobs can run on the backend `name`."""
+    if name == "kubernetes":
+        raise BackendUnavailable(
+            "the kubernetes backend is not available yet; use --backend docker"
+        )
+    if name not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def make_backend(name: str) -> Backend:
+    """The backend called `name`, not started yet; BackendUnavailable when it cannot be made
+    (no Docker engine answers, the simulator's settings are wrong, ...)."""
+    check_backend(name)
+    from backends.base import BackendError
+    from backends.docker import DockerBackend
+    from simulator.containers import EngineError
+    from simulator.settings import SettingsError
+
+    try:
+        return DockerBackend(owner="server")
+    except (EngineError, SettingsError, BackendError, OSError) as exc:
+        raise BackendUnavailable(f"the docker backend cannot start: {exc}") from None
 
 
 async def healthz(_: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-def create_app() -> Starlette:
-    graphql = GraphQL(schema, subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL])
-    return Starlette(
+def create_app(
+    service: JobService | None = None,
+    *,
+    db_url: str | None = None,
+    host: str = "127.0.0.1",
+    backend: str | Backend | None = "docker",
+    max_body: int = MAX_BODY_BYTES,
+) -> Starlette:
+    """The app serving /graphql (GraphiQL in a browser) and /healthz.
+
+    With `service`, its store, bus and backend are used; the app starts the service when it
+    starts and closes it when it stops (the caller closes what it built the service from).
+    Without, the app opens the database at `db_url` (else $PAIGRAPH_DB, else the SQLite file
+    in the data directory), the event bus for it and the backend (`backend`, or the one it
+    names), and closes them all at the end. `backend=None` serves stored jobs only:
+    submitting and stopping answer that no backend runs. `host` is where the server
+    listens: on loopback only, a database without users lets requests act as the local admin.
+    """
+    slot = RuntimeSlot()
+    loopback = is_loopback(host)
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            if service is not None:
+                await service.start()
+                stack.push_async_callback(service.close)
+                runtime = Runtime(
+                    store=service.store,
+                    bus=service.bus,
+                    auth=Authenticator(service.store, loopback_only=loopback),
+                    service=service,
+                    backend=service.backend,
+                    backend_name=_backend_name(service.backend),
+                )
+            else:
+                runtime = await _build(stack, db_url, backend, loopback)
+            slot.current = runtime
+            try:
+                yield
+            finally:
+                slot.current = None
+
+    endpoint = GraphQLEndpoint(schema, slot, max_body=max_body)
+    app = Starlette(
         routes=[
             Route("/healthz", healthz),
-            Route("/graphql", graphql, methods=["GET", "POST"]),
-            WebSocketRoute("/graphql", graphql),
-        ]
+            Route("/graphql", endpoint, methods=["GET", "POST"]),
+            WebSocketRoute("/graphql", endpoint),
+        ],
+        lifespan=lifespan,
     )
+    app.state.runtime = slot  # the running parts, for operators and tests: .get()
+    return app
+
+
+async def _build(
+    stack: AsyncExitStack, db_url: str | None, chosen: str | Backend | None, loopback: bool
+) -> Runtime:
+    """Open the store, the bus and the backend, and start a job service on them."""
+    url = database_url(db_url)
+    store = await asyncio.to_thread(open_store, url)
+    stack.callback(store.close)
+    bus = bus_for(url)
+    stack.push_async_callback(bus.close)
+    runtime = Runtime(store=store, bus=bus, auth=Authenticator(store, loopback_only=loopback))
+    if chosen is None:
+        return runtime
+    from server.jobs.service import JobService
+
+    backend = make_backend(chosen) if isinstance(chosen, str) else chosen
+    stack.push_async_callback(backend.close)
+    service = JobService(store, backend, bus)
+    await service.start()
+    stack.push_async_callback(service.close)
+    runtime.service = service
+    runtime.backend = backend
+    runtime.backend_name = chosen if isinstance(chosen, str) else _backend_name(backend)
+    return runtime
+
+
+def _backend_name(backend: Backend) -> str:
+    name = type(backend).__name__.removesuffix("Backend").lower()
+    return name or type(backend).__name__

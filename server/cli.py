@@ -180,15 +180,33 @@ def serve(
     host: Annotated[str, typer.Option(envvar="PAIGRAPH_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="PAIGRAPH_PORT")] = 8000,
     db: DbOption = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            envvar="PAIGRAPH_BACKEND",
+            help="Where jobs run: docker (the local simulator); kubernetes comes later.",
+        ),
+    ] = "docker",
 ) -> None:
-    """Run the GraphQL service (GraphiQL in the browser at /graphql)."""
+    """Run the GraphQL service (GraphiQL in the browser at /graphql).
+
+    On a loopback host with no user in the database, requests act as the local admin; once
+    `paigraph users add` made a user, every request needs a token.
+    """
     import uvicorn
 
-    from server.app import create_app
+    from server.app import BackendUnavailable, create_app, make_backend
 
     _open_store(db).close()  # brings the schema up to date before anything is served
+    try:
+        chosen = make_backend(backend)
+    except BackendUnavailable as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2 if backend != "docker" else 1) from None
     err.print(f"paigraph serving GraphQL on http://{host}:{port}/graphql")
-    uvicorn.run(create_app(), host=host, port=port, log_level="info")
+    uvicorn.run(
+        create_app(db_url=db, host=host, backend=chosen), host=host, port=port, log_level="info"
+    )
 
 
 users_app = typer.Typer(help="Manage users and their tokens.", no_args_is_help=True)

@@ -1,15 +1,20 @@
-"""The GraphQL API as clients see it, over HTTP, and the committed schema."""
+"""The GraphQL API as clients see it, over HTTP: the dry run, and the committed schema."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
-from starlette.testclient import TestClient
 
+from server.api.resolved import PLACEHOLDER_PORT_BASE
 from server.api.schema import schema
 from server.app import create_app
-from tests.jobs import as_yaml, v2
+from tests.api_support import gql, serving
+from tests.jobs import as_json, as_yaml, v1, v2
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schema.graphql"
 
@@ -23,6 +28,8 @@ mutation Resolve($config: String!, $parameters: JSON) {
       taskRoles {
         name instanceCount commands dockerImage
         resourcePerInstance { cpu memoryMB gpu shmMB ports { label count } }
+        prerequisites { name type uri }
+        instances { index hostIp ports { label ports } environment { name value } }
       }
     }
   }
@@ -37,20 +44,25 @@ def test_schema_file_is_up_to_date() -> None:
 
 
 @pytest.fixture
-def client() -> TestClient:
-    return TestClient(create_app())
+async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(db_url=f"sqlite:///{tmp_path / 'api.db'}", backend=None)
+    async with serving(app) as http:
+        yield http
 
 
-def post(client: TestClient, variables: dict) -> dict:  # type: ignore[type-arg]
-    response = client.post("/graphql", json={"query": RESOLVE, "variables": variables})
-    assert response.status_code == 200
-    body = response.json()
+async def resolve(client: httpx.AsyncClient, variables: dict) -> dict:  # type: ignore[type-arg]
+    body = await gql(client, RESOLVE, variables)
     assert "errors" not in body, body
     return body["data"]["resolveJob"]
 
 
-def test_resolve_job_returns_the_resolved_job(client: TestClient) -> None:
-    payload = post(client, {"config": as_yaml(v2()), "parameters": {"batch": 64}})
+def env_of(instance: dict) -> dict[str, str]:  # type: ignore[type-arg]
+    return {e["name"]: e["value"] for e in instance["environment"]}
+
+
+@pytest.mark.anyio
+async def test_resolve_job_returns_the_resolved_job(client: httpx.AsyncClient) -> None:
+    payload = await resolve(client, {"config": as_yaml(v2()), "parameters": {"batch": 64}})
     assert payload["errors"] == []
     job = payload["job"]
     assert job["name"] == "tf_dist" and job["dialect"] == "v2"
@@ -60,12 +72,81 @@ def test_resolve_job_returns_the_resolved_job(client: TestClient) -> None:
     ports = {p["label"]: p["count"] for p in worker["resourcePerInstance"]["ports"]}
     assert ports == {"grpc": 2, "ssh": 1, "http": 1}
     assert "protocolVersion: 2" in job["config"]
+    assert worker["prerequisites"] == [
+        {"name": "tf_image", "type": "DOCKERIMAGE", "uri": ["openpai/tensorflow"]},
+        {"name": "cifar", "type": "DATA", "uri": ["https://example.org/cifar.tgz"]},
+        {"name": "bench", "type": "SCRIPT", "uri": ["https://example.org/bench.git"]},
+    ]
 
 
-def test_resolve_job_returns_user_errors_with_paths(client: TestClient) -> None:
+@pytest.mark.anyio
+async def test_resolve_job_shows_each_instance_with_placeholder_addresses_and_its_env(
+    client: httpx.AsyncClient,
+) -> None:
+    job = (await resolve(client, {"config": as_yaml(v2())}))["job"]
+    ps, worker = (next(r for r in job["taskRoles"] if r["name"] == n) for n in ("ps", "worker"))
+    assert [i["index"] for i in worker["instances"]] == [0, 1]
+    assert [i["hostIp"] for i in worker["instances"]] == ["worker-0", "worker-1"]
+
+    all_ports = [
+        port
+        for role in (ps, worker)
+        for instance in role["instances"]
+        for allocation in instance["ports"]
+        for port in allocation["ports"]
+    ]
+    assert len(all_ports) == len(set(all_ports)) == 2 + 2 * 4  # ps: ssh, http; worker: 2 grpc
+    assert min(all_ports) >= PLACEHOLDER_PORT_BASE
+    second = worker["instances"][1]
+    grpc = next(p["ports"] for p in second["ports"] if p["label"] == "grpc")
+    http = next(p["ports"] for p in second["ports"] if p["label"] == "http")
+    assert len(grpc) == 2
+
+    env = env_of(second)
+    assert env["PAI_CURRENT_TASK_ROLE_NAME"] == "worker"
+    assert env["PAI_TASK_INDEX"] == "1"
+    assert env["PAI_USER_NAME"] == "local"  # the local admin of a fresh loopback server
+    assert env["PAI_CURRENT_CONTAINER_IP"] == "worker-1"
+    assert env["PAI_PORT_LIST_worker_1_grpc"] == ",".join(map(str, grpc))
+    assert env["PAI_CONTAINER_HOST_PORT"] == str(http[0])
+    ps_http = next(p["ports"] for p in ps["instances"][0]["ports"] if p["label"] == "http")
+    assert env["PAI_TASK_ROLE_ps_HOST_LIST"] == f"ps-0:{ps_http[0]}"
+    assert (
+        env_of(ps["instances"][0])["PAI_TASK_ROLE_worker_HOST_LIST"]
+        == env["PAI_TASK_ROLE_worker_HOST_LIST"]
+    )
+
+
+@pytest.mark.anyio
+async def test_resolve_job_keeps_v1_begin_at_ports_and_job_envs(client: httpx.AsyncClient) -> None:
+    job = (await resolve(client, {"config": as_json(v1())}))["job"]
+    ps = next(r for r in job["taskRoles"] if r["name"] == "ps_server")
+    grpc = [next(p["ports"] for p in i["ports"] if p["label"] == "grpc") for i in ps["instances"]]
+    assert grpc == [[20000, 20001], [20000, 20001]]  # as asked; a real backend uses them too
+    assert env_of(ps["instances"][0])["MODE"] == "fast"
+
+
+@pytest.mark.anyio
+async def test_resolve_job_never_shows_secrets(client: httpx.AsyncClient) -> None:
+    doc = v2()
+    doc["secrets"] = {"token": "s3cr3t-value-123"}
+    doc["taskRoles"]["ps"]["commands"] = ["login --token <% $secrets.token %>"]
+    response = await client.post(
+        "/graphql", json={"query": RESOLVE, "variables": {"config": as_yaml(doc)}}
+    )
+    assert response.status_code == 200
+    assert "s3cr3t-value-123" not in response.text
+    ps = next(
+        r for r in response.json()["data"]["resolveJob"]["job"]["taskRoles"] if r["name"] == "ps"
+    )
+    assert ps["commands"] == ["login --token <% $secrets.token %>"]
+
+
+@pytest.mark.anyio
+async def test_resolve_job_returns_user_errors_with_paths(client: httpx.AsyncClient) -> None:
     doc = v2()
     doc["taskRoles"]["worker"]["resourcePerInstance"]["cpu"] = 0
-    payload = post(client, {"config": as_yaml(doc)})
+    payload = await resolve(client, {"config": as_yaml(doc)})
     assert payload["job"] is None
     assert payload["errors"] == [
         {
@@ -76,15 +157,40 @@ def test_resolve_job_returns_user_errors_with_paths(client: TestClient) -> None:
     ]
 
 
-def test_resolve_job_rejects_non_object_parameters(client: TestClient) -> None:
-    payload = post(client, {"config": as_yaml(v2()), "parameters": [1, 2]})
+@pytest.mark.anyio
+async def test_resolve_job_rejects_non_object_parameters(client: httpx.AsyncClient) -> None:
+    payload = await resolve(client, {"config": as_yaml(v2()), "parameters": [1, 2]})
     assert payload["errors"][0]["path"] == ["parameters"]
 
 
-def test_garbage_gets_an_error_not_a_crash(client: TestClient) -> None:
-    payload = post(client, {"config": "\x00\x01binary"})
+@pytest.mark.anyio
+async def test_garbage_gets_an_error_not_a_crash(client: httpx.AsyncClient) -> None:
+    payload = await resolve(client, {"config": "\x00\x01binary"})
     assert payload["errors"][0]["code"] == "binary"
 
 
-def test_health(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {"status": "ok"}
+@pytest.mark.anyio
+async def test_health(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+
+
+def test_serve_refuses_a_backend_that_is_not_available_yet(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "server.cli",
+            "serve",
+            "--backend",
+            "kubernetes",
+            "--db",
+            f"sqlite:///{tmp_path / 'k.db'}",
+        ],
+        cwd=SCHEMA_FILE.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "the kubernetes backend is not available yet; use --backend docker" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from server.protocol import Dialect, mask_secrets, parse_job, resolve_job, to_v2_yaml
 from tests.corpus import top_level
@@ -124,3 +125,27 @@ def test_drafts_convert_to_v2() -> None:
     assert again.prerequisite("models") is not None
     grpc = worker.resources.port("grpc")
     assert grpc is not None and grpc.count == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"protocolVersion": 2, "name": "j", "type": "job", "secrets": {"token": "s3cr3t-value"},'
+        ' "prerequisites": [{"name": "i", "type": "dockerimage", "uri": "busybox"}],'
+        ' "taskRoles": {"t": {"dockerImage": "i", "commands": ["echo"],'
+        ' "resourcePerInstance": {"cpu": 1, "memoryMB": 256, "gpu": 0}}}}',
+        "protocolVersion: 2\nname: j\ntype: job\nsecrets: {token: s3cr3t-value}\n"
+        "prerequisites: [{name: i, type: dockerimage, uri: busybox}]\n"
+        "taskRoles: {t: {dockerImage: i, commands: [echo],"
+        " resourcePerInstance: {cpu: 1, memoryMB: 256, gpu: 0}}}\n",
+    ],
+    ids=["json", "flow-yaml"],
+)
+def test_secrets_are_masked_in_the_kept_text_whatever_its_style(text: str) -> None:
+    result = parse_job(text)
+    assert result.spec is not None, result.errors
+    assert "s3cr3t-value" not in result.spec.source
+    assert result.spec.secrets == {"token": "s3cr3t-value"}
+    kept = yaml.safe_load(result.spec.source)  # still the same document, secrets masked
+    assert kept["secrets"] == "******"
+    assert kept["taskRoles"]["t"]["commands"] == ["echo"]

@@ -158,7 +158,7 @@ def read_draft(
         parameters=parameters,
         prerequisites=prerequisites,
         task_roles=roles,
-        source=mask_secrets(source),
+        source=mask_secrets(source, doc),
     )
 
 

@@ -147,7 +147,7 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         task_roles=roles,
         env=job_env,
         extras=extras or {},
-        source=mask_secrets(source),
+        source=mask_secrets(source, doc),
     )
 
 

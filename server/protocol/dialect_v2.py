@@ -172,7 +172,7 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         deployments=deployments,
         default_deployment=default_deployment,
         extras={k: v for k, v in extras.items() if k != EXTRAS_KEY},
-        source=mask_secrets(source),
+        source=mask_secrets(source, doc),
     )
 
 

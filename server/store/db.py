@@ -130,8 +130,9 @@ def _sqlite_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
-        cursor.execute("PRAGMA journal_mode=WAL")
+        # the timeout first: switching to WAL takes a lock that another process may hold
         cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")  # durable enough with WAL, much faster
     finally:

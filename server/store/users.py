@@ -25,6 +25,9 @@ from server.store.errors import InvalidValue, UnknownUser, UserExists
 from server.store.tables import MembershipRow, TokenRow, UserRow, VirtualClusterRow
 from server.store.values import User
 
+# The user a loopback-only server acts as while nobody has been added; never a real account.
+LOCAL_USER = "local"
+
 TOKEN_PREFIX = "pgt_"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -55,6 +58,26 @@ class UserStore(Repository):
     def create_user(self, name: str, admin: bool = False) -> tuple[User, str]:
         """Add a user with a first token; return the user and the token (shown only now)."""
         check_name(name)
+        if name == LOCAL_USER:
+            raise InvalidValue(
+                f"the user name {LOCAL_USER!r} is reserved for the loopback-only local admin"
+            )
+        return self._create_user(name, admin)
+
+    def local_admin(self) -> User:
+        """The reserved local admin a loopback-only server acts as while no user exists;
+        created the first time it is needed, its token never shown."""
+        found = self.user_named(LOCAL_USER)
+        if found is not None:
+            return found
+        try:
+            return self._create_user(LOCAL_USER, True)[0]
+        except UserExists:  # another request created it in between
+            found = self.user_named(LOCAL_USER)
+            assert found is not None
+            return found
+
+    def _create_user(self, name: str, admin: bool) -> tuple[User, str]:
         token = new_token()
         try:
             with self._write() as session:
@@ -115,8 +138,10 @@ class UserStore(Repository):
             return {user.id: user for user in map(_user, rows)}
 
     def count_users(self) -> int:
+        """Users who were added (the reserved local admin does not count)."""
         with self._read() as session:
-            return session.scalar(select(func.count()).select_from(UserRow)) or 0
+            query = select(func.count()).select_from(UserRow).where(UserRow.name != LOCAL_USER)
+            return session.scalar(query) or 0
 
     def add_membership(self, user_id: int, virtual_cluster: str) -> None:
         """Let the user submit to the virtual cluster; nothing changes when they already may."""

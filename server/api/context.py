@@ -1,0 +1,77 @@
+"""What every resolver can reach: the running parts of the server and who is asking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import strawberry
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.websockets import WebSocket
+
+from server.api.auth import Authenticator
+from server.api.errors import ApiError, Unauthorized
+from server.api.loaders import Loaders
+from server.events import EventBus
+from server.store import Store, User
+
+if TYPE_CHECKING:
+    from backends.base import Backend
+    from server.jobs.service import JobService
+
+
+@dataclass
+class Runtime:
+    """The parts a running server is made of; built by the app when it starts."""
+
+    store: Store
+    bus: EventBus
+    auth: Authenticator
+    service: JobService | None = None
+    backend: Backend | None = None
+    backend_name: str | None = None  # "docker", ...; None: the server runs no backend
+
+
+class RuntimeSlot:
+    """Holds the Runtime while the app runs (between the lifespan's start and end)."""
+
+    def __init__(self) -> None:
+        self.current: Runtime | None = None
+
+    def get(self) -> Runtime:
+        if self.current is None:
+            raise ApiError("the server is starting or stopping; try again", "UNAVAILABLE")
+        return self.current
+
+
+@dataclass
+class Context:
+    request: Request | WebSocket
+    response: Response | WebSocket | None
+    runtime: Runtime
+    loaders: Loaders
+    user: User | None = None
+    connection_params: dict[str, Any] | None = field(default=None)
+
+    @property
+    def viewer(self) -> User:
+        if self.user is None:
+            raise Unauthorized("not authenticated")
+        return self.user
+
+    @property
+    def store(self) -> Store:
+        return self.runtime.store
+
+    @property
+    def service(self) -> JobService:
+        if self.runtime.service is None:
+            raise ApiError(
+                "this server runs no backend: it shows stored jobs but cannot run or stop them",
+                "UNAVAILABLE",
+            )
+        return self.runtime.service
+
+
+Info = strawberry.Info[Context, None]

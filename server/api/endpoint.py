@@ -1,0 +1,158 @@
+"""`/graphql` over HTTP and websockets: size limit, authentication, then strawberry.
+
+HTTP requests are checked before strawberry sees them: a body over the limit gets 413, a
+missing or unknown token 401, both as a JSON body in GraphQL's error shape. The GraphiQL page
+itself (a GET without a query) needs no token. Websockets authenticate with the payload of
+`connection_init`; a connection without valid credentials is closed with code 4401.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
+from strawberry.asgi import GraphQL
+from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+)
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
+
+from server.api.auth import bearer_token, token_from_params
+from server.api.context import Context, RuntimeSlot
+from server.api.errors import ApiError, Unauthorized
+from server.api.limits import MAX_BODY_BYTES, describe_body_limit
+from server.api.loaders import Loaders
+from server.store import User
+
+USER_KEY = "paigraph.user"
+UNAUTHORIZED_CLOSE = 4401
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def error_response(status: int, message: str, code: str, **headers: str) -> JSONResponse:
+    body = {"data": None, "errors": [{"message": message, "extensions": {"code": code}}]}
+    return JSONResponse(body, status_code=status, headers=headers or None)
+
+
+class _TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
+    """graphql-transport-ws with the credentials of `connection_init` checked first."""
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        payload = message.get("payload") or {}
+        if (
+            not self.connection_init_received
+            and not self.connection_timed_out
+            and isinstance(payload, dict)
+        ):
+            try:
+                self.context.user = await _authenticate_ws(self.context, payload)
+            except Unauthorized as exc:
+                if self.connection_init_timeout_task:
+                    self.connection_init_timeout_task.cancel()
+                await self.websocket.close(code=UNAUTHORIZED_CLOSE, reason=str(exc)[:120])
+                return
+        await super().handle_connection_init(message)
+
+
+async def _authenticate_ws(context: Context, payload: dict[str, Any]) -> User:
+    token = token_from_params(payload)
+    if token is None:  # a client that can set headers on the upgrade request may use them
+        token = bearer_token(context.request.headers.get("authorization"))
+    return await context.runtime.auth.user(token)
+
+
+class GraphQLView(GraphQL[Context, None]):
+    graphql_transport_ws_handler_class = _TransportWS
+
+    def __init__(self, schema: Any, slot: RuntimeSlot) -> None:
+        super().__init__(schema, subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL])
+        self.slot = slot
+
+    async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
+        runtime = self.slot.get()
+        websocket = isinstance(request, WebSocket)
+        return Context(
+            request=request,
+            response=response,
+            runtime=runtime,
+            loaders=Loaders(runtime.store, cache=not websocket),
+            user=None if websocket else request.scope.get(USER_KEY),
+        )
+
+
+class GraphQLEndpoint:
+    """The ASGI app at /graphql: checks HTTP requests, then hands everything to strawberry."""
+
+    def __init__(self, schema: Any, slot: RuntimeSlot, *, max_body: int = MAX_BODY_BYTES) -> None:
+        self.view = GraphQLView(schema, slot)
+        self.slot = slot
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.view(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if request.method == "GET" and "query" not in request.query_params:
+            await self.view(scope, receive, send)  # the GraphiQL page
+            return
+        response, body = await self._check(request)
+        if response is not None:
+            await response(scope, receive, send)
+            return
+        await self.view(scope, _replay(body, receive), send)
+
+    async def _check(self, request: Request) -> tuple[Response | None, bytes]:
+        try:
+            body = await self._read_body(request)
+        except _TooLarge:
+            limit = describe_body_limit(self.max_body)
+            message = (
+                f"the request body is larger than {limit}, the most this server accepts; "
+                "send large configs as a variable of a smaller query, or split the request"
+            )
+            return error_response(413, message, "REQUEST_TOO_LARGE"), b""
+        try:
+            runtime = self.slot.get()
+            token = bearer_token(request.headers.get("authorization"))
+            request.scope[USER_KEY] = await runtime.auth.user(token)
+        except Unauthorized as exc:
+            return error_response(401, str(exc), exc.code, **{"WWW-Authenticate": "Bearer"}), b""
+        except ApiError as exc:
+            return error_response(503, str(exc), exc.code), b""
+        return None, body
+
+    async def _read_body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            raise _TooLarge
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body:
+                raise _TooLarge
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive channel that hands over the body already read, then the client's own
+    messages (its disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

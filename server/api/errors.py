@@ -1,0 +1,40 @@
+"""Errors a client should read as they are, and the rule that masks every other one.
+
+Resolvers raise `ApiError` for what the caller did wrong (a bad argument, an unknown job, a
+missing token); its message reaches the client unchanged. Anything else that escapes a resolver
+is a fault of ours: the client sees "Unexpected error." and the details stay in the log.
+"""
+
+from __future__ import annotations
+
+from graphql import GraphQLError
+
+from server.api.ids import BadId
+
+MASKED_MESSAGE = "Unexpected error."
+
+
+class ApiError(Exception):
+    """A top-level GraphQL error meant for the user; `code` goes into the error's extensions."""
+
+    def __init__(self, message: str, code: str = "BAD_REQUEST") -> None:
+        super().__init__(message)
+        self.code = code
+        self.extensions = {"code": code}
+
+
+class Unauthorized(ApiError):
+    """No valid credentials: HTTP answers 401, a websocket is closed with 4401."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "UNAUTHENTICATED")
+
+
+def should_mask(error: GraphQLError) -> bool:
+    """Mask errors raised by our code unless they were meant for the user.
+
+    Errors without an original exception come from parsing and validation (syntax, unknown
+    fields, query limits) and explain themselves, so they are kept too.
+    """
+    original = error.original_error
+    return original is not None and not isinstance(original, ApiError | BadId | GraphQLError)

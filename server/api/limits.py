@@ -1,0 +1,59 @@
+"""How much one request may ask for: page sizes, query shape, body size.
+
+The numbers are generous for every query a client of this API needs (the deepest, a job's
+instances' ports inside a job list, has depth 7) and small enough that one request cannot make
+the server walk an unbounded graph or parse megabytes of query text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from strawberry.extensions import (
+    MaskErrors,
+    MaxAliasesLimiter,
+    MaxTokensLimiter,
+    QueryDepthLimiter,
+    SchemaExtension,
+)
+
+from server.api.errors import MASKED_MESSAGE, ApiError, should_mask
+
+MAX_FIRST = 100
+DEFAULT_FIRST = 50
+MAX_DEPTH = 12
+MAX_ALIASES = 30
+MAX_TOKENS = 2000
+MAX_BODY_BYTES = 1024 * 1024
+
+
+def page_size(first: int | None, *, argument: str = "first", default: int = DEFAULT_FIRST) -> int:
+    """The page size to read; an ApiError naming the argument when it is out of range."""
+    if first is None:
+        return default
+    if first < 0 or first > MAX_FIRST:
+        raise ApiError(
+            f"{argument} must be between 0 and {MAX_FIRST}, got {first}; "
+            f"page through longer lists with `after`",
+            "BAD_ARGUMENT",
+        )
+    return first
+
+
+def schema_extensions() -> list[Callable[[], SchemaExtension]]:
+    """Factories: each operation gets its own extension objects."""
+    return [
+        partial(QueryDepthLimiter, max_depth=MAX_DEPTH),
+        partial(MaxAliasesLimiter, max_alias_count=MAX_ALIASES),
+        partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
+        partial(MaskErrors, should_mask_error=should_mask, error_message=MASKED_MESSAGE),
+    ]
+
+
+def describe_body_limit(limit: int = MAX_BODY_BYTES) -> str:
+    if limit % (1024 * 1024) == 0:
+        return f"{limit // (1024 * 1024)} MiB"
+    if limit % 1024 == 0:
+        return f"{limit // 1024} KiB"
+    return f"{limit} bytes"

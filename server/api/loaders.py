@@ -1,0 +1,79 @@
+"""Per-request DataLoaders: every job, spec, instance list, config and user a query needs is
+read in one statement per kind, however many jobs the query touches.
+
+The store is synchronous; each batch runs in a worker thread. A loader built for one HTTP
+request caches what it read for that request; a websocket connection lives long, so its
+loaders batch but do not cache (a subscription must see new rows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import TypeVar
+
+from sqlalchemy import select
+from sqlmodel import col
+from strawberry.dataloader import DataLoader
+
+from server.protocol.model import JobSpec
+from server.store import Instance, Job, Store, User
+from server.store.db import session_scope
+from server.store.tables import JobRow, MembershipRow, VirtualClusterRow
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def job_configs(store: Store, job_ids: Iterable[str]) -> dict[str, str]:
+    """The submitted configs (secrets masked) of many jobs in one query."""
+    wanted = set(job_ids)
+    if not wanted:
+        return {}
+    with session_scope(store.engine) as session:
+        rows = session.execute(select(JobRow.id, JobRow.config).where(col(JobRow.id).in_(wanted)))
+        return {job_id: config for job_id, config in rows}
+
+
+def memberships(store: Store, user_ids: Iterable[int]) -> dict[int, list[str]]:
+    """The virtual clusters of many users in one query, sorted by name; every id is a key."""
+    wanted = set(user_ids)
+    result: dict[int, list[str]] = {user_id: [] for user_id in wanted}
+    if not wanted:
+        return result
+    with session_scope(store.engine) as session:
+        rows = session.execute(
+            select(MembershipRow.user_id, VirtualClusterRow.name)
+            .join(VirtualClusterRow, VirtualClusterRow.id == MembershipRow.virtual_cluster_id)
+            .where(col(MembershipRow.user_id).in_(wanted))
+            .order_by(VirtualClusterRow.name)
+        )
+        for user_id, name in rows:
+            result[user_id].append(name)
+    return result
+
+
+def _loader(
+    fetch: Callable[[list[K]], Mapping[K, V]], default: V | None, *, cache: bool
+) -> DataLoader[K, V | None]:
+    async def load(keys: list[K]) -> list[V | None]:
+        found = await asyncio.to_thread(fetch, keys)
+        return [found.get(key, default) for key in keys]
+
+    return DataLoader(load_fn=load, cache=cache)
+
+
+class Loaders:
+    def __init__(self, store: Store, *, cache: bool = True) -> None:
+        self.job: DataLoader[str, Job | None] = _loader(store.jobs_by_ids, None, cache=cache)
+        self.spec: DataLoader[str, JobSpec | None] = _loader(store.job_specs, None, cache=cache)
+        self.config: DataLoader[str, str | None] = _loader(
+            lambda ids: job_configs(store, ids), None, cache=cache
+        )
+        self.instances: DataLoader[str, list[Instance] | None] = _loader(
+            store.instances_for_jobs, [], cache=cache
+        )
+        self.user: DataLoader[int, User | None] = _loader(store.users_by_ids, None, cache=cache)
+        self.memberships: DataLoader[int, list[str] | None] = _loader(
+            lambda ids: memberships(store, ids), [], cache=cache
+        )

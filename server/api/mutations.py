@@ -1,0 +1,114 @@
+"""The Mutation type: resolve (dry run), submit and stop jobs.
+
+Everything a user can fix comes back in the payload's `errors` with a path and a code; only
+faults of the server become top-level GraphQL errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import strawberry
+from strawberry.scalars import JSON
+
+from server.api.context import Info
+from server.api.ids import BadId, expect_global_id
+from server.api.resolved import ResolvedJob, resolved_job
+from server.api.types import Job, UserError, json_object
+from server.protocol import resolve_job
+
+
+@strawberry.input
+class ResolveJobInput:
+    config: str = strawberry.field(description="The job config: YAML or JSON, any dialect.")
+    parameters: JSON | None = strawberry.field(
+        default=None, description="Parameter values that override the config's."
+    )
+
+
+@strawberry.type
+class ResolveJobPayload:
+    job: ResolvedJob | None
+    errors: list[UserError]
+    warnings: list[UserError]
+
+
+@strawberry.input
+class SubmitJobInput:
+    config: str = strawberry.field(description="The job config: YAML or JSON, any dialect.")
+    parameters: JSON | None = strawberry.field(
+        default=None, description="Parameter values that override the config's."
+    )
+    virtual_cluster: str | None = strawberry.field(
+        default=None, description="Run in this virtual cluster instead of the config's."
+    )
+
+
+@strawberry.type
+class SubmitJobPayload:
+    job: Job | None
+    errors: list[UserError]
+
+
+@strawberry.input
+class StopJobInput:
+    id: strawberry.ID
+
+
+@strawberry.type
+class StopJobPayload:
+    job: Job | None
+    errors: list[UserError]
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation(description="Dry run: validate and resolve a job without running it.")
+    async def resolve_job(self, info: Info, input: ResolveJobInput) -> ResolveJobPayload:
+        parameters = json_object(input.parameters, "parameters")
+        if isinstance(parameters, UserError):
+            return ResolveJobPayload(job=None, errors=[parameters], warnings=[])
+        viewer = info.context.viewer
+        service = info.context.runtime.service
+        if service is not None:
+            outcome = await asyncio.to_thread(service.resolve, input.config, parameters)
+            spec = outcome.spec
+            errors = [UserError.from_problem(p) for p in outcome.errors]
+            warnings = [UserError.from_problem(p) for p in outcome.warnings]
+        else:  # no backend: the protocol engine alone, which is what a dry run needs
+            result = await asyncio.to_thread(resolve_job, input.config, parameters)
+            spec = result.spec
+            errors = [UserError.from_issue(i) for i in result.errors]
+            warnings = [UserError.from_issue(i) for i in result.warnings]
+        job = None
+        if spec is not None and not errors:
+            job, more = resolved_job(spec, user=viewer.name)
+            warnings += more
+        return ResolveJobPayload(job=job, errors=errors, warnings=warnings)
+
+    @strawberry.mutation(description="Submit a job to run; errors say what to fix.")
+    async def submit_job(self, info: Info, input: SubmitJobInput) -> SubmitJobPayload:
+        parameters = json_object(input.parameters, "parameters")
+        if isinstance(parameters, UserError):
+            return SubmitJobPayload(job=None, errors=[parameters])
+        outcome = await info.context.service.submit(
+            info.context.viewer, input.config, parameters, input.virtual_cluster
+        )
+        return SubmitJobPayload(
+            job=Job.from_value(outcome.job) if outcome.job is not None else None,
+            errors=[UserError.from_problem(p) for p in outcome.errors],
+        )
+
+    @strawberry.mutation(description="Stop a job; only its owner or an admin may.")
+    async def stop_job(self, info: Info, input: StopJobInput) -> StopJobPayload:
+        try:
+            job_id = expect_global_id(input.id, "Job")
+        except BadId as exc:
+            error = UserError(path=["id"], code="not-found", message=str(exc))
+            return StopJobPayload(job=None, errors=[error])
+        service = info.context.service
+        outcome = await service.stop(info.context.viewer, job_id)
+        return StopJobPayload(
+            job=Job.from_value(outcome.job) if outcome.job is not None else None,
+            errors=[UserError.from_problem(p) for p in outcome.errors],
+        )

@@ -1,0 +1,125 @@
+"""The Query type: nodes by global ID, the viewer, jobs one at a time or paged, the cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from importlib.metadata import PackageNotFoundError, version
+
+import strawberry
+
+from server.api import cluster as cluster_view
+from server.api.cluster import Cluster, VirtualCluster
+from server.api.context import Info
+from server.api.errors import ApiError
+from server.api.ids import expect_global_id, parse_global_id
+from server.api.limits import page_size
+from server.api.types import Job, JobConnection, JobEdge, JobFilter, Node, PageInfo, User
+from server.store import JobCursor
+from server.store import JobFilter as StoreJobFilter
+
+
+def _version() -> str:
+    try:
+        return version("paigraph")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _job_cursor(after: str | None) -> JobCursor | None:
+    if after is None:
+        return None
+    try:
+        return JobCursor.decode(after)
+    except ValueError as exc:
+        raise ApiError(f"after: {exc}", "BAD_ARGUMENT") from None
+
+
+async def _job_by_name(info: Info, name: str) -> Job | None:
+    """`name` is the viewer's job; `user~name` is that user's (OpenPAI's framework name)."""
+    store = info.context.store
+    owner_name, sep, job_name = name.rpartition("~")
+    if sep:
+        owner = await asyncio.to_thread(store.user_named, owner_name)
+        if owner is None:
+            return None
+        owner_id = owner.id
+    else:
+        owner_id = info.context.viewer.id
+    found = await asyncio.to_thread(store.job_named, owner_id, job_name)
+    return Job.from_value(found) if found is not None else None
+
+
+@strawberry.type
+class Query:
+    @strawberry.field(description="The running paigraph version.")
+    def version(self) -> str:
+        return _version()
+
+    @strawberry.field(description="The object with this global ID (a Job or a User), if any.")
+    async def node(self, info: Info, id: strawberry.ID) -> Node | None:
+        type_name, key = parse_global_id(id)
+        loaders = info.context.loaders
+        if type_name == "Job":
+            job = await loaders.job.load(key)
+            return Job.from_value(job) if job is not None else None
+        if type_name == "User" and key.isdigit():
+            user = await loaders.user.load(int(key))
+            return User.from_value(user) if user is not None else None
+        return None
+
+    @strawberry.field(description="Who is asking.")
+    def viewer(self, info: Info) -> User:
+        return User.from_value(info.context.viewer)
+
+    @strawberry.field(
+        description="One job, by its ID or by name: `name` is the viewer's newest job of "
+        "that name, `user~name` another user's."
+    )
+    async def job(
+        self, info: Info, id: strawberry.ID | None = None, name: str | None = None
+    ) -> Job | None:
+        if (id is None) == (name is None):
+            raise ApiError("job: give exactly one of `id` and `name`", "BAD_ARGUMENT")
+        if id is not None:
+            found = await info.context.loaders.job.load(expect_global_id(id, "Job"))
+            return Job.from_value(found) if found is not None else None
+        assert name is not None
+        return await _job_by_name(info, name)
+
+    @strawberry.field(description="Jobs of every user, newest first, `first` (at most 100) a page.")
+    async def jobs(
+        self,
+        info: Info,
+        first: int | None = None,
+        after: str | None = None,
+        filter: JobFilter | None = None,
+    ) -> JobConnection:
+        size = page_size(first)
+        where = StoreJobFilter(
+            states=tuple(filter.state or ()) if filter else (),
+            owner=filter.user if filter else None,
+            virtual_cluster=filter.virtual_cluster if filter else None,
+            name=filter.name if filter else None,
+        )
+        page = await asyncio.to_thread(
+            info.context.store.list_jobs, where, first=size, after=_job_cursor(after)
+        )
+        loader = info.context.loaders.job
+        for stored in page.jobs:  # a node(id:) or job(id:) later in the query needs no read
+            loader.prime(stored.id, stored)
+        edges = [JobEdge(cursor=j.cursor.encode(), node=Job.from_value(j)) for j in page.jobs]
+        end = page.end_cursor
+        return JobConnection(
+            edges=edges,
+            page_info=PageInfo(
+                has_next_page=page.has_next, end_cursor=end.encode() if end else after
+            ),
+        )
+
+    @strawberry.field(description="The virtual clusters the backend offers and the viewer's.")
+    async def virtual_clusters(self, info: Info) -> list[VirtualCluster]:
+        return await cluster_view.virtual_clusters(info)
+
+    @strawberry.field(description="The backend's nodes and their capacity.")
+    async def cluster(self, info: Info) -> Cluster:
+        return await cluster_view.cluster(info)

@@ -1,0 +1,121 @@
+"""The Subscription type: a job's events from a cursor on, and a task instance's output.
+
+`jobEvents` follows the event bus's rule (server/events): subscribe first, then read the log
+after the cursor, and read again on every notice. A notice published between the first read
+and the subscription therefore cannot be missed, and coalesced or lost notices cost nothing:
+the log in the database is what is delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+
+import strawberry
+
+from backends.base import BackendError
+from server.api.context import Info
+from server.api.errors import ApiError
+from server.api.ids import expect_global_id
+from server.api.types import JobEvent, LogChunk, not_found, parse_event_cursor
+from server.events import JobNotice
+from server.store import JOB_STATE, Event, Store
+
+READ_BATCH = 100
+
+
+def _is_terminal(event: Event) -> bool:
+    return event.type == JOB_STATE and event.state is not None and event.state.is_final
+
+
+async def follow_events(
+    store: Store, notices: AsyncIterator[JobNotice], job_id: str, after: int
+) -> AsyncGenerator[Event, None]:
+    """The job's events after sequence `after`, then each new one as it is stored, until the
+    job's final state has been delivered (with whatever was stored alongside it)."""
+    cursor = after
+    ended = False
+    checked_end = False
+    while True:
+        batch = await asyncio.to_thread(store.events_after, job_id, cursor, READ_BATCH)
+        for event in batch:
+            yield event
+            cursor = event.sequence
+            ended = ended or _is_terminal(event)
+        if len(batch) == READ_BATCH:
+            continue
+        if ended:
+            return
+        if not checked_end:  # a cursor beyond the final state: nothing more will come
+            checked_end = True
+            job = await asyncio.to_thread(store.get_job, job_id)
+            if job is None or (job.state.is_final and job.last_sequence <= cursor):
+                return
+        while True:
+            notice = await anext(notices, None)
+            if notice is None:  # the bus closed: the server is stopping
+                return
+            if notice.is_resync or notice.sequence > cursor:
+                break
+
+
+@strawberry.type
+class Subscription:
+    @strawberry.subscription(
+        description="The job's events after the cursor `after` (from the first without it), "
+        "then live ones; ends after the job's final state."
+    )
+    async def job_events(
+        self, info: Info, job_id: strawberry.ID, after: str | None = None
+    ) -> AsyncGenerator[JobEvent, None]:
+        info.context.viewer  # noqa: B018 - only the authenticated may subscribe
+        key = expect_global_id(job_id, "Job", argument="jobId")
+        since = parse_event_cursor(after)
+        runtime = info.context.runtime
+        async with runtime.bus.subscribe(key) as notices:
+            if await asyncio.to_thread(runtime.store.get_job, key) is None:
+                raise not_found("job", "jobId")
+            async for event in follow_events(runtime.store, notices, key, since):
+                yield JobEvent.from_value(event)
+
+    @strawberry.subscription(
+        description="A task instance's output in chunks: from byte `offset`, or its last "
+        "`tail` lines; with `follow`, new output until the instance ends."
+    )
+    async def task_logs(
+        self,
+        info: Info,
+        job_id: strawberry.ID,
+        task_role: str,
+        index: int,
+        follow: bool | None = False,
+        offset: int = 0,
+        tail: int | None = None,
+    ) -> AsyncGenerator[LogChunk, None]:
+        info.context.viewer  # noqa: B018 - only the authenticated may read logs
+        key = expect_global_id(job_id, "Job", argument="jobId")
+        if offset < 0:
+            raise ApiError(f"offset must be 0 or more, got {offset}", "BAD_ARGUMENT")
+        if tail is not None and tail < 0:
+            raise ApiError(f"tail must be 0 or more, got {tail}", "BAD_ARGUMENT")
+        store = info.context.store
+        spec = (await asyncio.to_thread(store.job_specs, [key])).get(key)
+        if spec is None:
+            raise not_found("job", "jobId")
+        role = spec.role(task_role)
+        if role is None:
+            roles = ", ".join(r.name for r in spec.task_roles)
+            raise ApiError(f"taskRole: the job has no task role {task_role!r} (roles: {roles})")
+        if not 0 <= index < role.instances:
+            raise ApiError(
+                f"index: task role {task_role!r} has {role.instances} instance(s); "
+                f"there is no index {index}"
+            )
+        chunks = info.context.service.logs(
+            key, task_role, index, follow=bool(follow), offset=offset, tail=tail
+        )
+        try:
+            async for chunk in chunks:
+                yield LogChunk(offset=chunk.offset, data=chunk.data)
+        except BackendError as exc:
+            raise ApiError(str(exc), "NOT_FOUND") from None

@@ -1,0 +1,442 @@
+"""The job graph as clients see it: jobs, task roles, instances, events, users.
+
+Field names follow the contract in DESIGN.md ("GraphQL contract"). Types are built from the
+store's frozen values; linked fields (a job's user, its task roles' instances, its config) go
+through the request's DataLoaders, so a list of jobs costs one statement per kind of data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any, Protocol
+
+import strawberry
+
+from server.api.context import Info
+from server.api.errors import ApiError
+from server.api.ids import BadId, cursor, global_id, parse_cursor
+from server.api.limits import page_size
+from server.api.secrets import shown_config
+from server.jobs.states import JobState
+from server.protocol import Issue
+from server.protocol.model import JobSpec, PrerequisiteType, Resources
+from server.protocol.model import Prerequisite as SpecPrerequisite
+from server.protocol.model import TaskRole as SpecTaskRole
+from server.protocol.rules import is_reference
+from server.store import Event, Instance
+from server.store import Job as StoredJob
+from server.store import User as StoredUser
+
+strawberry.enum(JobState, name="JobState", description="The state of a job or task instance.")
+strawberry.enum(
+    PrerequisiteType, name="PrerequisiteType", description="What a prerequisite provides."
+)
+
+
+class _Problem(Protocol):
+    path: list[str]
+    code: str
+    message: str
+
+
+@strawberry.type(
+    description="A problem the user can fix: where it is, a stable code, and what to do."
+)
+class UserError:
+    path: list[str]
+    code: str
+    message: str
+
+    @classmethod
+    def from_issue(cls, issue: Issue) -> UserError:
+        return cls(path=issue.path_parts(), code=issue.code, message=issue.message)
+
+    @classmethod
+    def from_problem(cls, problem: _Problem) -> UserError:
+        return cls(path=list(problem.path), code=problem.code, message=problem.message)
+
+
+@strawberry.interface(description="An object with a global ID; `node(id:)` finds it again.")
+class Node:
+    id: strawberry.ID
+
+
+@strawberry.type
+class PageInfo:
+    has_next_page: bool
+    end_cursor: str | None
+
+
+@strawberry.type
+class User(Node):
+    id: strawberry.ID
+    name: str
+    admin: bool
+    created_at: datetime
+    key: strawberry.Private[int]
+
+    @classmethod
+    def from_value(cls, user: StoredUser) -> User:
+        return cls(
+            id=strawberry.ID(global_id("User", user.id)),
+            name=user.name,
+            admin=user.admin,
+            created_at=user.created_at,
+            key=user.id,
+        )
+
+    @strawberry.field(description="The virtual clusters this user is a member of.")
+    async def virtual_clusters(self, info: Info) -> list[str]:
+        return await info.context.loaders.memberships.load(self.key) or []
+
+
+@strawberry.type
+class PortRequest:
+    label: str
+    count: int
+    begin_at: int = strawberry.field(description="The first port wanted (v1); 0: any.")
+
+
+@strawberry.type(description="What each instance of a task role gets.")
+class Resource:
+    cpu: int
+    memory_mb: int = strawberry.field(name="memoryMB")
+    gpu: int
+    shm_mb: int = strawberry.field(name="shmMB")
+    ports: list[PortRequest]
+
+    @classmethod
+    def from_spec(cls, res: Resources) -> Resource:
+        return cls(
+            cpu=res.cpu,
+            memory_mb=res.memory_mb,
+            gpu=res.gpu,
+            shm_mb=res.shm_mb,
+            ports=[
+                PortRequest(label=p.label, count=p.count, begin_at=p.begin_at) for p in res.ports
+            ],
+        )
+
+
+@strawberry.type(
+    description="Something a task role needs in place: its docker image, data, code, storage."
+)
+class Prerequisite:
+    name: str
+    type: PrerequisiteType | None = strawberry.field(
+        description="Null for a reference that is not resolved here."
+    )
+    uri: list[str]
+    version: str | None = None
+    contributor: str | None = None
+    description: str | None = None
+    plugin: str | None = None
+    reference: str | None = strawberry.field(
+        default=None,
+        description="The marketplace:// or http(s):// reference the role names, if it does.",
+    )
+
+    @classmethod
+    def from_spec(cls, p: SpecPrerequisite) -> Prerequisite:
+        return cls(
+            name=p.name,
+            type=p.type,
+            uri=list(p.uri),
+            version=p.version,
+            contributor=p.contributor,
+            description=p.description,
+            plugin=p.plugin,
+        )
+
+
+def _prerequisite(spec: JobSpec, name: str, types: tuple[PrerequisiteType, ...]) -> Prerequisite:
+    """The prerequisite a role names, looked up among `types` (any type when empty)."""
+    for t in types or (None,):
+        found = spec.prerequisite(name, t)
+        if found is not None:
+            return Prerequisite.from_spec(found)
+    return Prerequisite(
+        name=name,
+        type=types[0] if len(types) == 1 else None,
+        uri=[],
+        reference=name if is_reference(name) else None,
+    )
+
+
+def docker_image(spec: JobSpec, role: SpecTaskRole) -> Prerequisite:
+    return _prerequisite(spec, role.docker_image, (PrerequisiteType.DOCKERIMAGE,))
+
+
+def role_prerequisites(spec: JobSpec, role: SpecTaskRole) -> list[Prerequisite]:
+    """Every prerequisite the role uses: docker image, data, script, output, then its list."""
+    named: list[tuple[str, tuple[PrerequisiteType, ...]]] = [
+        (role.docker_image, (PrerequisiteType.DOCKERIMAGE,))
+    ]
+    if role.data:
+        named.append((role.data, (PrerequisiteType.DATA,)))
+    if role.script:
+        named.append((role.script, (PrerequisiteType.SCRIPT,)))
+    if role.output:
+        named.append((role.output, (PrerequisiteType.OUTPUT, PrerequisiteType.STORAGE)))
+    named += [(name, ()) for name in role.prerequisites]
+    seen: set[str] = set()
+    result = []
+    for name, types in named:
+        if name not in seen:
+            seen.add(name)
+            result.append(_prerequisite(spec, name, types))
+    return result
+
+
+@strawberry.type(description="A group of host ports an instance holds under one label.")
+class PortAllocation:
+    label: str
+    ports: list[int]
+
+    @classmethod
+    def from_mapping(cls, ports: dict[str, list[int]]) -> list[PortAllocation]:
+        return [cls(label=label, ports=list(values)) for label, values in ports.items()]
+
+
+@strawberry.type(description="One task instance of the job's current attempt.")
+class TaskInstance:
+    task_role: str
+    index: int
+    attempt: int = strawberry.field(description="The job attempt this instance belongs to.")
+    task_attempt: int = strawberry.field(
+        description="1, or more once this instance was retried on its own."
+    )
+    state: JobState
+    state_reason: str | None
+    exit_code: int | None
+    exit_reason: str | None
+    node: str | None
+    host_ip: str | None
+    ports: list[PortAllocation]
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def from_value(cls, i: Instance) -> TaskInstance:
+        return cls(
+            task_role=i.role,
+            index=i.index,
+            attempt=i.attempt,
+            task_attempt=i.task_attempt,
+            state=i.state,
+            state_reason=i.state_reason or None,
+            exit_code=i.exit_code,
+            exit_reason=i.exit_reason,
+            node=i.node,
+            host_ip=i.host_ip,
+            ports=PortAllocation.from_mapping(i.ports),
+            started_at=i.started_at,
+            finished_at=i.finished_at,
+        )
+
+
+@strawberry.type(description="A task role of a submitted job, with its instances.")
+class TaskRole:
+    name: str
+    instance_count: int
+    resource_per_instance: Resource
+    commands: list[str] = strawberry.field(
+        description="The commands after parameter rendering (secrets are filled in only "
+        "inside the container)."
+    )
+    docker_image: Prerequisite
+    prerequisites: list[Prerequisite]
+    min_failed_instances: int
+    min_succeeded_instances: int
+    task_retry_count: int
+    job_key: strawberry.Private[str]
+
+    @classmethod
+    def from_spec(cls, job_key: str, spec: JobSpec, role: SpecTaskRole) -> TaskRole:
+        return cls(
+            name=role.name,
+            instance_count=role.instances,
+            resource_per_instance=Resource.from_spec(role.resources),
+            commands=spec.commands_for(role),
+            docker_image=docker_image(spec, role),
+            prerequisites=role_prerequisites(spec, role),
+            min_failed_instances=role.completion.min_failed,
+            min_succeeded_instances=role.completion.min_succeeded,
+            task_retry_count=role.task_retry_count,
+            job_key=job_key,
+        )
+
+    @strawberry.field(description="The instances of the job's current attempt, by index.")
+    async def instances(self, info: Info) -> list[TaskInstance]:
+        found = await info.context.loaders.instances.load(self.job_key) or []
+        return [TaskInstance.from_value(i) for i in found if i.role == self.name]
+
+
+@strawberry.type(description="One entry of a job's append-only event log.")
+class JobEvent:
+    cursor: str = strawberry.field(description="Give it as `after` to continue from here.")
+    sequence: int
+    at: datetime
+    type: str = strawberry.field(description="JOB_STATE, INSTANCE_STATE, or another kind.")
+    message: str | None
+    state: JobState | None
+    attempt: int | None
+    task_role: str | None
+    index: int | None
+
+    @classmethod
+    def from_value(cls, e: Event) -> JobEvent:
+        return cls(
+            cursor=event_cursor(e.sequence),
+            sequence=e.sequence,
+            at=e.at,
+            type=e.type,
+            message=e.message,
+            state=e.state,
+            attempt=e.attempt,
+            task_role=e.role,
+            index=e.index,
+        )
+
+
+def event_cursor(sequence: int) -> str:
+    return cursor(sequence)
+
+
+def parse_event_cursor(value: str | None, *, argument: str = "after") -> int:
+    """The sequence an event cursor points at (0 for none: from the start)."""
+    if value is None:
+        return 0
+    parts = parse_cursor(value, argument=argument)
+    if len(parts) != 1 or not isinstance(parts[0], int) or parts[0] < 0:
+        raise BadId(f"{argument}: {value!r} is not an event cursor this service gave out")
+    return parts[0]
+
+
+@strawberry.type
+class JobEventEdge:
+    cursor: str
+    node: JobEvent
+
+
+@strawberry.type
+class JobEventConnection:
+    edges: list[JobEventEdge]
+    page_info: PageInfo
+
+
+@strawberry.type
+class Job(Node):
+    id: strawberry.ID
+    name: str
+    virtual_cluster: str
+    state: JobState
+    state_reason: str | None
+    submitted_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    attempt: int
+    retries: int
+    key: strawberry.Private[str]
+    owner_id: strawberry.Private[int]
+
+    @classmethod
+    def from_value(cls, job: StoredJob) -> Job:
+        return cls(
+            id=strawberry.ID(global_id("Job", job.id)),
+            name=job.name,
+            virtual_cluster=job.virtual_cluster,
+            state=job.state,
+            state_reason=job.state_reason or None,
+            submitted_at=job.submitted_at,
+            started_at=job.started_at,
+            completed_at=job.completed_at,
+            attempt=job.attempt,
+            retries=job.retries,
+            key=job.id,
+            owner_id=job.owner_id,
+        )
+
+    @strawberry.field(description="Who submitted the job.")
+    async def user(self, info: Info) -> User:
+        user = await info.context.loaders.user.load(self.owner_id)
+        if user is None:  # a foreign key guarantees the row; a vanished one is our fault
+            raise RuntimeError(f"job {self.key} has no owner row")
+        return User.from_value(user)
+
+    @strawberry.field(
+        description="The config as submitted, with its secrets masked. Every user can read "
+        "every job's config, as in OpenPAI; secrets are never stored in it."
+    )
+    async def config(self, info: Info) -> str:
+        return shown_config(await info.context.loaders.config.load(self.key) or "")
+
+    @strawberry.field(description="The job's task roles, in the order of its config.")
+    async def task_roles(self, info: Info) -> list[TaskRole]:
+        spec = await info.context.loaders.spec.load(self.key)
+        if spec is None:
+            return []
+        return [TaskRole.from_spec(self.key, spec, role) for role in spec.task_roles]
+
+    @strawberry.field(description="The job's event log, oldest first.")
+    async def events(
+        self, info: Info, first: int | None = None, after: str | None = None
+    ) -> JobEventConnection:
+        size = page_size(first)
+        since = parse_event_cursor(after)
+        found = await asyncio.to_thread(
+            info.context.store.events_after, self.key, since, max(size, 0) + 1
+        )
+        page = found[:size]
+        edges = [
+            JobEventEdge(cursor=event_cursor(e.sequence), node=JobEvent.from_value(e)) for e in page
+        ]
+        return JobEventConnection(
+            edges=edges,
+            page_info=PageInfo(
+                has_next_page=len(found) > size,
+                end_cursor=edges[-1].cursor if edges else after,
+            ),
+        )
+
+
+@strawberry.type
+class JobEdge:
+    cursor: str
+    node: Job
+
+
+@strawberry.type
+class JobConnection:
+    edges: list[JobEdge]
+    page_info: PageInfo
+
+
+@strawberry.input(description="Which jobs to list; every field given must match exactly.")
+class JobFilter:
+    state: list[JobState] | None = strawberry.field(
+        default=None, description="Any of these states."
+    )
+    user: str | None = strawberry.field(default=None, description="The owner's user name.")
+    virtual_cluster: str | None = None
+    name: str | None = None
+
+
+@strawberry.type(description="A piece of a task instance's output.")
+class LogChunk:
+    offset: int = strawberry.field(description="Byte offset of `data` in the instance's log.")
+    data: str
+
+
+def not_found(what: str, argument: str = "id") -> ApiError:
+    return ApiError(f"{argument}: no {what} has that ID", "NOT_FOUND")
+
+
+def json_object(value: Any, argument: str) -> dict[str, Any] | UserError:
+    """`value` when it is a JSON object (or null), else a UserError naming the argument."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        return UserError(path=[argument], code="type", message=f"{argument} must be a JSON object")
+    return value

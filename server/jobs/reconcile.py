@@ -1,0 +1,199 @@
+"""Bring a stored job back in line with its backend after the server was down.
+
+The store holds each unfinished job's machine as it was last saved; the backend knows which
+instances still run and how the others ended (`Backend.reconcile`). `plan_resumption` compares
+the two for one job and says what its runner must do before it goes on:
+
+- facts to apply (`events`): the reports of the current attempt turned into events
+  (`events_for_report`, facts the machine has already are ignored), and LOST for every instance
+  the record shows live but the backend does not know;
+- actions that were in flight when the server stopped (`pending`): a launch that never reached
+  the backend is made again (no retry is spent on it), a stop that was issued is issued again
+  (its instances may still run), and an instance retried on its own whose new run the backend
+  never started is started again. Actions are saved before they are carried out, so the record
+  always shows what was about to be done.
+
+Attempts the backend holds that no unfinished job runs any more (`stale_attempts`) are released.
+
+An instance placed but still not running after a timeout (`stuck_in_starting`) is declared LOST,
+which the exit-code table classifies as a transient failure (OpenPAI's PodExternalDeleted): the
+attempt fails and is retried without counting against the retry count, up to the job's safety
+cap. The check is made when the event is applied, in order with the backend's own events
+(`ServiceMachine`), so an instance that started meanwhile is never declared lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from backends.base import EventKind, InstanceEvent, InstanceReport, InstanceStatus
+from server.jobs.machine import (
+    Action,
+    InstanceView,
+    JobMachine,
+    LaunchAttempt,
+    MachineSnapshot,
+    RetryInstance,
+    StopAttempt,
+    events_for_report,
+)
+from server.jobs.states import JobState, Transition
+
+UNKNOWN_TO_BACKEND = "the backend has no record of it after the server restarted"
+
+
+class StartingTimedOut(InstanceEvent):
+    """LOST for an instance stuck in STARTING; ignored unless, when it is applied, the same run
+    of the instance is still STARTING."""
+
+    kind: EventKind = EventKind.LOST
+    task_attempt: int = 1
+
+
+class ServiceMachine(JobMachine):
+    """The job machine as the service drives it: it also understands `StartingTimedOut`."""
+
+    def apply(self, event: InstanceEvent, *, log_tail: str = "") -> list[Action]:
+        if isinstance(event, StartingTimedOut):
+            view = self._view_of(event)
+            if (
+                view is None
+                or view.attempt != event.attempt
+                or view.task_attempt != event.task_attempt
+                or view.state is not JobState.STARTING
+            ):
+                return []
+        return super().apply(event, log_tail=log_tail)
+
+    def _view_of(self, event: InstanceEvent) -> InstanceView | None:
+        if event.role is None or event.index is None:
+            return None
+        return self.instance(event.role, event.index)
+
+
+@dataclass
+class Resumption:
+    """What one unfinished job's runner does before it goes on (see the module docstring)."""
+
+    machine: ServiceMachine
+    events: list[InstanceEvent] = field(default_factory=list)
+    pending: list[Action] = field(default_factory=list)
+    fresh: bool = False  # never started: run it from the start instead of resuming
+
+
+def plan_resumption(snapshot: MachineSnapshot, reports: Iterable[InstanceReport]) -> Resumption:
+    """The resumption of the job whose saved machine is `snapshot`, given what the backend
+    reported (reports of other jobs and other attempts are left out)."""
+    machine = ServiceMachine.restore(snapshot)
+    record = snapshot.record
+    current = record.current
+    if current is None:
+        return Resumption(machine, fresh=True)
+    if record.state.is_final:
+        return Resumption(machine)
+    known = {
+        (r.key.role, r.key.index): r
+        for r in reports
+        if r.key.job_id == record.job_id and r.key.attempt == record.attempt
+    }
+    live = [view for view in record.instances if not view.ended]
+    if (
+        not known
+        and current.completion is None
+        and all(v.state is JobState.WAITING and v.task_attempt == 1 for v in record.instances)
+    ):
+        # saved, then the server stopped before the backend was asked: ask it now
+        launch = LaunchAttempt(attempt=record.attempt, reason="launched after a server restart")
+        return Resumption(machine, pending=[launch])
+    plan = Resumption(machine)
+    for view in live:
+        report = known.get((view.role, view.index))
+        if report is None:
+            plan.events.append(_lost(record.job_id, view, UNKNOWN_TO_BACKEND))
+        elif (
+            view.state is JobState.WAITING
+            and view.task_attempt > 1
+            and report.status is InstanceStatus.EXITED
+            and not current.stop_issued
+        ):
+            # retried on its own; what the backend shows is the run before the retry
+            plan.pending.append(
+                RetryInstance(
+                    attempt=record.attempt,
+                    role=view.role,
+                    index=view.index,
+                    task_attempt=view.task_attempt,
+                    reason="started again after a server restart",
+                )
+            )
+        else:
+            plan.events.extend(events_for_report(report))
+    if current.stop_issued and live:
+        reason = current.completion.message if current.completion else "stopped"
+        grace = snapshot.policy.stop_grace_seconds
+        plan.pending.insert(
+            0, StopAttempt(attempt=record.attempt, reason=reason, grace_seconds=grace)
+        )
+    return plan
+
+
+def stale_attempts(
+    reports: Iterable[InstanceReport], current: dict[str, int]
+) -> list[tuple[str, int]]:
+    """The (job id, attempt) pairs the backend holds that are not the current attempt of an
+    unfinished job (`current`: job id -> its attempt): attempts of jobs that ended or that the
+    store does not know, and earlier attempts whose release was cut short."""
+    found = {(r.key.job_id, r.key.attempt) for r in reports}
+    return sorted(pair for pair in found if current.get(pair[0]) != pair[1])
+
+
+def stuck_in_starting(
+    machine: JobMachine, *, now: datetime, timeout: float
+) -> list[StartingTimedOut]:
+    """A `StartingTimedOut` for every instance of the current attempt that has been STARTING
+    for longer than `timeout` seconds."""
+    stuck = []
+    for view in machine.instances:
+        if view.state is not JobState.STARTING:
+            continue
+        since = entered(machine.transitions, view, JobState.STARTING)
+        if since is None or (now - since).total_seconds() <= timeout:
+            continue
+        stuck.append(
+            StartingTimedOut(
+                job_id=machine.job_id,
+                attempt=view.attempt,
+                role=view.role,
+                index=view.index,
+                task_attempt=view.task_attempt,
+                at=now,
+                reason=f"still not running {timeout:g} s after it was placed (starting timeout)",
+            )
+        )
+    return stuck
+
+
+def entered(transitions: list[Transition], view: InstanceView, state: JobState) -> datetime | None:
+    """When the instance last went into `state` within its attempt, or None."""
+    for change in reversed(transitions):
+        if (
+            change.role == view.role
+            and change.index == view.index
+            and change.attempt == view.attempt
+            and change.to_state is state
+        ):
+            return change.at
+    return None
+
+
+def _lost(job_id: str, view: InstanceView, reason: str) -> InstanceEvent:
+    return InstanceEvent(
+        job_id=job_id,
+        attempt=view.attempt,
+        role=view.role,
+        index=view.index,
+        kind=EventKind.LOST,
+        reason=reason,
+    )

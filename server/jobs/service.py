@@ -1,0 +1,447 @@
+"""The job service: submit, stop and follow jobs that survive a restart of the server.
+
+Each job has a JobRunner; one task reads the backend's event stream and hands each event to
+the runner of its job. Every change of a job is written to the store (job row, instance rows
+and event rows in one transaction) before a `JobNotice` is published, so a subscriber that
+reads the event log on a notice always finds what the notice announced.
+
+On `start()` the service reconciles (`server.jobs.reconcile`): each unfinished job's machine is
+rebuilt from the store, brought in line with what the backend reports, and its runner resumes.
+Attempts the backend still holds for jobs that ended are released.
+
+Secrets are kept in memory only (the store never sees them): a job resumed after a restart, and
+any retry of it, runs without its secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.base import Backend, InstanceKey, LogChunk, UnknownInstance, utcnow
+from server.events import BusClosedError, BusUnavailableError, EventBus, JobNotice
+from server.jobs.launch import NotRunnable, launch_request
+from server.jobs.machine import Action, JobMachine, JobRecord, MachineSnapshot
+from server.jobs.policy import job_policy
+from server.jobs.reconcile import (
+    Resumption,
+    ServiceMachine,
+    plan_resumption,
+    stale_attempts,
+    stuck_in_starting,
+)
+from server.jobs.runner import JobRunner
+from server.jobs.states import JobState, Transition
+from server.protocol import Issue, JobSpec, resolve_job
+from server.store import Event, Job, JobExists, NameInUse, Store, User
+
+log = logging.getLogger(__name__)
+
+STOP_WAIT_SECONDS = 5.0  # how long `stop` waits for the stop to be on record before it answers
+_ID_TRIES = 5
+
+
+# --- what the API gets back --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something the user can fix: where (path into the input), a stable code, what to do."""
+
+    path: list[str]
+    code: str
+    message: str
+
+    @classmethod
+    def from_issue(cls, issue: Issue) -> Problem:
+        return cls(path=issue.path_parts(), code=issue.code, message=issue.message)
+
+
+@dataclass(frozen=True)
+class ResolveOutcome:
+    spec: JobSpec | None  # rendered; its secrets are kept in memory only
+    errors: list[Problem]
+    warnings: list[Problem]
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    job: Job | None  # as stored: WAITING right after the submission
+    errors: list[Problem]
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    job: Job | None
+    errors: list[Problem]
+
+
+# --- one job in this process -------------------------------------------------------------------
+
+
+class _Runner(JobRunner):
+    """A JobRunner that first carries out what a restart interrupted."""
+
+    async def resume(self, pending: Sequence[Action]) -> JobRecord:
+        if pending:
+            await self._carry_out(list(pending))
+        return await self.run(read_backend_events=False, resume=True)
+
+
+class _Journal:
+    """The runner's change hook: save the machine with its new events, then publish."""
+
+    def __init__(self, service: JobService, job_id: str, machine: JobMachine) -> None:
+        self.service = service
+        self.job_id = job_id
+        self.saved = len(machine.transitions)  # transitions already in the event log
+        self.written = machine.snapshot().model_dump_json()
+        self.stop_on_record = asyncio.Event()  # set once a stop (or the end) is saved
+        if machine.record.stop_reason is not None or machine.is_final:
+            self.stop_on_record.set()
+
+    async def __call__(self, machine: JobMachine) -> None:
+        snapshot = machine.snapshot()
+        changes = machine.transitions[self.saved :]
+        text = snapshot.model_dump_json()
+        if not changes and text == self.written:
+            return
+        events = await self.service._save(self.job_id, snapshot, changes)
+        self.saved += len(changes)
+        self.written = text
+        record = snapshot.record
+        if record.stop_reason is not None or record.state.is_final:
+            self.stop_on_record.set()
+        await self.service._publish(self.job_id, events, record.state)
+
+
+@dataclass(eq=False)
+class _Live:
+    runner: _Runner
+    journal: _Journal
+    task: asyncio.Task[None] | None = None
+    timed_out: set[tuple[int, str, int, int]] = field(default_factory=set)
+
+
+# --- the service -------------------------------------------------------------------------------
+
+
+class JobService:
+    """Jobs on one backend, persisted in `store`, announced on `bus`."""
+
+    def __init__(
+        self,
+        store: Store,
+        backend: Backend,
+        bus: EventBus,
+        *,
+        starting_timeout: float = 300.0,
+    ) -> None:
+        if starting_timeout <= 0:
+            raise ValueError(f"starting_timeout must be above 0 seconds, got {starting_timeout}")
+        self.store = store
+        self.backend = backend
+        self.bus = bus
+        self.starting_timeout = starting_timeout
+        self._live: dict[str, _Live] = {}
+        self._background: list[asyncio.Task[None]] = []
+        self._writes: set[asyncio.Future[list[Event]]] = set()
+        self._started = False
+
+    # --- lifecycle ---
+
+    async def start(self) -> None:
+        """Start the backend and the bus, reconcile, and resume every unfinished job."""
+        if self._started:
+            return
+        self._started = True
+        await _call_if_present(self.backend, "start")
+        await _call_if_present(self.bus, "start")
+        await self._reconcile()
+        self._background = [
+            asyncio.create_task(self._dispatch(), name="job events"),
+            asyncio.create_task(self._watch_starting(), name="starting timeout"),
+        ]
+
+    async def close(self) -> None:
+        """Stop driving jobs and close the backend; running instances keep running and are
+        reconciled at the next start. Writes under way are finished first."""
+        tasks = [*self._background]
+        tasks += [live.task for live in self._live.values() if live.task is not None]
+        self._background = []
+        self._live.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+        await self.backend.close()
+
+    # --- resolve, submit, stop, logs ---
+
+    def resolve(self, config: str, parameters: dict[str, Any] | None = None) -> ResolveOutcome:
+        """The dry run: protocol errors and warnings, or the rendered spec. A valid job that
+        cannot run as it is (NotRunnable) is an error too, with code `not-runnable`."""
+        result = resolve_job(config, parameters or {})
+        errors = [Problem.from_issue(issue) for issue in result.errors]
+        warnings = [Problem.from_issue(issue) for issue in result.warnings]
+        spec = result.spec if not errors else None
+        if spec is not None:
+            try:
+                launch_request(spec, job_id="dry-run")
+            except NotRunnable as exc:
+                errors.append(Problem.from_issue(Issue(exc.path, "not-runnable", exc.message)))
+                spec = None
+        return ResolveOutcome(spec=spec, errors=errors, warnings=warnings)
+
+    async def submit(
+        self,
+        user: User,
+        config: str,
+        parameters: dict[str, Any] | None = None,
+        virtual_cluster: str | None = None,
+    ) -> SubmitOutcome:
+        """Store the job (WAITING) and start running it.
+
+        Errors: the protocol's (with their paths), `not-runnable`, `virtualCluster` /
+        `forbidden` when the user may not use the virtual cluster, `name` / `name-in-use` when
+        the user has an unfinished job of that name. A backend that refuses the job
+        (LaunchRefused) is no error: the job ends FAILED with the backend's reason.
+        """
+        if not self._started:
+            raise RuntimeError("start the job service before submitting jobs")
+        outcome = await asyncio.to_thread(self.resolve, config, parameters)
+        spec = outcome.spec
+        if spec is None:
+            return SubmitOutcome(job=None, errors=outcome.errors)
+        vc = virtual_cluster or spec.virtual_cluster
+        if vc != spec.virtual_cluster:
+            spec = spec.model_copy(update={"virtual_cluster": vc})
+        problem = await self._check_vc(user, vc)
+        if problem is not None:
+            return SubmitOutcome(job=None, errors=[problem])
+        policy = job_policy(spec)
+        for _ in range(_ID_TRIES):
+            machine = ServiceMachine(policy, new_job_id(spec.name))
+            try:
+                job, events = await asyncio.to_thread(
+                    self.store.create_job,
+                    spec,
+                    machine.snapshot(),
+                    owner_id=user.id,
+                    virtual_cluster=vc,
+                )
+            except NameInUse as exc:
+                return SubmitOutcome(job=None, errors=[Problem(["name"], "name-in-use", str(exc))])
+            except JobExists:
+                continue
+            break
+        else:
+            raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
+        await self._publish(job.id, events, machine.state)
+        self._run(spec, machine, user.name, Resumption(machine, fresh=True))
+        return SubmitOutcome(job=job, errors=[])
+
+    async def stop(self, user: User, job_id: str) -> StopOutcome:
+        """Ask the job to stop; answers once the stop is on record (or after a few seconds).
+
+        Errors on `id`: `not-found`, `forbidden` (neither the owner nor an admin), `final`
+        (the job has ended), `unavailable` (no runner of this server process drives it).
+        """
+        job = await asyncio.to_thread(self.store.get_job, job_id)
+        if job is None:
+            return _stop_error("not-found", f"no job has id {job_id!r}")
+        if not user.admin and job.owner_id != user.id:
+            return _stop_error(
+                "forbidden",
+                f"job {job_id!r} belongs to {job.owner}; only its owner or an admin may stop it",
+            )
+        if job.state.is_final:
+            return _stop_error("final", f"job {job_id!r} has ended already ({job.state})", job)
+        live = self._live.get(job_id)
+        if live is None:
+            return _stop_error(
+                "unavailable",
+                f"job {job_id!r} is not driven by this server process; try again once the "
+                "server has finished starting",
+                job,
+            )
+        live.runner.request_stop(f"stop requested by {user.name}")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(live.journal.stop_on_record.wait(), STOP_WAIT_SECONDS)
+        return StopOutcome(job=await asyncio.to_thread(self.store.get_job, job_id), errors=[])
+
+    async def logs(
+        self,
+        job_id: str,
+        role: str,
+        index: int,
+        *,
+        follow: bool = False,
+        offset: int = 0,
+        tail: int | None = None,
+    ) -> AsyncIterator[LogChunk]:
+        """The output of an instance of the job's current attempt. Raises UnknownInstance (a
+        BackendError) for an unknown job or an instance that has no log yet."""
+        job = await asyncio.to_thread(self.store.get_job, job_id)
+        if job is None:
+            raise UnknownInstance(f"no job has id {job_id!r}")
+        key = InstanceKey(job_id=job_id, attempt=job.attempt, role=role, index=index)
+        async for chunk in self.backend.logs(key, offset=offset, tail=tail, follow=follow):
+            yield chunk
+
+    # --- running jobs ---
+
+    def _run(self, spec: JobSpec, machine: JobMachine, user: str, plan: Resumption) -> None:
+        """Register the job's runner (before anything it launches can report) and drive it."""
+        journal = _Journal(self, machine.job_id, machine)
+        runner = _Runner(
+            spec, self.backend, job_id=machine.job_id, user=user, machine=machine, on_change=journal
+        )
+        live = _Live(runner=runner, journal=journal)
+        self._live[machine.job_id] = live
+        for event in plan.events:
+            runner.feed(event)
+        live.task = asyncio.create_task(self._drive(live, plan), name=f"job {machine.job_id}")
+
+    async def _drive(self, live: _Live, plan: Resumption) -> None:
+        runner = live.runner
+        try:
+            if plan.fresh:
+                await runner.run(read_backend_events=False)
+            else:
+                await runner.resume(plan.pending)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "job %s: its runner failed; it is resumed when the service starts again",
+                runner.job_id,
+            )
+        finally:
+            if self._live.get(runner.job_id) is live:
+                del self._live[runner.job_id]
+
+    async def _dispatch(self) -> None:
+        """Hand every backend event to the runner of its job (events of jobs not driven here,
+        ended ones for instance, are dropped)."""
+        while True:
+            try:
+                async for event in self.backend.events():
+                    live = self._live.get(event.job_id)
+                    if live is not None:
+                        live.runner.feed(event)
+            except Exception:
+                log.exception("reading the backend's events failed; reading again")
+            await asyncio.sleep(1.0)
+
+    async def _watch_starting(self) -> None:
+        """Declare LOST the instances stuck in STARTING for longer than the timeout."""
+        interval = min(max(self.starting_timeout / 4, 0.05), 15.0)
+        while True:
+            await asyncio.sleep(interval)
+            now = utcnow()
+            for live in list(self._live.values()):
+                machine = live.runner.machine
+                for event in stuck_in_starting(machine, now=now, timeout=self.starting_timeout):
+                    key = (event.attempt, event.role or "", event.index or 0, event.task_attempt)
+                    if key in live.timed_out:
+                        continue
+                    live.timed_out.add(key)
+                    log.warning("job %s: %s-%s %s", event.job_id, key[1], key[2], event.reason)
+                    live.runner.feed(event)
+
+    # --- reconciling ---
+
+    async def _reconcile(self) -> None:
+        jobs = await asyncio.to_thread(self.store.unfinished_jobs)
+        reports = await self.backend.reconcile()
+        specs = await asyncio.to_thread(self.store.job_specs, [job.id for job in jobs])
+        snapshots: dict[str, MachineSnapshot] = {}
+        for job in jobs:
+            try:
+                snapshots[job.id] = await asyncio.to_thread(self.store.load_machine, job.id)
+            except Exception:
+                log.exception("job %s: its saved state cannot be read; not resumed", job.id)
+        current = {job_id: snapshot.record.attempt for job_id, snapshot in snapshots.items()}
+        for job_id, attempt in stale_attempts(reports, current):
+            try:
+                await self.backend.forget(job_id, attempt)
+            except Exception:
+                log.exception("job %s: attempt %s cannot be released", job_id, attempt)
+        for job in jobs:
+            snapshot, spec = snapshots.get(job.id), specs.get(job.id)
+            if snapshot is None or spec is None:
+                continue
+            try:
+                plan = plan_resumption(snapshot, [r for r in reports if r.key.job_id == job.id])
+                self._run(spec, plan.machine, job.owner, plan)
+            except Exception:
+                log.exception("job %s cannot be resumed", job.id)
+
+    # --- storing and publishing ---
+
+    async def _save(
+        self, job_id: str, snapshot: MachineSnapshot, changes: Sequence[Transition]
+    ) -> list[Event]:
+        """Write in a thread; a write under way finishes even when its runner is cancelled
+        (`close` waits for it), so what was written and what the runner saw never part."""
+        write = asyncio.ensure_future(
+            asyncio.to_thread(self.store.save_machine, job_id, snapshot, list(changes))
+        )
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
+        return await asyncio.shield(write)
+
+    async def _publish(self, job_id: str, events: Sequence[Event], state: JobState) -> None:
+        if not events:
+            return
+        notice = JobNotice(job_id=job_id, sequence=events[-1].sequence, state=state.value)
+        try:
+            await self.bus.publish(notice)
+        except (BusClosedError, BusUnavailableError) as exc:
+            # the event log has the change; subscribers catch up on their next notice or resync
+            log.warning("job %s: notice not published: %s", job_id, exc)
+
+    async def _check_vc(self, user: User, vc: str) -> Problem | None:
+        """Admins (the local admin too) may use any virtual cluster; everyone may use
+        `default` (as in OpenPAI, where it is every user's); others need a membership."""
+        if user.admin or vc == OPEN_VIRTUAL_CLUSTER:
+            return None
+        allowed = await asyncio.to_thread(self.store.user_vcs, user.id)
+        if vc in allowed:
+            return None
+        mine = ", ".join(allowed) if allowed else "none"
+        return Problem(
+            ["virtualCluster"],
+            "forbidden",
+            f"user {user.name} may not submit to virtual cluster {vc!r} "
+            f"(their virtual clusters: {mine})",
+        )
+
+
+OPEN_VIRTUAL_CLUSTER = "default"
+
+
+def new_job_id(name: str) -> str:
+    """The job's name made safe for labels and paths, and a random suffix."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", name)[:40].strip("-.") or "job"
+    return f"{stem}-{secrets.token_hex(4)}"
+
+
+def _stop_error(code: str, message: str, job: Job | None = None) -> StopOutcome:
+    return StopOutcome(job=job, errors=[Problem(["id"], code, message)])
+
+
+async def _call_if_present(target: object, name: str) -> None:
+    """Await `target.name()` when it has one (the Backend and EventBus protocols have no
+    start; the Docker backend and the PostgreSQL bus do)."""
+    method = getattr(target, name, None)
+    if method is not None:
+        await method()

@@ -1,0 +1,159 @@
+"""Who may ask, and how much: tokens over HTTP and websockets, the local admin of a fresh
+loopback server, body size and query shape limits."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import websockets
+
+from server.app import create_app
+from server.store import Store, open_store
+from tests.api_support import data, gql, live_server, serving, ws_connection
+from tests.store_support import KINDS, fresh_database
+
+pytestmark = pytest.mark.anyio
+VIEWER = "{ viewer { name admin } }"
+
+
+@pytest.fixture(params=KINDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with fresh_database(request.param, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    opened = open_store(db_url)
+    yield opened
+    opened.close()
+
+
+async def test_a_fresh_loopback_server_treats_requests_as_the_local_admin_until_a_user_exists(
+    db_url: str, store: Store
+) -> None:
+    async with serving(create_app(db_url=db_url, backend=None)) as client:
+        assert (await data(client, VIEWER))["viewer"] == {"name": "local", "admin": True}
+        assert (await data(client, VIEWER))["viewer"] == {"name": "local", "admin": True}
+        _, token = store.create_user("ann")
+        response = await client.post("/graphql", json={"query": VIEWER})
+        assert response.status_code == 401
+        assert (await data(client, VIEWER, token=token))["viewer"] == {
+            "name": "ann",
+            "admin": False,
+        }
+
+
+async def test_without_a_valid_token_http_gets_401_with_a_readable_error(
+    db_url: str, store: Store
+) -> None:
+    store.create_user("ann")
+    async with serving(create_app(db_url=db_url, backend=None)) as client:
+        for headers in (
+            {},
+            {"Authorization": "Bearer pgt_not-a-token"},
+            {"Authorization": "Basic YW5uOnB3"},
+        ):
+            response = await client.post("/graphql", json={"query": VIEWER}, headers=headers)
+            assert response.status_code == 401, headers
+            assert response.headers["www-authenticate"] == "Bearer"
+            (error,) = response.json()["errors"]
+            assert error["extensions"]["code"] == "UNAUTHENTICATED"
+            assert error["message"] in (
+                "this server needs a token: send the header `Authorization: Bearer <token>` "
+                "(a token comes from `paigraph users add NAME`)",
+                "the token is not valid on this server",
+                "the Authorization header must be `Bearer <token>`",
+            )
+        # a GET with a query is a request like any other
+        response = await client.get("/graphql", params={"query": VIEWER})
+        assert response.status_code == 401
+        # the GraphiQL page itself is not
+        page = await client.get("/graphql", headers={"Accept": "text/html"})
+        assert page.status_code == 200 and "graphiql" in page.text.lower()
+
+
+async def test_a_server_reachable_from_other_hosts_always_needs_a_token(db_url: str) -> None:
+    async with serving(create_app(db_url=db_url, backend=None, host="0.0.0.0")) as client:
+        response = await client.post("/graphql", json={"query": VIEWER})
+        assert response.status_code == 401
+
+
+async def test_websockets_authenticate_in_connection_init(db_url: str, store: Store) -> None:
+    _, token = store.create_user("ann")
+    app = create_app(db_url=db_url, backend=None)
+    async with live_server(app) as url:
+        for params in ({"Authorization": f"Bearer {token}"}, {"token": token}):
+            async with ws_connection(url, params) as ws:
+                await ws.send(
+                    json.dumps({"id": "q", "type": "subscribe", "payload": {"query": VIEWER}})
+                )
+                reply = json.loads(await ws.recv())
+                assert reply["payload"]["data"]["viewer"]["name"] == "ann"
+
+        for params in ({}, {"token": "pgt_wrong"}, {"Authorization": "Bearer pgt_wrong"}):
+            ws_url = url.replace("http://", "ws://") + "/graphql"
+            async with websockets.connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:
+                await ws.send(json.dumps({"type": "connection_init", "payload": params}))
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    await ws.recv()
+                assert closed.value.rcvd is not None
+                assert closed.value.rcvd.code == 4401, params
+
+
+async def test_a_body_over_the_limit_gets_413_with_a_clear_message(db_url: str) -> None:
+    async with serving(create_app(db_url=db_url, backend=None)) as client:
+        config = "x" * (1024 * 1024 + 1)
+        response = await client.post(
+            "/graphql",
+            json={
+                "query": "mutation($c: String!) { resolveJob(input: {config: $c}) { errors "
+                "{ code } } }",
+                "variables": {"c": config},
+            },
+        )
+        assert response.status_code == 413
+        message = response.json()["errors"][0]["message"]
+        assert message.startswith("the request body is larger than 1 MiB")
+
+
+async def test_aliases_and_tokens_are_limited(db_url: str) -> None:
+    async with serving(create_app(db_url=db_url, backend=None)) as client:
+        allowed = "{ " + " ".join(f"a{n}: viewer {{ name }}" for n in range(30)) + " }"
+        assert "errors" not in await gql(client, allowed)
+        aliases = "{ " + " ".join(f"a{n}: viewer {{ name }}" for n in range(31)) + " }"
+        body = await gql(client, aliases)
+        assert body["errors"][0]["message"] == "31 aliases found. Allowed: 30"
+
+        tokens = "{ viewer { " + " ".join("name" for _ in range(2100)) + " } }"
+        body = await gql(client, tokens)
+        assert "more than 2000 tokens" in body["errors"][0]["message"]
+
+
+async def test_a_fresh_loopback_server_accepts_websockets_without_a_token(db_url: str) -> None:
+    app = create_app(db_url=db_url, backend=None)
+    async with live_server(app) as url, ws_connection(url, {}) as ws:
+        await ws.send(json.dumps({"id": "q", "type": "subscribe", "payload": {"query": VIEWER}}))
+        reply = json.loads(await ws.recv())
+    assert reply["payload"]["data"]["viewer"] == {"name": "local", "admin": True}
+
+
+async def test_a_page_on_another_origin_cannot_open_a_websocket(db_url: str) -> None:
+    """Browsers apply no CORS to websockets; without this a web page could act as the local
+    admin of a fresh loopback server."""
+    async with live_server(create_app(db_url=db_url, backend=None)) as url:
+        ws_url = url.replace("http://", "ws://") + "/graphql"
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            async with websockets.connect(
+                ws_url, subprotocols=["graphql-transport-ws"], origin="http://evil.example"
+            ):
+                pass
+        assert refused.value.response.status_code == 403
+        async with websockets.connect(
+            ws_url, subprotocols=["graphql-transport-ws"], origin=url
+        ) as ws:
+            await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+            assert json.loads(await ws.recv())["type"] == "connection_ack"
