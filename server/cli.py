@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from server.protocol import Issue, Kind, ParseResult, parse_document, resolve_job, to_v2_yaml
 from server.protocol.model import JobSpec
+from server.remote_commands import register as register_remote_commands
 
 if TYPE_CHECKING:
     from server.store import Store
@@ -217,20 +218,31 @@ app.add_typer(users_app, name="users")
 def users_add(
     name: Annotated[str, typer.Argument(help="The new user's name.")],
     admin: Annotated[bool, typer.Option("--admin", help="Make the user an administrator.")] = False,
+    vc: Annotated[
+        list[str] | None,
+        typer.Option("--vc", help="A virtual cluster the user may submit to (repeatable)."),
+    ] = None,
     db: DbOption = None,
 ) -> None:
-    """Add a user to the database directly; print the new token alone on standard output."""
+    """Add a user to the database directly; print the new token alone on standard output.
+
+    Everyone may submit to the virtual cluster `default`; `--vc` grants others."""
     from server.store import StoreError
 
     store = _open_store(db)
     try:
-        _, token = store.create_user(name, admin=admin)
+        user, token = store.create_user(name, admin=admin)
+        for cluster in vc or []:
+            store.add_membership(user.id, cluster)
     except StoreError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from None
     finally:
         store.close()
     typer.echo(token)
+
+
+register_remote_commands(app, _parse_params)
 
 
 @app.command()

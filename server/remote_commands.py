@@ -1,0 +1,153 @@
+"""`paigraph submit | status | logs | stop`: a running server's jobs from the terminal."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from server.remote import FINAL_STATES, Client, RemoteError
+
+_STYLE = {
+    "WAITING": "yellow",
+    "STARTING": "cyan",
+    "RUNNING": "blue",
+    "STOPPING": "magenta",
+    "SUCCEEDED": "green",
+    "FAILED": "red",
+    "STOPPED": "magenta",
+}
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer, parse_params: Any) -> None:
+    """Add the remote commands to the `paigraph` command."""
+
+    @app.command()
+    def submit(
+        file: Annotated[Path, typer.Argument(help="A job config in any dialect.")],
+        param: Annotated[
+            list[str] | None,
+            typer.Option("--param", "-p", help="Override a parameter: key=value."),
+        ] = None,
+        watch: Annotated[
+            bool, typer.Option("--watch", "-w", help="Follow the job until it ends.")
+        ] = False,
+    ) -> None:
+        """Submit a job to the server (PAIGRAPH_URL, PAIGRAPH_TOKEN); print its id."""
+        try:
+            config = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            err.print(f"[red]error:[/red] cannot read {escape(str(file))}: {escape(str(exc))}")
+            raise typer.Exit(2) from None
+        client = _client()
+        result = _call(lambda: client.submit(config, parse_params(param or [])))
+        if result["errors"]:
+            err.print(f"[red]REFUSED[/red] {escape(str(file))}")
+            for e in result["errors"]:
+                where = ".".join(e["path"]) or "(document)"
+                err.print(
+                    f"  {escape(where)}: {escape(e['message'])} [dim][{escape(e['code'])}][/dim]"
+                )
+            raise typer.Exit(1)
+        job = result["job"]
+        out.print(job["id"])
+        if watch:
+            raise typer.Exit(_watch(client, job))
+
+    @app.command()
+    def status(job: Annotated[str, typer.Argument(help="The job's id or name.")]) -> None:
+        """Show a job: its state and every instance."""
+        client = _client()
+        out.print(render(_call(lambda: client.job(job))))
+
+    @app.command()
+    def logs(
+        job: Annotated[str, typer.Argument(help="The job's id or name.")],
+        role: Annotated[str, typer.Argument(help="The task role.")],
+        index: Annotated[int, typer.Argument(help="The instance's index.")],
+        follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following.")] = False,
+    ) -> None:
+        """Print an instance's output (kept after it ended)."""
+        client = _client()
+        found = _call(lambda: client.job(job))
+
+        def stream() -> None:
+            for data in client.task_logs(found["id"], role, index, follow):
+                sys.stdout.write(data)
+                sys.stdout.flush()
+
+        _call(stream)
+
+    @app.command()
+    def stop(job: Annotated[str, typer.Argument(help="The job's id or name.")]) -> None:
+        """Stop a job (its owner or an admin)."""
+        client = _client()
+        found = _call(lambda: client.job(job))
+        result = _call(lambda: client.stop(found["id"]))
+        if result["errors"]:
+            for e in result["errors"]:
+                err.print(f"[red]error:[/red] {escape(e['message'])}")
+            raise typer.Exit(1)
+        out.print(f"stopping {escape(found['name'])} ({found['id']})")
+
+
+def render(job: dict[str, Any]) -> Group:
+    """A job as a title line and a table of its instances."""
+    style = _STYLE.get(job["state"], "white")
+    title = Text.from_markup(
+        f"job [bold]{escape(job['name'])}[/bold] ({job['id']})  attempt {job['attempt']}  "
+        f"[{style}]{job['state']}[/{style}]  {escape(job.get('stateReason') or '')}"
+    )
+    table = Table(box=None, pad_edge=False)
+    for column in ("instance", "state", "node", "ip", "ports", "exit", "reason"):
+        table.add_column(column)
+    for role in job["taskRoles"]:
+        for instance in role["instances"]:
+            ports = " ".join(
+                f"{p['label']}:{','.join(map(str, p['ports']))}" for p in instance["ports"]
+            )
+            state = instance["state"]
+            table.add_row(
+                escape(f"{role['name']}-{instance['index']}"),
+                Text(state, style=_STYLE.get(state, "white")),
+                instance.get("node") or "",
+                instance.get("hostIp") or "",
+                ports,
+                "" if instance.get("exitCode") is None else str(instance["exitCode"]),
+                escape(instance.get("exitReason") or ""),
+            )
+    return Group(title, table)
+
+
+def _watch(client: Client, job: dict[str, Any]) -> int:
+    """Follow the job's events, redrawing its table; the exit status follows its final state."""
+    with Live(render(job), console=out, refresh_per_second=4) as live:
+        for _event in client.job_events(job["id"]):
+            job = client.job(job["id"])
+            live.update(render(job))
+            if job["state"] in FINAL_STATES:
+                break
+        job = client.job(job["id"])
+        live.update(render(job))
+    return 0 if job["state"] == "SUCCEEDED" else 1
+
+
+def _client() -> Client:
+    return Client()
+
+
+def _call(action: Any) -> Any:
+    try:
+        return action()
+    except RemoteError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
