@@ -8,8 +8,10 @@ can run several apps side by side.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
@@ -53,12 +55,21 @@ def make_backend(name: str) -> Backend:
     from backends.base import BackendError
     from backends.docker import DockerBackend
     from simulator.containers import EngineError
-    from simulator.settings import SettingsError
+    from simulator.settings import SettingsError, load_settings
 
     try:
-        return DockerBackend(owner="server")
+        settings = load_settings()
+        return DockerBackend(settings, owner=server_owner(settings.state_dir))
     except (EngineError, SettingsError, BackendError, OSError) as exc:
         raise BackendUnavailable(f"the docker backend cannot start: {exc}") from None
+
+
+def server_owner(state_dir: Path) -> str:
+    """The owner label of a server's containers and networks: one per state directory, so a
+    server never takes the containers of a server on another state directory (another user's,
+    a test's) for orphans and removes them."""
+    digest = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:12]
+    return f"server-{digest}"
 
 
 async def healthz(_: Request) -> JSONResponse:

@@ -1,0 +1,498 @@
+"""End to end: real `paigraph serve` processes on the Docker backend, driven by the `paigraph`
+command and by GraphQL over HTTP and websockets, killed with SIGKILL and started again.
+
+Each server gets its own database (a SQLite file, or a fresh PostgreSQL database when
+PAIGRAPH_TEST_PG is set) and its own simulator state directory, so its containers carry an
+owner label no other server shares, and what it leaves behind can be counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import docker
+import httpx
+import pytest
+
+from backends.docker_specs import JOB as JOB_LABEL
+from server.api.ids import parse_global_id
+from server.app import server_owner
+from server.remote import Client
+from simulator.containers import OWNER
+from tests.simulated import IMAGE, leftovers, remove_leftovers
+from tests.store_support import KINDS, fresh_database
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[1]
+FINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+T = TypeVar("T")
+
+
+# --- servers and the command line --------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def until(check: Callable[[], T], what: str, timeout: float = 60, every: float = 0.2) -> T:
+    """The first true result of `check`, polled until `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(every)
+    return result
+
+
+class Server:
+    """`python -m server.cli serve` on its own database, state directory and port; it can be
+    killed and started again on the same three."""
+
+    def __init__(self, db_url: str, state_dir: Path, log: Path) -> None:
+        self.db_url = db_url
+        self.state_dir = state_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.owner = server_owner(state_dir)
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The caller's environment without any PAIGRAPH_* setting of its own, plus ours."""
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PAIGRAPH_")}
+        return base | {
+            "PAIGRAPH_DB": self.db_url,
+            "PAIGRAPH_SIMULATOR_STATE": str(self.state_dir),
+            "PAIGRAPH_URL": self.url,
+            **extra,
+        }
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port)],
+                env=self.env(),
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+        def answers() -> bool:
+            assert self.process is not None and self.process.poll() is None, self.output()
+            try:
+                return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        until(answers, f"the server on port {self.port} answering", timeout=30, every=0.1)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, the containers keep going."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+        self.process = None
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def paigraph(self, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+        """The `paigraph` command pointed at this server, as a user with `token` (or none)."""
+        return subprocess.run(
+            [sys.executable, "-m", "server.cli", *args],
+            env=self.env(**({"PAIGRAPH_TOKEN": token} if token else {})),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def start_paigraph(self, *args: str, token: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "server.cli", *args],
+            env=self.env(PAIGRAPH_TOKEN=token),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def client(self, token: str | None = None) -> Client:
+        return Client(self.url, token or "")
+
+
+@contextmanager
+def served(kind: str, tmp_path: Path, name: str = "server") -> Iterator[Server]:
+    """A server (not started yet) on a fresh database of `kind`; stopped, and its containers
+    and networks removed, at the end whatever happened."""
+    (tmp_path / name).mkdir()
+    with fresh_database(kind, tmp_path / name) as url:
+        server = Server(url, tmp_path / name / "state", tmp_path / f"{name}.log")
+        try:
+            yield server
+        finally:
+            server.stop()
+            remove_leftovers(server.owner)
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+# --- jobs and what the API says about them ----------------------------------------------------
+
+
+def v2_job(name: str, roles: dict[str, dict[str, Any]]) -> str:
+    """A protocol v2 job on the test image; each role: commands, instances, completion."""
+    doc = {
+        "protocolVersion": 2,
+        "name": name,
+        "type": "job",
+        "prerequisites": [{"name": "bb", "type": "dockerimage", "uri": IMAGE}],
+        "taskRoles": {
+            role: {
+                "instances": spec.get("instances", 1),
+                "dockerImage": "bb",
+                "resourcePerInstance": {"cpu": 1, "memoryMB": 128, "gpu": 0},
+                "commands": spec["commands"],
+                **({"completion": spec["completion"]} if "completion" in spec else {}),
+            }
+            for role, spec in roles.items()
+        },
+    }
+    return json.dumps(doc)
+
+
+PS_WORKER = v2_job(
+    "psw",
+    {
+        "ps": {"commands": ["sleep 2"], "completion": {"minSucceededInstances": -1}},
+        "worker": {
+            "instances": 2,
+            "commands": ["echo worker $PAI_TASK_INDEX sees $PAI_TASK_ROLE_ps_HOST_LIST"],
+        },
+    },
+)
+
+# Every instance ends on its own before the job is decided, whether the server watches or not:
+# the checker fails first (it cannot fail the job), the ps succeeds (it cannot decide either),
+# and the second worker's success ends the job SUCCEEDED.
+RESTARTED = v2_job(
+    "restarted",
+    {
+        "ps": {"commands": ["sleep 3"], "completion": {"minSucceededInstances": -1}},
+        "checker": {"commands": ["sleep 2", "exit 3"], "completion": {"minFailedInstances": -1}},
+        "worker": {"instances": 2, "commands": ["sleep 6", "echo worker $PAI_TASK_INDEX done"]},
+    },
+)
+RESTARTED_ENDS = {
+    "ps-0": ("SUCCEEDED", 0),
+    "checker-0": ("FAILED", 3),
+    "worker-0": ("SUCCEEDED", 0),
+    "worker-1": ("SUCCEEDED", 0),
+}
+
+JOB = """query($id: ID!) { job(id: $id) {
+  id name state stateReason attempt retries
+  taskRoles { name instances {
+    index attempt taskAttempt state exitCode node hostIp startedAt ports { label ports } } }
+} }"""
+
+EVENTS = """query($id: ID!, $after: String) { job(id: $id) {
+  events(first: 100, after: $after) {
+    edges { node { cursor sequence type state attempt taskRole index message } }
+    pageInfo { hasNextPage endCursor }
+  }
+} }"""
+
+FOLLOW = """subscription($id: ID!, $after: String) { jobEvents(jobId: $id, after: $after) {
+  cursor sequence type state attempt taskRole index message } }"""
+
+
+def job(client: Client, job_id: str) -> dict[str, Any]:
+    found = client.execute(JOB, {"id": job_id})["job"]
+    assert found is not None, f"no job {job_id}"
+    return found
+
+
+def instances(found: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        f"{role['name']}-{i['index']}": i for role in found["taskRoles"] for i in role["instances"]
+    }
+
+
+def event_log(client: Client, job_id: str) -> list[dict[str, Any]]:
+    """The job's whole event log, page after page from the first event."""
+    events: list[dict[str, Any]] = []
+    after = None
+    while True:
+        page = client.execute(EVENTS, {"id": job_id, "after": after})["job"]["events"]
+        events += [edge["node"] for edge in page["edges"]]
+        if not page["pageInfo"]["hasNextPage"]:
+            return events
+        after = page["pageInfo"]["endCursor"]
+
+
+def final_job(client: Client, job_id: str, timeout: float = 60) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        found = job(client, job_id)
+        return found if found["state"] in FINAL else None
+
+    return until(ended, f"job {job_id} ending", timeout)
+
+
+def containers(owner: str, status: str) -> list[str]:
+    api = docker.from_env().api
+    found = api.containers(all=True, filters={"label": f"{OWNER}={owner}", "status": status})
+    return sorted(c["Names"][0].lstrip("/") for c in found)
+
+
+def nothing_left(owner: str) -> None:
+    until(lambda: leftovers(owner) == ([], []), f"containers and networks of {owner} gone", 30)
+
+
+# --- the command line against a server --------------------------------------------------------
+
+
+def test_the_command_line_drives_jobs_on_a_server(kind: str, tmp_path: Path) -> None:
+    long_job = tmp_path / "long.yaml"
+    long_job.write_text(v2_job("long", {"main": {"commands": ["sleep 120"]}}))
+    failing = tmp_path / "failing.yaml"
+    failing.write_text(
+        v2_job(
+            "failing",
+            {
+                "ps": {"commands": ["sleep 60"], "completion": {"minSucceededInstances": -1}},
+                "worker": {"commands": ["echo about to fail", "exit 3"]},
+            },
+        )
+    )
+    with served(kind, tmp_path) as server:
+        tokens = {}
+        for name in ("ann", "bob"):
+            added = server.paigraph("users", "add", name)
+            assert added.returncode == 0, added.stderr
+            tokens[name] = added.stdout.strip()
+            assert tokens[name] and "\n" not in tokens[name]  # the token alone
+        ann = tokens["ann"]
+        server.start()
+
+        submitted = server.paigraph("submit", str(long_job), token=ann)
+        assert submitted.returncode == 0, submitted.stderr
+        long_id = submitted.stdout.strip()
+        failing_watch = server.start_paigraph("submit", str(failing), "--watch", token=ann)
+        try:
+            _use_the_command_line(server, tokens, long_id, failing_watch)
+        finally:
+            if failing_watch.poll() is None:
+                failing_watch.kill()
+                failing_watch.wait(timeout=10)
+        nothing_left(server.owner)
+
+
+def _use_the_command_line(
+    server: Server, tokens: dict[str, str], long_id: str, failing_watch: subprocess.Popen[str]
+) -> None:
+    ann = tokens["ann"]
+    ps_worker = server.state_dir.parent / "ps_worker.yaml"
+    ps_worker.write_text(PS_WORKER)
+
+    watched = server.paigraph("submit", str(ps_worker), "--watch", token=ann)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert "SUCCEEDED" in watched.stdout
+    psw_id = watched.stdout.split()[0]
+
+    by_id = server.paigraph("status", psw_id, token=ann)
+    by_name = server.paigraph("status", "psw", token=ann)
+    for shown in (by_id, by_name):
+        assert shown.returncode == 0, shown.stderr
+        title = shown.stdout.splitlines()[0]
+        assert title.startswith(f"job psw ({psw_id})") and "SUCCEEDED" in title
+        for row in ("ps-0", "worker-0", "worker-1"):
+            assert row in shown.stdout
+
+    ps = instances(job(server.client(ann), psw_id))["ps-0"]
+    ps_http = next(p["ports"][0] for p in ps["ports"] if p["label"] == "http")
+    logs = server.paigraph("logs", "psw", "worker", "1", token=ann)
+    assert logs.returncode == 0, logs.stderr
+    assert f"worker 1 sees {ps['hostIp']}:{ps_http}\n" in logs.stdout
+
+    until(lambda: job(server.client(ann), long_id)["state"] == "RUNNING", "long running")
+    refused = server.paigraph("stop", long_id, token=tokens["bob"])
+    assert refused.returncode == 1
+    assert "belongs to ann; only its owner or an admin may stop it" in refused.stderr
+    anonymous = server.paigraph("status", long_id)
+    assert anonymous.returncode == 1
+    assert "set PAIGRAPH_TOKEN" in anonymous.stderr and "Traceback" not in anonymous.stderr
+    assert job(server.client(ann), long_id)["state"] == "RUNNING"
+
+    stopped = server.paigraph("stop", "long", token=ann)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"stopping long ({long_id})" in stopped.stdout
+    assert final_job(server.client(ann), long_id)["state"] == "STOPPED"
+    assert "STOPPED" in server.paigraph("status", "long", token=ann).stdout
+
+    failed_output, _ = failing_watch.communicate(timeout=90)
+    assert failing_watch.returncode == 1, failed_output
+    assert "FAILED" in failed_output
+    failed_id = failed_output.split()[0]
+    found = job(server.client(ann), failed_id)
+    assert found["state"] == "FAILED"
+    assert instances(found)["worker-0"]["exitCode"] == 3
+
+
+# --- killed with SIGKILL and started again ----------------------------------------------------
+
+
+def _submit_and_wait_running(
+    client: Client, config: str = RESTARTED
+) -> tuple[str, list[dict[str, Any]]]:
+    """Submit the job; once every instance has started, its id and its event log so far."""
+    answer = client.execute(
+        "mutation($config: String!) { submitJob(input: {config: $config}) {"
+        " job { id } errors { message } } }",
+        {"config": config},
+    )["submitJob"]
+    assert answer["errors"] == [], answer["errors"]
+    job_id = answer["job"]["id"]
+
+    def all_started() -> bool:
+        found = job(client, job_id)
+        assert found["state"] not in FINAL, found
+        return all(i["startedAt"] for i in instances(found).values())
+
+    until(all_started, "every instance of the job running", timeout=30, every=0.1)
+    return job_id, event_log(client, job_id)
+
+
+def _check_the_restarted_job(
+    client: Client, job_id: str, before: list[dict[str, Any]], started: dict[str, str]
+) -> None:
+    """The job ended as it would have without the restart, with one gapless event log that a
+    subscriber resuming from its last cursor receives in full."""
+    followed = [
+        data["jobEvents"]
+        for data in client.subscribe(FOLLOW, {"id": job_id, "after": before[-1]["cursor"]})
+    ]
+    found = final_job(client, job_id, timeout=30)
+    assert (found["state"], found["attempt"], found["retries"]) == ("SUCCEEDED", 1, 0), found
+    ended = instances(found)
+    assert {n: (i["state"], i["exitCode"]) for n, i in ended.items()} == RESTARTED_ENDS
+    assert all(i["attempt"] == 1 and i["taskAttempt"] == 1 for i in ended.values())
+    # the same containers throughout: nothing was started again
+    assert {n: i["startedAt"] for n, i in ended.items()} == started
+
+    log = event_log(client, job_id)
+    assert [e["sequence"] for e in log] == list(range(1, len(log) + 1))
+    assert log == before + followed  # the subscriber missed nothing and got nothing twice
+    job_states = [e["state"] for e in log if e["type"] == "JOB_STATE"]
+    assert job_states[-1] == "SUCCEEDED" and job_states.count("SUCCEEDED") == 1
+    instance_ends = sorted(
+        f"{e['taskRole']}-{e['index']}"
+        for e in log
+        if e["type"] == "INSTANCE_STATE" and e["state"] in FINAL
+    )
+    assert instance_ends == sorted(RESTARTED_ENDS)  # each instance ended exactly once
+
+    output = "".join(client.task_logs(job_id, "worker", 1, follow=False))
+    assert "worker 1 done" in output
+
+
+def _started(client: Client, job_id: str) -> dict[str, str]:
+    return {n: i["startedAt"] for n, i in instances(job(client, job_id)).items()}
+
+
+def test_without_a_restart_the_job_ends_as_the_restarted_ones_must(tmp_path: Path) -> None:
+    """The reference run: what the restart tests expect is what an undisturbed run gives."""
+    with served("sqlite", tmp_path) as server:
+        server.start()
+        client = server.client()
+        job_id, before = _submit_and_wait_running(client)
+        _check_the_restarted_job(client, job_id, before, _started(client, job_id))
+        nothing_left(server.owner)
+
+
+def test_instances_that_end_while_the_server_is_killed_are_recorded_after_it_restarts(
+    kind: str, tmp_path: Path
+) -> None:
+    with served(kind, tmp_path) as server:
+        server.start()
+        client = server.client()  # the local admin: a loopback server without users
+        job_id, before = _submit_and_wait_running(client)
+        started = _started(client, job_id)
+        server.kill()
+
+        until(
+            lambda: (
+                len(containers(server.owner, "exited")) == 4
+                and not containers(server.owner, "running")
+            ),
+            "every instance ending while the server is down",
+            timeout=30,
+        )
+        server.start()
+        _check_the_restarted_job(client, job_id, before, started)
+        nothing_left(server.owner)
+
+
+def test_instances_still_running_when_the_server_comes_back_are_adopted(
+    kind: str, tmp_path: Path
+) -> None:
+    with served(kind, tmp_path) as server:
+        server.start()
+        client = server.client()
+        job_id, before = _submit_and_wait_running(client)
+        started = _started(client, job_id)
+        server.kill()
+        server.start()
+        # the workers outlive the restart: the new server takes them over as they run
+        running = containers(server.owner, "running")
+        assert len([n for n in running if "-worker-" in n]) == 2, running
+        _check_the_restarted_job(client, job_id, before, started)
+        nothing_left(server.owner)
+
+
+def test_servers_on_separate_state_directories_leave_each_others_containers_alone(
+    tmp_path: Path,
+) -> None:
+    with ExitStack() as stack:
+        first = stack.enter_context(served("sqlite", tmp_path, "first"))
+        second = stack.enter_context(served("sqlite", tmp_path, "second"))
+        assert first.owner != second.owner
+        first.start()
+        client = first.client()
+        sleepers = v2_job("sleepers", {"main": {"instances": 2, "commands": ["sleep 120"]}})
+        job_id, _ = _submit_and_wait_running(client, sleepers)
+        of_job = {"label": f"{JOB_LABEL}={parse_global_id(job_id)[1]}", "status": "running"}
+        api = docker.from_env().api
+        mine = sorted(c["Id"] for c in api.containers(filters=of_job))
+        assert len(mine) == 2
+        second.start()  # takes back what its own state directory records, nothing else
+        assert sorted(c["Id"] for c in api.containers(filters=of_job)) == mine
+        found = job(client, job_id)
+        assert (found["state"], found["attempt"]) == ("RUNNING", 1)
