@@ -8,6 +8,7 @@ can run several apps side by side.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -72,6 +73,19 @@ def server_owner(state_dir: Path) -> str:
     return f"server-{digest}"
 
 
+def freeze_startup_heap() -> None:
+    """Take what a started server holds for good (modules, the schema, the engines: some 100k
+    objects) out of the cyclic garbage collector's sweeps, once per process.
+
+    A request that lists jobs allocates enough to set off a full collection every few
+    requests, and a full collection that walks the whole heap costs tens of milliseconds. Frozen
+    objects that are dropped later are still freed by reference counting (unless in a cycle).
+    """
+    if gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
+
+
 async def healthz(_: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
@@ -114,6 +128,7 @@ def create_app(
             else:
                 runtime = await _build(stack, db_url, backend, loopback)
             slot.current = runtime
+            freeze_startup_heap()
             try:
                 yield
             finally:

@@ -4,12 +4,17 @@
 after the cursor, and read again on every notice. A notice published between the first read
 and the subscription therefore cannot be missed, and coalesced or lost notices cost nothing:
 the log in the database is what is delivered.
+
+Subscribers of one job woken by the same notice read the same rows: the first to ask starts
+the read and the others wait for its answer, so a change costs one query however many follow
+the job. Sharing is safe because such a read begins after the notice arrived, and a notice is
+published only once its rows are committed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 
 import strawberry
 
@@ -22,10 +27,35 @@ from server.events import JobNotice
 from server.store import JOB_STATE, Event, Store
 
 READ_BATCH = 100
+# reads under way that later subscribers may join: (loop, store, job, cursor, notice) -> rows
+_reads: dict[Hashable, asyncio.Future[list[Event]]] = {}
 
 
 def _is_terminal(event: Event) -> bool:
     return event.type == JOB_STATE and event.state is not None and event.state.is_final
+
+
+async def _read(store: Store, job_id: str, cursor: int, notice: int | None) -> list[Event]:
+    """The events after `cursor`; a read begun for the same notice `notice` (a sequence) is
+    joined rather than repeated. Without a notice (the first read, a resync) nothing is shared:
+    a read begun earlier might not see what this caller is owed."""
+    if notice is None:
+        return await asyncio.to_thread(store.events_after, job_id, cursor, READ_BATCH)
+    key = (asyncio.get_running_loop(), store, job_id, cursor, notice)
+    shared = _reads.get(key)
+    if shared is None:
+        shared = asyncio.ensure_future(
+            asyncio.to_thread(store.events_after, job_id, cursor, READ_BATCH)
+        )
+        _reads[key] = shared
+        shared.add_done_callback(lambda done: _forget(key, done))
+    return await asyncio.shield(shared)  # one subscriber leaving does not cancel the others' read
+
+
+def _forget(key: Hashable, done: asyncio.Future[list[Event]]) -> None:
+    _reads.pop(key, None)
+    if not done.cancelled():
+        done.exception()  # retrieved: the waiters, if any are left, raise it themselves
 
 
 async def follow_events(
@@ -36,8 +66,9 @@ async def follow_events(
     cursor = after
     ended = False
     checked_end = False
+    woken_by: int | None = None  # the sequence of the notice this read answers
     while True:
-        batch = await asyncio.to_thread(store.events_after, job_id, cursor, READ_BATCH)
+        batch = await _read(store, job_id, cursor, woken_by)
         for event in batch:
             yield event
             cursor = event.sequence
@@ -56,6 +87,7 @@ async def follow_events(
             if notice is None:  # the bus closed: the server is stopping
                 return
             if notice.is_resync or notice.sequence > cursor:
+                woken_by = None if notice.is_resync else notice.sequence
                 break
 
 

@@ -1,0 +1,469 @@
+"""How fast a change of a job reaches everyone who follows it live.
+
+    python bench/subscriptions.py [--subscribers 1000] [--changes 20] [--db postgresql://...]
+
+A real uvicorn server runs in this process, in this event loop, on a fresh database (a
+temporary SQLite file; with --db, a new database on that PostgreSQL server, dropped at the
+end). One running job of one role x `2 * changes + 1` instances is stored. A client process
+(asyncio, the websockets library, graphql-transport-ws with a bearer token) opens the
+subscribers, each on its own connection, and subscribes to `jobEvents(jobId, after)` from the
+job's newest event on.
+
+Then, `--changes` times, 0.2 s apart, one more instance of the job ends (exit code 0), as the
+job service does it: the job machine takes the exit, the store saves the machine with the new
+event rows (in a worker thread), and a JobNotice is published on the server's event bus (with
+PostgreSQL, through NOTIFY and the server's own LISTEN connection). Per change it measures the
+time from just before the save until the change's last event has arrived on every subscriber's
+connection (both processes read CLOCK_MONOTONIC). The client process's own work (reading 1,000
+websocket frames per change) is part of the figure, as a real client's would be.
+
+First with a single subscriber, then with `--subscribers` at once, in the same run. Each line
+also gives the CPU time this process (the server) spent per change, and the full garbage
+collections that ran during the changes, which is where the slowest deliveries come from.
+Goal: p99 under 250 ms for 1,000 subscribers. Prints figures only; exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import resource
+import secrets
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import uvicorn  # noqa: E402
+import websockets  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from backends.base import EventKind, InstanceEvent, Placement, utcnow  # noqa: E402
+from server.api.ids import global_id  # noqa: E402
+from server.api.types import event_cursor  # noqa: E402
+from server.app import create_app  # noqa: E402
+from server.events import JobNotice  # noqa: E402
+from server.jobs import JobMachine, job_policy  # noqa: E402
+from server.protocol import parse_job  # noqa: E402
+from server.store import Store, open_store  # noqa: E402
+
+GOAL_MS = 250.0
+SPACING_S = 0.2
+DEADLINE_S = 60.0  # a subscriber that has not seen a change by then is reported stuck
+OPENING = 100  # connections being opened at once
+
+JOB_EVENTS = """
+subscription($jobId: ID!, $after: String) {
+  jobEvents(jobId: $jobId, after: $after) { cursor sequence type state taskRole index }
+}
+"""
+
+
+def clock() -> float:
+    """System-wide monotonic seconds: comparable between the two processes."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def raise_fd_limit(wanted: int) -> int:
+    """Raise the soft limit of open files towards `wanted` (within the hard limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
+
+
+# --- the subscribers (a process of their own) --------------------------------------------------
+
+
+class Subscriber:
+    """One websocket connection following jobEvents; notes when each sequence arrived."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[tuple[int, float]] = []  # (sequence, clock) in order of arrival
+        self.changed = asyncio.Event()
+
+    async def run(self, url: str, token: str, variables: dict[str, Any], ready: Any) -> None:
+        async with websockets.connect(
+            url, subprotocols=["graphql-transport-ws"], open_timeout=60, ping_interval=None
+        ) as ws:
+            await ws.send(json.dumps({"type": "connection_init", "payload": {"token": token}}))
+            ack = json.loads(await ws.recv())
+            if ack.get("type") != "connection_ack":
+                raise RuntimeError(f"not acknowledged: {ack}")
+            subscribe = {"query": JOB_EVENTS, "variables": variables}
+            await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": subscribe}))
+            ready()
+            async for raw in ws:
+                now = clock()
+                message = json.loads(raw)
+                if message.get("type") == "ping":
+                    await ws.send(json.dumps({"type": "pong"}))
+                    continue
+                if message.get("type") != "next":
+                    raise RuntimeError(f"unexpected message: {message}")
+                payload = message["payload"]
+                if payload.get("errors"):
+                    raise RuntimeError(f"the subscription failed: {payload['errors']}")
+                self.arrivals.append((payload["data"]["jobEvents"]["sequence"], now))
+                self.changed.set()
+
+    def reached(self, sequence: int) -> float | None:
+        """When the first event at or beyond `sequence` arrived, if it has."""
+        for seen, at in self.arrivals:
+            if seen >= sequence:
+                return at
+        return None
+
+
+async def subscribers_main(url: str, token: str, job_id: str, after: str, count: int) -> None:
+    """Open `count` subscribers, say `ready`, then answer each sequence read on stdin with
+    the clock at which the last subscriber had it; stop at end of input."""
+    raise_fd_limit(count + 256)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    subscribers = [Subscriber() for _ in range(count)]
+    variables = {"jobId": job_id, "after": after}
+    ws_url = url.replace("http://", "ws://") + "/graphql"
+    opening = asyncio.Semaphore(OPENING)
+    opened = 0
+    all_open = asyncio.Event()
+
+    def one_ready() -> None:
+        nonlocal opened
+        opening.release()
+        opened += 1
+        if opened == count:
+            all_open.set()
+
+    async def start(subscriber: Subscriber) -> None:
+        await opening.acquire()
+        await subscriber.run(ws_url, token, variables, one_ready)
+
+    tasks = [asyncio.create_task(start(s)) for s in subscribers]
+    waiting = asyncio.create_task(all_open.wait())
+    done, _ = await asyncio.wait([waiting, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    if waiting not in done:
+        for task in done:
+            task.result()  # raises why a subscriber ended early
+    print("ready", flush=True)
+    while line := await reader.readline():
+        sequence = int(line)
+        deadline = clock() + DEADLINE_S
+        times: list[float] = []
+        for subscriber in subscribers:
+            while (at := subscriber.reached(sequence)) is None and clock() < deadline:
+                subscriber.changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(subscriber.changed.wait(), deadline - clock())
+            if at is None:
+                break
+            times.append(at)
+        if len(times) < count:
+            print(f"stuck {count - len(times)}", flush=True)
+        else:
+            print(f"{sequence} {max(times)!r}", flush=True)
+        for subscriber in subscribers:  # keep memory flat over many changes
+            subscriber.arrivals = [a for a in subscriber.arrivals if a[0] >= sequence]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# --- the job and its changes -------------------------------------------------------------------
+
+
+def config(instances: int) -> str:
+    return f"""\
+protocolVersion: 2
+name: follow
+type: job
+prerequisites:
+  - {{name: image, type: dockerimage, uri: "openpai/pytorch:1.13"}}
+taskRoles:
+  worker:
+    instances: {instances}
+    dockerImage: image
+    resourcePerInstance: {{cpu: 1, memoryMB: 1024, gpu: 0, ports: {{ssh: 1}}}}
+    commands: ["python work.py"]
+"""
+
+
+def running_job(store: Store, instances: int) -> JobMachine:
+    """A stored job whose instances have all been placed and started."""
+    user, _ = store.create_user("owner")
+    parsed = parse_job(config(instances))
+    assert parsed.spec is not None, parsed.issues
+    at = utcnow() - timedelta(minutes=1)
+    machine = JobMachine(job_policy(parsed.spec), f"follow-{secrets.token_hex(4)}", at=at)
+    store.create_job(parsed.spec, machine.snapshot(), owner_id=user.id)
+    saved = len(machine.transitions)
+    machine.start(at=at)
+    for n, view in enumerate(list(machine.instances)):
+        where = Placement(node=f"node-{n % 4}", host_ip=f"10.0.0.{n % 4 + 1}", ports={"ssh": [n]})
+        machine.apply(_event(machine, EventKind.PLACED, view.index, placement=where))
+    for view in list(machine.instances):
+        machine.apply(_event(machine, EventKind.STARTED, view.index))
+    store.save_machine(machine.job_id, machine.snapshot(), machine.transitions[saved:])
+    return machine
+
+
+def _event(machine: JobMachine, kind: EventKind, index: int, **kw: Any) -> InstanceEvent:
+    return InstanceEvent(
+        job_id=machine.job_id,
+        attempt=machine.attempt,
+        kind=kind,
+        role="worker",
+        index=index,
+        at=utcnow(),
+        **kw,
+    )
+
+
+class Changes:
+    """Ends one instance after another, the way the job service records and announces it."""
+
+    def __init__(self, store: Store, bus: Any, machine: JobMachine) -> None:
+        self.store, self.bus, self.machine = store, bus, machine
+        self.next_index = 0
+
+    def last_sequence(self) -> int:
+        job = self.store.get_job(self.machine.job_id)
+        assert job is not None
+        return job.last_sequence
+
+    async def one(self) -> tuple[float, int]:
+        """Make a change; (clock when it began, the sequence of its last event)."""
+        machine = self.machine
+        saved = len(machine.transitions)
+        machine.apply(_event(machine, EventKind.EXITED, self.next_index, exit_code=0))
+        self.next_index += 1
+        if machine.is_final:
+            raise SystemExit("the job ended before the changes did; use more instances")
+        began = clock()
+        events = await asyncio.to_thread(
+            self.store.save_machine, machine.job_id, machine.snapshot(), machine.transitions[saved:]
+        )
+        sequence = events[-1].sequence
+        notice = JobNotice(job_id=machine.job_id, sequence=sequence, state=machine.state.value)
+        await self.bus.publish(notice)
+        return began, sequence
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """`app` under uvicorn on a free loopback port in this event loop; yields its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, backlog=4096)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise SystemExit("the server stopped before it started")
+            await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+def subscriber_count(bus: Any) -> int:
+    return getattr(bus, "local", bus).subscriber_count  # a PostgresBus fans out locally
+
+
+@dataclass
+class Run:
+    latencies: list[float]  # seconds from a change to its delivery to every subscriber
+    opening: float  # seconds to open the subscriptions
+    cpu: float  # CPU seconds this process (the server) spent per change
+    collections: list[float]  # seconds of each full garbage collection during the changes
+
+
+class FullCollections:
+    """Times the collector's full (oldest generation) collections while `on`."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.seconds: list[float] = []
+        self._began = 0.0
+        gc.callbacks.append(self._seen)
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._seen)
+
+    def _seen(self, phase: str, info: dict[str, int]) -> None:
+        if not self.on or info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.seconds.append(time.perf_counter() - self._began)
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def follow(url: str, token: str, changes: Changes, bus: Any, count: int, rounds: int) -> Run:
+    """`rounds` changes followed by `count` subscribers."""
+    job_id = changes.machine.job_id
+    while subscriber_count(bus) > 0:  # the subscribers of an earlier run have gone
+        await asyncio.sleep(0.05)
+    after = event_cursor(await asyncio.to_thread(changes.last_sequence))
+    opened_at = clock()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--subscribe",
+        url,
+        token,
+        global_id("Job", job_id),
+        after,
+        str(count),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), 300)
+        if line.strip() != b"ready":
+            raise SystemExit(f"the subscribers did not start: {line.decode().strip()!r}")
+        while subscriber_count(bus) < count:  # every subscription has reached the bus
+            await asyncio.sleep(0.05)
+        opening = clock() - opened_at
+        await asyncio.sleep(1.0)  # let the first reads of the log settle
+        latencies = []
+        collections = FullCollections()
+        collections.on = True
+        cpu = cpu_seconds()
+        for _ in range(rounds):
+            began, sequence = await changes.one()
+            process.stdin.write(f"{sequence}\n".encode())
+            await process.stdin.drain()
+            answer = (await process.stdout.readline()).decode().split()
+            if not answer or answer[0] == "stuck":
+                raise SystemExit(f"subscribers did not get change {sequence}: {answer}")
+            latencies.append(float(answer[1]) - began)
+            await asyncio.sleep(SPACING_S)
+        cpu = (cpu_seconds() - cpu) / rounds
+        collections.close()
+        return Run(latencies, opening, cpu, collections.seconds)
+    finally:
+        process.stdin.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), 60)
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@contextlib.contextmanager
+def database(server_url: str | None) -> Iterator[str]:
+    """A temporary SQLite file, or a new PostgreSQL database dropped afterwards."""
+    if server_url is None:
+        with tempfile.TemporaryDirectory(prefix="paigraph-bench-") as directory:
+            yield f"sqlite:///{Path(directory) / 'bench.sqlite'}"
+        return
+    import psycopg
+    from psycopg import sql
+
+    admin_url = make_url(server_url).set(drivername="postgresql").render_as_string(False)
+    name = f"paigraph_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def p99(latencies: list[float]) -> float:
+    return statistics.quantiles(latencies, n=100, method="inclusive")[98]
+
+
+def row(label: str, run: Run) -> str:
+    p50 = statistics.median(run.latencies)
+    longest = max(run.collections, default=0.0)
+    return (
+        f"{label:>17}: p50 {p50 * 1000:6.1f} ms   p99 {p99(run.latencies) * 1000:6.1f} ms   "
+        f"server cpu {run.cpu * 1000:5.1f} ms/change   full gc {len(run.collections)}x "
+        f"(longest {longest * 1000:.0f} ms)"
+    )
+
+
+async def run(args: argparse.Namespace) -> None:
+    limit = raise_fd_limit(args.subscribers + 256)
+    with database(args.db) as url:
+        store = open_store(url)
+        try:
+            instances = 2 * args.changes + 1
+            machine = running_job(store, instances)
+            _, token = store.create_user("watcher")
+            app = create_app(db_url=url, backend=None)
+            async with serving(app) as base_url:
+                runtime = app.state.runtime.get()
+                changes = Changes(store, runtime.bus, machine)
+                single = await follow(base_url, token, changes, runtime.bus, 1, args.changes)
+                many = await follow(
+                    base_url, token, changes, runtime.bus, args.subscribers, args.changes
+                )
+        finally:
+            store.close()
+    kind = "PostgreSQL (NOTIFY)" if args.db else "SQLite (in-process bus)"
+    print(f"database: {kind}; open files limit {limit}")
+    print(
+        f"job: 1 role x {instances} instances; each change ends one more (SUCCEEDED); "
+        f"{args.changes} changes a run, {SPACING_S} s apart"
+    )
+    print(f"opened {args.subscribers:,} subscriptions in {many.opening:.1f} s")
+    print("from a change to its delivery to every subscriber:")
+    print(row("1 subscriber", single))
+    print(row(f"{args.subscribers:,} subscribers", many))
+    worst = p99(many.latencies) * 1000
+    verdict = "met" if worst < GOAL_MS else "NOT met"
+    print(f"{'goal':>17}: p99 < {GOAL_MS:.0f} ms with {args.subscribers:,}: {verdict}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--subscribers", type=int, default=1000)
+    parser.add_argument("--changes", type=int, default=20)
+    parser.add_argument("--db", help="a PostgreSQL URL whose role may create databases")
+    parser.add_argument("--subscribe", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.subscribe:
+        url, token, job_id, after, count = args.subscribe
+        asyncio.run(subscribers_main(url, token, job_id, after, int(count)))
+        return
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
