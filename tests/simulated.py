@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -82,6 +83,29 @@ async def backend(
         remove_leftovers(sim.owner)
         raise
     await sim.close()
+
+
+def job_config(roles: dict[str, dict[str, Any]], *, name: str = "svcjob", **top: Any) -> str:
+    """A v2 job whose roles give `commands` and optionally `instances`, `cpu`, `completion`,
+    `taskRetryCount`; `top` adds top-level keys (jobRetryCount, extras, ...)."""
+    doc = {
+        "protocolVersion": 2,
+        "name": name,
+        "type": "job",
+        "prerequisites": [{"name": "bb", "type": "dockerimage", "uri": IMAGE}],
+        "taskRoles": {
+            role: {
+                "instances": spec.get("instances", 1),
+                "dockerImage": "bb",
+                "resourcePerInstance": {"cpu": spec.get("cpu", 1), "memoryMB": 128, "gpu": 0},
+                "commands": spec["commands"],
+                **{k: spec[k] for k in ("completion", "taskRetryCount") if k in spec},
+            }
+            for role, spec in roles.items()
+        },
+        **top,
+    }
+    return json.dumps(doc)
 
 
 class Collector:

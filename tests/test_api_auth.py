@@ -4,32 +4,16 @@ loopback server, body size and query shape limits."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import websockets
 
 from server.app import create_app
-from server.store import Store, open_store
+from server.store import Store
 from tests.api_support import data, gql, live_server, serving, ws_connection
-from tests.store_support import KINDS, fresh_database
 
 pytestmark = pytest.mark.anyio
 VIEWER = "{ viewer { name admin } }"
-
-
-@pytest.fixture(params=KINDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    with fresh_database(request.param, tmp_path) as url:
-        yield url
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = open_store(db_url)
-    yield opened
-    opened.close()
 
 
 async def test_a_fresh_loopback_server_treats_requests_as_the_local_admin_until_a_user_exists(

@@ -31,7 +31,6 @@ from tests.api_support import (
 )
 from tests.service_support import job_config, ps_worker
 from tests.simulated import leftovers, remove_leftovers, settings
-from tests.store_support import KINDS, fresh_database
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -59,12 +58,6 @@ INSTANCES = """
 query($id: ID) { job(id: $id) { state stateReason taskRoles { name instances {
   index state exitCode node hostIp ports { label ports } } } } }
 """
-
-
-@pytest.fixture(params=KINDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    with fresh_database(request.param, tmp_path) as url:
-        yield url
 
 
 @pytest.fixture

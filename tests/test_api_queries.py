@@ -4,9 +4,8 @@ the number of SQL statements a deep list query costs."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import httpx
 import pytest
@@ -15,10 +14,10 @@ from sqlalchemy import update
 from server.app import create_app
 from server.jobs import JobMachine, JobState, job_policy
 from server.protocol import parse_job
-from server.store import Job, Store, open_store, session_scope
+from server.store import Job, Store, session_scope
 from server.store.tables import JobRow
 from tests.api_support import data, gql, place_and_start, runtime, serving
-from tests.store_support import KINDS, StatementLog, fresh_database, submit
+from tests.store_support import StatementLog, submit
 
 pytestmark = pytest.mark.anyio
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -44,19 +43,6 @@ query Owners($first: Int) {
   jobs(first: $first) { edges { node { config user { name virtualClusters } } } }
 }
 """
-
-
-@pytest.fixture(params=KINDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    with fresh_database(request.param, tmp_path) as url:
-        yield url
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = open_store(db_url)
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

@@ -5,10 +5,9 @@ for all of them rather than once per subscriber."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import websockets
@@ -19,9 +18,9 @@ from server.api.types import event_cursor
 from server.app import create_app
 from server.events import JobNotice
 from server.jobs import JobMachine
-from server.store import Store, open_store
+from server.store import Store
 from tests.api_support import live_server, place_and_start, runtime, subscription, ws_connection
-from tests.store_support import KINDS, StatementLog, fresh_database, submit
+from tests.store_support import StatementLog, submit
 
 pytestmark = pytest.mark.anyio
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -31,19 +30,6 @@ subscription($jobId: ID!, $after: String) {
   jobEvents(jobId: $jobId, after: $after) { sequence state }
 }
 """
-
-
-@pytest.fixture(params=KINDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    with fresh_database(request.param, tmp_path) as url:
-        yield url
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = open_store(db_url)
-    yield opened
-    opened.close()
 
 
 def end_next_instance(store: Store, machine: JobMachine, at: datetime) -> int:

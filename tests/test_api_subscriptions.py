@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from tests.api_support import (
     subscription,
     ws_connection,
 )
-from tests.store_support import KINDS, fresh_database, submit
+from tests.store_support import fresh_database, submit
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,19 +38,6 @@ subscription($jobId: ID!, $after: String) {
   jobEvents(jobId: $jobId, after: $after) { cursor sequence type state taskRole index }
 }
 """
-
-
-@pytest.fixture(params=KINDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    with fresh_database(request.param, tmp_path) as url:
-        yield url
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = open_store(db_url)
-    yield opened
-    opened.close()
 
 
 async def test_job_events_replay_from_a_cursor_then_follow_live_to_the_end(

@@ -8,7 +8,6 @@ owner label no other server shares, and what it leaves behind can be counted.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -29,7 +28,7 @@ from server.api.ids import parse_global_id
 from server.app import server_owner
 from server.remote import Client
 from simulator.containers import OWNER
-from tests.simulated import IMAGE, leftovers, remove_leftovers
+from tests.simulated import job_config, leftovers, remove_leftovers
 from tests.store_support import KINDS, fresh_database
 
 pytestmark = pytest.mark.docker
@@ -167,30 +166,9 @@ def kind(request: pytest.FixtureRequest) -> str:
 # --- jobs and what the API says about them ----------------------------------------------------
 
 
-def v2_job(name: str, roles: dict[str, dict[str, Any]]) -> str:
-    """A protocol v2 job on the test image; each role: commands, instances, completion."""
-    doc = {
-        "protocolVersion": 2,
-        "name": name,
-        "type": "job",
-        "prerequisites": [{"name": "bb", "type": "dockerimage", "uri": IMAGE}],
-        "taskRoles": {
-            role: {
-                "instances": spec.get("instances", 1),
-                "dockerImage": "bb",
-                "resourcePerInstance": {"cpu": 1, "memoryMB": 128, "gpu": 0},
-                "commands": spec["commands"],
-                **({"completion": spec["completion"]} if "completion" in spec else {}),
-            }
-            for role, spec in roles.items()
-        },
-    }
-    return json.dumps(doc)
-
-
-PS_WORKER = v2_job(
-    "psw",
-    {
+PS_WORKER = job_config(
+    name="psw",
+    roles={
         "ps": {"commands": ["sleep 2"], "completion": {"minSucceededInstances": -1}},
         "worker": {
             "instances": 2,
@@ -202,9 +180,9 @@ PS_WORKER = v2_job(
 # Every instance ends on its own before the job is decided, whether the server watches or not:
 # the checker fails first (it cannot fail the job), the ps succeeds (it cannot decide either),
 # and the second worker's success ends the job SUCCEEDED.
-RESTARTED = v2_job(
-    "restarted",
-    {
+RESTARTED = job_config(
+    name="restarted",
+    roles={
         "ps": {"commands": ["sleep 3"], "completion": {"minSucceededInstances": -1}},
         "checker": {"commands": ["sleep 2", "exit 3"], "completion": {"minFailedInstances": -1}},
         "worker": {"instances": 2, "commands": ["sleep 6", "echo worker $PAI_TASK_INDEX done"]},
@@ -281,12 +259,12 @@ def nothing_left(owner: str) -> None:
 
 def test_the_command_line_drives_jobs_on_a_server(kind: str, tmp_path: Path) -> None:
     long_job = tmp_path / "long.yaml"
-    long_job.write_text(v2_job("long", {"main": {"commands": ["sleep 120"]}}))
+    long_job.write_text(job_config(name="long", roles={"main": {"commands": ["sleep 120"]}}))
     failing = tmp_path / "failing.yaml"
     failing.write_text(
-        v2_job(
-            "failing",
-            {
+        job_config(
+            name="failing",
+            roles={
                 "ps": {"commands": ["sleep 60"], "completion": {"minSucceededInstances": -1}},
                 "worker": {"commands": ["echo about to fail", "exit 3"]},
             },
@@ -486,7 +464,9 @@ def test_servers_on_separate_state_directories_leave_each_others_containers_alon
         assert first.owner != second.owner
         first.start()
         client = first.client()
-        sleepers = v2_job("sleepers", {"main": {"instances": 2, "commands": ["sleep 120"]}})
+        sleepers = job_config(
+            name="sleepers", roles={"main": {"instances": 2, "commands": ["sleep 120"]}}
+        )
         job_id, _ = _submit_and_wait_running(client, sleepers)
         of_job = {"label": f"{JOB_LABEL}={parse_global_id(job_id)[1]}", "status": "running"}
         api = docker.from_env().api

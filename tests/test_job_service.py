@@ -23,15 +23,8 @@ from server.store import INSTANCE_STATE, JOB_STATE, Event, Instance, Job, Store,
 from simulator.containers import OWNER
 from tests.service_support import job_config, ps_worker, spec_of
 from tests.simulated import leftovers, remove_leftovers, settings
-from tests.store_support import KINDS, fresh_database
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
-
-
-@pytest.fixture(params=KINDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    with fresh_database(request.param, tmp_path) as url:
-        yield url
 
 
 @pytest.fixture

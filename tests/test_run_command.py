@@ -13,29 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.simulated import IMAGE, leftovers
+from tests.simulated import IMAGE, job_config, leftovers
 
 pytestmark = pytest.mark.docker
-
-
-def _v2(roles: dict, name: str = "runjob") -> str:
-    doc = {
-        "protocolVersion": 2,
-        "name": name,
-        "type": "job",
-        "prerequisites": [{"name": "bb", "type": "dockerimage", "uri": IMAGE}],
-        "taskRoles": {
-            role: {
-                "instances": spec.get("instances", 1),
-                "dockerImage": "bb",
-                "resourcePerInstance": {"cpu": spec.get("cpu", 1), "memoryMB": 128, "gpu": 0},
-                "commands": spec["commands"],
-                **({"completion": spec["completion"]} if "completion" in spec else {}),
-            }
-            for role, spec in roles.items()
-        },
-    }
-    return json.dumps(doc)
 
 
 def _start(tmp_path: Path, text: str, *args: str, suffix: str = ".yaml") -> subprocess.Popen:
@@ -60,14 +40,15 @@ def _finish(process: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
 
 
 def test_a_multi_role_job_runs_to_success(tmp_path: Path) -> None:
-    text = _v2(
-        {
+    text = job_config(
+        name="runjob",
+        roles={
             "ps": {"commands": ["sleep 2"], "completion": {"minSucceededInstances": -1}},
             "worker": {
                 "instances": 2,
                 "commands": ["echo worker $PAI_TASK_INDEX sees $PAI_TASK_ROLE_ps_HOST_LIST"],
             },
-        }
+        },
     )
     code, output = _finish(_start(tmp_path, text))
     assert code == 0, output
@@ -77,8 +58,11 @@ def test_a_multi_role_job_runs_to_success(tmp_path: Path) -> None:
 
 
 def test_a_failing_instance_fails_the_job_and_shows_its_log(tmp_path: Path) -> None:
-    text = _v2(
-        {"worker": {"instances": 2, "commands": ["echo about to fail $PAI_TASK_INDEX", "exit 3"]}}
+    text = job_config(
+        name="runjob",
+        roles={
+            "worker": {"instances": 2, "commands": ["echo about to fail $PAI_TASK_INDEX", "exit 3"]}
+        },
     )
     code, output = _finish(_start(tmp_path, text))
     assert code == 1, output
@@ -88,7 +72,10 @@ def test_a_failing_instance_fails_the_job_and_shows_its_log(tmp_path: Path) -> N
 
 
 def test_ctrl_c_stops_the_job_cleanly(tmp_path: Path) -> None:
-    process = _start(tmp_path, _v2({"sleeper": {"instances": 2, "commands": ["sleep 1000"]}}))
+    process = _start(
+        tmp_path,
+        job_config(name="runjob", roles={"sleeper": {"instances": 2, "commands": ["sleep 1000"]}}),
+    )
     assert process.stdout is not None
     seen = []
     for line in process.stdout:
@@ -104,7 +91,11 @@ def test_ctrl_c_stops_the_job_cleanly(tmp_path: Path) -> None:
 
 
 def test_a_job_that_can_never_fit_is_refused(tmp_path: Path) -> None:
-    code, output = _finish(_start(tmp_path, _v2({"huge": {"cpu": 64, "commands": ["true"]}})))
+    code, output = _finish(
+        _start(
+            tmp_path, job_config(name="runjob", roles={"huge": {"cpu": 64, "commands": ["true"]}})
+        )
+    )
     assert code == 1
     assert "FAILED" in output and "largest node has 16 cpu" in output
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -34,28 +34,14 @@ from server.store import (
     current_revision,
     head_revision,
     migrate,
-    open_store,
     session_scope,
 )
 from server.store.tables import TokenRow
 from server.store.users import token_hash
-from tests.store_support import KINDS, StatementLog, fresh_database, job_spec, submit
+from tests.store_support import StatementLog, job_spec, submit
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TABLES = {"users", "tokens", "virtual_clusters", "memberships", "jobs", "task_instances"}
-
-
-@pytest.fixture(params=KINDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    with fresh_database(request.param, tmp_path) as url:
-        yield url
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = open_store(db_url)
-    yield opened
-    opened.close()
 
 
 def every_value(store: Store) -> list[str]:

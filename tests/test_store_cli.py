@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,16 +21,10 @@ from server.store import (
     head_revision,
     open_store,
 )
-from tests.store_support import KINDS, fresh_database
+from tests.store_support import fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = re.compile(r"pgt_[A-Za-z0-9_-]{43}\n")
-
-
-@pytest.fixture(params=KINDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    with fresh_database(request.param, tmp_path) as url:
-        yield url
 
 
 def paigraph(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
