@@ -17,7 +17,6 @@ from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import BadId, cursor, global_id, parse_cursor
 from server.api.limits import page_size
-from server.api.secrets import shown_config
 from server.jobs.states import JobState
 from server.protocol import Issue
 from server.protocol.model import JobSpec, PrerequisiteType, Resources
@@ -370,7 +369,7 @@ class Job(Node):
         "every job's config, as in OpenPAI; secrets are never stored in it."
     )
     async def config(self, info: Info) -> str:
-        return shown_config(await info.context.loaders.config.load(self.key) or "")
+        return await info.context.loaders.config.load(self.key) or ""
 
     @strawberry.field(description="The job's task roles, in the order of its config.")
     async def task_roles(self, info: Info) -> list[TaskRole]:

@@ -70,8 +70,7 @@ def parse_document(
     except LoadError as exc:
         result.issues.append(exc.issue)
         return result
-    doc = loaded.data
-    source = text.decode("utf-8-sig") if isinstance(text, bytes) else text
+    doc, source = loaded.data, loaded.text
     if not isinstance(doc, dict):
         result.issues.append(
             Issue(

@@ -30,6 +30,7 @@ _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 class Loaded:
     data: Any
     format: str  # "yaml" or "json"
+    text: str  # the document as decoded (byte order mark removed)
 
 
 class LoadError(Exception):
@@ -45,8 +46,8 @@ def load_document(raw: str | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Lo
     if not stripped or all(line.lstrip().startswith("#") for line in stripped.splitlines() if line):
         raise LoadError("empty-document", "the document is empty: expected a job or a component")
     if stripped[0] in "{[":
-        return Loaded(_load_json(text), "json")
-    return Loaded(_load_yaml(text), "yaml")
+        return Loaded(_load_json(text), "json", text)
+    return Loaded(_load_yaml(text), "yaml", text)
 
 
 def _decode(raw: str | bytes, max_bytes: int) -> str:
