@@ -16,11 +16,11 @@ from pathlib import Path
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from backends.base import BackendError, InstanceKey
 from backends.docker import DockerBackend, run_owner
+from server.job_table import InstanceRow, job_table, styled_state
 from server.jobs import JobMachine, JobState
 from server.jobs.launch import NotRunnable
 from server.jobs.runner import JobRunner
@@ -32,16 +32,6 @@ EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 FAILED_LOG_LINES = 40
-
-_STYLE = {
-    JobState.WAITING: "yellow",
-    JobState.STARTING: "cyan",
-    JobState.RUNNING: "blue",
-    JobState.STOPPING: "magenta",
-    JobState.SUCCEEDED: "green",
-    JobState.FAILED: "red",
-    JobState.STOPPED: "magenta",
-}
 
 
 def run_in_foreground(spec: JobSpec, console: Console, *, config: Path | None = None) -> int:
@@ -80,10 +70,8 @@ async def _run(spec: JobSpec, console: Console, config: Path | None) -> int:
         shutil.rmtree(backend.attempts_dir, ignore_errors=True)
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().remove_signal_handler(sig)
-    style = _STYLE[record.state]
-    console.print(
-        f"job {escape(spec.name)}: [{style}]{record.state}[/{style}] {escape(record.reason)}"
-    )
+    state = styled_state(record.state)
+    console.print(f"job {escape(spec.name)}: {state} {escape(record.reason)}")
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_SUCCEEDED if record.state is JobState.SUCCEEDED else EXIT_FAILED
@@ -159,23 +147,17 @@ class _View:
     def render(self) -> Group:
         machine = self.machine
         assert machine is not None
-        style = _STYLE[machine.state]
-        title = Text.from_markup(
-            f"job [bold]{escape(machine.job_id)}[/bold]  attempt {machine.attempt}  "
-            f"[{style}]{machine.state}[/{style}]  {escape(machine.reason)}"
-        )
-        table = Table(box=None, pad_edge=False)
-        for column in ("instance", "state", "node", "ip", "ports", "exit", "reason"):
-            table.add_column(column)
-        for view in machine.instances:
-            ports = " ".join(f"{k}:{','.join(map(str, v))}" for k, v in view.ports.items())
-            table.add_row(
-                escape(view.name),
-                Text(str(view.state), style=_STYLE[view.state]),
-                view.node or "",
-                view.host_ip or "",
-                ports,
-                "" if view.exit_code is None else str(view.exit_code),
-                escape(view.exit_reason or ""),
+        rows = (
+            InstanceRow(
+                view.name,
+                view.state,
+                view.node,
+                view.host_ip,
+                view.ports,
+                view.exit_code,
+                view.exit_reason,
             )
-        return Group(title, table)
+            for view in machine.instances
+        )
+        title = f"job [bold]{escape(machine.job_id)}[/bold]  attempt {machine.attempt}"
+        return job_table(title, machine.state, machine.reason, rows)

@@ -10,20 +10,10 @@ import typer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
+from server.job_table import InstanceRow, job_table
 from server.remote import FINAL_STATES, Client, RemoteError
 
-_STYLE = {
-    "WAITING": "yellow",
-    "STARTING": "cyan",
-    "RUNNING": "blue",
-    "STOPPING": "magenta",
-    "SUCCEEDED": "green",
-    "FAILED": "red",
-    "STOPPED": "magenta",
-}
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -102,30 +92,21 @@ def register(app: typer.Typer, parse_params: Any) -> None:
 
 def render(job: dict[str, Any]) -> Group:
     """A job as a title line and a table of its instances."""
-    style = _STYLE.get(job["state"], "white")
-    title = Text.from_markup(
-        f"job [bold]{escape(job['name'])}[/bold] ({job['id']})  attempt {job['attempt']}  "
-        f"[{style}]{job['state']}[/{style}]  {escape(job.get('stateReason') or '')}"
+    rows = (
+        InstanceRow(
+            f"{role['name']}-{instance['index']}",
+            instance["state"],
+            instance.get("node"),
+            instance.get("hostIp"),
+            {p["label"]: p["ports"] for p in instance["ports"]},
+            instance.get("exitCode"),
+            instance.get("exitReason"),
+        )
+        for role in job["taskRoles"]
+        for instance in role["instances"]
     )
-    table = Table(box=None, pad_edge=False)
-    for column in ("instance", "state", "node", "ip", "ports", "exit", "reason"):
-        table.add_column(column)
-    for role in job["taskRoles"]:
-        for instance in role["instances"]:
-            ports = " ".join(
-                f"{p['label']}:{','.join(map(str, p['ports']))}" for p in instance["ports"]
-            )
-            state = instance["state"]
-            table.add_row(
-                escape(f"{role['name']}-{instance['index']}"),
-                Text(state, style=_STYLE.get(state, "white")),
-                instance.get("node") or "",
-                instance.get("hostIp") or "",
-                ports,
-                "" if instance.get("exitCode") is None else str(instance["exitCode"]),
-                escape(instance.get("exitReason") or ""),
-            )
-    return Group(title, table)
+    title = f"job [bold]{escape(job['name'])}[/bold] ({job['id']})  attempt {job['attempt']}"
+    return job_table(title, job["state"], job.get("stateReason") or "", rows)
 
 
 def _watch(client: Client, job: dict[str, Any]) -> int:
