@@ -67,6 +67,22 @@ def test_users_add_prints_only_the_token_and_the_token_authenticates(db_url: str
     assert "Traceback" not in again.stderr
 
 
+def test_users_add_grants_virtual_clusters_and_keeps_local_reserved(db_url: str) -> None:
+    done = paigraph("users", "add", "carl", "--vc", "research", "--vc", "gpu", "--db", db_url)
+    assert done.returncode == 0, done.stderr
+    assert TOKEN.fullmatch(done.stdout)
+    store = open_store(db_url)
+    try:
+        carl = store.user_for_token(done.stdout.strip())
+        assert carl is not None
+        assert store.user_vcs(carl.id) == ["gpu", "research"]
+    finally:
+        store.close()
+    reserved = paigraph("users", "add", "local", "--db", db_url)
+    assert (reserved.returncode, reserved.stdout) == (1, "")
+    assert "reserved" in reserved.stderr
+
+
 def test_users_add_finds_the_database_in_paigraph_db_or_the_data_directory(
     tmp_path: Path,
 ) -> None:
