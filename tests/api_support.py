@@ -17,10 +17,11 @@ import uvicorn
 import websockets
 from starlette.applications import Starlette
 
-from backends.base import EventKind, InstanceEvent, Placement, utcnow
+from backends.base import EventKind, Placement, utcnow
 from server.api.context import Runtime
 from server.jobs import JobMachine
 from server.store import Store
+from tests.store_support import feed
 
 
 def runtime(app: Starlette) -> Runtime:
@@ -161,24 +162,10 @@ def place_and_start(store: Store, job_id: str, machine: JobMachine, at: datetime
             host_ip=f"10.0.0.{n + 1}",
             ports={"ssh": [21000 + n], "http": [22000 + n]},
         )
-        _feed(machine, EventKind.PLACED, view.role, view.index, at, placement=where)
+        feed(machine, EventKind.PLACED, view.role, view.index, at, placement=where)
     for view in list(machine.instances):
-        _feed(machine, EventKind.STARTED, view.role, view.index, at + timedelta(seconds=1))
+        feed(machine, EventKind.STARTED, view.role, view.index, at + timedelta(seconds=1))
     store.save_machine(job_id, machine.snapshot(), machine.transitions[saved:])
-
-
-def _feed(machine: JobMachine, kind: EventKind, role: str, index: int, at: datetime, **kw: Any):
-    machine.apply(
-        InstanceEvent(
-            job_id=machine.job_id,
-            attempt=machine.attempt,
-            kind=kind,
-            role=role,
-            index=index,
-            at=at,
-            **kw,
-        )
-    )
 
 
 def finish(store: Store, job_id: str, machine: JobMachine, at: datetime) -> int:
@@ -186,7 +173,7 @@ def finish(store: Store, job_id: str, machine: JobMachine, at: datetime) -> int:
     saved = len(machine.transitions)
     for view in list(machine.instances):
         if not view.state.is_final:
-            _feed(machine, EventKind.EXITED, view.role, view.index, at, exit_code=0)
+            feed(machine, EventKind.EXITED, view.role, view.index, at, exit_code=0)
     events = store.save_machine(job_id, machine.snapshot(), machine.transitions[saved:])
     return events[-1].sequence
 

@@ -21,6 +21,7 @@ from psycopg import sql
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
 
+from backends.base import EventKind, InstanceEvent
 from server.jobs import JobMachine, job_policy
 from server.protocol import parse_job
 from server.protocol.model import JobSpec
@@ -100,3 +101,20 @@ def submit(
     machine = JobMachine(job_policy(spec), job_id or f"{name}-{secrets.token_hex(4)}", at=at)
     job, _ = store.create_job(spec, machine.snapshot(), owner_id=owner_id, virtual_cluster=vc)
     return job, machine
+
+
+def feed(
+    machine: JobMachine, kind: EventKind, role: str, index: int, at: datetime, **kw: Any
+) -> None:
+    """Apply one backend event of the machine's current attempt."""
+    machine.apply(
+        InstanceEvent(
+            job_id=machine.job_id,
+            attempt=machine.attempt,
+            kind=kind,
+            role=role,
+            index=index,
+            at=at,
+            **kw,
+        )
+    )

@@ -14,7 +14,7 @@ from sqlalchemy import inspect, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import SQLModel
 
-from backends.base import EventKind, InstanceEvent, Placement, utcnow
+from backends.base import EventKind, Placement, utcnow
 from server.jobs import JobMachine, JobState, job_policy
 from server.store import (
     INSTANCE_STATE,
@@ -38,7 +38,7 @@ from server.store import (
 )
 from server.store.tables import TokenRow
 from server.store.users import token_hash
-from tests.store_support import StatementLog, job_spec, submit
+from tests.store_support import StatementLog, feed, job_spec, submit
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TABLES = {"users", "tokens", "virtual_clusters", "memberships", "jobs", "task_instances"}
@@ -52,20 +52,6 @@ def every_value(store: Store) -> list[str]:
             for row in connection.execute(select(table)):
                 values.extend(str(value) for value in row)
     return values
-
-
-def feed(machine: JobMachine, kind: EventKind, role: str, index: int, at: datetime, **kw) -> None:
-    machine.apply(
-        InstanceEvent(
-            job_id=machine.job_id,
-            attempt=machine.attempt,
-            kind=kind,
-            role=role,
-            index=index,
-            at=at,
-            **kw,
-        )
-    )
 
 
 def place_and_start(machine: JobMachine, at: datetime) -> None:
