@@ -14,11 +14,13 @@ from strawberry.extensions import (
     MaskErrors,
     MaxAliasesLimiter,
     MaxTokensLimiter,
+    ParserCache,
     QueryDepthLimiter,
     SchemaExtension,
 )
 
 from server.api.errors import MASKED_MESSAGE, ApiError, should_mask
+from server.api.known_queries import SkipKnownValidQueries
 
 MAX_FIRST = 100
 DEFAULT_FIRST = 50
@@ -44,6 +46,8 @@ def page_size(first: int | None, *, argument: str = "first", default: int = DEFA
 def schema_extensions() -> list[Callable[[], SchemaExtension]]:
     """Factories: each operation gets its own extension objects."""
     return [
+        partial(ParserCache, maxsize=256),
+        SkipKnownValidQueries,
         partial(QueryDepthLimiter, max_depth=MAX_DEPTH),
         partial(MaxAliasesLimiter, max_alias_count=MAX_ALIASES),
         partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
 import strawberry
@@ -13,9 +14,12 @@ from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import expect_global_id, parse_global_id
 from server.api.limits import page_size
+from server.api.lookahead import selected_below
 from server.api.types import Job, JobConnection, JobEdge, JobFilter, Node, PageInfo, User
-from server.store import JobCursor
+from server.protocol.model import JobSpec
+from server.store import Instance, JobCursor
 from server.store import JobFilter as StoreJobFilter
+from server.store import JobPage as StoredJobPage
 
 
 def _version() -> str:
@@ -23,6 +27,13 @@ def _version() -> str:
         return version("paigraph")
     except PackageNotFoundError:
         return "0+unknown"
+
+
+@dataclass(frozen=True)
+class JobPage:
+    page: StoredJobPage
+    specs: dict[str, JobSpec]
+    instances: dict[str, list[Instance]]
 
 
 def _job_cursor(after: str | None) -> JobCursor | None:
@@ -101,12 +112,27 @@ class Query:
             virtual_cluster=filter.virtual_cluster if filter else None,
             name=filter.name if filter else None,
         )
-        page = await asyncio.to_thread(
-            info.context.store.list_jobs, where, first=size, after=_job_cursor(after)
-        )
-        loader = info.context.loaders.job
-        for stored in page.jobs:  # a node(id:) or job(id:) later in the query needs no read
-            loader.prime(stored.id, stored)
+        store, loaders = info.context.store, info.context.loaders
+        after_cursor = _job_cursor(after)
+        roles = selected_below(info, "edges", "node", "taskRoles")
+        instances = roles and selected_below(info, "edges", "node", "taskRoles", "instances")
+
+        def read() -> JobPage:
+            """The page, and what the query wants of its jobs, in one worker-thread hop."""
+            page = store.list_jobs(where, first=size, after=after_cursor)
+            ids = [stored.id for stored in page.jobs]
+            return JobPage(
+                page,
+                store.job_specs(ids) if roles and ids else {},
+                store.current_instances({j.id: j.attempt for j in page.jobs}) if instances else {},
+            )
+
+        found = await asyncio.to_thread(read)
+        page = found.page
+        # Primed, the loaders answer a job's taskRoles and instances without another read.
+        loaders.job.prime_many({stored.id: stored for stored in page.jobs})
+        loaders.spec.prime_many(found.specs)
+        loaders.instances.prime_many(found.instances)
         edges = [JobEdge(cursor=j.cursor.encode(), node=Job.from_value(j)) for j in page.jobs]
         end = page.end_cursor
         return JobConnection(

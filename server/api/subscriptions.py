@@ -14,6 +14,8 @@ published only once its rows are committed.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 
 import strawberry
@@ -29,6 +31,31 @@ from server.store import JOB_STATE, Event, Store
 READ_BATCH = 100
 # reads under way that later subscribers may join: (loop, store, job, cursor, notice) -> rows
 _reads: dict[Hashable, asyncio.Future[list[Event]]] = {}
+
+
+class _EventViews:
+    """One JobEvent per Event read: subscribers woken by the same notice share the rows read
+    (see `_read`), and so the views made of them, which the executor then completes once for
+    all who asked with the same query. The newest views are kept, with their events."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._views: OrderedDict[int, tuple[Event, JobEvent]] = OrderedDict()
+        self._lock = threading.Lock()  # servers in several threads (tests) share the module
+
+    def view(self, event: Event) -> JobEvent:
+        with self._lock:
+            found = self._views.get(id(event))
+            if found is not None and found[0] is event:
+                return found[1]
+            view = JobEvent.from_value(event)
+            self._views[id(event)] = (event, view)
+            while len(self._views) > self.size:
+                self._views.popitem(last=False)
+            return view
+
+
+_VIEWS = _EventViews()
 
 
 def _is_terminal(event: Event) -> bool:
@@ -108,7 +135,7 @@ class Subscription:
             if await asyncio.to_thread(runtime.store.get_job, key) is None:
                 raise not_found("job", "jobId")
             async for event in follow_events(runtime.store, notices, key, since):
-                yield JobEvent.from_value(event)
+                yield _VIEWS.view(event)
 
     @strawberry.subscription(
         description="A task instance's output in chunks: from byte `offset`, or its last "

@@ -8,10 +8,10 @@ never sees a state without its event (or the other way round).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Row, insert, select, tuple_, update
+from sqlalchemy import Engine, Row, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlmodel import col
@@ -22,6 +22,7 @@ from server.jobs.states import JobState, Transition
 from server.protocol.model import JobSpec
 from server.store.db import Repository
 from server.store.errors import InvalidValue, JobExists, NameInUse, UnknownJob, UnknownUser
+from server.store.spec_cache import SpecCache
 from server.store.tables import EventRow, InstanceRow, JobRow, UserRow
 from server.store.values import (
     INSTANCE_STATE,
@@ -68,6 +69,12 @@ _INSTANCE_COLUMNS = (
     InstanceRow.started_at,
     InstanceRow.finished_at,
 )
+_INSTANCE_ORDER = (
+    InstanceRow.job_id,
+    InstanceRow.attempt,
+    InstanceRow.role,
+    InstanceRow.task_index,
+)
 _EVENT_COLUMNS = (
     EventRow.job_id,
     EventRow.sequence,
@@ -96,6 +103,10 @@ _INSTANCE_FIELDS = (
 
 
 class JobStore(Repository):
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.spec_cache = SpecCache()
+
     # --- writing ---
 
     def create_job(
@@ -262,12 +273,16 @@ class JobStore(Repository):
 
     def job_specs(self, job_ids: Iterable[str]) -> dict[str, JobSpec]:
         """The resolved specs of many jobs in one query (for a loader)."""
-        wanted = set(job_ids)
+        found, wanted = self.spec_cache.get_many(set(job_ids))
         if not wanted:
-            return {}
+            return found
         with self._read() as session:
-            rows = session.execute(select(JobRow.id, JobRow.spec).where(col(JobRow.id).in_(wanted)))
-            return {job_id: JobSpec.model_validate_json(text) for job_id, text in rows}
+            rows = session.connection().execute(
+                select(JobRow.id, JobRow.spec).where(col(JobRow.id).in_(wanted))
+            )
+            read = {job_id: JobSpec.model_validate_json(text) for job_id, text in rows}
+        self.spec_cache.put_many(read)
+        return found | read
 
     # --- instances and events ---
 
@@ -285,13 +300,24 @@ class JobStore(Repository):
             query = query.join(
                 JobRow, (JobRow.id == InstanceRow.job_id) & (JobRow.attempt == InstanceRow.attempt)
             )
-        query = query.order_by(
-            InstanceRow.job_id, InstanceRow.attempt, InstanceRow.role, InstanceRow.task_index
-        )
         with self._read() as session:
-            for row in session.execute(query):
+            for row in session.connection().execute(query.order_by(*_INSTANCE_ORDER)).all():
                 instance = _instance(row)
                 result[instance.job_id].append(instance)
+        return result
+
+    def current_instances(self, attempts: Mapping[str, int]) -> dict[str, list[Instance]]:
+        """Like instances_for_jobs, for jobs whose current attempt the caller has just read
+        (a page of jobs): the attempt is matched here instead of joining the jobs table."""
+        result: dict[str, list[Instance]] = {job_id: [] for job_id in attempts}
+        if not attempts:
+            return result
+        query = select(*_INSTANCE_COLUMNS).where(col(InstanceRow.job_id).in_(list(attempts)))
+        with self._read() as session:
+            for row in session.connection().execute(query.order_by(*_INSTANCE_ORDER)).all():
+                instance = _instance(row)
+                if instance.attempt == attempts[instance.job_id]:
+                    result[instance.job_id].append(instance)
         return result
 
     def events_after(self, job_id: str, sequence: int = 0, limit: int = 100) -> list[Event]:

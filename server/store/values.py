@@ -11,6 +11,7 @@ import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from server.jobs.states import JobState
 
@@ -50,8 +51,11 @@ class Job:
         return JobCursor(self.submitted_at, self.id)
 
 
-@dataclass(frozen=True, slots=True)
-class Instance:
+class Instance(NamedTuple):
+    """A task instance's row. A named tuple rather than a frozen dataclass: list queries build
+    hundreds per request, and a frozen dataclass pays a setattr call for every field.
+    (`index` is the task index; it hides tuple.index, which nothing here uses.)"""
+
     job_id: str
     attempt: int
     role: str

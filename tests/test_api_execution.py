@@ -1,0 +1,201 @@
+"""The fast executor gives exactly what graphql-core's own executor gives.
+
+Each query runs on one schema twice, once with strawberry's default executor and once with
+`FastExecutionContext`; data and errors (messages, paths) must be the same, including the
+cases the fast path hands back to graphql-core: nulls where none are allowed, values a scalar
+refuses, errors raised inside list items, awaitable values, fragments and directives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from enum import Enum
+from typing import Any
+
+import pytest
+import strawberry
+
+from server.api.execution import FastExecutionContext, shared_value
+
+
+@strawberry.enum
+class Color(Enum):
+    RED = "red"
+    GREEN = "green"
+
+
+@strawberry.type
+class Leaf:
+    label: str
+    numbers: list[int]
+    maybe_numbers: list[int | None] | None
+    color: Color
+
+
+@strawberry.type
+class Item:
+    name: str
+    count: int
+    nickname: str | None
+    color: Color
+    leaves: list[Leaf]
+    maybe_leaves: list[Leaf | None] | None
+
+    @strawberry.field
+    def shout(self) -> str:
+        if self.name == "boom":
+            raise ValueError("no shouting at boom")
+        return self.name.upper()
+
+    @strawberry.field
+    async def later(self) -> int:
+        await asyncio.sleep(0)
+        return self.count * 2
+
+    @strawberry.field
+    async def failing_later(self) -> int:
+        await asyncio.sleep(0)
+        raise RuntimeError(f"{self.name} failed later")
+
+
+def leaf(label: Any = "a", numbers: Any = (1, 2), color: Any = Color.RED) -> Leaf:
+    return Leaf(label=label, numbers=list(numbers), maybe_numbers=[1, None], color=color)
+
+
+def item(name: str = "x", count: Any = 1, **kw: Any) -> Item:
+    values: dict[str, Any] = {
+        "name": name,
+        "count": count,
+        "nickname": None,
+        "color": Color.GREEN,
+        "leaves": [leaf(), leaf("b", (3,))],
+        "maybe_leaves": [leaf(), None],
+    }
+    values.update(kw)
+    return Item(**values)
+
+
+ITEMS: dict[str, list[Item]] = {
+    "plain": [item("x"), item("y", 2, nickname="why")],
+    "null_name": [item("x"), item(None)],  # type: ignore[arg-type]
+    "huge_int": [item("x", 2**40)],
+    "bad_int": [item("x", "seven")],
+    "bad_enum": [item("x", color="purple")],
+    "null_leaf_item": [item("x", leaves=[leaf(), None])],
+    "null_number": [item("x", leaves=[leaf(numbers=(1, None))])],
+    "boom": [item("x"), item("boom")],
+    "tuple_leaves": [item("x", leaves=(leaf(), leaf("c")))],
+    "empty": [],
+}
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    def items(self, kind: str) -> list[Item]:
+        return ITEMS[kind]
+
+    @strawberry.field
+    def maybe_items(self, kind: str) -> list[Item | None] | None:
+        return ITEMS[kind]  # type: ignore[return-value]
+
+    @strawberry.field
+    async def async_items(self, kind: str) -> list[Item]:
+        await asyncio.sleep(0)
+        return ITEMS[kind]
+
+
+default_schema = strawberry.Schema(query=Query)
+fast_schema = strawberry.Schema(query=Query, execution_context_class=FastExecutionContext)
+
+FIELDS = "name count nickname color shout leaves { label numbers maybeNumbers color }"
+QUERIES = [
+    f"{{ items(kind: $kind) {{ {FIELDS} }} }}",
+    f"{{ maybeItems(kind: $kind) {{ {FIELDS} maybeLeaves {{ label }} }} }}",
+    f"{{ asyncItems(kind: $kind) {{ {FIELDS} later }} }}",
+    "{ maybeItems(kind: $kind) { name failingLater } }",
+    "{ items(kind: $kind) { __typename n: name ...F leaves { ... on Leaf { color } } } }"
+    " fragment F on Item { count c2: count }",
+    "{ items(kind: $kind) { name @skip(if: true) count @include(if: false) color } }",
+    "{ items(kind: $kind) { leaves @include(if: true) { label } } }",
+]
+
+
+def run(schema: strawberry.Schema, query: str, kind: str) -> dict[str, Any]:
+    text = "query Q($kind: String!) " + query
+    result = asyncio.run(schema.execute(text, variable_values={"kind": kind}))
+    errors = sorted(
+        (str(e.message), tuple(e.path or ()))
+        for e in result.errors or []  # order of errors from concurrent fields may differ
+    )
+    return {"data": result.data, "errors": errors}
+
+
+@pytest.mark.parametrize("kind", sorted(ITEMS))
+@pytest.mark.parametrize("query", QUERIES, ids=range(len(QUERIES)))
+def test_the_fast_executor_answers_as_graphql_core_does(query: str, kind: str) -> None:
+    assert run(fast_schema, query, kind) == run(default_schema, query, kind)
+
+
+def test_the_comparison_sees_errors_and_nulls() -> None:
+    """The cases above do reach the error paths: otherwise the comparison proves little."""
+    boom = run(fast_schema, QUERIES[0], "boom")  # a non-null error spreads up to the root
+    assert boom == {"data": None, "errors": [("no shouting at boom", ("items", 1, "shout"))]}
+    null_name = run(fast_schema, QUERIES[1], "null_name")
+    assert null_name["data"]["maybeItems"][1] is None
+    assert any("non-nullable" in message for message, _ in null_name["errors"])
+    huge = run(fast_schema, QUERIES[0], "huge_int")
+    assert huge["data"] is None and "non 32-bit" in huge["errors"][0][0]
+
+
+def test_plain_fields_do_not_take_graphql_cores_per_field_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the fields with resolvers (items, shout) reach execute_field; the attribute
+    fields and the leaves' lists are completed in place."""
+    calls: list[str] = []
+    original = FastExecutionContext.execute_field
+
+    def counting(self: FastExecutionContext, parent_type: Any, *args: Any) -> Any:
+        calls.append(f"{parent_type.name}.{args[1][0].node.name.value}")
+        return original(self, parent_type, *args)
+
+    monkeypatch.setattr(FastExecutionContext, "execute_field", counting)
+    result = run(fast_schema, QUERIES[0], "plain")
+    assert result["errors"] == [] and len(result["data"]["items"]) == 2
+    assert sorted(calls) == ["Item.shout", "Item.shout", "Query.items"]
+
+
+@shared_value
+@strawberry.type
+class Reading:
+    sensor: str
+    values: list[int]
+    color: Color
+
+
+READINGS = [Reading(sensor="a", values=[1, 2], color=Color.RED)]
+
+
+@strawberry.type
+class ReadingQuery:
+    @strawberry.field
+    def reading(self, index: int) -> Reading:
+        return READINGS[index]
+
+
+def test_a_shared_value_is_completed_once_and_each_result_is_its_own() -> None:
+    """The second completion of the same value with the same parsed query comes from the
+    memo (a changed copy of the first result does not leak into it); another value with the
+    same query is completed anew."""
+    schema = strawberry.Schema(query=ReadingQuery, execution_context_class=FastExecutionContext)
+    query = "{ reading(index: $i) { sensor values color } }"
+    text = "query Q($i: Int!) " + query
+    first = asyncio.run(schema.execute(text, variable_values={"i": 0}))
+    assert first.errors is None and first.data is not None
+    first.data["reading"]["sensor"] = "changed by a client of the result"
+    again = asyncio.run(schema.execute(text, variable_values={"i": 0}))
+    assert again.data == {"reading": {"sensor": "a", "values": [1, 2], "color": "RED"}}
+    READINGS.append(Reading(sensor="b", values=[], color=Color.GREEN))
+    other = asyncio.run(schema.execute(text, variable_values={"i": 1}))
+    assert other.data == {"reading": {"sensor": "b", "values": [], "color": "GREEN"}}
