@@ -58,6 +58,16 @@ class Material(_Value):
     read_only: bool = False
 
 
+class StorageMount(_Value):
+    """A storage an admin defined, mounted in every instance of a role as the admin said."""
+
+    name: str
+    source: str  # an absolute host directory, or a volume name
+    volume: bool = False
+    target: str  # absolute path in the container
+    read_only: bool = False
+
+
 class Hooks(_Value):
     """Commands around the user's commands (cmd plugin callbacks and deployment commands)."""
 
@@ -66,14 +76,28 @@ class Hooks(_Value):
     on_failure: list[str] = Field(default_factory=list)  # after, when they failed
 
 
+class ImageAuth(_Value):
+    """Credentials for pulling a role's image from a private registry (a dockerimage's `auth`).
+
+    Values may hold `<% $secrets.x %>`: a backend renders them from the request's secrets
+    when it launches, so they are never stored.
+    """
+
+    registry: str = ""  # e.g. registry.example.org:5000; empty: the registry of the image name
+    username: str = ""
+    password: str = Field(default="", repr=False)
+
+
 class RoleLaunch(_Value):
     name: str  # exactly as the user wrote it
     instances: int
     image: str
+    image_auth: ImageAuth | None = None
     resources: ResourceRequest
     commands: list[str]  # rendered, ready to run
     hooks: Hooks = Hooks()
     materials: list[Material] = Field(default_factory=list)
+    storages: list[StorageMount] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     min_failed: int = 1  # -1: disabled (only exported to the instances here)
     min_succeeded: int = -1
@@ -188,6 +212,15 @@ class LaunchRefused(BackendError):
 
 class UnknownInstance(BackendError):
     pass
+
+
+@runtime_checkable
+class ChecksLaunches(Protocol):
+    """A backend that can tell, before anything is stored, that a request can never run."""
+
+    def refusal(self, request: LaunchRequest) -> str | None:
+        """Why the request can never run here (what `launch` would raise LaunchRefused with),
+        or None when it can. Cheap and without side effects: called for every submission."""
 
 
 @runtime_checkable

@@ -83,7 +83,13 @@ from simulator.containers import (
     NetworkInfo,
 )
 from simulator.ports import PortAllocator, PortError
-from simulator.prereqs import MaterialError, MaterialKind, MaterialStore, UnservableMaterial
+from simulator.prereqs import (
+    MaterialError,
+    MaterialKind,
+    MaterialStore,
+    UnservableMaterial,
+    check_storage,
+)
 from simulator.settings import SimulatorSettings, load_settings
 
 __all__ = ["DockerBackend", "run_owner"]
@@ -215,17 +221,31 @@ class DockerBackend:
 
     # --- launching ---------------------------------------------------------------------------
 
-    def _launch(self, request: LaunchRequest) -> None:
+    def refusal(self, request: LaunchRequest) -> str | None:
+        """Why the request can never run on the simulated cluster: it asks more than any node
+        or its virtual cluster has, or names data, scripts or storage this machine cannot
+        serve. None when it can run once room is free."""
         demands = [demand(role) for role, _ in gang_order(request)]
         never = self.cluster.never_fits(request.virtual_cluster, demands)
         if never:
-            raise LaunchRefused(never)
+            return never
         for role in request.roles:
             for material in role.materials:
                 try:
                     self.materials.check(material.name, _FETCH_KIND[material.kind], material.uris)
                 except UnservableMaterial as exc:
-                    raise LaunchRefused(str(exc)) from None
+                    return str(exc)
+            for storage in role.storages:
+                try:
+                    check_storage(storage.name, storage.source, volume=storage.volume)
+                except UnservableMaterial as exc:
+                    return str(exc)
+        return None
+
+    def _launch(self, request: LaunchRequest) -> None:
+        refused = self.refusal(request)
+        if refused:
+            raise LaunchRefused(refused)
         directory = records.attempt_dir(self.attempts_dir, request.job_id, request.attempt)
         attempt = Attempt.new(request, directory)
         with self._lock:

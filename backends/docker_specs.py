@@ -125,6 +125,10 @@ def container_spec(
         mounts=[
             BindMount(str(runtime_dir), RUNTIME_DIR),
             *(mounts.get((role.name, m.name)) for m in role.materials),
+            *(
+                BindMount(s.source, s.target, read_only=s.read_only, volume=s.volume)
+                for s in role.storages
+            ),
         ],
         working_dir=WORK_DIR,
         gpu_devices=[str(g) for g in slot.gpus] if real_gpus else [],

@@ -31,6 +31,8 @@ from server.store import database_url, open_store
 if TYPE_CHECKING:
     from backends.base import Backend
     from server.jobs.service import JobService
+    from server.marketplace.references import ReferenceResolver
+    from server.store import Store
 
 BACKENDS = ("docker", "kubernetes")
 
@@ -40,19 +42,20 @@ class BackendUnavailable(ValueError):
 
 
 def check_backend(name: str) -> None:
-    """Raise BackendUnavailable, saying why, unless jobs can run on the backend `name`."""
-    if name == "kubernetes":
-        raise BackendUnavailable(
-            "the kubernetes backend is not available yet; use --backend docker"
-        )
+    """Raise BackendUnavailable, saying why, unless `name` is a backend jobs can run on."""
     if name not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
-def make_backend(name: str) -> Backend:
+def make_backend(
+    name: str, *, namespace: str | None = None, kubeconfig: str | None = None
+) -> Backend:
     """The backend called `name`, not started yet; BackendUnavailable when it cannot be made
-    (no Docker engine answers, the simulator's settings are wrong, ...)."""
+    (no Docker engine answers, no cluster answers, the settings are wrong, ...). `namespace`
+    and `kubeconfig` override the kubernetes backend's settings (PAIGRAPH_K8S_*)."""
     check_backend(name)
+    if name == "kubernetes":
+        return _kubernetes_backend(namespace=namespace, kubeconfig=kubeconfig)
     from backends.base import BackendError
     from backends.docker import DockerBackend
     from simulator.containers import EngineError
@@ -65,6 +68,20 @@ def make_backend(name: str) -> Backend:
         raise BackendUnavailable(f"the docker backend cannot start: {exc}") from None
 
 
+def _kubernetes_backend(**overrides: str | None) -> Backend:
+    """The kubernetes backend on the cluster its settings name, once the cluster answers."""
+    from backends.base import BackendError
+    from backends.kubernetes import KubernetesBackend
+    from backends.kubernetes_settings import SettingsError, load_settings
+
+    try:
+        backend = KubernetesBackend(load_settings(**overrides))
+        backend.check()
+    except (SettingsError, BackendError) as exc:
+        raise BackendUnavailable(f"the kubernetes backend cannot start: {exc}") from None
+    return backend
+
+
 def server_owner(state_dir: Path) -> str:
     """The owner label of a server's containers and networks: one per state directory, so a
     server never takes the containers of a server on another state directory (another user's,
@@ -73,17 +90,23 @@ def server_owner(state_dir: Path) -> str:
     return f"server-{digest}"
 
 
-def freeze_startup_heap() -> None:
-    """Take what a started server holds for good (modules, the schema, the engines: some 100k
-    objects) out of the cyclic garbage collector's sweeps, once per process.
+# Young collections every 50,000 net allocations instead of 700: a server answering a page of
+# jobs or fanning an event out to a thousand subscribers allocates that much in one go, and
+# each collection would walk every live websocket connection's objects again.
+COLLECTOR_THRESHOLDS = (50_000, 20, 100)
 
-    A request that lists jobs allocates enough to set off a full collection every few
-    requests, and a full collection that walks the whole heap costs tens of milliseconds. Frozen
-    objects that are dropped later are still freed by reference counting (unless in a cycle).
+
+def tune_collector() -> None:
+    """Take what a started server holds for good (modules, the schema, the engines: some 100k
+    objects) out of the cyclic garbage collector's sweeps, once per process, and collect less
+    often. Everything still dies by reference counting as soon as it is dropped; only garbage
+    in reference cycles waits longer, and full collections (which walk the whole heap and once
+    cost a delivery to 1,000 subscribers hundreds of milliseconds) become rare.
     """
     if gc.get_freeze_count() == 0:
         gc.collect()
         gc.freeze()
+        gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
 async def healthz(_: Request) -> JSONResponse:
@@ -128,7 +151,7 @@ def create_app(
             else:
                 runtime = await _build(stack, db_url, backend, loopback)
             slot.current = runtime
-            freeze_startup_heap()
+            tune_collector()
             try:
                 yield
             finally:
@@ -163,13 +186,22 @@ async def _build(
 
     backend = make_backend(chosen) if isinstance(chosen, str) else chosen
     stack.push_async_callback(backend.close)
-    service = JobService(store, backend, bus)
+    service = JobService(store, backend, bus, references=marketplace_references(store))
     await service.start()
     stack.push_async_callback(service.close)
     runtime.service = service
     runtime.backend = backend
     runtime.backend_name = chosen if isinstance(chosen, str) else _backend_name(backend)
     return runtime
+
+
+def marketplace_references(store: Store) -> ReferenceResolver:
+    """Resolution of marketplace:// and http(s):// references against this server's items and
+    admin-defined storages (http(s) fetching as PAIGRAPH_* settings say)."""
+    from server.marketplace.references import ReferenceResolver
+    from server.marketplace.store_lookup import StoreItemLookup, StoreStorageAccess
+
+    return ReferenceResolver(StoreItemLookup(store), StoreStorageAccess(store))
 
 
 def _backend_name(backend: Backend) -> str:

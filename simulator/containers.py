@@ -39,9 +39,10 @@ class ImageMissing(EngineError):
 
 @dataclass(frozen=True)
 class BindMount:
-    source: str  # host path
+    source: str  # host path, or a Docker volume's name when `volume`
     target: str  # path in the container
     read_only: bool = False
+    volume: bool = False
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,13 @@ class Engine:
             pids_limit=spec.pids_limit,
             port_bindings={f"{p}/tcp": p for p in spec.ports},
             mounts=[
-                Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts
+                Mount(
+                    m.target,
+                    m.source,
+                    type="volume" if m.volume else "bind",
+                    read_only=m.read_only,
+                )
+                for m in spec.mounts
             ],
             device_requests=(
                 [DeviceRequest(device_ids=spec.gpu_devices, capabilities=[["gpu"]])]

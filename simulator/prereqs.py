@@ -153,6 +153,28 @@ def check_name(name: str, what: str = "prerequisite name") -> None:
         )
 
 
+_VOLUME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]+")
+
+
+def check_storage(name: str, source: str, *, volume: bool) -> None:
+    """An admin-defined storage must name an existing host directory or a valid volume name:
+    refused at launch, before anything is placed, rather than failing each container's start."""
+    if volume:
+        if not _VOLUME.fullmatch(source):
+            raise UnservableMaterial(
+                f"storage {name!r}: {source!r} is not a Docker volume name "
+                "(a letter or digit, then letters, digits and _ . -)"
+            )
+        return
+    path = Path(source)
+    if not path.is_absolute():
+        raise UnservableMaterial(f"storage {name!r}: {source!r} is not an absolute host path")
+    if not path.is_dir():
+        raise UnservableMaterial(
+            f"storage {name!r}: the host directory {source} does not exist on this machine"
+        )
+
+
 def parse_repo(name: str, spec: str) -> RepoSpec:
     """Split `repo@ref` / `repo#ref` and turn `host/path` into https; ssh is refused."""
     text = spec.strip()

@@ -118,3 +118,18 @@ def test_a_marketplace_image_reference_is_not_runnable_without_the_service() -> 
         launch_request(result.spec, job_id="j1")
     assert caught.value.path == "taskRoles.trainer.dockerImage"
     assert "marketplace" in caught.value.message
+
+
+def test_data_and_scripts_listed_among_a_roles_prerequisites_are_fetched_too() -> None:
+    """Seed 004's form: the dataset is named in the role's `prerequisites`, not in `data`.
+    It is downloaded like `data`; a plugin prerequisite (setup, notify) is not fetched."""
+    text = JOB.replace(
+        "  evaluator:\n    dockerImage: img\n",
+        "  evaluator:\n    dockerImage: img\n    prerequisites: [mnist, code, mnist]\n",
+    )
+    evaluator = _request(text).role("evaluator")
+    assert [(m.name, m.kind, m.uris) for m in evaluator.materials] == [
+        ("mnist", Fetch.DOWNLOAD, ["http://example.test/mnist.zip"]),
+        ("code", Fetch.CLONE, ["https://example.test/code.git@abc123"]),
+    ]
+    assert [m.name for m in _request(text).role("trainer").materials] == ["mnist", "code", "models"]

@@ -15,6 +15,7 @@ from server.api.context import Info
 from server.api.ids import BadId, expect_global_id
 from server.api.resolved import ResolvedJob, resolved_job
 from server.api.types import Job, UserError, json_object
+from server.marketplace.service import MarketplaceService
 from server.protocol import resolve_job
 
 
@@ -71,7 +72,8 @@ class Mutation:
         viewer = info.context.viewer
         service = info.context.runtime.service
         if service is not None:
-            outcome = await asyncio.to_thread(service.resolve, input.config, parameters)
+            as_seen_by = await asyncio.to_thread(service.viewer_of, viewer)
+            outcome = await asyncio.to_thread(service.resolve, input.config, parameters, as_seen_by)
             spec = outcome.spec
             errors = [UserError.from_problem(p) for p in outcome.errors]
             warnings = [UserError.from_problem(p) for p in outcome.warnings]
@@ -94,6 +96,9 @@ class Mutation:
         outcome = await info.context.service.submit(
             info.context.viewer, input.config, parameters, input.virtual_cluster
         )
+        if outcome.job is not None and outcome.item_ids:  # the items it uses count a submit
+            market = MarketplaceService(info.context.store)
+            await asyncio.to_thread(market.count_submits, outcome.item_ids)
         return SubmitJobPayload(
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
             errors=[UserError.from_problem(p) for p in outcome.errors],

@@ -8,9 +8,11 @@ from graphql import GraphQLError
 from strawberry.types import ExecutionContext
 
 from server.api.errors import should_mask
+from server.api.execution import FastExecutionContext
 from server.api.limits import schema_extensions
-from server.api.mutations import Mutation
-from server.api.queries import Query
+from server.api.marketplace_mutations import Mutation  # the job mutations and the marketplace's
+from server.api.marketplace_queries import Query  # the job queries and the marketplace's
+from server.api.marketplace_types import MarketplaceItem
 from server.api.subscriptions import Subscription
 from server.api.types import Job, User
 
@@ -27,6 +29,7 @@ schema = Schema(
     query=Query,
     mutation=Mutation,
     subscription=Subscription,
-    types=[Job, User],
+    types=[Job, User, MarketplaceItem],
     extensions=schema_extensions(),
+    execution_context_class=FastExecutionContext,
 )

@@ -8,15 +8,18 @@ through the request's DataLoaders, so a list of jobs costs one statement per kin
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import strawberry
 
 from server.api.context import Info
 from server.api.errors import ApiError
+from server.api.execution import shared_value
 from server.api.ids import BadId, cursor, global_id, parse_cursor
 from server.api.limits import page_size
+from server.api.loaders import now_or_later
 from server.jobs.states import JobState
 from server.protocol import Issue
 from server.protocol.model import JobSpec, PrerequisiteType, Resources
@@ -26,6 +29,9 @@ from server.protocol.rules import is_reference
 from server.store import Event, Instance
 from server.store import Job as StoredJob
 from server.store import User as StoredUser
+
+if TYPE_CHECKING:
+    from server.api.marketplace_types import MarketplaceItem
 
 strawberry.enum(JobState, name="JobState", description="The state of a job or task instance.")
 strawberry.enum(
@@ -135,9 +141,12 @@ class Prerequisite:
         default=None,
         description="The marketplace:// or http(s):// reference the role names, if it does.",
     )
+    origin_item: strawberry.Private[str | None] = None  # the item resolution took it from
+    origin_version: strawberry.Private[str | None] = None
 
     @classmethod
     def from_spec(cls, p: SpecPrerequisite) -> Prerequisite:
+        origin = p.origin
         return cls(
             name=p.name,
             type=p.type,
@@ -146,7 +155,21 @@ class Prerequisite:
             contributor=p.contributor,
             description=p.description,
             plugin=p.plugin,
+            reference=origin.reference if origin is not None else None,
+            origin_item=origin.item_id if origin is not None else None,
+            origin_version=origin.item_version if origin is not None else None,
         )
+
+    @strawberry.field(
+        description="The marketplace item it came from (the version it was resolved at), when "
+        "there is one the viewer may see."
+    )
+    async def marketplace_item(
+        self, info: Info
+    ) -> Annotated[MarketplaceItem, strawberry.lazy("server.api.marketplace_types")] | None:
+        from server.api.marketplace_types import linked_item
+
+        return await linked_item(info, self.origin_item, self.reference, self.origin_version)
 
 
 def _prerequisite(spec: JobSpec, name: str, types: tuple[PrerequisiteType, ...]) -> Prerequisite:
@@ -266,12 +289,19 @@ class TaskRole:
             job_key=job_key,
         )
 
-    @strawberry.field(description="The instances of the job's current attempt, by index.")
-    async def instances(self, info: Info) -> list[TaskInstance]:
-        found = await info.context.loaders.instances.load(self.job_key) or []
-        return [TaskInstance.from_value(i) for i in found if i.role == self.name]
+    @strawberry.field(
+        description="The instances of the job's current attempt, by index.",
+        graphql_type=list[TaskInstance],
+    )
+    def instances(self, info: Info) -> list[TaskInstance] | Awaitable[list[TaskInstance]]:
+        """At once when the instances were read ahead (a page of jobs), else through the loader."""
+        return now_or_later(info.context.loaders.instances, self.job_key, self._instances)
+
+    def _instances(self, found: list[Instance] | None) -> list[TaskInstance]:
+        return [TaskInstance.from_value(i) for i in found or () if i.role == self.name]
 
 
+@shared_value
 @strawberry.type(description="One entry of a job's append-only event log.")
 class JobEvent:
     cursor: str = strawberry.field(description="Give it as `after` to continue from here.")
@@ -371,9 +401,15 @@ class Job(Node):
     async def config(self, info: Info) -> str:
         return await info.context.loaders.config.load(self.key) or ""
 
-    @strawberry.field(description="The job's task roles, in the order of its config.")
-    async def task_roles(self, info: Info) -> list[TaskRole]:
-        spec = await info.context.loaders.spec.load(self.key)
+    @strawberry.field(
+        description="The job's task roles, in the order of its config.",
+        graphql_type=list[TaskRole],
+    )
+    def task_roles(self, info: Info) -> list[TaskRole] | Awaitable[list[TaskRole]]:
+        """At once when the spec was read ahead (a page of jobs), else through the loader."""
+        return now_or_later(info.context.loaders.spec, self.key, self._task_roles)
+
+    def _task_roles(self, spec: JobSpec | None) -> list[TaskRole]:
         if spec is None:
             return []
         return [TaskRole.from_spec(self.key, spec, role) for role in spec.task_roles]

@@ -12,12 +12,15 @@ from typing import Any
 from backends.base import (
     Fetch,
     Hooks,
+    ImageAuth,
     LaunchRequest,
     Material,
     PortRequest,
     ResourceRequest,
     RoleLaunch,
+    StorageMount,
 )
+from backends.entrypoint import WORK_DIR
 from server.jobs.policy import effective_completion
 from server.protocol.model import (
     CallbackEvent,
@@ -69,6 +72,7 @@ def _role(spec: JobSpec, role: TaskRole) -> RoleLaunch:
         name=role.name,
         instances=role.instances,
         image=_image(spec, role),
+        image_auth=_image_auth(spec, role),
         resources=ResourceRequest(
             cpu=resources.cpu,
             memory_mb=resources.memory_mb,
@@ -82,6 +86,16 @@ def _role(spec: JobSpec, role: TaskRole) -> RoleLaunch:
         commands=spec.commands_for(role),
         hooks=_hooks(spec, role),
         materials=_materials(spec, role),
+        storages=[
+            StorageMount(
+                name=s.name,
+                source=s.source,
+                volume=s.volume,
+                target=s.mount_path,
+                read_only=s.read_only,
+            )
+            for s in role.storages
+        ],
         env=dict(role.env),
         min_failed=min_failed,
         min_succeeded=min_succeeded,
@@ -100,6 +114,17 @@ def _image(spec: JobSpec, role: TaskRole) -> str:
     return found.uri[0]
 
 
+def _image_auth(spec: JobSpec, role: TaskRole) -> ImageAuth | None:
+    """The registry credentials of the role's dockerimage prerequisite, when it has `auth`."""
+    found = spec.prerequisite(role.docker_image, PrerequisiteType.DOCKERIMAGE)
+    auth = found.auth if found is not None else None
+    if auth is None or not (auth.username or auth.password):
+        return None
+    return ImageAuth(
+        registry=auth.registryuri or "", username=auth.username or "", password=auth.password or ""
+    )
+
+
 _MATERIAL_KINDS: dict[PrerequisiteType, Fetch] = {
     PrerequisiteType.DATA: Fetch.DOWNLOAD,
     PrerequisiteType.SCRIPT: Fetch.CLONE,
@@ -108,8 +133,12 @@ _MATERIAL_KINDS: dict[PrerequisiteType, Fetch] = {
 }
 
 
+_LISTED_KINDS = (PrerequisiteType.DATA, PrerequisiteType.SCRIPT)
+
+
 def _materials(spec: JobSpec, role: TaskRole) -> list[Material]:
-    """The role's data, script and output / storage, put in place under the work dir.
+    """The role's data, script and output / storage, put in place under the work dir (an
+    output that names an admin-defined storage is one of the role's storages instead).
 
     v1's dataDir / outputDir / codeDir are paths on the cluster's file system that the job
     reads through PAI_DATA_DIR and friends; they are exported, never fetched.
@@ -121,10 +150,20 @@ def _materials(spec: JobSpec, role: TaskRole) -> list[Material]:
         (role.script, (PrerequisiteType.SCRIPT,)),
         (role.output, (PrerequisiteType.OUTPUT, PrerequisiteType.STORAGE)),
     ]
+    # Data and scripts the role lists among its prerequisites (seed 004's form, and how a
+    # marketplace item with template variables is used) are fetched too, unless a plugin
+    # handles them: a plugin prerequisite's callbacks do their own fetching.
+    for name in role.prerequisites:
+        listed = spec.prerequisite(name)
+        if listed is not None and listed.plugin is None and listed.type in _LISTED_KINDS:
+            wanted.append((name, (listed.type,)))
     materials: list[Material] = []
+    mounted = {s.mount_path for s in role.storages}
     for name, types in wanted:
-        if name is None:
+        if name is None or any(m.name == name for m in materials):
             continue
+        if types[0] is PrerequisiteType.OUTPUT and f"{WORK_DIR}/{name}" in mounted:
+            continue  # an output that names an admin-defined storage is mounted as one
         found = next((p for t in types if (p := spec.prerequisite(name, t))), None)
         if found is None:
             continue

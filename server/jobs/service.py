@@ -22,9 +22,17 @@ import re
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from backends.base import Backend, InstanceKey, LogChunk, UnknownInstance, utcnow
+from backends.base import (
+    Backend,
+    ChecksLaunches,
+    InstanceKey,
+    LogChunk,
+    UnknownInstance,
+    utcnow,
+)
 from server.events import BusClosedError, BusUnavailableError, EventBus, JobNotice
 from server.jobs.launch import NotRunnable, launch_request
 from server.jobs.machine import Action, JobMachine, JobRecord, MachineSnapshot
@@ -38,7 +46,10 @@ from server.jobs.reconcile import (
 )
 from server.jobs.runner import JobRunner
 from server.jobs.states import JobState, Transition
-from server.protocol import Issue, JobSpec, resolve_job
+from server.marketplace.lookup import Viewer
+from server.marketplace.references import ANONYMOUS, ReferenceResolver
+from server.protocol import Issue, JobSpec, parse_job
+from server.protocol.render import render_job
 from server.store import Event, Job, JobExists, NameInUse, Store, User
 
 log = logging.getLogger(__name__)
@@ -65,15 +76,17 @@ class Problem:
 
 @dataclass(frozen=True)
 class ResolveOutcome:
-    spec: JobSpec | None  # rendered; its secrets are kept in memory only
+    spec: JobSpec | None  # references resolved, rendered; its secrets are kept in memory only
     errors: list[Problem]
     warnings: list[Problem]
+    item_ids: frozenset[str] = frozenset()  # the marketplace items the job uses
 
 
 @dataclass(frozen=True)
 class SubmitOutcome:
     job: Job | None  # as stored: WAITING right after the submission
     errors: list[Problem]
+    item_ids: frozenset[str] = frozenset()  # the marketplace items the job uses
 
 
 @dataclass(frozen=True)
@@ -142,13 +155,17 @@ class JobService:
         bus: EventBus,
         *,
         starting_timeout: float = 300.0,
+        references: ReferenceResolver | None = None,
     ) -> None:
+        """`references` resolves marketplace:// and http(s):// references; by default one
+        without items or storages (a marketplace reference is then not found)."""
         if starting_timeout <= 0:
             raise ValueError(f"starting_timeout must be above 0 seconds, got {starting_timeout}")
         self.store = store
         self.backend = backend
         self.bus = bus
         self.starting_timeout = starting_timeout
+        self.references = references if references is not None else ReferenceResolver()
         self._live: dict[str, _Live] = {}
         self._background: list[asyncio.Task[None]] = []
         self._writes: set[asyncio.Future[list[Event]]] = set()
@@ -185,20 +202,60 @@ class JobService:
 
     # --- resolve, submit, stop, logs ---
 
-    def resolve(self, config: str, parameters: dict[str, Any] | None = None) -> ResolveOutcome:
-        """The dry run: protocol errors and warnings, or the rendered spec. A valid job that
-        cannot run as it is (NotRunnable) is an error too, with code `not-runnable`."""
-        result = resolve_job(config, parameters or {})
+    def viewer_of(self, user: User) -> Viewer:
+        """Who `user` is to the marketplace: their groups are their virtual clusters."""
+        groups = frozenset(self.store.user_vcs(user.id))
+        return Viewer(name=user.name, admin=user.admin, groups=groups)
+
+    def resolve(
+        self,
+        config: str,
+        parameters: dict[str, Any] | None = None,
+        viewer: Viewer | None = None,
+        virtual_cluster: str | None = None,
+        *,
+        ask_backend: bool = True,
+    ) -> ResolveOutcome:
+        """The dry run: protocol errors and warnings, or the spec with its references resolved
+        (as `viewer` sees the marketplace; anonymous by default) and rendered. A valid job that
+        cannot run as it is (NotRunnable) is an error too, with code `not-runnable`, and so is
+        one the backend can never run (`refused`), judged in `virtual_cluster` when given. Blocks
+        (downloads, store reads): async callers run it in a thread."""
+        result = parse_job(config, parameters or {})
         errors = [Problem.from_issue(issue) for issue in result.errors]
         warnings = [Problem.from_issue(issue) for issue in result.warnings]
         spec = result.spec if not errors else None
+        item_ids: frozenset[str] = frozenset()
         if spec is not None:
-            try:
-                launch_request(spec, job_id="dry-run")
-            except NotRunnable as exc:
-                errors.append(Problem.from_issue(Issue(exc.path, "not-runnable", exc.message)))
+            resolved = self.references.resolve(spec, viewer or ANONYMOUS)
+            errors += [Problem.from_issue(issue) for issue in resolved.errors]
+            warnings += [Problem.from_issue(issue) for issue in resolved.warnings]
+            spec, item_ids = resolved.spec, resolved.item_ids
+        if spec is not None:
+            spec, rendering = render_job(spec)
+            warnings += [Problem.from_issue(issue) for issue in rendering]
+            if virtual_cluster and virtual_cluster != spec.virtual_cluster:
+                spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
+            problem = self._unrunnable(spec, ask_backend=ask_backend)
+            if problem is not None:
+                errors.append(problem)
                 spec = None
-        return ResolveOutcome(spec=spec, errors=errors, warnings=warnings)
+        return ResolveOutcome(spec=spec, errors=errors, warnings=warnings, item_ids=item_ids)
+
+    def _unrunnable(self, spec: JobSpec, *, ask_backend: bool = True) -> Problem | None:
+        """Why the job cannot run as it is (`not-runnable`), or can never run on this
+        backend (`refused`: bigger than any node, data it cannot fetch...), if so."""
+        try:
+            request = launch_request(spec, job_id="dry-run")
+        except NotRunnable as exc:
+            return Problem.from_issue(Issue(exc.path, "not-runnable", exc.message))
+        if ask_backend and isinstance(self.backend, ChecksLaunches):
+            reason = self.backend.refusal(request)
+            if reason:
+                return Problem(
+                    ["taskRoles"], "refused", f"this cluster cannot run the job: {reason}"
+                )
+        return None
 
     async def submit(
         self,
@@ -206,24 +263,31 @@ class JobService:
         config: str,
         parameters: dict[str, Any] | None = None,
         virtual_cluster: str | None = None,
+        viewer: Viewer | None = None,
     ) -> SubmitOutcome:
         """Store the job (WAITING) and start running it.
 
-        Errors: the protocol's (with their paths), `not-runnable`, `virtualCluster` /
-        `forbidden` when the user may not use the virtual cluster, `name` / `name-in-use` when
-        the user has an unfinished job of that name. A backend that refuses the job
-        (LaunchRefused) is no error: the job ends FAILED with the backend's reason.
+        References are resolved as `viewer` sees the marketplace (default: `user`'s view).
+        Errors: the protocol's and the references' (with their paths), `not-runnable`,
+        `virtualCluster` / `forbidden` when the user may not use the virtual cluster,
+        `name` / `name-in-use` when the user has an unfinished job of that name, `refused` when
+        the backend can never run it. A backend that refuses it only at launch (LaunchRefused)
+        ends it FAILED with its reason.
         """
         if not self._started:
             raise RuntimeError("start the job service before submitting jobs")
-        outcome = await asyncio.to_thread(self.resolve, config, parameters)
+        if viewer is None:
+            viewer = await asyncio.to_thread(self.viewer_of, user)
+        outcome = await asyncio.to_thread(
+            partial(self.resolve, config, parameters, viewer, virtual_cluster, ask_backend=False)
+        )
         spec = outcome.spec
         if spec is None:
             return SubmitOutcome(job=None, errors=outcome.errors)
-        vc = virtual_cluster or spec.virtual_cluster
-        if vc != spec.virtual_cluster:
-            spec = spec.model_copy(update={"virtual_cluster": vc})
-        problem = await self._check_vc(user, vc)
+        vc = spec.virtual_cluster
+        problem = await self._check_vc(user, vc)  # may the user use it, before can it run
+        if problem is None:
+            problem = await asyncio.to_thread(self._unrunnable, spec)
         if problem is not None:
             return SubmitOutcome(job=None, errors=[problem])
         policy = job_policy(spec)
@@ -246,7 +310,7 @@ class JobService:
             raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
         await self._publish(job.id, events, machine.state)
         self._run(spec, machine, user.name, Resumption(machine, fresh=True))
-        return SubmitOutcome(job=job, errors=[])
+        return SubmitOutcome(job=job, errors=[], item_ids=outcome.item_ids)
 
     async def stop(self, user: User, job_id: str) -> StopOutcome:
         """Ask the job to stop; answers once the stop is on record (or after a few seconds).

@@ -68,6 +68,16 @@ class Requirement(_Model):
     template_variables: dict[str, Any] = Field(default_factory=dict)
 
 
+class PrerequisiteOrigin(_Model):
+    """Where a prerequisite resolved from a reference came from, so it can be linked back."""
+
+    reference: str  # as the job (or the item that required it) wrote it
+    item_id: str | None = None  # the marketplace item, when it came from the marketplace
+    item_version: str | None = None
+    url: str | None = None  # the http(s) URL it was downloaded from, when it was
+    template_variables: dict[str, Any] = Field(default_factory=dict)  # the values it was given
+
+
 class Prerequisite(_Model):
     name: str
     type: PrerequisiteType
@@ -84,6 +94,7 @@ class Prerequisite(_Model):
     failure_policy: str | None = None
     # Other keys are parameters for the prerequisite's plugin (OpenPAI passes them through).
     plugin_parameters: dict[str, Any] = Field(default_factory=dict)
+    origin: PrerequisiteOrigin | None = None  # set when resolved from a reference
 
 
 class PortRequest(_Model):
@@ -111,6 +122,17 @@ class Completion(_Model):
     min_succeeded: int = -1
 
 
+class StorageMount(_Model):
+    """An admin-defined storage a resolved role mounts (requireStorages, extras.storages, or
+    its output naming that storage), with the definition it had when the job was resolved."""
+
+    name: str
+    source: str  # an absolute host directory, or a volume / claim name
+    volume: bool = False
+    read_only: bool = False
+    mount_path: str  # absolute, in the container
+
+
 class TaskRole(_Model):
     name: str
     instances: int = 1
@@ -126,6 +148,7 @@ class TaskRole(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     parameters: dict[str, Any] = Field(default_factory=dict)  # draft: override the job's here
     extra_container_options: dict[str, Any] = Field(default_factory=dict)
+    storages: list[StorageMount] = Field(default_factory=list)  # filled by reference resolution
 
 
 class Deployment(_Model):

@@ -6,12 +6,14 @@ from sqlalchemy import Engine
 
 from server.store.db import create_store_engine
 from server.store.jobs import JobStore
+from server.store.marketplace import MarketplaceStore
 from server.store.migrate import migrate
 from server.store.users import UserStore
 
 
-class Store(UserStore, JobStore):
-    """Users, tokens, membership, jobs, instances and events on one database.
+class Store(UserStore, JobStore, MarketplaceStore):
+    """Users, tokens, membership, jobs, instances and events, marketplace items and storages
+    on one database.
 
     Methods are synchronous and each runs its own transaction; call them from a worker thread
     in async code. They return the frozen values of `server.store.values`.

@@ -1,0 +1,2 @@
+"""The marketplace: items, visibility, stars, and resolving marketplace:// and http(s)
+references."""

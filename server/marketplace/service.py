@@ -1,0 +1,331 @@
+"""The marketplace's rules: who may publish, change, delete, star and use which item.
+
+- Anyone may publish. Publishing content whose name is taken by one's own item (or, for an
+  admin, anyone's) adds a version; another user's name is refused.
+- Only the owner or an admin may change or delete an item.
+- Everyone sees public items; private ones only their owner; group-shared ones the owner and
+  members of one of the groups (virtual clusters). Admins see every item. An item the user may
+  not see is reported exactly like one that does not exist.
+
+Methods are synchronous (the store is) and return outcomes with every problem the user can fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from server.marketplace.items import (
+    ItemDocument,
+    Problem,
+    Problems,
+    api_id,
+    check_groups,
+    check_labels,
+    check_version,
+    check_visibility,
+    details_for,
+    item_key,
+    read_item,
+)
+from server.marketplace.lookup import ItemKind
+from server.marketplace.use import component_job, template_config
+from server.store import Store, User
+from server.store.marketplace_values import (
+    KindMismatch,
+    MarketplaceItem,
+    NameTaken,
+    NotItemOwner,
+    Reader,
+    UnknownItem,
+    VersionExists,
+    Visibility,
+)
+
+
+@dataclass(frozen=True)
+class ItemOutcome:
+    item: MarketplaceItem | None
+    errors: list[Problem] = field(default_factory=list)
+    created: bool = False  # publish: a new item
+    unchanged: bool = False  # publish: that version existed with the same content
+    version: str | None = None  # publish: the version published (or found)
+
+
+@dataclass(frozen=True)
+class UseOutcome:
+    item: MarketplaceItem | None
+    config: str | None
+    errors: list[Problem] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ItemFields:
+    """What publishing or updating may set; None leaves a field as it is (or as the content
+    says, for a new item)."""
+
+    version: str | None = None
+    summary: str | None = None
+    description: str | None = None
+    tags: list[str] | None = None
+    categories: list[str] | None = None
+    visibility: Visibility | None = None
+    groups: list[str] | None = None
+
+    @property
+    def describes(self) -> bool:
+        """Whether any descriptive field (beyond the version) is given."""
+        values = (self.summary, self.description, self.tags, self.categories, self.visibility)
+        return any(v is not None for v in (*values, self.groups))
+
+
+def _not_found(key: str) -> Problem:
+    return Problem(["id"], "not-found", f"no marketplace item has id {api_id(key)!r}")
+
+
+class MarketplaceService:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def reader(self, user: User) -> Reader:
+        return self.store.reader_for(user.id, admin=user.admin)
+
+    def visible(self, user: User, key: str) -> MarketplaceItem | None:
+        """The item, when the user may see it."""
+        item = self.store.get_item(key)
+        if item is None or not self.reader(user).may_see(item):
+            return None
+        return item
+
+    # --- publishing ---
+
+    def publish(self, user: User, content: str, fields: ItemFields) -> ItemOutcome:
+        """Publish `content` as a new item or a new version of the user's item of that name."""
+        try:
+            return self._publish(user, read_item(content), fields)
+        except Problems as exc:
+            return ItemOutcome(item=None, errors=exc.problems)
+
+    def publish_job(self, user: User, job_id: str, fields: ItemFields) -> ItemOutcome:
+        """Publish a job's config (secrets masked) as a template, with the parameter values it
+        was submitted with; only the job's owner or an admin may."""
+        job = self.store.get_job(job_id)
+        if job is None:
+            return ItemOutcome(None, [Problem(["jobId"], "not-found", f"no job has id {job_id!r}")])
+        if not user.admin and job.owner_id != user.id:
+            return ItemOutcome(
+                None,
+                [
+                    Problem(
+                        ["jobId"],
+                        "forbidden",
+                        f"job {job.name!r} belongs to {job.owner}; only its owner or an admin "
+                        "may publish it",
+                    )
+                ],
+            )
+        config = self.store.job_config(job_id) or ""
+        submitted = self.store.job_specs([job_id]).get(job_id)
+        try:
+            document = read_item(config, path="jobId")
+            if submitted is not None and document.spec is not None:
+                declared = document.spec.parameters
+                used = {
+                    name: value
+                    for name, value in submitted.parameters.items()
+                    if name in declared and declared[name] != value
+                }
+                if used:
+                    document = read_item(template_config(document, used), path="jobId")
+            return self._publish(user, document, fields)
+        except Problems as exc:
+            return ItemOutcome(item=None, errors=exc.problems)
+
+    def _publish(self, user: User, document: ItemDocument, fields: ItemFields) -> ItemOutcome:
+        version = fields.version.strip() if fields.version is not None else document.version
+        if fields.version is not None and version is not None:
+            problem = check_version(version, ["version"])
+            if problem is not None:
+                raise Problems([problem])
+        details = details_for(
+            document,
+            summary=fields.summary,
+            description=fields.description,
+            tags=fields.tags,
+            categories=fields.categories,
+            visibility=fields.visibility,
+            groups=fields.groups,
+        )
+        try:
+            result = self.store.publish_item(
+                actor=self.reader(user),
+                name=document.name,
+                kind=document.kind,
+                version=version,
+                content=document.content,
+                details=details,
+            )
+        except NameTaken as exc:
+            raise Problems([Problem(["content", "name"], "name-taken", str(exc))]) from None
+        except KindMismatch as exc:
+            raise Problems([Problem(["content", "type"], "kind-mismatch", str(exc))]) from None
+        except VersionExists as exc:
+            raise Problems([Problem(["version"], "version-exists", str(exc))]) from None
+        item = result.item
+        if not result.created and fields.describes:
+            item = self._change(user, item, fields)
+        return ItemOutcome(
+            item=item, created=result.created, unchanged=result.unchanged, version=result.version
+        )
+
+    # --- changing ---
+
+    def update(
+        self, user: User, key: str, fields: ItemFields, content: str | None = None
+    ) -> ItemOutcome:
+        """Change an item's details; with `content`, publish it as a new version first."""
+        item = self.visible(user, key)
+        if item is None:
+            return ItemOutcome(None, [_not_found(key)])
+        if not self.reader(user).may_change(item):
+            return ItemOutcome(item, [_forbidden(item, "change")])
+        try:
+            if content is not None:
+                document = read_item(content)
+                if document.name != item.name:
+                    raise Problems(
+                        [
+                            Problem(
+                                ["content", "name"],
+                                "name-mismatch",
+                                f"the content is named {document.name!r}, but this item is "
+                                f"{item.name!r}: a new version keeps the item's name",
+                            )
+                        ]
+                    )
+                item = self._publish(user, document, ItemFields(version=fields.version)).item
+                assert item is not None
+            elif fields.version is not None:
+                raise Problems(
+                    [Problem(["version"], "content-required", "a new version needs `content`")]
+                )
+            if fields.describes:
+                item = self._change(user, item, fields)
+        except Problems as exc:
+            return ItemOutcome(item=None, errors=exc.problems)
+        return ItemOutcome(item=item)
+
+    def _change(self, user: User, item: MarketplaceItem, fields: ItemFields) -> MarketplaceItem:
+        tags, problems = check_labels(fields.tags, "tags")
+        categories, more = check_labels(fields.categories, "categories")
+        problems += more
+        groups, more = check_groups(fields.groups)
+        problems += more
+        visibility, more = check_visibility(
+            fields.visibility, groups, current=item.visibility, current_groups=item.groups
+        )
+        problems += more
+        if problems:
+            raise Problems(problems)
+        try:
+            return self.store.update_item(
+                item.key,
+                actor=self.reader(user),
+                summary=fields.summary.strip() if fields.summary is not None else None,
+                description=fields.description.strip() if fields.description is not None else None,
+                tags=tags,
+                categories=categories,
+                visibility=visibility,
+                groups=groups,
+            )
+        except NotItemOwner as exc:
+            raise Problems([Problem(["id"], "forbidden", str(exc))]) from None
+        except UnknownItem:
+            raise Problems([_not_found(item.key)]) from None
+
+    def delete(self, user: User, key: str) -> ItemOutcome:
+        """Delete the item with all its versions; its owner or an admin only."""
+        item = self.visible(user, key)
+        if item is None:
+            return ItemOutcome(None, [_not_found(key)])
+        try:
+            return ItemOutcome(self.store.delete_item(key, actor=self.reader(user)))
+        except NotItemOwner:
+            return ItemOutcome(item, [_forbidden(item, "delete")])
+        except UnknownItem:
+            return ItemOutcome(None, [_not_found(key)])
+
+    def star(self, user: User, key: str, starred: bool) -> ItemOutcome:
+        if self.visible(user, key) is None:
+            return ItemOutcome(None, [_not_found(key)])
+        try:
+            return ItemOutcome(self.store.set_star(key, user.id, starred))
+        except UnknownItem:
+            return ItemOutcome(None, [_not_found(key)])
+
+    # --- using ---
+
+    def use(
+        self,
+        user: User,
+        key: str,
+        *,
+        version: str | None = None,
+        parameters: dict[str, Any] | None = None,
+        image: str | None = None,
+    ) -> UseOutcome:
+        """A job config ready to submit: the template with its parameters, or an empty job
+        that uses the component (see `server.marketplace.use`)."""
+        item = self.visible(user, key)
+        if item is None:
+            return UseOutcome(None, None, [_not_found(key)])
+        found = self.store.item_version(key, version)
+        if found is None:
+            known = ", ".join(v.version for v in self.store.item_versions([key])[key])
+            message = f"item {item.name!r} has no version {version!r} (its versions: {known})"
+            return UseOutcome(item, None, [Problem(["version"], "not-found", message)])
+        try:
+            document = read_item(found.content)
+            if item.kind is ItemKind.JOB_TEMPLATE:
+                if image is not None:
+                    raise Problems(
+                        [
+                            Problem(
+                                ["dockerImage"],
+                                "not-applicable",
+                                "a job template names its own docker images",
+                            )
+                        ]
+                    )
+                config = template_config(document, parameters or {})
+            else:
+                config = component_job(
+                    document,
+                    item_id=api_id(key),
+                    version=version,
+                    variables=parameters or {},
+                    image=image,
+                )
+        except Problems as exc:
+            return UseOutcome(item, None, exc.problems)
+        return UseOutcome(item, config)
+
+    def count_submit(self, key: str) -> None:
+        """A job was submitted from the item."""
+        self.store.count_submit(key)
+
+    def count_submits(self, item_ids: Iterable[str]) -> None:
+        """A job was submitted that uses these items (API IDs, as reference resolution
+        reports them, or keys); each counts once."""
+        keys = {key for item_id in item_ids if (key := item_key(item_id)) is not None}
+        for key in sorted(keys):
+            self.store.count_submit(key)
+
+
+def _forbidden(item: MarketplaceItem, action: str) -> Problem:
+    return Problem(
+        ["id"],
+        "forbidden",
+        f"item {item.name!r} belongs to {item.owner}; only its owner or an admin may {action} it",
+    )
