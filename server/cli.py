@@ -11,6 +11,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from server.market_commands import register as register_market_commands
 from server.protocol import Issue, Kind, ParseResult, parse_document, resolve_job, to_v2_yaml
 from server.protocol.model import JobSpec
 from server.remote_commands import register as register_remote_commands
@@ -132,9 +133,44 @@ def resolve(
     param: Annotated[
         list[str] | None, typer.Option("--param", "-p", help="Override a parameter: key=value.")
     ] = None,
+    manifests: Annotated[
+        bool,
+        typer.Option(
+            "--manifests",
+            help="Print instead the Kubernetes objects the kubernetes backend would create for "
+            "the job's first attempt, as a YAML stream (settings from PAIGRAPH_K8S_*).",
+        ),
+    ] = False,
 ) -> None:
     """Print the job as canonical OpenPAI protocol v2 YAML, with parameters rendered."""
-    typer.echo(to_v2_yaml(_resolved(file, param)), nl=False)
+    spec = _resolved(file, param)
+    typer.echo(_manifests(spec) if manifests else to_v2_yaml(spec), nl=False)
+
+
+def _manifests(spec: JobSpec) -> str:
+    """The job's first attempt as the kubernetes backend would create it; exit 1 (2 for bad
+    settings) with the reason when it cannot run there."""
+    from backends.base import LaunchRefused
+    from backends.kubernetes_manifests import manifest_stream
+    from backends.kubernetes_settings import SettingsError, load_settings
+    from server.jobs.launch import NotRunnable, launch_request
+    from server.jobs.service import new_job_id
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    job_id = new_job_id(spec.name).rsplit("-", 1)[0] + "-xxxxxxxx"  # the server draws the suffix
+    try:
+        return manifest_stream(launch_request(spec, job_id=job_id), settings)
+    except NotRunnable as exc:
+        err.print(f"[red]error:[/red] {escape(exc.path)}: {escape(exc.message)}")
+    except LaunchRefused as exc:
+        err.print(
+            f"[red]error:[/red] the kubernetes backend cannot run this job: {escape(str(exc))}"
+        )
+    raise typer.Exit(1)
 
 
 @app.command()
@@ -185,9 +221,23 @@ def serve(
         str,
         typer.Option(
             envvar="PAIGRAPH_BACKEND",
-            help="Where jobs run: docker (the local simulator); kubernetes comes later.",
+            help="Where jobs run: docker (the local simulator) or kubernetes (a cluster).",
         ),
     ] = "docker",
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            envvar="PAIGRAPH_K8S_NAMESPACE",
+            help="kubernetes: the namespace of the jobs' pods (default: the context's).",
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            envvar="PAIGRAPH_KUBECONFIG",
+            help="kubernetes: the kubeconfig file (default: in-cluster, else ~/.kube/config).",
+        ),
+    ] = None,
 ) -> None:
     """Run the GraphQL service (GraphiQL in the browser at /graphql).
 
@@ -196,14 +246,14 @@ def serve(
     """
     import uvicorn
 
-    from server.app import BackendUnavailable, create_app, make_backend
+    from server.app import BACKENDS, BackendUnavailable, create_app, make_backend
 
     _open_store(db).close()  # brings the schema up to date before anything is served
     try:
-        chosen = make_backend(backend)
+        chosen = make_backend(backend, namespace=namespace, kubeconfig=kubeconfig)
     except BackendUnavailable as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2 if backend != "docker" else 1) from None
+        raise typer.Exit(2 if backend not in BACKENDS else 1) from None
     err.print(f"paigraph serving GraphQL on http://{host}:{port}/graphql")
     uvicorn.run(
         create_app(db_url=db, host=host, backend=chosen), host=host, port=port, log_level="info"
@@ -243,6 +293,39 @@ def users_add(
 
 
 register_remote_commands(app, _parse_params)
+
+
+@app.command()
+def doctor(
+    db: DbOption = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="PAIGRAPH_SIMULATOR_CONFIG",
+            help="Simulator settings file (port range, state directory, ...).",
+        ),
+    ] = None,
+    image: Annotated[
+        list[str] | None,
+        typer.Option("--image", help="Also check that this image is on the engine (repeatable)."),
+    ] = None,
+) -> None:
+    """Check the Docker engine, the port range, the state directory, the database and the
+    images the examples need; say what to do about each problem. Exit 0 when all is well."""
+    from server.doctor import diagnose, report
+
+    findings = diagnose(db=db, config=config, images=image or [])
+    out.print(report(findings))
+    problems = sum(not finding.ok for finding in findings)
+    if problems:
+        out.print(f"[red]{problems} problem{'s' if problems > 1 else ''}[/red]: see To do.")
+    else:
+        out.print("[green]All checks passed.[/green]")
+    raise typer.Exit(1 if problems else 0)
+
+
+register_market_commands(app, _parse_params, _open_store)
 
 
 @app.command()

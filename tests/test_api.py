@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -174,7 +175,7 @@ async def test_health(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
 
 
-def test_serve_refuses_a_backend_that_is_not_available_yet(tmp_path: Path) -> None:
+def test_serve_refuses_a_kubernetes_backend_without_a_cluster(tmp_path: Path) -> None:
     done = subprocess.run(
         [
             sys.executable,
@@ -190,7 +191,8 @@ def test_serve_refuses_a_backend_that_is_not_available_yet(tmp_path: Path) -> No
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "PAIGRAPH_KUBECONFIG": str(tmp_path / "no-such-kubeconfig")},
     )
-    assert done.returncode == 2
-    assert "the kubernetes backend is not available yet; use --backend docker" in done.stderr
+    assert done.returncode == 1
+    assert "the kubernetes backend cannot start: no usable Kubernetes configuration" in done.stderr
     assert "Traceback" not in done.stderr

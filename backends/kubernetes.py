@@ -1,0 +1,946 @@
+"""The Backend on a Kubernetes cluster: one pod per task instance, Kubernetes does the placing.
+
+A launch creates the attempt's objects (`kubernetes_manifests`: a headless Service that owns a
+ConfigMap, Secrets and one Pod per instance). One thread watches the pods of this server (a
+list, then a watch from its resource version, listed again when the watch expires) and turns
+each pod version into facts (`kubernetes_pods`), and facts into InstanceEvents:
+
+- gang: PLACED is told for the instances only once every pod of the attempt is scheduled;
+  until then the attempt is WAITING with the scheduler's message, and after
+  `gang_timeout_seconds` it fails (each instance START_FAILED with the reason);
+- STARTED when the main container runs, EXITED with its exit code (OOM-killed or not) when it
+  ends, START_FAILED when it can never start (image pull errors, an init container that could
+  not fetch the prerequisites or found a host port in use), LOST when the pod vanished or was
+  evicted without its command ending, STOPPED for whatever ends after a stop.
+
+Logs are copied to the server's disk while the pods run (`kubernetes_logs`), so they outlive
+the pods. Everything needed to take an attempt back after a restart is in the cluster: the
+launch request in the attempt's ConfigMap, its secrets in its Secret, the instances in the
+pods' labels; `start()` finds them by label and adopts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+
+from backends.base import (
+    BackendError,
+    EventKind,
+    InstanceEvent,
+    InstanceKey,
+    InstanceReport,
+    InstanceStatus,
+    LaunchRefused,
+    LaunchRequest,
+    LogChunk,
+    Placement,
+    UnknownInstance,
+    utcnow,
+)
+from backends.kubernetes_logs import LogBook, hang_up
+from backends.kubernetes_manifests import AttemptBuilder, with_owner
+from backends.kubernetes_names import (
+    ATTEMPT,
+    INDEX,
+    JOB_ID_ANNOTATION,
+    LAUNCH_KEY,
+    MAIN_CONTAINER,
+    ROLE_ANNOTATION,
+    RUN,
+    config_map_name,
+    owner_selector,
+    secret_name,
+)
+from backends.kubernetes_pods import PodFacts, Termination, pod_facts
+from backends.kubernetes_settings import KubernetesSettings, load_settings
+
+__all__ = ["KubernetesBackend", "api_client"]
+
+log = logging.getLogger(__name__)
+
+_WATCH_SECONDS = 300  # a watch is renewed from its resource version after this long
+_POLL_SECONDS = 0.2  # how often a followed log file is read again
+_STOP_EXTRA_SECONDS = 15.0  # a stop waits this long past the grace period for the pods' ends
+_PARALLEL = 8
+
+
+def api_client(settings: KubernetesSettings) -> k8s.ApiClient:
+    """A client for the cluster the settings name: the kubeconfig given, the in-cluster
+    service account of a server running in a pod, else the usual kubeconfig."""
+    configuration = k8s.Configuration()
+    try:
+        if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        else:
+            k8s_config.load_kube_config(
+                config_file=settings.kubeconfig,
+                context=settings.context,
+                client_configuration=configuration,
+            )
+    except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+        where = settings.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise BackendError(
+            f"no usable Kubernetes configuration ({where}, not running in a cluster): {exc}"
+        ) from None
+    return k8s.ApiClient(configuration)
+
+
+def attempt_id(job_id: str, attempt: int) -> str:
+    return f"{job_id}#{attempt}"
+
+
+@dataclass(eq=False)
+class _Instance:
+    key: InstanceKey
+    pod: str
+    run: int = 1
+    created_at: float | None = None  # monotonic time its pod was created, None before
+    facts: PodFacts | None = None  # the latest version of its pod
+    scheduled: bool = False
+    placed: bool = False  # PLACED told for the current run
+    started: bool = False  # STARTED told for the current run
+    started_at: datetime | None = None
+    finishing: bool = False
+    ended: bool = False
+    end: InstanceEvent | None = None
+    termination: Termination | None = None
+    waiting_reason: str | None = None
+
+
+@dataclass(eq=False)
+class _Attempt:
+    request: LaunchRequest
+    builder: AttemptBuilder
+    service_uid: str = ""
+    instances: dict[tuple[str, int], _Instance] = field(default_factory=dict)
+    gang_complete: bool = False
+    since: float = field(default_factory=time.monotonic)  # the gang timeout counts from here
+    stopping: bool = False
+    forgotten: bool = False
+    waiting_reason: str | None = None
+    unschedulable: str | None = None  # the scheduler's latest message
+
+    @property
+    def id(self) -> str:
+        return attempt_id(self.request.job_id, self.request.attempt)
+
+    def live(self) -> list[_Instance]:
+        return [i for i in self.instances.values() if not i.ended]
+
+
+class KubernetesBackend:
+    """Create it, `await start()`, then use the Backend methods."""
+
+    def __init__(
+        self,
+        settings: KubernetesSettings | None = None,
+        *,
+        client: k8s.ApiClient | None = None,
+    ) -> None:
+        self.settings = settings or load_settings()
+        self.namespace = self.settings.resolved_namespace()
+        self.client = client or api_client(self.settings)
+        self.core = k8s.CoreV1Api(self.client)
+        self.selector = owner_selector(self.settings.owner)
+        self.logbook = LogBook(self.settings.state_dir / "logs")
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._attempts: dict[str, _Attempt] = {}
+        self._pool = ThreadPoolExecutor(max_workers=_PARALLEL, thread_name_prefix="k8s")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._events: asyncio.Queue[InstanceEvent] | None = None
+        self._closed = threading.Event()
+        self._listed = threading.Event()
+        self._watch: k8s_watch.Watch | None = None
+        self._threads: list[threading.Thread] = []
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Raise BackendError, saying why, unless the namespace's pods can be listed."""
+        try:
+            self.core.list_namespaced_pod(
+                self.namespace,
+                label_selector=self.selector,
+                limit=1,
+                _request_timeout=15,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            raise BackendError(
+                f"the Kubernetes API refuses to list pods in namespace {self.namespace!r}: "
+                f"{_api_message(exc)}"
+            ) from None
+        except Exception as exc:
+            host = self.client.configuration.host
+            raise BackendError(f"cannot reach the Kubernetes API at {host}: {exc}") from None
+
+    async def start(self) -> None:
+        """Take back this server's attempts, then watch their pods."""
+        self._loop = asyncio.get_running_loop()
+        self._events = asyncio.Queue()
+        await asyncio.to_thread(self._adopt_attempts)
+        for target, name in ((self._watch_pods, "k8s watch"), (self._keep_time, "k8s gang")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        await asyncio.to_thread(self._listed.wait)
+
+    async def close(self) -> None:
+        self._closed.set()
+        watch = self._watch
+        if watch is not None:
+            watch.stop()
+            response = getattr(watch, "_resp", None)
+            if response is not None:
+                hang_up(response)
+        self.logbook.close()
+        with self._lock:
+            self._changed.notify_all()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- Backend -----------------------------------------------------------------------------
+
+    async def launch(self, request: LaunchRequest) -> None:
+        await asyncio.to_thread(self._launch, request)
+
+    async def stop(self, job_id: str, attempt: int, grace_seconds: float | None = None) -> None:
+        grace = self.settings.stop_grace_seconds if grace_seconds is None else grace_seconds
+        await asyncio.to_thread(self._stop, attempt_id(job_id, attempt), grace)
+
+    async def events(self) -> AsyncIterator[InstanceEvent]:  # type: ignore[override]
+        assert self._events is not None, "call start() first"
+        while True:
+            yield await self._events.get()
+
+    async def logs(
+        self,
+        key: InstanceKey,
+        *,
+        offset: int = 0,
+        tail: int | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[LogChunk]:
+        if not self.logbook.exists(key):
+            raise UnknownInstance(f"no instance {key.role}-{key.index} in attempt {key.attempt}")
+        if tail is not None:
+            offset = await asyncio.to_thread(self.logbook.tail_offset, key, tail)
+        while True:
+            data = await asyncio.to_thread(self.logbook.read_from, key, offset)
+            if data:
+                yield LogChunk(key=key, offset=offset, data=data.decode("utf-8", "replace"))
+                offset += len(data)
+                continue
+            if not follow or not self._live(key):
+                data = await asyncio.to_thread(self.logbook.read_from, key, offset)
+                if data:
+                    yield LogChunk(key=key, offset=offset, data=data.decode("utf-8", "replace"))
+                return
+            await asyncio.sleep(_POLL_SECONDS)
+
+    async def relaunch(self, key: InstanceKey) -> None:
+        await asyncio.to_thread(self._relaunch, key)
+
+    async def reconcile(self) -> list[InstanceReport]:
+        return await asyncio.to_thread(self._reports)
+
+    async def forget(self, job_id: str, attempt: int) -> None:
+        await asyncio.to_thread(self._forget, attempt_id(job_id, attempt))
+
+    # --- launching ---------------------------------------------------------------------------
+
+    def refusal(self, request: LaunchRequest) -> str | None:
+        """Why the cluster can never run the request (an hdfs data URI, a host path...): what
+        building its objects refuses. None when they can be built."""
+        try:
+            AttemptBuilder(request, self.settings, self.namespace)
+        except LaunchRefused as exc:
+            return str(exc)
+        return None
+
+    def _launch(self, request: LaunchRequest) -> None:
+        builder = AttemptBuilder(request, self.settings, self.namespace)  # LaunchRefused
+        objects = builder.objects()
+        attempt = _Attempt(request=request, builder=builder)
+        for role in request.roles:
+            for index in range(role.instances):
+                key = InstanceKey(
+                    job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
+                )
+                attempt.instances[(role.name, index)] = _Instance(
+                    key=key, pod=builder.pod_name(role.name, index)
+                )
+        with self._lock:
+            if attempt.id in self._attempts:
+                raise LaunchRefused(f"attempt {request.attempt} of job {request.job_id} exists")
+            self._attempts[attempt.id] = attempt
+        for instance in attempt.instances.values():
+            self.logbook.begin(instance.key, 1)
+        try:
+            service = self._create("Service", objects.service)
+        except ApiException as exc:
+            with self._lock:
+                self._attempts.pop(attempt.id, None)
+            if exc.status in (409, 422):
+                raise LaunchRefused(
+                    f"the cluster refuses the attempt: {_api_message(exc)}"
+                ) from None
+            self._end_all(
+                attempt, EventKind.START_FAILED, f"cannot create the Service: {_api_message(exc)}"
+            )
+            return
+        attempt.service_uid = service["metadata"]["uid"]
+        try:
+            for obj in [objects.config_map, *objects.secrets]:
+                self._create(obj["kind"], with_owner(obj, attempt.service_uid))
+        except ApiException as exc:
+            self._drop(attempt)
+            if exc.status == 422:
+                raise LaunchRefused(
+                    f"the cluster refuses the attempt: {_api_message(exc)}"
+                ) from None
+            self._end_all(
+                attempt, EventKind.START_FAILED, f"cannot create the attempt: {_api_message(exc)}"
+            )
+            return
+        pods = [with_owner(pod, attempt.service_uid) for pod in objects.pods]
+        problems = [
+            p for p in self._pool.map(lambda pod: self._create_pod(attempt, pod), pods) if p
+        ]
+        if problems:
+            self._drop(attempt)
+            if all(status == 422 for status, _ in problems):
+                raise LaunchRefused(f"the cluster refuses the attempt: {problems[0][1]}")
+            self._end_all(
+                attempt, EventKind.START_FAILED, f"cannot create the pods: {problems[0][1]}"
+            )
+
+    def _create_pod(self, attempt: _Attempt, pod: dict[str, Any]) -> tuple[int, str] | None:
+        if attempt.stopping:
+            return None
+        labels = pod["metadata"]["labels"]
+        instance = attempt.instances[
+            (pod["metadata"]["annotations"][ROLE_ANNOTATION], int(labels[INDEX]))
+        ]
+        with self._lock:
+            instance.created_at = time.monotonic()
+        try:
+            self._create("Pod", pod)
+        except ApiException as exc:
+            with self._lock:
+                instance.created_at = None
+            return exc.status or 0, f"pod {pod['metadata']['name']}: {_api_message(exc)}"
+        return None
+
+    def _create(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        call = {
+            "Service": self.core.create_namespaced_service,
+            "ConfigMap": self.core.create_namespaced_config_map,
+            "Secret": self.core.create_namespaced_secret,
+            "Pod": self.core.create_namespaced_pod,
+        }[kind]
+        response = call(self.namespace, body, _preload_content=False)
+        return json.loads(response.data)
+
+    def _drop(self, attempt: _Attempt) -> None:
+        """Remove what a launch that failed half-way created (the Service owns the rest)."""
+        with self._lock:
+            self._attempts.pop(attempt.id, None)
+            attempt.forgotten = True
+        self._delete_attempt_objects(attempt)
+
+    # --- facts from pods ---------------------------------------------------------------------
+
+    def _watch_pods(self) -> None:
+        version: str | None = None
+        while not self._closed.is_set():
+            try:
+                if version is None:
+                    version = self._list_pods()
+                watch = k8s_watch.Watch()
+                self._watch = watch
+                for event in watch.stream(
+                    self.core.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=self.selector,
+                    resource_version=version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=_WATCH_SECONDS,
+                    deserialize=False,
+                ):
+                    if self._closed.is_set():
+                        break
+                    pod = event.get("object") or {}
+                    version = (pod.get("metadata") or {}).get("resourceVersion") or version
+                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                        self._on_pod(pod, deleted=event["type"] == "DELETED")
+            except ApiException as exc:
+                if exc.status != 410:
+                    log.warning("watching pods failed (%s); listing them again", _api_message(exc))
+                    self._closed.wait(1.0)
+                version = None
+            except Exception as exc:
+                if self._closed.is_set():
+                    return
+                log.warning("watching pods failed (%s); listing them again", exc)
+                self._closed.wait(1.0)
+                version = None
+
+    def _list_pods(self) -> str:
+        """Bring every attempt in line with the pods as they are now; their resource version."""
+        asked_at = time.monotonic()
+        response = self.core.list_namespaced_pod(
+            self.namespace, label_selector=self.selector, _preload_content=False
+        )
+        listing = json.loads(response.data)
+        seen = set()
+        for pod in listing.get("items") or []:
+            seen.add(pod["metadata"]["name"])
+            self._on_pod(pod, deleted=False, now=not self._listed.is_set())
+        listed_before = self._listed.is_set()
+        with self._lock:
+            missing = [
+                (attempt, instance)
+                for attempt in self._attempts.values()
+                for instance in attempt.live()
+                if instance.pod not in seen and _missing(instance, asked_at, listed_before)
+            ]
+        for attempt, instance in missing:
+            self._gone(attempt, instance)
+        self._listed.set()
+        return listing.get("metadata", {}).get("resourceVersion") or ""
+
+    def _on_pod(self, pod: dict[str, Any], *, deleted: bool, now: bool = False) -> None:
+        meta = pod.get("metadata") or {}
+        labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+        try:
+            wanted = attempt_id(notes[JOB_ID_ANNOTATION], int(labels[ATTEMPT]))
+            position = (notes[ROLE_ANNOTATION], int(labels[INDEX]))
+            run = int(labels.get(RUN, "1"))
+        except (KeyError, ValueError):
+            return
+        with self._lock:
+            attempt = self._attempts.get(wanted)
+            instance = attempt.instances.get(position) if attempt else None
+            if attempt is None or instance is None or run != instance.run:
+                return
+            if instance.ended or instance.finishing:
+                return
+            facts = pod_facts(pod)
+            instance.facts = facts
+            if instance.created_at is None:
+                instance.created_at = time.monotonic()
+            if deleted:
+                pass
+            elif facts.start_error:
+                self._fail_to_start(attempt, instance, facts.start_error)
+                return
+            else:
+                if facts.scheduled:
+                    instance.scheduled = True
+                if (
+                    facts.started_at
+                    and facts.terminated is None
+                    and not self.logbook.following(instance.key)
+                ):
+                    # copied while it runs, whatever is told (a stop may come before the gang
+                    # formed); a copy cut short starts again from the run's beginning
+                    self.logbook.follow(instance.key, instance.run, self._log_stream(instance.pod))
+                if not attempt.gang_complete:
+                    if facts.unschedulable:
+                        attempt.unschedulable = facts.unschedulable
+                    self._check_gang(attempt, now=now)
+                else:
+                    self._advance(attempt, instance, now=now)
+                return
+        self._gone(attempt, instance)
+
+    def _check_gang(self, attempt: _Attempt, *, now: bool = False) -> None:
+        """PLACED for every instance once all pods are scheduled; WAITING until then."""
+        live = attempt.live()
+        pending = [i for i in live if not i.scheduled]
+        if pending:
+            if attempt.unschedulable:
+                reason = (
+                    f"waiting for the cluster to schedule {len(pending)} of "
+                    f"{len(attempt.instances)} pod(s): {attempt.unschedulable}"
+                )
+                if reason != attempt.waiting_reason:
+                    attempt.waiting_reason = reason
+                    self._emit_attempt(attempt, EventKind.WAITING, reason)
+            return
+        attempt.gang_complete = True
+        attempt.waiting_reason = None
+        for instance in live:
+            self._advance(attempt, instance, now=now)
+
+    def _advance(self, attempt: _Attempt, instance: _Instance, *, now: bool = False) -> None:
+        """Tell what the instance's pod shows beyond what was told (the lock is held)."""
+        facts = instance.facts
+        if facts is None:
+            return
+        if not facts.scheduled:
+            if facts.unschedulable and facts.unschedulable != instance.waiting_reason:
+                instance.waiting_reason = facts.unschedulable
+                self._emit(
+                    self._event(
+                        instance, EventKind.WAITING, reason=f"waiting: {facts.unschedulable}"
+                    )
+                )
+            return
+        if not instance.placed:
+            instance.placed = True
+            self._emit(
+                self._event(
+                    instance, EventKind.PLACED, placement=self._placement(attempt, instance)
+                )
+            )
+        if facts.started_at and not instance.started:
+            instance.started = True
+            instance.started_at = facts.started_at
+            self._emit(
+                self._event(
+                    instance,
+                    EventKind.STARTED,
+                    placement=self._placement(attempt, instance),
+                    at=facts.started_at,
+                )
+            )
+        if facts.terminated is not None:
+            instance.termination = facts.terminated
+            instance.finishing = True
+            if now:
+                self._finish(attempt, instance, facts.terminated)
+            else:
+                self._pool.submit(self._finish, attempt, instance, facts.terminated)
+        elif facts.lost:
+            self._end(attempt, instance, EventKind.LOST, reason=facts.lost)
+
+    def _finish(self, attempt: _Attempt, instance: _Instance, ended: Termination) -> None:
+        """The main container ended: copy its whole log, then tell how it ended."""
+        key, run = instance.key, instance.run
+        if not self.logbook.settled(key, run):
+            self.logbook.settle(key, run, self._log_stream(instance.pod))
+        memory = attempt.request.role(key.role).resources.memory_mb
+        reason = f"killed: memory limit of {memory} MB exceeded" if ended.oom_killed else None
+        with self._lock:
+            if instance.ended or instance.run != run:
+                return
+            instance.finishing = False
+            kind = EventKind.STOPPED if attempt.stopping else EventKind.EXITED
+            self._end(
+                attempt,
+                instance,
+                kind,
+                exit_code=ended.exit_code,
+                oom_killed=ended.oom_killed,
+                reason=reason,
+                at=ended.finished_at,
+            )
+
+    def _fail_to_start(self, attempt: _Attempt, instance: _Instance, reason: str) -> None:
+        """The pod can never run its command: end the instance and take the pod away."""
+        kind = EventKind.STOPPED if attempt.stopping else EventKind.START_FAILED
+        self._end(attempt, instance, kind, reason=reason)
+        self._pool.submit(self._delete_pod, instance.pod, 0)
+
+    def _gone(self, attempt: _Attempt, instance: _Instance) -> None:
+        """The instance's pod vanished (deleted, or missing from a listing)."""
+        with self._lock:
+            if instance.ended or instance.finishing:
+                return
+            if attempt.stopping or attempt.forgotten:
+                facts = instance.facts
+                ended = instance.termination or (facts.terminated if facts else None)
+                reason = None if instance.started else "stopped before it started"
+                self._end(
+                    attempt,
+                    instance,
+                    EventKind.STOPPED,
+                    exit_code=ended.exit_code if ended else None,
+                    reason=reason,
+                )
+            else:
+                self._end(
+                    attempt, instance, EventKind.LOST, reason=f"its pod {instance.pod} is gone"
+                )
+
+    def _end(self, attempt: _Attempt, instance: _Instance, kind: EventKind, **fields: Any) -> None:
+        with self._lock:
+            if instance.ended:
+                return
+            instance.ended = True
+            instance.finishing = False
+            event = self._event(
+                instance, kind, placement=self._placement(attempt, instance), **fields
+            )
+            instance.end = event
+            self._emit(event)
+            if not attempt.gang_complete and not attempt.stopping and attempt.live():
+                self._check_gang(attempt)
+            self._changed.notify_all()
+
+    def _end_all(self, attempt: _Attempt, kind: EventKind, reason: str) -> None:
+        for instance in list(attempt.instances.values()):
+            self._end(attempt, instance, kind, reason=reason)
+
+    # --- the gang's clock --------------------------------------------------------------------
+
+    def _keep_time(self) -> None:
+        limit = self.settings.gang_timeout_seconds
+        if not limit:
+            return
+        while not self._closed.wait(min(1.0, limit / 4)):
+            with self._lock:
+                late = [
+                    a
+                    for a in self._attempts.values()
+                    if not a.gang_complete
+                    and not a.stopping
+                    and a.live()
+                    and time.monotonic() - a.since > limit
+                ]
+            for attempt in late:
+                self._gang_timed_out(attempt, limit)
+
+    def _gang_timed_out(self, attempt: _Attempt, limit: float) -> None:
+        with self._lock:
+            pending = [i for i in attempt.live() if not i.scheduled]
+            total = len(attempt.instances)
+        why = attempt.unschedulable or self._last_warning([i.pod for i in pending])
+        reason = (
+            f"not every pod of the attempt was scheduled within {limit:g} s "
+            f"({total - len(pending)} of {total} were)" + (f": {why}" if why else "")
+        )
+        with self._lock:
+            if attempt.gang_complete:
+                return
+            for instance in attempt.live():
+                self._end(attempt, instance, EventKind.START_FAILED, reason=reason)
+        for instance in attempt.instances.values():
+            self._pool.submit(self._delete_pod, instance.pod, 0)
+
+    def _last_warning(self, pods: list[str]) -> str | None:
+        """The latest warning event of these pods (why they are not scheduled), if any."""
+        for pod in pods[:3]:
+            try:
+                response = self.core.list_namespaced_event(
+                    self.namespace,
+                    field_selector=f"involvedObject.name={pod}",
+                    _preload_content=False,
+                )
+            except Exception:
+                continue
+            warnings = [
+                e
+                for e in json.loads(response.data).get("items") or []
+                if e.get("type") == "Warning"
+            ]
+            if warnings:
+                return warnings[-1].get("message")
+        return None
+
+    # --- stopping, starting again, forgetting ------------------------------------------------
+
+    def _stop(self, stopped_id: str, grace: float) -> None:
+        with self._lock:
+            attempt = self._attempts.get(stopped_id)
+            if attempt is None:
+                return
+            attempt.stopping = True
+            live = attempt.live()
+            never = [i for i in live if i.created_at is None]
+            for instance in never:
+                self._end(attempt, instance, EventKind.STOPPED, reason="stopped before it started")
+            pods = [i.pod for i in live if i.created_at is not None]
+        for pod in pods:
+            self._delete_pod(pod, grace)
+        deadline = time.monotonic() + grace + _STOP_EXTRA_SECONDS
+        with self._lock:
+            while attempt.live() and not self._closed.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(min(left, 1.0))
+            for instance in attempt.live():
+                if not instance.finishing:
+                    self._end(
+                        attempt,
+                        instance,
+                        EventKind.STOPPED,
+                        reason=f"its pod {instance.pod} did not report its end after the stop",
+                    )
+
+    def _relaunch(self, key: InstanceKey) -> None:
+        where = f"{key.role}-{key.index} of attempt {key.attempt} of job {key.job_id}"
+        with self._lock:
+            attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
+            instance = attempt.instances.get((key.role, key.index)) if attempt else None
+            if attempt is None or instance is None:
+                raise UnknownInstance(f"no instance {where}")
+            if not instance.ended:
+                raise BackendError(f"{where} has not ended; only an ended instance runs again")
+            if attempt.stopping:
+                raise BackendError(f"attempt {key.attempt} of job {key.job_id} is being stopped")
+            old = instance.pod
+            instance.run += 1
+            instance.pod = attempt.builder.pod_name(key.role, key.index, instance.run)
+            instance.ended = instance.placed = instance.started = instance.scheduled = False
+            instance.finishing = False
+            instance.end = instance.facts = instance.termination = None
+            instance.started_at = instance.waiting_reason = None
+            instance.created_at = time.monotonic()
+            pod = with_owner(
+                attempt.builder.pod(key.role, key.index, instance.run), attempt.service_uid
+            )
+        self.logbook.forget_run(key)
+        self.logbook.begin(key, instance.run)
+        self._delete_pod(old, 0)
+        try:
+            self._create("Pod", pod)
+        except ApiException as exc:
+            self._end(
+                attempt,
+                instance,
+                EventKind.START_FAILED,
+                reason=f"cannot create pod {instance.pod}: {_api_message(exc)}",
+            )
+
+    def _forget(self, forgotten_id: str) -> None:
+        with self._lock:
+            attempt = self._attempts.pop(forgotten_id, None)
+            if attempt is None:
+                return
+            attempt.forgotten = True
+            self._changed.notify_all()
+        for instance in attempt.instances.values():
+            self.logbook.forget_run(instance.key)
+        self._delete_attempt_objects(attempt)
+
+    def _delete_attempt_objects(self, attempt: _Attempt) -> None:
+        """Everything of the attempt, at once (its owner references would take the rest with
+        the Service too, but not every cluster runs the garbage collector promptly)."""
+        service = attempt.builder.service
+        for instance in attempt.instances.values():
+            self._delete_pod(instance.pod, 0)
+        deletes: list[tuple[Callable[..., Any], str]] = [
+            (self.core.delete_namespaced_config_map, config_map_name(service)),
+            *(
+                (self.core.delete_namespaced_secret, s["metadata"]["name"])
+                for s in attempt.builder.registry_secrets()
+            ),
+            (self.core.delete_namespaced_service, service),
+        ]
+        if attempt.builder.secret_values:
+            deletes.insert(1, (self.core.delete_namespaced_secret, secret_name(service)))
+        for delete, name in deletes:
+            with contextlib.suppress(ApiException):
+                delete(name, self.namespace, _preload_content=False)
+
+    def _delete_pod(self, name: str, grace: float) -> None:
+        body = k8s.V1DeleteOptions(grace_period_seconds=int(grace))
+        try:
+            self.core.delete_namespaced_pod(name, self.namespace, body=body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("cannot delete pod %s: %s", name, _api_message(exc))
+
+    # --- after a restart ---------------------------------------------------------------------
+
+    def _adopt_attempts(self) -> None:
+        """Every attempt this server made that still has its ConfigMap and Service."""
+        response = self.core.list_namespaced_config_map(
+            self.namespace, label_selector=self.selector, _preload_content=False
+        )
+        for item in json.loads(response.data).get("items") or []:
+            try:
+                self._adopt_attempt(item)
+            except Exception as exc:
+                name = item.get("metadata", {}).get("name")
+                log.warning("attempt of ConfigMap %s cannot be taken back: %s", name, exc)
+
+    def _adopt_attempt(self, config_map: dict[str, Any]) -> None:
+        request = LaunchRequest.model_validate_json(config_map["data"][LAUNCH_KEY])
+        builder = AttemptBuilder(request, self.settings, self.namespace)
+        try:
+            service = json.loads(
+                self.core.read_namespaced_service(
+                    builder.service, self.namespace, _preload_content=False
+                ).data
+            )
+        except ApiException as exc:
+            if exc.status == 404:  # the attempt's owner is gone: what it owned goes too
+                with contextlib.suppress(ApiException):
+                    self.core.delete_namespaced_config_map(
+                        config_map["metadata"]["name"], self.namespace, _preload_content=False
+                    )
+                return
+            raise
+        secrets = self._read_secrets(secret_name(builder.service))
+        if secrets:  # the job's secrets, kept in the cluster, for a relaunch
+            request = request.model_copy(update={"secrets": secrets})
+            builder = AttemptBuilder(request, self.settings, self.namespace)
+        attempt = _Attempt(request=request, builder=builder, service_uid=service["metadata"]["uid"])
+        for role in request.roles:
+            for index in range(role.instances):
+                key = InstanceKey(
+                    job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
+                )
+                attempt.instances[(role.name, index)] = _Instance(
+                    key=key, pod=builder.pod_name(role.name, index)
+                )
+        pods = json.loads(
+            self.core.list_namespaced_pod(
+                self.namespace,
+                label_selector=f"{self.selector},{ATTEMPT}={request.attempt}",
+                _preload_content=False,
+            ).data
+        )
+        for pod in pods.get("items") or []:
+            notes = pod["metadata"].get("annotations") or {}
+            labels = pod["metadata"].get("labels") or {}
+            if notes.get(JOB_ID_ANNOTATION) != request.job_id:
+                continue
+            instance = attempt.instances.get(
+                (notes.get(ROLE_ANNOTATION), int(labels.get(INDEX, -1)))
+            )
+            run = int(labels.get(RUN, "1"))
+            if instance is not None and run >= instance.run:
+                instance.run = run
+                instance.pod = pod["metadata"]["name"]
+                instance.created_at = 0.0  # made before this server started
+        with self._lock:
+            self._attempts[attempt.id] = attempt
+
+    def _read_secrets(self, name: str) -> dict[str, str]:
+        try:
+            secret = json.loads(
+                self.core.read_namespaced_secret(name, self.namespace, _preload_content=False).data
+            )
+        except ApiException:
+            return {}
+        return {
+            k: base64.b64decode(v).decode("utf-8", "replace")
+            for k, v in (secret.get("data") or {}).items()
+        }
+
+    def _reports(self) -> list[InstanceReport]:
+        reports = []
+        with self._lock:
+            for attempt in self._attempts.values():
+                for instance in attempt.instances.values():
+                    placement = self._placement(attempt, instance)
+                    if instance.end is not None:
+                        reports.append(
+                            InstanceReport(
+                                key=instance.key,
+                                status=InstanceStatus.EXITED,
+                                placement=placement,
+                                exit_code=instance.end.exit_code,
+                                oom_killed=instance.end.oom_killed,
+                                started_at=instance.started_at,
+                                finished_at=instance.end.at,
+                            )
+                        )
+                    elif not instance.ended:
+                        running = instance.started
+                        reports.append(
+                            InstanceReport(
+                                key=instance.key,
+                                status=InstanceStatus.RUNNING
+                                if running
+                                else InstanceStatus.PENDING,
+                                placement=placement if instance.placed else None,
+                                started_at=instance.started_at,
+                            )
+                        )
+        return reports
+
+    # --- small parts -------------------------------------------------------------------------
+
+    def _live(self, key: InstanceKey) -> bool:
+        """Whether the instance may still write to its log."""
+        with self._lock:
+            attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
+            instance = attempt.instances.get((key.role, key.index)) if attempt else None
+            if instance is None:
+                return False
+            return not instance.ended or self.logbook.following(key)
+
+    def _log_stream(self, pod: str) -> Callable[[bool], Any]:
+        def open_log(follow: bool) -> Any:
+            return self.core.read_namespaced_pod_log(
+                pod,
+                self.namespace,
+                container=MAIN_CONTAINER,
+                follow=follow,
+                _preload_content=False,
+            )
+
+        return open_log
+
+    def _placement(self, attempt: _Attempt, instance: _Instance) -> Placement:
+        facts = instance.facts
+        return Placement(
+            node=facts.node if facts else "",
+            host_ip=facts.pod_ip if facts else "",
+            ports=attempt.builder.ports[(instance.key.role, instance.key.index)],
+        )
+
+    def _event(self, instance: _Instance, kind: EventKind, **fields: Any) -> InstanceEvent:
+        if fields.get("at") is None:
+            fields["at"] = utcnow()
+        return InstanceEvent(
+            job_id=instance.key.job_id,
+            attempt=instance.key.attempt,
+            role=instance.key.role,
+            index=instance.key.index,
+            kind=kind,
+            **fields,
+        )
+
+    def _emit_attempt(self, attempt: _Attempt, kind: EventKind, reason: str) -> None:
+        request = attempt.request
+        self._emit(
+            InstanceEvent(job_id=request.job_id, attempt=request.attempt, kind=kind, reason=reason)
+        )
+
+    def _emit(self, event: InstanceEvent) -> None:
+        if self._loop is None or self._events is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+
+
+def _missing(instance: _Instance, asked_at: float, listed_before: bool) -> bool:
+    """Whether an instance absent from a listing has lost its pod: one created before the
+    listing was asked for (or, at the first listing, one adopted without a pod)."""
+    if instance.created_at is None:
+        return not listed_before
+    return instance.created_at < asked_at
+
+
+def _api_message(exc: ApiException) -> str:
+    """The API server's own message, else the HTTP reason."""
+    with contextlib.suppress(Exception):
+        body = json.loads(exc.body)
+        if body.get("message"):
+            return str(body["message"])
+    return f"{exc.status} {exc.reason}".strip()

@@ -1,0 +1,807 @@
+"""Every Kubernetes object of one job attempt, built from its LaunchRequest.
+
+The backend creates exactly these objects and `paigraph resolve --manifests` prints them, so
+what a user reviews is what runs. For an attempt:
+
+- a headless Service (`clusterIP: None`, `publishNotReadyAddresses`) that owns everything else
+  through owner references, so deleting it removes the attempt; it gives every pod the stable
+  name `<role>-<index>.<service>` before the pods are ready;
+- a ConfigMap with each role's entrypoint (`backends.entrypoint`), the runtime environment
+  (`backends.runtime_env`) split into a part all instances share and a small part per instance,
+  and the launch request itself (no secrets), from which a restarted server rebuilds a pod;
+- a Secret with the job's secrets (mounted at /usr/local/pai/secrets; `<% $secrets.x %>` in a
+  command reads it there), and one registry Secret per distinct dockerimage `auth`;
+- one Pod per instance (restart policy Never, hostname `<role>-<index>`, subdomain the
+  Service), with cpu / memory / GPU requests and limits, /dev/shm as a memory-backed emptyDir,
+  an init container when data or scripts must be fetched (or host ports checked), and
+  storages as PersistentVolumeClaims by name.
+
+Peers are named by their stable DNS names in the environment; `PAI_CONTAINER_HOST_IP` and
+`PAI_CURRENT_CONTAINER_IP` are the pod's own IP through the downward API. Whatever Kubernetes
+cannot serve is refused here with LaunchRefused, before anything is created.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from backends.base import (
+    Fetch,
+    ImageAuth,
+    LaunchRefused,
+    LaunchRequest,
+    Material,
+    Placement,
+    RoleLaunch,
+)
+from backends.entrypoint import (
+    ENTRYPOINT,
+    ENV_FILE,
+    LOG_FILE,
+    MARKER,
+    RUNTIME_DIR,
+    WORK_DIR,
+    entrypoint_script,
+)
+from backends.kubernetes_names import (
+    ATTEMPT,
+    COMMON_ENV_KEY,
+    INDEX,
+    JOB,
+    JOB_ID_ANNOTATION,
+    JOB_NAME_ANNOTATION,
+    LAUNCH_KEY,
+    MAIN_CONTAINER,
+    MANAGED_BY,
+    MANAGER,
+    OWNER,
+    PORTS_ANNOTATION,
+    PREPARE_CONTAINER,
+    ROLE,
+    ROLE_ANNOTATION,
+    RUN,
+    USER_ANNOTATION,
+    VC_ANNOTATION,
+    config_map_name,
+    entrypoint_key,
+    instance_env_key,
+    label_value,
+    pod_name,
+    registry_secret_name,
+    role_hosts,
+    secret_name,
+    service_name,
+)
+from backends.kubernetes_ports import duplicates, instance_ports
+from backends.kubernetes_settings import KubernetesSettings
+from backends.runtime_env import runtime_env, shell_env_file
+from simulator.prereqs import UnservableMaterial, check_name, parse_repo
+
+PLACEHOLDER_UID = "<uid of the Service, set by the cluster when it is created>"
+CONFIG_DIR = "/usr/local/pai-config"  # the ConfigMap's files, read-only
+SECRETS_DIR = f"{RUNTIME_DIR}/secrets"
+POD_IP_VARIABLES = ("PAI_CONTAINER_HOST_IP", "PAI_CURRENT_CONTAINER_IP")
+PORT_IN_USE_EXIT = 10  # the init container's exit code for a port already in use
+DOCKER_HUB = "https://index.docker.io/v1/"
+
+_SECRET_REF = re.compile(r"<%\s*\$secrets\.([-._a-zA-Z0-9]+)\s*%>")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+_PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_TEMPLATE = re.compile(r"\{(group|count|queue|job|user)\}")
+
+
+@dataclass(frozen=True)
+class AttemptObjects:
+    """The objects of one attempt, in the order they are created."""
+
+    service: dict[str, Any]
+    config_map: dict[str, Any]
+    secrets: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+
+    def all(self) -> list[dict[str, Any]]:
+        return [self.service, self.config_map, *self.secrets, *self.pods]
+
+
+@dataclass
+class AttemptBuilder:
+    """Builds the attempt's objects; LaunchRefused on construction when it can never run."""
+
+    request: LaunchRequest
+    settings: KubernetesSettings
+    namespace: str
+    _registry: dict[tuple[str, str, str], str] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        for role in self.request.roles:
+            self._check_role(role)
+        for role in self.request.roles:
+            if role.image_auth is not None:
+                self._registry_secret_of(role)
+
+    # --- names ---------------------------------------------------------------------------------
+
+    @cached_property
+    def service(self) -> str:
+        return service_name(self.request.job_id, self.request.attempt)
+
+    @cached_property
+    def hosts(self) -> dict[str, str]:
+        return role_hosts(self.request)
+
+    def host(self, role: str, index: int) -> str:
+        """The instance's hostname, `<role>-<index>`."""
+        return f"{self.hosts[role]}-{index}"
+
+    def address(self, role: str, index: int) -> str:
+        """How peers reach the instance: its stable DNS name under the attempt's Service."""
+        return f"{self.host(role, index)}.{self.service}"
+
+    def pod_name(self, role: str, index: int, run: int = 1) -> str:
+        return pod_name(self.service, self.hosts[role], index, run)
+
+    @cached_property
+    def ports(self) -> dict[tuple[str, int], dict[str, list[int]]]:
+        return {
+            (role.name, i): instance_ports(
+                role,
+                i,
+                self.pod_name(role.name, i),
+                self.settings.port_range,
+                host_network=self.settings.host_network,
+            )
+            for role in self.request.roles
+            for i in range(role.instances)
+        }
+
+    def placement(self, role: str, index: int) -> Placement:
+        """What the environment says about the instance: its DNS name and its ports."""
+        return Placement(
+            node="", host_ip=self.address(role, index), ports=self.ports[(role, index)]
+        )
+
+    # --- the objects ---------------------------------------------------------------------------
+
+    def objects(self) -> AttemptObjects:
+        secrets = [s for s in [self.job_secret()] if s is not None] + self.registry_secrets()
+        pods = [
+            self.pod(role, index) for role in self.request.roles for index in range(role.instances)
+        ]
+        return AttemptObjects(self.service_object(), self.config_map(), secrets, pods)
+
+    def _meta(self, name: str, labels: dict[str, str], **extra: Any) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": labels}
+        meta.update(extra)
+        return meta
+
+    def attempt_labels(self) -> dict[str, str]:
+        return {
+            MANAGED_BY: MANAGER,
+            OWNER: label_value(self.settings.owner),
+            JOB: label_value(self.request.job_id),
+            ATTEMPT: str(self.request.attempt),
+        }
+
+    def attempt_annotations(self) -> dict[str, str]:
+        return {
+            JOB_ID_ANNOTATION: self.request.job_id,
+            JOB_NAME_ANNOTATION: self.request.job_name,
+            USER_ANNOTATION: self.request.user,
+            VC_ANNOTATION: self.request.virtual_cluster,
+        }
+
+    def owned(self, service_uid: str = PLACEHOLDER_UID) -> list[dict[str, Any]]:
+        return [{"apiVersion": "v1", "kind": "Service", "name": self.service, "uid": service_uid}]
+
+    def service_object(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": self._meta(
+                self.service, self.attempt_labels(), annotations=self.attempt_annotations()
+            ),
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": self.attempt_labels(),
+            },
+        }
+
+    def config_map(self) -> dict[str, Any]:
+        data = {LAUNCH_KEY: _kept(self.request).model_dump_json(exclude={"secrets"})}
+        envs = {
+            (role.name, i): self.instance_env(role.name, i)
+            for role in self.request.roles
+            for i in range(role.instances)
+        }
+        common = _shared_items(list(envs.values()))
+        data[COMMON_ENV_KEY] = shell_env_file(common)
+        for role in self.request.roles:
+            data[entrypoint_key(self.hosts[role.name])] = entrypoint_script(self._runnable(role))
+            for i in range(role.instances):
+                own = {k: v for k, v in envs[(role.name, i)].items() if k not in common}
+                data[instance_env_key(self.hosts[role.name], i)] = shell_env_file(own)
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": self._meta(
+                config_map_name(self.service),
+                self.attempt_labels(),
+                annotations=self.attempt_annotations(),
+                ownerReferences=self.owned(),
+            ),
+            "data": data,
+        }
+
+    def instance_env(self, role: str, index: int) -> dict[str, str]:
+        """The instance's PAI_* environment, peers by DNS name; the pod IP ones left out (the
+        downward API gives them)."""
+        placements = {
+            (r.name, i): self.placement(r.name, i)
+            for r in self.request.roles
+            for i in range(r.instances)
+        }
+        env = runtime_env(self.request, placements, role, index)
+        return {k: v for k, v in env.items() if k not in POD_IP_VARIABLES}
+
+    def job_secret(self) -> dict[str, Any] | None:
+        values = self.secret_values
+        if not values:
+            return None
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": self._meta(
+                secret_name(self.service), self.attempt_labels(), ownerReferences=self.owned()
+            ),
+            "type": "Opaque",
+            "stringData": values,
+        }
+
+    @cached_property
+    def secret_values(self) -> dict[str, str]:
+        return {k: v for k, v in self.request.secrets.items() if _SECRET_KEY.fullmatch(k)}
+
+    def registry_secrets(self) -> list[dict[str, Any]]:
+        secrets = []
+        for (registry, username, password), name in self._registry.items():
+            auth = base64.b64encode(f"{username}:{password}".encode()).decode()
+            config = {
+                "auths": {registry: {"username": username, "password": password, "auth": auth}}
+            }
+            secrets.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": self._meta(
+                        name, self.attempt_labels(), ownerReferences=self.owned()
+                    ),
+                    "type": "kubernetes.io/dockerconfigjson",
+                    "stringData": {".dockerconfigjson": json.dumps(config)},
+                }
+            )
+        return secrets
+
+    def pod(self, role_or_name: RoleLaunch | str, index: int, run: int = 1) -> dict[str, Any]:
+        role = self.request.role(role_or_name) if isinstance(role_or_name, str) else role_or_name
+        ports = self.ports[(role.name, index)]
+        labels = {
+            **self.attempt_labels(),
+            ROLE: label_value(role.name),
+            INDEX: str(index),
+            RUN: str(run),
+            **{k: label_value(self._render(v)) for k, v in self.settings.pod_labels.items()},
+        }
+        annotations = {
+            **self.attempt_annotations(),
+            ROLE_ANNOTATION: role.name,
+            PORTS_ANNOTATION: json.dumps(ports),
+            **{k: self._render(v) for k, v in self.settings.pod_annotations.items()},
+        }
+        spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "hostname": self.host(role.name, index),
+            "subdomain": self.service,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": int(self.settings.stop_grace_seconds),
+        }
+        if self.settings.service_account:
+            spec["serviceAccountName"] = self.settings.service_account
+        else:
+            spec["automountServiceAccountToken"] = False
+        if self.settings.scheduler_name:
+            spec["schedulerName"] = self.settings.scheduler_name
+        if self.settings.node_selector:
+            spec["nodeSelector"] = dict(self.settings.node_selector)
+        if self.settings.host_network:
+            spec["hostNetwork"] = True
+            spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+        if role.image_auth is not None:
+            spec["imagePullSecrets"] = [{"name": self._registry_secret_of(role)}]
+        prepare = self._prepare_container(role, ports)
+        if prepare is not None:
+            spec["initContainers"] = [prepare]
+        spec["containers"] = [self._main_container(role, ports)]
+        spec["volumes"] = self._volumes(role, index)
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": self._meta(
+                self.pod_name(role.name, index, run),
+                labels,
+                annotations=annotations,
+                ownerReferences=self.owned(),
+            ),
+            "spec": spec,
+        }
+
+    # --- pod parts -----------------------------------------------------------------------------
+
+    def _resources(self, role: RoleLaunch, *, gpu: bool) -> dict[str, Any]:
+        res = role.resources
+        amounts: dict[str, str] = {"cpu": str(res.cpu), "memory": f"{res.memory_mb}Mi"}
+        if gpu and res.gpu:
+            amounts[self.settings.gpu_resource] = str(res.gpu)
+        return {"requests": dict(amounts), "limits": dict(amounts)}
+
+    def _main_container(self, role: RoleLaunch, ports: dict[str, list[int]]) -> dict[str, Any]:
+        pod_ip = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        env: list[dict[str, Any]] = [{"name": name, **pod_ip} for name in POD_IP_VARIABLES]
+        if not role.resources.gpu and self.settings.gpu_resource == "nvidia.com/gpu":
+            env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"})
+        declared = []
+        for port in sorted({p for group in ports.values() for p in group}):
+            entry: dict[str, Any] = {"containerPort": port, "protocol": "TCP"}
+            if self.settings.host_network:
+                entry["hostPort"] = port
+            declared.append(entry)
+        mounts = [
+            {"name": "runtime", "mountPath": RUNTIME_DIR},
+            {"name": "runtime-config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "shm", "mountPath": "/dev/shm"},
+        ]
+        if self.secret_values:
+            mounts.append({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True})
+        mounts += self._material_mounts(role, main=True)
+        return {
+            "name": MAIN_CONTAINER,
+            "image": role.image,
+            "imagePullPolicy": self.settings.image_pull_policy,
+            "command": ["/bin/sh", "-c", _BOOT],
+            "workingDir": WORK_DIR,
+            "env": env,
+            "resources": self._resources(role, gpu=True),
+            "ports": declared,
+            "volumeMounts": mounts,
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }
+
+    def _prepare_container(
+        self, role: RoleLaunch, ports: dict[str, list[int]]
+    ) -> dict[str, Any] | None:
+        """The init container: checks the host ports, downloads data, clones scripts."""
+        fetched = [m for m in role.materials if m.kind is not Fetch.MOUNT]
+        if not fetched and not self.settings.host_network:
+            return None
+        lines = ["set -e", f"say() {{ printf '%s %s\\n' {shlex.quote(MARKER)} \"$*\"; }}"]
+        if self.settings.host_network:
+            lines += _port_check(ports)
+        for material in fetched:
+            lines += _fetch(material)
+        container: dict[str, Any] = {
+            "name": PREPARE_CONTAINER,
+            "image": self.settings.init_image,
+            "imagePullPolicy": self.settings.image_pull_policy,
+            "command": ["/bin/sh", "-c", "\n".join(lines) + "\n"],
+            "resources": self._resources(role, gpu=False),
+            "volumeMounts": self._material_mounts(role, main=False),
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }
+        if self.settings.host_network:
+            node = {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+            container["env"] = [{"name": "NODE_NAME", **node}]
+        return container
+
+    def _material_mounts(self, role: RoleLaunch, *, main: bool) -> list[dict[str, Any]]:
+        mounts = []
+        for n, material in enumerate(role.materials):
+            if material.kind is Fetch.MOUNT:
+                if not main:
+                    continue
+                mount = {"name": f"storage-{n}", "mountPath": f"{WORK_DIR}/{material.name}"}
+                if material.read_only:
+                    mount["readOnly"] = True
+            else:
+                mount = {"name": f"material-{n}", "mountPath": f"{WORK_DIR}/{material.name}"}
+                if main:
+                    mount["readOnly"] = True
+            mounts.append(mount)
+        if main:
+            for n, storage in enumerate(role.storages):
+                mount = {"name": f"admin-storage-{n}", "mountPath": storage.target}
+                if storage.read_only:
+                    mount["readOnly"] = True
+                mounts.append(mount)
+        return mounts
+
+    def _volumes(self, role: RoleLaunch, index: int) -> list[dict[str, Any]]:
+        host = self.hosts[role.name]
+        volumes: list[dict[str, Any]] = [
+            {"name": "runtime", "emptyDir": {}},
+            {
+                "name": "runtime-config",
+                "configMap": {
+                    "name": config_map_name(self.service),
+                    "defaultMode": 0o444,
+                    "items": [
+                        {"key": entrypoint_key(host), "path": "entrypoint.sh"},
+                        {"key": COMMON_ENV_KEY, "path": "env-common.sh"},
+                        {"key": instance_env_key(host, index), "path": "env-instance.sh"},
+                    ],
+                },
+            },
+            {
+                "name": "shm",
+                "emptyDir": {"medium": "Memory", "sizeLimit": f"{role.resources.shm_mb}Mi"},
+            },
+        ]
+        if self.secret_values:
+            volumes.append(
+                {
+                    "name": "secrets",
+                    "secret": {"secretName": secret_name(self.service), "defaultMode": 0o400},
+                }
+            )
+        for n, material in enumerate(role.materials):
+            if material.kind is Fetch.MOUNT:
+                claim = {"claimName": _claim_of(role, material)}
+                if material.read_only:
+                    claim["readOnly"] = True
+                volumes.append({"name": f"storage-{n}", "persistentVolumeClaim": claim})
+            else:
+                volumes.append({"name": f"material-{n}", "emptyDir": {}})
+        for n, storage in enumerate(role.storages):
+            claim = {"claimName": storage.source}
+            if storage.read_only:
+                claim["readOnly"] = True
+            volumes.append({"name": f"admin-storage-{n}", "persistentVolumeClaim": claim})
+        return volumes
+
+    # --- checks and small parts ------------------------------------------------------------
+
+    def _check_role(self, role: RoleLaunch) -> None:
+        where = f"task role {role.name!r}"
+        for material in role.materials:
+            try:
+                check_name(material.name)
+                if material.kind is Fetch.DOWNLOAD:
+                    _download_entries(material)
+                elif material.kind is Fetch.CLONE:
+                    _repo(material)
+                else:
+                    _claim_of(role, material)
+            except UnservableMaterial as exc:
+                raise LaunchRefused(f"{where}: {exc}") from None
+        for storage in role.storages:
+            if not storage.volume:
+                raise LaunchRefused(
+                    f"{where}: storage {storage.name!r} is the host directory {storage.source}, "
+                    "which a Kubernetes cluster does not have; define the storage as a volume "
+                    "(the name of a PersistentVolumeClaim in the namespace)"
+                )
+            if not _PVC_NAME.fullmatch(storage.source) or len(storage.source) > 253:
+                raise LaunchRefused(
+                    f"{where}: storage {storage.name!r}: {_pvc_rule(storage.source)}"
+                )
+        for label, ports in self._role_ports(role).items():
+            beyond = [p for p in ports if p > 65535]
+            if beyond:
+                raise LaunchRefused(
+                    f"{where}: ports of label {label!r} would go beyond 65535 ({beyond[0]}); ask "
+                    "for fewer ports or start the port range lower"
+                )
+
+    def _role_ports(self, role: RoleLaunch) -> dict[str, list[int]]:
+        merged: dict[str, list[int]] = {}
+        for i in range(role.instances):
+            for label, ports in self.ports[(role.name, i)].items():
+                merged.setdefault(label, []).extend(ports)
+        return merged
+
+    def _registry_secret_of(self, role: RoleLaunch) -> str:
+        auth = role.image_auth
+        assert auth is not None
+        key = (
+            auth.registry or registry_of(role.image),
+            self._rendered(role, "username", auth),
+            self._rendered(role, "password", auth),
+        )
+        if key not in self._registry:
+            self._registry[key] = registry_secret_name(self.service, len(self._registry))
+        return self._registry[key]
+
+    def _rendered(self, role: RoleLaunch, what: str, auth: ImageAuth) -> str:
+        """A credential with its `<% $secrets.x %>` references filled in from the secrets."""
+        text = getattr(auth, what)
+
+        def fill(match: re.Match[str]) -> str:
+            key = match.group(1)
+            if key not in self.request.secrets:
+                raise LaunchRefused(
+                    f"task role {role.name!r}: the {what} of its dockerimage's auth refers to "
+                    f"the secret {key!r}, which the job does not define (secrets are kept in "
+                    "memory only: a job resumed after a server restart has none)"
+                )
+            return self.request.secrets[key]
+
+        return _SECRET_REF.sub(fill, text)
+
+    def _runnable(self, role: RoleLaunch) -> RoleLaunch:
+        """The role with `<% $secrets.x %>` in its commands and hooks read from the mounted
+        Secret when the command runs, so no secret is ever written into the ConfigMap."""
+        if not self.secret_values:
+            return role
+
+        def swap(text: str) -> str:
+            def read(match: re.Match[str]) -> str:
+                key = match.group(1)
+                if key not in self.secret_values:
+                    return match.group(0)
+                return f"$(cat {shlex.quote(f'{SECRETS_DIR}/{key}')})"
+
+            return _SECRET_REF.sub(read, text)
+
+        hooks = role.hooks.model_copy(
+            update={
+                "on_start": [swap(c) for c in role.hooks.on_start],
+                "on_success": [swap(c) for c in role.hooks.on_success],
+                "on_failure": [swap(c) for c in role.hooks.on_failure],
+            }
+        )
+        return role.model_copy(
+            update={"commands": [swap(c) for c in role.commands], "hooks": hooks}
+        )
+
+    def _render(self, template: str) -> str:
+        values = {
+            "group": self.service,
+            "count": str(self.request.total_instances),
+            "queue": self.request.virtual_cluster,
+            "job": self.request.job_id,
+            "user": self.request.user,
+        }
+        return _TEMPLATE.sub(lambda m: values[m.group(1)], template)
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+# The main container's command: put the ConfigMap's files where the entrypoint expects them,
+# send the entrypoint's log file to the container's output (read back with the pod log API),
+# and run the entrypoint as the container's first process, so a stop signal reaches it.
+_BOOT = "\n".join(
+    [
+        "set -e",
+        f"mkdir -p {RUNTIME_DIR}",
+        f"cat {CONFIG_DIR}/env-common.sh {CONFIG_DIR}/env-instance.sh > {ENV_FILE}",
+        f"cp {CONFIG_DIR}/entrypoint.sh {ENTRYPOINT}",
+        f"ln -sf /proc/self/fd/1 {LOG_FILE}",
+        f"exec /bin/sh {ENTRYPOINT}",
+    ]
+)
+
+
+def _kept(request: LaunchRequest) -> LaunchRequest:
+    """The request as the ConfigMap keeps it: a registry password written in the job itself
+    (not a `<% $secrets.x %>` reference) is replaced by a digest of it, so it is never shown
+    and the attempt's registry Secrets keep their names when it is read back."""
+    roles = []
+    for role in request.roles:
+        auth = role.image_auth
+        if auth is not None and auth.password and not _SECRET_REF.fullmatch(auth.password.strip()):
+            digest = hashlib.sha256(auth.password.encode()).hexdigest()[:12]
+            role = role.model_copy(
+                update={"image_auth": auth.model_copy(update={"password": f"<masked {digest}>"})}
+            )
+        roles.append(role)
+    return request.model_copy(update={"roles": roles})
+
+
+def _shared_items(envs: list[dict[str, str]]) -> dict[str, str]:
+    """The variables every instance has with the same value, in the first one's order."""
+    if not envs:
+        return {}
+    first, rest = envs[0], envs[1:]
+    return {k: v for k, v in first.items() if all(e.get(k, None) == v for e in rest)}
+
+
+def registry_of(image: str) -> str:
+    """The registry an image name points at (Docker Hub when it names none)."""
+    first, sep, _ = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return DOCKER_HUB
+
+
+def _download_entries(material: Material) -> list[tuple[str, str]]:
+    """(file name, URL) of each URI of a data prerequisite; only http(s) is fetched here."""
+    if not material.uris:
+        raise UnservableMaterial(f"prerequisite {material.name!r}: a data prerequisite needs a URI")
+    entries: dict[str, str] = {}
+    for uri in material.uris:
+        parts = urlsplit(uri)
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise UnservableMaterial(
+                f"prerequisite {material.name!r}: {_shown(uri)} cannot be fetched on Kubernetes "
+                "(data is downloaded by an init container over http or https; mount anything "
+                "else as a storage)"
+            )
+        entry = parts.path.rsplit("/", 1)[-1] or "index"
+        if entry in entries:
+            raise UnservableMaterial(
+                f"prerequisite {material.name!r}: {_shown(entries[entry])} and {_shown(uri)} "
+                f"would both be saved as {entry!r}"
+            )
+        entries[entry] = uri
+    return list(entries.items())
+
+
+def _repo(material: Material) -> tuple[str, str | None]:
+    if len(material.uris) != 1:
+        raise UnservableMaterial(
+            f"prerequisite {material.name!r}: a script prerequisite takes exactly one "
+            f"repository (got {len(material.uris)})"
+        )
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", material.uris[0].strip())
+    if scheme and scheme.group(1).lower() not in ("http", "https", "git"):
+        raise UnservableMaterial(
+            f"prerequisite {material.name!r}: {_shown(material.uris[0])} cannot be cloned on "
+            "Kubernetes (the init container clones http, https and git repositories)"
+        )
+    spec = parse_repo(material.name, material.uris[0])
+    if spec.url.startswith("/") or spec.url.lower().startswith("file:"):
+        raise UnservableMaterial(
+            f"prerequisite {material.name!r}: {spec.url} is a path on this machine, which the "
+            "cluster's nodes do not have; use an http(s) or git repository"
+        )
+    return spec.url, spec.ref
+
+
+def _claim_of(role: RoleLaunch, material: Material) -> str:
+    """The PersistentVolumeClaim of a storage / output prerequisite: the storage name it gives,
+    else its own name."""
+    if len(material.uris) > 1:
+        raise UnservableMaterial(
+            f"prerequisite {material.name!r}: a storage takes at most one URI "
+            f"(got {len(material.uris)})"
+        )
+    claim = material.uris[0] if material.uris else material.name
+    if "://" in claim or claim.startswith("/"):
+        raise UnservableMaterial(
+            f"prerequisite {material.name!r}: {_shown(claim)} cannot be mounted on Kubernetes; "
+            "give the name of a PersistentVolumeClaim in the namespace instead"
+        )
+    if not _PVC_NAME.fullmatch(claim) or len(claim) > 253:
+        raise UnservableMaterial(f"prerequisite {material.name!r}: {_pvc_rule(claim)}")
+    return claim
+
+
+def _pvc_rule(name: str) -> str:
+    return (
+        f"{name!r} is not a PersistentVolumeClaim name (lower-case letters, digits, '-' and "
+        "'.', starting and ending with a letter or digit); name the storage after its claim"
+    )
+
+
+def _shown(uri: str) -> str:
+    return re.sub(r"(://)[^/@\s]+@", r"\1***@", uri)
+
+
+def _port_check(ports: dict[str, list[int]]) -> list[str]:
+    """Fail with PORT_IN_USE_EXIT when a port of the instance is taken on its node."""
+    lines = [
+        "in_use() {",
+        "  hex=$(printf '%04X' \"$1\")",
+        "  cat /proc/net/tcp /proc/net/tcp6 2>/dev/null"
+        ' | grep -Eq "^ *[0-9]+: [0-9A-F]+:$hex [0-9A-F]+:[0-9A-F]+ 0A "',
+        "}",
+    ]
+    for port in duplicates(ports):
+        lines.append(
+            f"say 'port {port} was hashed twice for this instance: address already in use'"
+            f"; exit {PORT_IN_USE_EXIT}"
+        )
+    every = " ".join(str(p) for p in sorted({p for group in ports.values() for p in group}))
+    lines += [
+        f"for port in {every}; do",
+        '  if in_use "$port"; then',
+        f'    say "port $port: address already in use on node $NODE_NAME"; exit {PORT_IN_USE_EXIT}',
+        "  fi",
+        "done",
+    ]
+    return lines
+
+
+def _fetch(material: Material) -> list[str]:
+    q = shlex.quote
+    target = f"{WORK_DIR}/{material.name}"
+    if material.kind is Fetch.DOWNLOAD:
+        lines = [f"say {q(f'data {material.name}: downloading into {target}')}", f"cd {q(target)}"]
+        for entry, url in _download_entries(material):
+            failed = f"data {material.name}: cannot download {_shown(url)}"
+            lines.append(f"wget -q -O {q(entry)} {q(url)} || {{ say {q(failed)}; exit 1; }}")
+        return lines
+    url, ref = _repo(material)
+    failed = f"script {material.name}: cannot clone {_shown(url)}"
+    lines = [
+        f"say {q(f'script {material.name}: cloning {_shown(url)} into {target}')}",
+        f"git clone -q {q(url)} {q(target)} || {{ say {q(failed)}; exit 1; }}",
+    ]
+    if ref:
+        missing = f"script {material.name}: {_shown(url)} has no ref {ref}"
+        lines.append(f"git -C {q(target)} checkout -q {q(ref)} || {{ say {q(missing)}; exit 1; }}")
+    return lines
+
+
+def with_owner(obj: dict[str, Any], service_uid: str) -> dict[str, Any]:
+    """The object with its owner references naming the created Service's uid."""
+    refs = obj.get("metadata", {}).get("ownerReferences")
+    if not refs:
+        return obj
+    metadata = {**obj["metadata"], "ownerReferences": [{**r, "uid": service_uid} for r in refs]}
+    return {**obj, "metadata": metadata}
+
+
+def masked(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects with every secret value replaced by a mask, for showing them."""
+    shown = []
+    for obj in objects:
+        if obj.get("kind") == "Secret":
+            data = {k: "<masked>" for k in obj.get("stringData", {})}
+            obj = {**obj, "stringData": data}
+        shown.append(obj)
+    return shown
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # every object written out in full, as kubectl shows it
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value and not any(c in value for c in "\r\t") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _text)
+
+
+def yaml_stream(objects: Iterable[dict[str, Any]]) -> str:
+    """The objects as one YAML stream (`kubectl apply -f -` reads it)."""
+    return yaml.dump_all(
+        list(objects), Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True
+    )
+
+
+def manifest_stream(request: LaunchRequest, settings: KubernetesSettings) -> str:
+    """What `paigraph resolve --manifests` prints: the attempt's objects, secrets masked, after
+    a note on the values the cluster and the server decide."""
+    builder = AttemptBuilder(request, settings, settings.resolved_namespace())
+    note = (
+        f"# The Kubernetes objects of attempt {request.attempt} of job {request.job_name!r}, "
+        "as the kubernetes backend creates them.\n"
+        f"# Decided later: the job id's suffix ({request.job_id}) by the server, and the "
+        "Service's uid in ownerReferences by the cluster\n"
+        "# (create the Service first, then put its uid there); secret values are masked.\n"
+    )
+    return note + yaml_stream(masked(builder.objects().all()))

@@ -1,0 +1,160 @@
+"""What a pod says about its instance, read from the pod object as the API returns it (JSON).
+
+The backend watches pods and turns each new version of one into `PodFacts`: scheduled or not
+(and the scheduler's message when it cannot be), running since when, ended with which exit
+code (OOM-killed or not), or unable to start at all (an image that cannot be pulled, an init
+container that could not fetch the prerequisites, a pod evicted before its command ran).
+Everything here is a pure function of one pod, so it is tested on plain dictionaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from backends.kubernetes_names import MAIN_CONTAINER
+
+PULL_ERRORS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "RegistryUnavailable",
+    }
+)
+START_ERRORS = frozenset(
+    {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+)
+NEVER_RAN = frozenset({"ContainerCannotRun", "StartError"})
+
+
+@dataclass(frozen=True)
+class Termination:
+    """How the main container ended."""
+
+    exit_code: int
+    reason: str  # Completed, Error, OOMKilled ...
+    message: str
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def oom_killed(self) -> bool:
+        return self.reason == "OOMKilled"
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    name: str
+    uid: str
+    phase: str
+    node: str
+    pod_ip: str
+    deleting: bool  # a deletion was asked for; the pod goes once its containers stopped
+    scheduled: bool
+    unschedulable: str | None  # the scheduler's message while it finds no node
+    started_at: datetime | None  # when the main container started running
+    terminated: Termination | None
+    start_error: str | None  # the instance can never start: why
+    lost: str | None  # the pod failed without its command ending (evicted, node lost ...)
+
+
+def pod_facts(pod: dict[str, Any]) -> PodFacts:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    scheduled_condition = conditions.get("PodScheduled") or {}
+    node = spec.get("nodeName") or ""
+    scheduled = bool(node) or scheduled_condition.get("status") == "True"
+    unschedulable = None
+    if not scheduled and scheduled_condition.get("reason") == "Unschedulable":
+        unschedulable = scheduled_condition.get("message") or "no node can run the pod"
+    images = {c.get("name"): c.get("image", "") for c in spec.get("containers") or []}
+    images.update({c.get("name"): c.get("image", "") for c in spec.get("initContainers") or []})
+
+    start_error = None
+    for init in status.get("initContainerStatuses") or []:
+        start_error = start_error or _init_problem(init, images.get(init.get("name"), ""))
+    main = next(
+        (c for c in status.get("containerStatuses") or [] if c.get("name") == MAIN_CONTAINER), {}
+    )
+    state = main.get("state") or {}
+    started_at = None
+    terminated = None
+    if "running" in state:
+        started_at = _time((state["running"] or {}).get("startedAt"))
+    if "waiting" in state:
+        start_error = start_error or _waiting_problem(
+            state["waiting"] or {}, images.get(MAIN_CONTAINER, "")
+        )
+    if "terminated" in state:
+        ended = state["terminated"] or {}
+        reason = ended.get("reason") or ""
+        message = (ended.get("message") or "").strip()
+        if reason in NEVER_RAN:
+            start_error = start_error or f"{reason}: {message or 'the container could not run'}"
+        else:
+            terminated = Termination(
+                exit_code=int(ended.get("exitCode", 0) or 0),
+                reason=reason,
+                message=message,
+                started_at=_time(ended.get("startedAt")),
+                finished_at=_time(ended.get("finishedAt")),
+            )
+            started_at = terminated.started_at or _time(status.get("startTime"))
+    lost = None
+    if status.get("phase") == "Failed" and terminated is None and start_error is None:
+        why = status.get("reason") or "the pod failed"
+        lost = f"{why}: {status['message']}" if status.get("message") else why
+    return PodFacts(
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        phase=status.get("phase") or "Pending",
+        node=node,
+        pod_ip=status.get("podIP") or "",
+        deleting=bool(meta.get("deletionTimestamp")),
+        scheduled=scheduled,
+        unschedulable=unschedulable,
+        started_at=started_at,
+        terminated=terminated,
+        start_error=start_error,
+        lost=lost,
+    )
+
+
+def _waiting_problem(waiting: dict[str, Any], image: str) -> str | None:
+    reason = waiting.get("reason") or ""
+    message = (waiting.get("message") or "").strip()
+    if reason in PULL_ERRORS:
+        return f"image {image!r} cannot be pulled ({reason}): {message or 'no details given'}"
+    if reason in START_ERRORS:
+        return f"{reason}: {message or 'no details given'}"
+    return None
+
+
+def _init_problem(init: dict[str, Any], image: str) -> str | None:
+    state = init.get("state") or {}
+    if "waiting" in state:
+        problem = _waiting_problem(state["waiting"] or {}, image)
+        if problem:
+            return f"the init container {init.get('name')!r} cannot start: {problem}"
+    ended = state.get("terminated")
+    if ended and int(ended.get("exitCode", 0) or 0) != 0:
+        message = (ended.get("message") or "").strip() or ended.get("reason") or "no output"
+        return (
+            f"prerequisites could not be put in place: the init container {init.get('name')!r}"
+            f" exited with code {ended.get('exitCode')}: {message}"
+        )
+    return None
+
+
+def _time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None

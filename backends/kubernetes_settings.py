@@ -1,0 +1,195 @@
+"""Settings of the Kubernetes backend: which cluster and namespace, and how pods are made.
+
+They come from a YAML file (the path given, else `PAIGRAPH_K8S_CONFIG`), then from
+`PAIGRAPH_*` environment variables for the settings people change most, then from explicit
+values (command-line flags). Every key is optional; an unknown key or a bad value is an error
+that names the key and the rule.
+
+YAML keys (environment variable in brackets):
+
+- `kubeconfig` [PAIGRAPH_KUBECONFIG], `context` [PAIGRAPH_K8S_CONTEXT]: the cluster to use.
+  Without a kubeconfig, a server running in a pod uses the in-cluster service account, and
+  anything else the usual kubeconfig (`$KUBECONFIG`, `~/.kube/config`).
+- `namespace` [PAIGRAPH_K8S_NAMESPACE]: where the objects go; default: the kubeconfig
+  context's namespace, the pod's own namespace in a cluster, else `default`.
+- `owner` [PAIGRAPH_K8S_OWNER]: a label telling this server's objects from those of another
+  server in the same namespace (default `paigraph`).
+- `gpu_resource` [PAIGRAPH_K8S_GPU_RESOURCE]: the extended resource of a GPU
+  (default `nvidia.com/gpu`, e.g. `amd.com/gpu`).
+- `host_network` [PAIGRAPH_K8S_HOST_NETWORK]: run pods on their node's network; ports are
+  then hashed into `port_range` as OpenPAI does, and a port already in use on the node is a
+  transient failure (the attempt is retried). Default false: every pod has its own IP.
+- `port_range`: `{start, end}` or `"start-end"`, end exclusive (default 15000-40000): the
+  ports handed to instances (on the pod network, laid out from `start`).
+- `init_image` [PAIGRAPH_K8S_INIT_IMAGE]: the image of the init container that downloads data
+  and clones scripts (needs `sh`, `wget` and `git`; default `alpine/git:v2.36.1`).
+- `image_pull_policy`: `IfNotPresent` (default), `Always` or `Never`.
+- `scheduler_name` [PAIGRAPH_K8S_SCHEDULER]: a batch scheduler for the pods (e.g. `volcano`).
+- `pod_labels`, `pod_annotations`: added to every pod; values may use `{group}` (the
+  attempt's name), `{count}` (its number of pods), `{queue}` (the job's virtual cluster),
+  `{job}` and `{user}`, so Kueue or Volcano can gang-schedule an attempt.
+- `node_selector`: labels a node must have to run the pods.
+- `service_account`: the service account of the pods (default: the namespace's default,
+  with no API token mounted).
+- `gang_timeout_seconds`: how long an attempt waits for all its pods to be scheduled before
+  it fails (default 600; 0 waits forever).
+- `stop_grace_seconds`: the pods' grace period between SIGTERM and SIGKILL (default 30).
+- `state_dir` [PAIGRAPH_K8S_STATE]: where instance logs are kept after their pods are gone
+  (default `$XDG_DATA_HOME/paigraph/kubernetes` or `~/.local/share/paigraph/kubernetes`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+CONFIG_ENV = "PAIGRAPH_K8S_CONFIG"
+_ENV = {
+    "kubeconfig": "PAIGRAPH_KUBECONFIG",
+    "context": "PAIGRAPH_K8S_CONTEXT",
+    "namespace": "PAIGRAPH_K8S_NAMESPACE",
+    "owner": "PAIGRAPH_K8S_OWNER",
+    "gpu_resource": "PAIGRAPH_K8S_GPU_RESOURCE",
+    "host_network": "PAIGRAPH_K8S_HOST_NETWORK",
+    "init_image": "PAIGRAPH_K8S_INIT_IMAGE",
+    "scheduler_name": "PAIGRAPH_K8S_SCHEDULER",
+    "state_dir": "PAIGRAPH_K8S_STATE",
+}
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_RESOURCE = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+class SettingsError(ValueError):
+    """The settings cannot be used; each problem names the setting and the rule."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        lines = [f"  {where or '(settings)'}: {why}" for where, why in problems]
+        super().__init__(f"invalid kubernetes settings in {source}:\n" + "\n".join(lines))
+
+
+def default_state_dir(environ: Mapping[str, str]) -> Path:
+    data_home = environ.get("XDG_DATA_HOME") or ""
+    base = Path(data_home) if Path(data_home).is_absolute() else Path.home() / ".local" / "share"
+    return base / "paigraph" / "kubernetes"
+
+
+class PortRange(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start: int = Field(15000, ge=1, le=65535)
+    end: int = Field(40000, ge=2, le=65536)  # exclusive
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PortRange:
+        if self.end <= self.start:
+            raise ValueError(f"end ({self.end}) must be above start ({self.start})")
+        return self
+
+
+class KubernetesSettings(BaseModel):
+    """Everything the backend needs to know besides the jobs themselves."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = Field(None, pattern=_DNS_LABEL, max_length=63)
+    owner: str = Field("paigraph", min_length=1, max_length=63)
+    gpu_resource: str = "nvidia.com/gpu"
+    host_network: bool = False
+    port_range: PortRange = PortRange()
+    init_image: str = Field("alpine/git:v2.36.1", min_length=1)
+    image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
+    scheduler_name: str | None = Field(None, pattern=_DNS_LABEL)
+    pod_labels: dict[str, str] = Field(default_factory=dict)
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    service_account: str | None = Field(None, pattern=_DNS_LABEL)
+    gang_timeout_seconds: float = Field(600.0, ge=0)
+    stop_grace_seconds: float = Field(30.0, ge=0, le=86400)
+    state_dir: Path = Field(default_factory=lambda: default_state_dir(os.environ))
+
+    @field_validator("port_range", mode="before")
+    @classmethod
+    def _range_text(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value)
+            if not match:
+                raise ValueError(f"write the range as start-end, e.g. 15000-40000 (got {value!r})")
+            return {"start": int(match[1]), "end": int(match[2])}
+        return value
+
+    @field_validator("gpu_resource")
+    @classmethod
+    def _resource_name(cls, value: str) -> str:
+        if not _RESOURCE.fullmatch(value) or "/" not in value:
+            raise ValueError(
+                f"{value!r} is not an extended resource name such as nvidia.com/gpu "
+                "(a domain, '/', then a name)"
+            )
+        return value
+
+    def resolved_namespace(self) -> str:
+        """The namespace to use: the setting, else the kubeconfig context's or the pod's own
+        namespace, else `default`."""
+        if self.namespace:
+            return self.namespace
+        in_pod = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        if not self.kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST") and in_pod.exists():
+            return in_pod.read_text().strip() or "default"
+        try:
+            from kubernetes import config
+
+            _, current = config.list_kube_config_contexts(config_file=self.kubeconfig)
+            if self.context:
+                contexts, _ = config.list_kube_config_contexts(config_file=self.kubeconfig)
+                current = next((c for c in contexts if c.get("name") == self.context), current)
+            return (current or {}).get("context", {}).get("namespace") or "default"
+        except Exception:  # no kubeconfig: the manifests still say where they would go
+            return "default"
+
+
+def load_settings(
+    path: str | Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> KubernetesSettings:
+    """Settings from the YAML file (`path`, else $PAIGRAPH_K8S_CONFIG), the environment, and
+    `overrides` (None values are ignored), in that order; SettingsError names what is wrong."""
+    env = os.environ if environ is None else environ
+    source = str(path or env.get(CONFIG_ENV) or "the environment")
+    values: dict[str, Any] = {}
+    file = path or env.get(CONFIG_ENV)
+    if file:
+        try:
+            loaded = yaml.safe_load(Path(file).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise SettingsError(source, [("", f"cannot read the file: {exc.strerror}")]) from None
+        except yaml.YAMLError as exc:
+            raise SettingsError(source, [("", f"not valid YAML: {exc}")]) from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise SettingsError(source, [("", "the file must hold a mapping of settings")])
+        values.update(loaded or {})
+    for key, variable in _ENV.items():
+        if env.get(variable):
+            values[key] = env[variable]
+    values.setdefault("state_dir", default_state_dir(env))
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return KubernetesSettings.model_validate(values)
+    except ValidationError as exc:
+        problems = [
+            (".".join(str(p) for p in error["loc"]), error["msg"].removeprefix("Value error, "))
+            for error in exc.errors()
+        ]
+        raise SettingsError(source, problems) from None

@@ -1,0 +1,596 @@
+"""A fake Kubernetes API server for the fake-cluster tests (no cluster can run on this machine).
+
+It speaks the REST API the official `kubernetes` client uses, on a loopback port: create, get,
+list (label and field selectors), watch (`?watch=true` from a resource version, streamed line
+by line), and delete of pods, services, configmaps and secrets; pod logs (whole, tail, follow);
+events. It validates every object it is given against the official schema of a pinned
+Kubernetes version (`kubernetes-validate`) and refuses an invalid one with 422, as an API
+server would, and deleting an object deletes its dependents (owner references), as the garbage
+collector would.
+
+Nothing schedules or runs pods: the test plays scheduler and kubelet through the methods at the
+bottom (`schedule`, `run`, `exit`, `oom`, `unschedulable`, ...), and every change is streamed to
+watchers as a MODIFIED event. A deletion of a running pod ends its container with 143 (SIGTERM)
+before the pod goes. Every request is recorded as (verb, resource), so tests can compare what
+the backend did with the RBAC rules it is deployed with.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import kubernetes_validate
+import kubernetes_validate.utils
+import yaml
+
+KUBERNETES_VERSION = "1.33"  # the schema objects are validated against
+TOKEN = "fake-token"
+RESOURCES = {"pods": "Pod", "services": "Service", "configmaps": "ConfigMap", "secrets": "Secret"}
+_PATH = re.compile(
+    r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<resource>pods|services|configmaps|secrets|events)"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?$"
+)
+
+
+# kubernetes-validate reads its JSON schemas from disk on every call; read each once.
+kubernetes_validate.utils.schema_contents = functools.cache(
+    kubernetes_validate.utils.schema_contents
+)
+
+
+def validate(obj: dict[str, Any]) -> None:
+    """Raise kubernetes_validate.ValidationError unless `obj` fits the pinned version's schema
+    (strict: no field the schema does not know)."""
+    kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeKubeAPI:
+    """The server's state and the test's handles on it. Use as a context manager."""
+
+    def __init__(self, *, validate: bool = True) -> None:
+        self.validate = validate
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, resource, type, obj
+        self.logs: dict[str, bytearray] = {}
+        self.events: list[dict[str, Any]] = []
+        self.calls: list[tuple[str, str]] = []
+        self.version = 100
+        self.lock = threading.Condition()
+        self.stopping = False
+        self.server = _Server(("127.0.0.1", 0), _handler(self))
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> FakeKubeAPI:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.stopping = True
+            self.lock.notify_all()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def kubeconfig(self, path: Path, namespace: str = "jobs") -> Path:
+        """A kubeconfig file pointing at this server, with a bearer token."""
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "tester", "user": {"token": TOKEN}}],
+                    "contexts": [
+                        {
+                            "name": "fake",
+                            "context": {
+                                "cluster": "fake",
+                                "user": "tester",
+                                "namespace": namespace,
+                            },
+                        }
+                    ],
+                    "current-context": "fake",
+                }
+            )
+        )
+        return path
+
+    # --- the store ---------------------------------------------------------------------------
+
+    def _bump(self, resource: str, kind: str, obj: dict[str, Any]) -> None:
+        """Record a change (the lock is held) and wake the watchers."""
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self.history.append((self.version, resource, kind, copy.deepcopy(obj)))
+        self.lock.notify_all()
+
+    def create(self, resource: str, namespace: str, body: dict[str, Any]) -> tuple[int, dict]:
+        kind = RESOURCES[resource]
+        if body.get("kind") != kind or body.get("apiVersion") != "v1":
+            return 400, _status(400, "BadRequest", f"expected a v1 {kind}")
+        if self.validate:
+            try:
+                validate(body)
+            except kubernetes_validate.ValidationError as exc:
+                return 422, _status(422, "Invalid", f"{kind} is invalid: {exc.message}")
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        name = meta.get("name", "")
+        with self.lock:
+            if (resource, namespace, name) in self.objects:
+                return 409, _status(409, "AlreadyExists", f'{resource} "{name}" already exists')
+            meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now())
+            if resource == "secrets":
+                data = {
+                    k: base64.b64encode(v.encode()).decode()
+                    for k, v in obj.pop("stringData", {}).items()
+                }
+                obj["data"] = {**obj.get("data", {}), **data}
+            if resource == "pods":
+                obj["status"] = {"phase": "Pending", "conditions": []}
+                self.logs[name] = bytearray()
+            self.objects[(resource, namespace, name)] = obj
+            self._bump(resource, "ADDED", obj)
+            return 201, copy.deepcopy(obj)
+
+    def delete(self, resource: str, namespace: str, name: str) -> tuple[int, dict]:
+        with self.lock:
+            obj = self.objects.get((resource, namespace, name))
+            if obj is None:
+                return 404, _status(404, "NotFound", f'{resource} "{name}" not found')
+            if resource == "pods":
+                main = _main_status(obj)
+                if main is not None and "running" in main["state"]:
+                    started = main["state"]["running"]["startedAt"]
+                    main["state"] = {
+                        "terminated": {
+                            "exitCode": 143,
+                            "reason": "Error",
+                            "startedAt": started,
+                            "finishedAt": now(),
+                        }
+                    }
+                    obj["status"]["phase"] = "Failed"
+                    obj["metadata"]["deletionTimestamp"] = now()
+                    self._bump(resource, "MODIFIED", obj)
+            del self.objects[(resource, namespace, name)]
+            self._bump(resource, "DELETED", obj)
+            uid = obj["metadata"]["uid"]
+            dependents = [
+                key
+                for key, other in self.objects.items()
+                if any(r.get("uid") == uid for r in other["metadata"].get("ownerReferences", []))
+            ]
+        for dependent in dependents:
+            self.delete(*dependent)
+        return 200, _status(200, "Success", "deleted")
+
+    def get(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            obj = self.objects.get((resource, namespace, name))
+            return copy.deepcopy(obj) if obj else None
+
+    def list(self, resource: str, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+        with self.lock:
+            return [
+                copy.deepcopy(obj)
+                for (res, ns, _), obj in self.objects.items()
+                if res == resource and ns == namespace and _matches(obj, selector)
+            ]
+
+    # --- playing scheduler and kubelet ---------------------------------------------------------
+
+    def pods(self, namespace: str = "jobs") -> list[dict[str, Any]]:
+        return self.list("pods", namespace)
+
+    def pod_names(self, namespace: str = "jobs") -> list[str]:
+        return sorted(p["metadata"]["name"] for p in self.pods(namespace))
+
+    def wait_for_pods(self, count: int, namespace: str = "jobs", timeout: float = 10) -> list[str]:
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while True:
+                names = sorted(
+                    name for (res, ns, name) in self.objects if res == "pods" and ns == namespace
+                )
+                if len(names) >= count:
+                    return names
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"{len(names)} pod(s) after {timeout} s, not {count}: {names}"
+                    )
+                self.lock.wait(left)
+
+    @contextmanager
+    def _pod(self, name: str, namespace: str) -> Iterator[dict[str, Any]]:
+        with self.lock:
+            obj = self.objects[("pods", namespace, name)]
+            yield obj
+            self._bump("pods", "MODIFIED", obj)
+
+    def schedule(
+        self, name: str, node: str = "node-1", ip: str = "", namespace: str = "jobs"
+    ) -> None:
+        """The scheduler bound the pod and the kubelet gave it an address; its container waits."""
+        with self._pod(name, namespace) as pod:
+            pod["spec"]["nodeName"] = node
+            status = pod["status"]
+            status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+            status["podIP"] = ip or f"10.1.{len(self.objects) % 250}.{(self.version % 250) + 1}"
+            status["hostIP"] = "192.168.0.10"
+            status["containerStatuses"] = [
+                {
+                    "name": "main",
+                    "image": pod["spec"]["containers"][0]["image"],
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"waiting": {"reason": "ContainerCreating"}},
+                }
+            ]
+
+    def unschedulable(self, name: str, message: str, namespace: str = "jobs") -> None:
+        with self._pod(name, namespace) as pod:
+            pod["status"]["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ]
+
+    def run(self, name: str, namespace: str = "jobs") -> None:
+        with self._pod(name, namespace) as pod:
+            pod["status"]["phase"] = "Running"
+            _main_status(pod)["state"] = {"running": {"startedAt": now()}}
+
+    def exit(
+        self, name: str, code: int, reason: str | None = None, namespace: str = "jobs"
+    ) -> None:
+        """The main container ended with `code` (running first if it never ran)."""
+        with self._pod(name, namespace) as pod:
+            main = _main_status(pod)
+            started = (main["state"].get("running") or {}).get("startedAt", now())
+            main["state"] = {
+                "terminated": {
+                    "exitCode": code,
+                    "reason": reason or ("Completed" if code == 0 else "Error"),
+                    "startedAt": started,
+                    "finishedAt": now(),
+                }
+            }
+            pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+
+    def oom(self, name: str, namespace: str = "jobs") -> None:
+        self.exit(name, 137, "OOMKilled", namespace)
+
+    def waiting(self, name: str, reason: str, message: str, namespace: str = "jobs") -> None:
+        """The main container cannot start (ErrImagePull, CreateContainerConfigError ...)."""
+        with self._pod(name, namespace) as pod:
+            _main_status(pod)["state"] = {"waiting": {"reason": reason, "message": message}}
+
+    def init_failed(self, name: str, code: int, output: str, namespace: str = "jobs") -> None:
+        with self._pod(name, namespace) as pod:
+            pod["status"]["phase"] = "Failed"
+            pod["status"]["initContainerStatuses"] = [
+                {
+                    "name": "prepare",
+                    "image": pod["spec"]["initContainers"][0]["image"],
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {"exitCode": code, "reason": "Error", "message": output}
+                    },
+                }
+            ]
+
+    def evict(self, name: str, message: str, namespace: str = "jobs") -> None:
+        with self._pod(name, namespace) as pod:
+            pod["status"].update(phase="Failed", reason="Evicted", message=message)
+            pod["status"]["containerStatuses"] = []
+
+    def write_log(self, name: str, text: str) -> None:
+        with self.lock:
+            self.logs[name] += text.encode()
+            self.lock.notify_all()
+
+    def add_event(self, pod: str, message: str, namespace: str = "jobs") -> None:
+        with self.lock:
+            self.events.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "type": "Warning",
+                    "reason": "FailedScheduling",
+                    "message": message,
+                    "metadata": {"name": f"{pod}.{len(self.events)}", "namespace": namespace},
+                    "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace},
+                }
+            )
+
+    def verbs(self) -> set[tuple[str, str]]:
+        with self.lock:
+            return set(self.calls)
+
+
+# --- HTTP ----------------------------------------------------------------------------------------
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the client opens a connection per request, many at once
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (a stopped watch, a closed pool) is no error here."""
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success" if code < 300 else "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def _main_status(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for status in pod["status"].get("containerStatuses") or []:
+        if status["name"] == "main":
+            return status
+    return None
+
+
+def _matches(obj: dict[str, Any], selector: str) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key) != value.lstrip("="):
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # streams are chunked, as the client expects
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+        def _send(self, code: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _route(self) -> tuple[re.Match[str] | None, dict[str, str]]:
+            parts = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            return _PATH.match(parts.path), query
+
+        def _authorised(self) -> bool:
+            if self.headers.get("Authorization") == f"Bearer {TOKEN}":
+                return True
+            self._send(401, _status(401, "Unauthorized", "Unauthorized"))
+            return False
+
+        def _record(self, verb: str, resource: str) -> None:
+            with api.lock:
+                api.calls.append((verb, resource))
+
+        def do_POST(self) -> None:
+            match, _ = self._route()
+            if not self._authorised():
+                return
+            if match is None or match["name"] or match["resource"] == "events":
+                self._send(404, _status(404, "NotFound", "not found"))
+                return
+            self._record("create", match["resource"])
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            self._send(*api.create(match["resource"], match["ns"], body))
+
+        def do_DELETE(self) -> None:
+            match, _ = self._route()
+            if not self._authorised():
+                return
+            if match is None or not match["name"]:
+                self._send(404, _status(404, "NotFound", "not found"))
+                return
+            self._record("delete", match["resource"])
+            length = int(self.headers.get("Content-Length", 0))
+            if length:
+                self.rfile.read(length)
+            self._send(*api.delete(match["resource"], match["ns"], match["name"]))
+
+        def do_GET(self) -> None:
+            match, query = self._route()
+            if not self._authorised():
+                return
+            if match is None:
+                self._send(404, _status(404, "NotFound", f"no route {self.path}"))
+                return
+            resource, namespace, name = match["resource"], match["ns"], match["name"]
+            if match["sub"] == "log":
+                self._record("get", "pods/log")
+                self._log(namespace, name, query)
+            elif resource == "events":
+                self._record("list", "events")
+                wanted = query.get("fieldSelector", "").removeprefix("involvedObject.name=")
+                with api.lock:
+                    items = [
+                        e for e in api.events if not wanted or e["involvedObject"]["name"] == wanted
+                    ]
+                self._send(
+                    200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items}
+                )
+            elif name:
+                self._record("get", resource)
+                obj = api.get(resource, namespace, name)
+                if obj is None:
+                    self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
+                else:
+                    self._send(200, obj)
+            elif query.get("watch") in ("true", "1"):
+                self._record("watch", resource)
+                self._watch(resource, namespace, query)
+            else:
+                self._record("list", resource)
+                items = api.list(resource, namespace, query.get("labelSelector", ""))
+                if "limit" in query:
+                    items = items[: int(query["limit"])]
+                with api.lock:
+                    version = str(api.version)
+                kind = RESOURCES[resource] + "List"
+                self._send(
+                    200,
+                    {
+                        "kind": kind,
+                        "apiVersion": "v1",
+                        "metadata": {"resourceVersion": version},
+                        "items": items,
+                    },
+                )
+
+        def _stream_start(self, content_type: str = "application/json") -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+
+        def _chunk(self, data: bytes) -> None:
+            if data:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+        def _stream_end(self) -> None:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def _watch(self, resource: str, namespace: str, query: dict[str, str]) -> None:
+            since = int(query.get("resourceVersion") or api.version)
+            selector = query.get("labelSelector", "")
+            deadline = time.monotonic() + float(query.get("timeoutSeconds") or 300)
+            self._stream_start()
+            position = 0
+            try:
+                while True:
+                    with api.lock:
+                        fresh = [h for h in api.history[position:]]
+                        position = len(api.history)
+                        if not fresh:
+                            if api.stopping or time.monotonic() > deadline:
+                                break
+                            api.lock.wait(0.5)
+                            continue
+                    for version, res, kind, obj in fresh:
+                        if (
+                            version <= since
+                            or res != resource
+                            or obj["metadata"]["namespace"] != namespace
+                        ):
+                            continue
+                        if not _matches(obj, selector):
+                            continue
+                        self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                self._stream_end()
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                return
+
+        def _log(self, namespace: str, name: str, query: dict[str, str]) -> None:
+            pod = api.get("pods", namespace, name)
+            if pod is None:
+                self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
+                return
+            main = _main_status(pod)
+            if main is None or "waiting" in main["state"]:
+                self._send(
+                    400,
+                    _status(
+                        400, "BadRequest", f'container "main" in pod "{name}" is waiting to start'
+                    ),
+                )
+                return
+            follow = query.get("follow") in ("true", "1")
+            with api.lock:
+                data = bytes(api.logs.get(name, b""))
+            if "tailLines" in query:
+                lines = data.splitlines(keepends=True)
+                data = (
+                    b"".join(lines[-int(query["tailLines"]) :]) if int(query["tailLines"]) else b""
+                )
+            self._stream_start("text/plain")
+            try:
+                self._chunk(data)
+                sent = len(data) if "tailLines" not in query else None
+                while follow and sent is not None:
+                    with api.lock:
+                        current = api.objects.get(("pods", namespace, name))
+                        buffer = api.logs.get(name, bytearray())
+                        more = bytes(buffer[sent:])
+                        ended = current is None or "terminated" in (
+                            _main_status(current) or {}
+                        ).get("state", {})
+                        if not more and not ended and not api.stopping:
+                            api.lock.wait(0.5)
+                            continue
+                    if more:
+                        self._chunk(more)
+                        sent += len(more)
+                        continue
+                    break
+                self._stream_end()
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                return
+
+    return Handler
+
+
+def eventually(check: Callable[[], Any], timeout: float = 10.0, every: float = 0.05) -> Any:
+    """Call `check` until it returns something truthy; that value, or TimeoutError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not true after {timeout} s")
+        time.sleep(every)

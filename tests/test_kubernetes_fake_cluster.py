@@ -1,0 +1,596 @@
+"""The kubernetes backend driven through the real `kubernetes` client against a fake API server
+(tests/fake_kube_api.py): no cluster can run here, so each test plays scheduler and kubelet and
+moves the pods through their phases, and checks what the backend reports and leaves behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from backends.base import (
+    BackendError,
+    EventKind,
+    InstanceEvent,
+    InstanceKey,
+    InstanceStatus,
+    LaunchRequest,
+    PortRequest,
+    ResourceRequest,
+    RoleLaunch,
+)
+from backends.kubernetes import KubernetesBackend
+from backends.kubernetes_settings import KubernetesSettings
+from server.events import bus_for
+from server.jobs.exit_codes import classify
+from server.jobs.service import JobService
+from server.jobs.states import JobState
+from server.store import Store
+from tests.fake_kube_api import FakeKubeAPI, eventually
+
+pytestmark = pytest.mark.anyio
+
+ROLE_FILE = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "role.yaml"
+ENDED = (EventKind.EXITED, EventKind.STOPPED, EventKind.START_FAILED, EventKind.LOST)
+CALLS: set[tuple[str, str]] = set()  # every (verb, resource) the backend used in this module
+SCENARIOS: set[str] = set()
+
+
+def allowed_by_role() -> set[tuple[str, str]]:
+    role = yaml.safe_load(ROLE_FILE.read_text())
+    return {
+        (verb, resource)
+        for rule in role["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+@pytest.fixture
+def api(request: pytest.FixtureRequest) -> Iterator[FakeKubeAPI]:
+    with FakeKubeAPI() as fake:
+        yield fake
+    used = fake.verbs()
+    assert used <= allowed_by_role(), f"calls the Role does not allow: {used - allowed_by_role()}"
+    CALLS.update(used)
+    SCENARIOS.add(request.node.name)
+
+
+def settings(api: FakeKubeAPI, tmp_path: Path, **overrides: Any) -> KubernetesSettings:
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+    return KubernetesSettings(
+        kubeconfig=str(kubeconfig), state_dir=tmp_path / "state", stop_grace_seconds=2, **overrides
+    )
+
+
+@asynccontextmanager
+async def backend_on(
+    api: FakeKubeAPI, tmp_path: Path, **overrides: Any
+) -> AsyncIterator[KubernetesBackend]:
+    backend = KubernetesBackend(settings(api, tmp_path, **overrides))
+    backend.check()
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+class Events:
+    """Reads the backend's events in the background so a test can wait for one."""
+
+    def __init__(self, backend: KubernetesBackend) -> None:
+        self.seen: list[InstanceEvent] = []
+        self._changed = asyncio.Condition()
+        self._task = asyncio.create_task(self._pump(backend))
+
+    async def _pump(self, backend: KubernetesBackend) -> None:
+        async for event in backend.events():
+            async with self._changed:
+                self.seen.append(event)
+                self._changed.notify_all()
+
+    def of(self, kind: EventKind, role: str | None = None) -> list[InstanceEvent]:
+        return [e for e in self.seen if e.kind is kind and (role is None or e.role == role)]
+
+    def ended_all(self) -> list[InstanceEvent]:
+        return [e for e in self.seen if e.kind in ENDED]
+
+    def ended(self) -> dict[str, InstanceEvent]:
+        return {f"{e.role}-{e.index}": e for e in self.seen if e.kind in ENDED}
+
+    async def until(self, condition: Callable[[], Any], timeout: float = 10) -> Any:
+        async def wait() -> Any:
+            async with self._changed:
+                await self._changed.wait_for(condition)
+                return condition()
+
+        return await asyncio.wait_for(wait(), timeout)
+
+    def close(self) -> None:
+        self._task.cancel()
+
+
+def role(name: str, instances: int = 1, **fields: Any) -> RoleLaunch:
+    return RoleLaunch(
+        name=name,
+        instances=instances,
+        image="busybox:1.36",
+        resources=ResourceRequest(
+            cpu=1, memory_mb=256, shm_mb=64, ports=[PortRequest(label="grpc")]
+        ),
+        commands=[f"echo {name} $PAI_TASK_INDEX"],
+        **fields,
+    )
+
+
+def ps_worker(job_id: str = "psworker-0000aaaa", **fields: Any) -> LaunchRequest:
+    return LaunchRequest(
+        job_id=job_id, job_name="ps worker", roles=[role("ps"), role("worker", 2)], **fields
+    )
+
+
+def key(request: LaunchRequest, role_name: str, index: int) -> InstanceKey:
+    return InstanceKey(job_id=request.job_id, attempt=request.attempt, role=role_name, index=index)
+
+
+def pod_of(api: FakeKubeAPI, host: str) -> str:
+    """The name of the pod whose hostname is `host` (the latest run)."""
+    found = sorted(
+        (p["metadata"]["name"] for p in api.pods() if p["spec"]["hostname"] == host), key=len
+    )
+    assert found, f"no pod {host}"
+    return found[-1]
+
+
+async def log_text(backend: KubernetesBackend, instance: InstanceKey, **kw: Any) -> str:
+    return "".join([chunk.data async for chunk in backend.logs(instance, **kw)])
+
+
+# --- a whole job ---------------------------------------------------------------------------------
+
+
+async def test_fake_cluster_runs_a_two_role_job_through_every_phase(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    request = ps_worker()
+    async with backend_on(api, tmp_path) as backend:
+        events = Events(backend)
+        await backend.launch(request)
+        assert len(api.wait_for_pods(3)) == 3
+        (service,) = api.list("services", "jobs")
+        uid = service["metadata"]["uid"]
+        owned = [*api.list("configmaps", "jobs"), *api.pods()]
+        assert all(o["metadata"]["ownerReferences"][0]["uid"] == uid for o in owned)
+        assert {p["spec"]["hostname"] for p in api.pods()} == {"ps-0", "worker-0", "worker-1"}
+
+        # gang: nothing is placed while one pod finds no node; the scheduler's words are told
+        api.schedule(pod_of(api, "ps-0"), node="node-a", ip="10.0.0.10")
+        api.schedule(pod_of(api, "worker-0"), node="node-b", ip="10.0.0.11")
+        api.unschedulable(pod_of(api, "worker-1"), "0/2 nodes are available: 2 Insufficient cpu.")
+        waiting = await events.until(lambda: events.of(EventKind.WAITING))
+        assert "1 of 3 pod(s): 0/2 nodes are available: 2 Insufficient cpu." in waiting[0].reason
+        assert waiting[0].role is None
+        assert not events.of(EventKind.PLACED)
+        api.schedule(pod_of(api, "worker-1"), node="node-b", ip="10.0.0.12")
+        await events.until(lambda: len(events.of(EventKind.PLACED)) == 3)
+        placed = {f"{e.role}-{e.index}": e.placement for e in events.of(EventKind.PLACED)}
+        assert placed["worker-1"].node == "node-b"
+        assert placed["ps-0"].ports == {"grpc": [15000], "ssh": [15001], "http": [15002]}
+
+        for host in ("ps-0", "worker-0", "worker-1"):
+            api.run(pod_of(api, host))
+        await events.until(lambda: len(events.of(EventKind.STARTED)) == 3)
+        started = {f"{e.role}-{e.index}": e.placement for e in events.of(EventKind.STARTED)}
+        assert started["worker-0"].host_ip == "10.0.0.11"
+
+        # a log is followed while the instance runs, and ends with it
+        ps = key(request, "ps", 0)
+        api.write_log(pod_of(api, "ps-0"), "serving on 15002\n")
+        chunks: list[str] = []
+
+        async def follow() -> None:
+            async for chunk in backend.logs(ps, follow=True):
+                chunks.append(chunk.data)
+
+        reader = asyncio.create_task(follow())
+        await eventually_async(lambda: "serving" in "".join(chunks))
+        api.write_log(pod_of(api, "ps-0"), "worker 0 said hello\nworker 1 said hello\n")
+        for host in ("worker-0", "worker-1"):
+            api.write_log(pod_of(api, host), f"{host} done\n")
+            api.exit(pod_of(api, host), 0)
+        api.exit(pod_of(api, "ps-0"), 0)
+        ended = await events.until(lambda: len(events.ended()) == 3 and events.ended())
+        await asyncio.wait_for(reader, 5)
+        assert "".join(chunks) == "serving on 15002\nworker 0 said hello\nworker 1 said hello\n"
+        assert {k: (e.kind, e.exit_code) for k, e in ended.items()} == {
+            "ps-0": (EventKind.EXITED, 0),
+            "worker-0": (EventKind.EXITED, 0),
+            "worker-1": (EventKind.EXITED, 0),
+        }
+        assert await log_text(backend, ps, tail=1) == "worker 1 said hello\n"
+        reports = {f"{r.key.role}-{r.key.index}": r for r in await backend.reconcile()}
+        assert {k: (r.status, r.exit_code) for k, r in reports.items()} == {
+            k: (InstanceStatus.EXITED, 0) for k in ("ps-0", "worker-0", "worker-1")
+        }
+
+        await backend.forget(request.job_id, 1)
+        assert api.objects == {}
+        # the logs outlive the pods
+        assert await log_text(backend, key(request, "worker", 1)) == "worker-1 done\n"
+        events.close()
+
+
+async def eventually_async(check: Callable[[], Any], timeout: float = 5) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.02)
+
+
+# --- how instances fail --------------------------------------------------------------------------
+
+
+async def test_fake_cluster_failures_oom_and_start_errors_are_told_with_their_cause(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    request = LaunchRequest(
+        job_id="broken-0000bbbb",
+        job_name="broken",
+        roles=[role("worker", 3), role("ps")],
+    )
+    async with backend_on(api, tmp_path) as backend:
+        events = Events(backend)
+        await backend.launch(request)
+        api.wait_for_pods(4)
+        for host in ("worker-0", "worker-1", "worker-2", "ps-0"):
+            api.schedule(pod_of(api, host))
+        await events.until(lambda: len(events.of(EventKind.PLACED)) == 4)
+        api.run(pod_of(api, "worker-0"))
+        api.write_log(
+            pod_of(api, "worker-0"), "Traceback\nModuleNotFoundError: No module named 'tf'\n"
+        )
+        api.exit(pod_of(api, "worker-0"), 1)
+        api.run(pod_of(api, "worker-1"))
+        api.oom(pod_of(api, "worker-1"))
+        api.waiting(
+            pod_of(api, "worker-2"),
+            "ErrImagePull",
+            'failed to pull image "busybox:1.36": pull access denied, repository does not exist',
+        )
+        api.evict(pod_of(api, "ps-0"), "The node was low on resource: memory.")
+        ended = await events.until(lambda: len(events.ended()) == 4 and events.ended())
+
+        failed = ended["worker-0"]
+        assert (failed.kind, failed.exit_code, failed.oom_killed) == (EventKind.EXITED, 1, False)
+        tail = await log_text(backend, failed.key, tail=5)
+        assert classify(1, log_tail=tail).code == 232  # the log's ImportError is recognised
+        oom = ended["worker-1"]
+        assert (oom.kind, oom.exit_code, oom.oom_killed) == (EventKind.EXITED, 137, True)
+        assert oom.reason == "killed: memory limit of 256 MB exceeded"
+        pull = ended["worker-2"]
+        assert pull.kind is EventKind.START_FAILED
+        assert "image 'busybox:1.36' cannot be pulled (ErrImagePull)" in (pull.reason or "")
+        assert classify(None, start_failed_reason=pull.reason).code == 254  # never retried
+        evicted = ended["ps-0"]
+        assert evicted.kind is EventKind.LOST
+        assert evicted.reason == "Evicted: The node was low on resource: memory."
+        # the pod that could not pull is taken away at once
+        await asyncio.to_thread(eventually, lambda: pod_of_missing(api, "worker-2"))
+        events.close()
+
+
+def pod_of_missing(api: FakeKubeAPI, host: str) -> bool:
+    return all(p["spec"]["hostname"] != host for p in api.pods())
+
+
+async def test_fake_cluster_an_init_container_failure_is_a_start_failure(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    request = LaunchRequest(job_id="hostnet-0000cccc", job_name="hostnet", roles=[role("worker")])
+    async with backend_on(api, tmp_path, host_network=True) as backend:
+        events = Events(backend)
+        await backend.launch(request)
+        (name,) = api.wait_for_pods(1)
+        assert api.get("pods", "jobs", name)["spec"]["hostNetwork"] is True
+        api.schedule(name)
+        await events.until(lambda: events.of(EventKind.PLACED))
+        api.init_failed(name, 10, "[paigraph] port 23505: address already in use on node node-1")
+        (ended,) = (await events.until(lambda: events.ended())).values()
+        assert ended.kind is EventKind.START_FAILED
+        assert "init container 'prepare' exited with code 10" in (ended.reason or "")
+        info = classify(None, start_failed_reason=ended.reason)
+        assert (info.code, info.behaviour) == (253, "TRANSIENT")  # retried, as in OpenPAI
+        events.close()
+
+
+# --- waiting for the cluster ---------------------------------------------------------------------
+
+
+async def test_fake_cluster_an_unschedulable_gang_times_out_with_the_reason(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    request = ps_worker("gang-0000dddd")
+    async with backend_on(api, tmp_path, gang_timeout_seconds=1) as backend:
+        events = Events(backend)
+        await backend.launch(request)
+        api.wait_for_pods(3)
+        api.schedule(pod_of(api, "ps-0"))
+        api.schedule(pod_of(api, "worker-0"))
+        api.add_event(
+            pod_of(api, "worker-1"), "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+        )
+        ended = await events.until(lambda: len(events.ended()) == 3 and events.ended(), timeout=10)
+        assert not events.of(EventKind.PLACED)  # the gang never formed
+        for event in ended.values():
+            assert event.kind is EventKind.START_FAILED
+            assert event.reason == (
+                "not every pod of the attempt was scheduled within 1 s (2 of 3 were): "
+                "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+            )
+        await asyncio.to_thread(eventually, lambda: api.pods() == [])
+        events.close()
+
+
+# --- stopping ------------------------------------------------------------------------------------
+
+
+async def test_fake_cluster_stop_ends_running_and_waiting_instances(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    request = ps_worker("stopme-0000eeee")
+    async with backend_on(api, tmp_path) as backend:
+        events = Events(backend)
+        await backend.launch(request)
+        api.wait_for_pods(3)
+        for host in ("ps-0", "worker-0"):
+            api.schedule(pod_of(api, host))
+            api.run(pod_of(api, host))
+        api.write_log(pod_of(api, "ps-0"), "about to be stopped\n")
+        ps = key(request, "ps", 0)
+        # copied while it runs, even though the gang never formed
+        for _ in range(100):
+            if await log_text(backend, ps):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.wait_for(backend.stop(request.job_id, 1, grace_seconds=3), 10)
+        # every instance has ended when stop returns (its events may still be on their way)
+        ended = await events.until(lambda: len(events.ended()) == 3 and events.ended(), 1)
+        assert (ended["ps-0"].kind, ended["ps-0"].exit_code) == (EventKind.STOPPED, 143)
+        assert ended["worker-1"].kind is EventKind.STOPPED
+        assert ended["worker-1"].reason == "stopped before it started"
+        assert api.pods() == []
+        assert await log_text(backend, ps) == "about to be stopped\n"
+        with pytest.raises(BackendError, match="being stopped"):
+            await backend.relaunch(key(request, "ps", 0))
+        events.close()
+
+
+# --- after a restart -----------------------------------------------------------------------------
+
+
+async def test_fake_cluster_a_restarted_backend_adopts_what_runs_and_what_ended(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    request = ps_worker("adopt-0000ffff", secrets={"token": "t0k3n"})
+    async with backend_on(api, tmp_path) as first:
+        events = Events(first)
+        await first.launch(request)
+        api.wait_for_pods(3)
+        for host in ("ps-0", "worker-0", "worker-1"):
+            api.schedule(pod_of(api, host))
+            api.run(pod_of(api, host))
+            api.write_log(pod_of(api, host), f"{host} up\n")
+        api.exit(pod_of(api, "worker-0"), 0)
+        await events.until(lambda: events.ended().get("worker-0"))
+        events.close()
+    # while no server runs, worker-1 fails
+    api.write_log(pod_of(api, "worker-1"), "worker-1 failing\n")
+    api.exit(pod_of(api, "worker-1"), 3)
+
+    async with backend_on(api, tmp_path) as second:
+        events = Events(second)
+        reports = {f"{r.key.role}-{r.key.index}": r for r in await second.reconcile()}
+        assert {k: (r.status, r.exit_code) for k, r in reports.items()} == {
+            "ps-0": (InstanceStatus.RUNNING, None),
+            "worker-0": (InstanceStatus.EXITED, 0),
+            "worker-1": (InstanceStatus.EXITED, 3),
+        }
+        assert (
+            await log_text(second, key(request, "worker", 1)) == "worker-1 up\nworker-1 failing\n"
+        )
+        # an adopted instance runs again from the objects in the cluster, secrets included
+        await second.relaunch(key(request, "worker", 1))
+        await asyncio.to_thread(
+            eventually, lambda: len(api.pods()) == 3 and pod_of(api, "worker-1").endswith("-r2")
+        )
+        again = api.get("pods", "jobs", pod_of(api, "worker-1"))
+        assert again["metadata"]["labels"]["paigraph.io/run"] == "2"
+        assert any(v["name"] == "secrets" for v in again["spec"]["volumes"])
+        api.schedule(again["metadata"]["name"])
+        api.run(again["metadata"]["name"])
+        api.write_log(again["metadata"]["name"], "second try\n")
+        api.exit(again["metadata"]["name"], 0)
+        api.exit(pod_of(api, "ps-0"), 0)
+
+        def runs() -> list[InstanceEvent]:
+            return [e for e in events.ended_all() if e.role == "worker" and e.index == 1]
+
+        await events.until(lambda: "ps-0" in events.ended() and len(runs()) == 2)
+        assert [e.exit_code for e in runs()] == [3, 0]  # adopted as it ended, then the new run
+        text = await log_text(second, key(request, "worker", 1))
+        assert text.endswith("task retry 1: starting task attempt 2\nsecond try\n")
+        assert text.startswith("worker-1 up\nworker-1 failing\n")
+        await second.forget(request.job_id, 1)
+        assert api.objects == {}  # pods, Service, ConfigMap and the job's Secret
+        events.close()
+
+
+# --- through the job service ---------------------------------------------------------------------
+
+
+async def test_fake_cluster_the_service_runs_a_job_to_succeeded(
+    api: FakeKubeAPI, tmp_path: Path, store: Store, db_url: str
+) -> None:
+    config = json.dumps(_pingpong())
+    bus = bus_for(db_url)
+    backend = KubernetesBackend(settings(api, tmp_path))
+    service = JobService(store, backend, bus)
+    await service.start()
+    try:
+        user = store.create_user("kate", admin=True)[0]
+        outcome = await service.submit(user, config)
+        assert outcome.errors == [] and outcome.job is not None
+        job_id = outcome.job.id
+        names = await asyncio.to_thread(api.wait_for_pods, 3)
+        for number, name in enumerate(names):
+            api.schedule(name, node=f"node-{number}", ip=f"10.2.0.{number + 1}")
+            api.run(name)
+            api.write_log(name, f"{name} ran\n")
+        for name in names:
+            api.exit(name, 0)
+
+        async def done() -> Any:
+            job = await asyncio.to_thread(store.get_job, job_id)
+            return job if job is not None and job.state.is_final else None
+
+        job = None
+        async with asyncio.timeout(15):
+            while (job := await done()) is None:
+                await asyncio.sleep(0.05)
+        assert job.state is JobState.SUCCEEDED
+        found = await asyncio.to_thread(store.instances_for_jobs, [job_id])
+        assert sorted(i.host_ip for i in found[job_id]) == ["10.2.0.1", "10.2.0.2", "10.2.0.3"]
+        chunks = [c.data async for c in service.logs(job_id, "worker", 1)]
+        assert "".join(chunks).endswith("ran\n")
+        # the ended attempt is released: nothing of it stays in the cluster
+        await asyncio.to_thread(eventually, lambda: api.objects == {})
+
+        # what a cluster cannot serve is refused at submission, saying which prerequisite,
+        # and nothing is stored or created
+        hdfs = _pingpong()
+        hdfs["prerequisites"].append({"name": "corpus", "type": "data", "uri": ["hdfs://nn/x"]})
+        hdfs["taskRoles"]["worker"]["data"] = "corpus"
+        refused = await service.submit(user, json.dumps(hdfs))
+        assert refused.job is None
+        assert [(e.path, e.code) for e in refused.errors] == [(["taskRoles"], "refused")]
+        message = refused.errors[0].message
+        assert "task role 'worker': prerequisite 'corpus': hdfs://nn/x cannot be fetched" in message
+        page = await asyncio.to_thread(store.list_jobs)
+        assert [j.id for j in page.jobs] == [job_id]
+        assert api.objects == {}
+    finally:
+        await service.close()
+        with contextlib.suppress(Exception):
+            await bus.close()
+
+
+# --- paigraph serve --backend kubernetes --------------------------------------------------------
+
+
+async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "PAIGRAPH_KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig")),
+        "PAIGRAPH_K8S_STATE": str(tmp_path / "state"),
+        "PAIGRAPH_DB": f"sqlite:///{tmp_path / 'paigraph.db'}",
+    }
+    env.pop("PAIGRAPH_K8S_NAMESPACE", None)
+    command = [sys.executable, "-m", "server.cli", "serve", "--backend", "kubernetes"]
+    server = subprocess.Popen(
+        [*command, "--port", str(port), "--namespace", "jobs"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "serve.log").open("wb"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+
+            async def graphql(query: str, **variables: Any) -> dict[str, Any]:
+                answer = await client.post(
+                    "/graphql", json={"query": query, "variables": variables}
+                )
+                body = answer.json()
+                assert "errors" not in body, body
+                return body["data"]
+
+            async with asyncio.timeout(30):
+                while True:
+                    with contextlib.suppress(httpx.TransportError):
+                        if (await client.get("/healthz")).status_code == 200:
+                            break
+                    assert server.poll() is None, (tmp_path / "serve.log").read_text()
+                    await asyncio.sleep(0.1)
+            submitted = await graphql(
+                "mutation($c: String!) { submitJob(input: {config: $c}) {"
+                " job { id } errors { path message } } }",
+                c=json.dumps(_pingpong()),
+            )
+            assert submitted["submitJob"]["errors"] == []
+            job_id = submitted["submitJob"]["job"]["id"]
+            names = await asyncio.to_thread(api.wait_for_pods, 3)
+            for name in names:
+                api.schedule(name)
+                api.run(name)
+                api.exit(name, 0)
+            query = "query($id: ID!) { job(id: $id) { state taskRoles { instances { hostIp } } } }"
+            async with asyncio.timeout(15):
+                while (job := (await graphql(query, id=job_id))["job"])["state"] != "SUCCEEDED":
+                    assert job["state"] not in ("FAILED", "STOPPED"), job
+                    await asyncio.sleep(0.1)
+            ips = [i["hostIp"] for r in job["taskRoles"] for i in r["instances"]]
+            assert len(ips) == 3 and all(ip.startswith("10.") for ip in ips)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(20)
+
+
+def _pingpong() -> dict[str, Any]:
+    return {
+        "protocolVersion": 2,
+        "name": "pingpong",
+        "type": "job",
+        "prerequisites": [{"name": "bb", "type": "dockerimage", "uri": "busybox:1.36"}],
+        "taskRoles": {
+            name: {
+                "instances": count,
+                "dockerImage": "bb",
+                "resourcePerInstance": {"cpu": 1, "memoryMB": 256, "gpu": 0},
+                "commands": ["echo $PAI_TASK_ROLE_ps_HOST_LIST"],
+            }
+            for name, count in (("ps", 1), ("worker", 2))
+        },
+    }
+
+
+# --- the Role it is deployed with ----------------------------------------------------------------
+
+
+async def test_fake_cluster_the_role_grants_exactly_what_the_backend_uses() -> None:
+    others = {
+        name
+        for name, value in globals().items()
+        if name.startswith("test_fake_cluster_") and callable(value) and "role_grants" not in name
+    }
+    ran = {name.split("[", 1)[0] for name in SCENARIOS}
+    if not others <= ran:
+        pytest.skip("needs every other fake-cluster test of this module to have run first")
+    assert allowed_by_role() == CALLS

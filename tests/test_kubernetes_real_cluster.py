@@ -1,0 +1,114 @@
+"""The two-role ps/worker job on a real Kubernetes cluster.
+
+Skipped unless PAIGRAPH_TEST_KUBECONFIG names a kubeconfig; the cluster must be able to pull
+`busybox` (or the image in PAIGRAPH_TEST_K8S_IMAGE). The namespace is the kubeconfig context's,
+or PAIGRAPH_TEST_K8S_NAMESPACE. Everything the test creates is removed at its end.
+
+    PAIGRAPH_TEST_KUBECONFIG=~/.kube/config pytest -q tests/test_kubernetes_real_cluster.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from backends.base import (
+    EventKind,
+    InstanceEvent,
+    InstanceKey,
+    LaunchRequest,
+    ResourceRequest,
+    RoleLaunch,
+)
+from backends.kubernetes import KubernetesBackend
+from backends.kubernetes_settings import KubernetesSettings
+
+KUBECONFIG = os.environ.get("PAIGRAPH_TEST_KUBECONFIG")
+IMAGE = os.environ.get("PAIGRAPH_TEST_K8S_IMAGE", "busybox:1.36")
+ENDED = (EventKind.EXITED, EventKind.STOPPED, EventKind.START_FAILED, EventKind.LOST)
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(not KUBECONFIG, reason="set PAIGRAPH_TEST_KUBECONFIG to run on a cluster"),
+]
+
+# The ps serves a CGI endpoint on its http port and exits once both workers were heard; each
+# worker finds the ps by its stable name in PAI_TASK_ROLE_ps_HOST_LIST and posts to it.
+PS = [
+    "mkdir -p /tmp/www/cgi-bin",
+    "printf '%s\\n' '#!/bin/sh' 'echo Content-Type: text/plain' 'echo'"
+    " 'body=$(head -c \"$CONTENT_LENGTH\")' 'echo \"$body\" >> /tmp/heard'"
+    " 'echo \"ack $body\"' > /tmp/www/cgi-bin/talk",
+    "chmod +x /tmp/www/cgi-bin/talk && touch /tmp/heard",
+    "httpd -p $PAI_CONTAINER_HOST_PORT -h /tmp/www",
+    "while [ $(wc -l < /tmp/heard) -lt 2 ]; do sleep 1; done",
+    "sort /tmp/heard",
+]
+WORKER = [
+    "ps_address=${PAI_TASK_ROLE_ps_HOST_LIST%%,*}",
+    "for i in $(seq 1 120); do"
+    ' wget -q -O /tmp/answer --post-data "worker $PAI_TASK_INDEX" http://$ps_address/cgi-bin/talk'
+    " && break; sleep 1; done",
+    "cat /tmp/answer",
+    'grep -q "ack worker $PAI_TASK_INDEX" /tmp/answer',
+]
+
+
+def _role(name: str, commands: list[str], instances: int) -> RoleLaunch:
+    return RoleLaunch(
+        name=name,
+        instances=instances,
+        image=IMAGE,
+        resources=ResourceRequest(cpu=1, memory_mb=128, shm_mb=64),
+        commands=commands,
+    )
+
+
+async def test_a_ps_worker_job_runs_on_a_real_cluster(tmp_path: Path) -> None:
+    settings = KubernetesSettings(
+        kubeconfig=str(Path(KUBECONFIG or "").expanduser()),
+        namespace=os.environ.get("PAIGRAPH_TEST_K8S_NAMESPACE") or None,
+        owner=f"test-{uuid.uuid4().hex[:8]}",
+        state_dir=tmp_path,
+        gang_timeout_seconds=300,
+        stop_grace_seconds=5,
+    )
+    backend = KubernetesBackend(settings)
+    backend.check()
+    await backend.start()
+    request = LaunchRequest(
+        job_id=f"psworker-{uuid.uuid4().hex[:8]}",
+        job_name="ps worker",
+        roles=[_role("ps", PS, 1), _role("worker", WORKER, 2)],
+    )
+    seen: list[InstanceEvent] = []
+
+    async def collect() -> None:
+        async for event in backend.events():
+            seen.append(event)
+
+    reader = asyncio.create_task(collect())
+    try:
+        await backend.launch(request)
+        async with asyncio.timeout(600):
+            while sum(e.kind in ENDED for e in seen) < 3:
+                await asyncio.sleep(1)
+        ended = {f"{e.role}-{e.index}": e for e in seen if e.kind in ENDED}
+        assert {k: (e.kind, e.exit_code) for k, e in ended.items()} == {
+            "ps-0": (EventKind.EXITED, 0),
+            "worker-0": (EventKind.EXITED, 0),
+            "worker-1": (EventKind.EXITED, 0),
+        }, {k: e.reason for k, e in ended.items()}
+        placed = [e for e in seen if e.kind is EventKind.STARTED]
+        assert len({e.placement.host_ip for e in placed if e.placement}) == 3
+        ps = InstanceKey(job_id=request.job_id, attempt=1, role="ps", index=0)
+        log = "".join([chunk.data async for chunk in backend.logs(ps)])
+        assert "worker 0\nworker 1" in log
+    finally:
+        reader.cancel()
+        await backend.forget(request.job_id, 1)
+        await backend.close()
