@@ -22,6 +22,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from backends import docker_records as records
@@ -70,6 +71,7 @@ from backends.docker_specs import (
     safe,
 )
 from backends.entrypoint import WORK_DIR
+from backends.log_stream import stream_log
 from backends.runtime_env import runtime_env
 from simulator.cluster import Cluster, Demand, NeverFits, Placed, Shortage, Slot
 from simulator.containers import (
@@ -99,7 +101,6 @@ _FETCH_KIND = {
     Fetch.CLONE: MaterialKind.CLONE,
     Fetch.MOUNT: MaterialKind.MOUNT,
 }
-_POLL_SECONDS = 0.2
 _PARALLEL_STARTS = 16
 
 
@@ -194,21 +195,16 @@ class DockerBackend:
         path = records.log_file(directory)
         if not directory.is_dir():
             raise UnknownInstance(f"no instance {key.role}-{key.index} in attempt {key.attempt}")
-        if tail is not None:
-            offset = await asyncio.to_thread(records.tail_offset, path, tail)
-        while True:
-            data = await asyncio.to_thread(records.read_from, path, offset)
-            if data:
-                yield LogChunk(key=key, offset=offset, data=data.decode("utf-8", "replace"))
-                offset += len(data)
-                continue
-            if not follow or records.has_exit(directory):
-                # one last read: output written just before the end
-                data = await asyncio.to_thread(records.read_from, path, offset)
-                if data:
-                    yield LogChunk(key=key, offset=offset, data=data.decode("utf-8", "replace"))
-                return
-            await asyncio.sleep(_POLL_SECONDS)
+        async for chunk in stream_log(
+            key,
+            read_from=partial(records.read_from, path),
+            tail_offset=partial(records.tail_offset, path),
+            running=lambda: not records.has_exit(directory),
+            offset=offset,
+            tail=tail,
+            follow=follow,
+        ):
+            yield chunk
 
     async def relaunch(self, key: InstanceKey) -> None:
         await asyncio.to_thread(self._relaunch, key)

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from kubernetes import client as k8s
@@ -70,13 +71,13 @@ from backends.kubernetes_names import (
 )
 from backends.kubernetes_pods import PodFacts, Termination, pod_facts
 from backends.kubernetes_settings import KubernetesSettings, load_settings
+from backends.log_stream import stream_log
 
 __all__ = ["KubernetesBackend", "api_client"]
 
 log = logging.getLogger(__name__)
 
 _WATCH_SECONDS = 300  # a watch is renewed from its resource version after this long
-_POLL_SECONDS = 0.2  # how often a followed log file is read again
 _STOP_EXTRA_SECONDS = 15.0  # a stop waits this long past the grace period for the pods' ends
 _PARALLEL = 8
 
@@ -240,20 +241,16 @@ class KubernetesBackend:
     ) -> AsyncIterator[LogChunk]:
         if not self.logbook.exists(key):
             raise UnknownInstance(f"no instance {key.role}-{key.index} in attempt {key.attempt}")
-        if tail is not None:
-            offset = await asyncio.to_thread(self.logbook.tail_offset, key, tail)
-        while True:
-            data = await asyncio.to_thread(self.logbook.read_from, key, offset)
-            if data:
-                yield LogChunk(key=key, offset=offset, data=data.decode("utf-8", "replace"))
-                offset += len(data)
-                continue
-            if not follow or not self._live(key):
-                data = await asyncio.to_thread(self.logbook.read_from, key, offset)
-                if data:
-                    yield LogChunk(key=key, offset=offset, data=data.decode("utf-8", "replace"))
-                return
-            await asyncio.sleep(_POLL_SECONDS)
+        async for chunk in stream_log(
+            key,
+            read_from=partial(self.logbook.read_from, key),
+            tail_offset=partial(self.logbook.tail_offset, key),
+            running=lambda: self._live(key),
+            offset=offset,
+            tail=tail,
+            follow=follow,
+        ):
+            yield chunk
 
     async def relaunch(self, key: InstanceKey) -> None:
         await asyncio.to_thread(self._relaunch, key)

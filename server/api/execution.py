@@ -194,7 +194,7 @@ def _read_for(field: GraphQLField) -> LeafRead | ObjectsRead | None:
     non_null, inner = _unwrap(field.type)
     is_list = isinstance(inner, GraphQLList)
     items_non_null = False
-    if isinstance(inner, GraphQLList):
+    if is_list:
         items_non_null, inner = _unwrap(inner.of_type)
     if not is_leaf_type(inner):
         return None

@@ -18,10 +18,10 @@ from strawberry.scalars import JSON
 
 from server.api.context import Info
 from server.api.loaders import Loaders
-from server.api.types import Node, PageInfo, Prerequisite, TaskRole, User
+from server.api.types import Node, PageInfo, Prerequisite, TaskRole, User, owner_of
 from server.marketplace.items import ItemDocument, Problems, api_id, item_key, read_item
 from server.marketplace.lookup import ItemKind
-from server.protocol import resolve_job
+from server.protocol.render import render_job
 from server.store import Store
 from server.store.marketplace_values import ItemSort, ItemVersion, Reader, Visibility
 from server.store.marketplace_values import MarketplaceItem as StoredItem
@@ -207,10 +207,7 @@ class MarketplaceItem(Node):
 
     @strawberry.field(description="Who published the item.")
     async def owner(self, info: Info) -> User:
-        user = await info.context.loaders.user.load(self.owner_id)
-        if user is None:  # a foreign key guarantees the row
-            raise RuntimeError(f"marketplace item {self.key} has no owner row")
-        return User.from_value(user)
+        return await owner_of(info, self.owner_id, f"marketplace item {self.key}")
 
     @strawberry.field(description="The YAML of the version shown, as published.")
     async def content(self, info: Info) -> str:
@@ -247,7 +244,7 @@ class MarketplaceItem(Node):
         document = await marketplace_loaders(info).document(self.key, self.version)
         if document is None or document.spec is None:
             return []
-        rendered = resolve_job(document.content).spec or document.spec
+        rendered, _ = render_job(document.spec)  # the document was parsed once, by the loader
         info.context.loaders.instances.prime("", [])  # an item's roles have no instances
         return [TaskRole.from_spec("", rendered, role) for role in rendered.task_roles]
 

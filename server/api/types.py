@@ -211,6 +211,14 @@ def role_prerequisites(spec: JobSpec, role: SpecTaskRole) -> list[Prerequisite]:
     return result
 
 
+async def owner_of(info: Info, user_id: int, what: str) -> User:
+    """The user who owns `what` (a job, an item), through the request's loader."""
+    user = await info.context.loaders.user.load(user_id)
+    if user is None:  # a foreign key guarantees the row; a vanished one is our fault
+        raise RuntimeError(f"{what} has no owner row")
+    return User.from_value(user)
+
+
 @strawberry.type(description="A group of host ports an instance holds under one label.")
 class PortAllocation:
     label: str
@@ -389,10 +397,7 @@ class Job(Node):
 
     @strawberry.field(description="Who submitted the job.")
     async def user(self, info: Info) -> User:
-        user = await info.context.loaders.user.load(self.owner_id)
-        if user is None:  # a foreign key guarantees the row; a vanished one is our fault
-            raise RuntimeError(f"job {self.key} has no owner row")
-        return User.from_value(user)
+        return await owner_of(info, self.owner_id, f"job {self.key}")
 
     @strawberry.field(
         description="The config as submitted, with its secrets masked. Every user can read "

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, Row, insert, select, tuple_, update
+from sqlalchemy import Engine, Row, Select, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlmodel import col
@@ -300,11 +300,7 @@ class JobStore(Repository):
             query = query.join(
                 JobRow, (JobRow.id == InstanceRow.job_id) & (JobRow.attempt == InstanceRow.attempt)
             )
-        with self._read() as session:
-            for row in session.connection().execute(query.order_by(*_INSTANCE_ORDER)).all():
-                instance = _instance(row)
-                result[instance.job_id].append(instance)
-        return result
+        return self._read_instances(query, result)
 
     def current_instances(self, attempts: Mapping[str, int]) -> dict[str, list[Instance]]:
         """Like instances_for_jobs, for jobs whose current attempt the caller has just read
@@ -313,12 +309,22 @@ class JobStore(Repository):
         if not attempts:
             return result
         query = select(*_INSTANCE_COLUMNS).where(col(InstanceRow.job_id).in_(list(attempts)))
+        return self._read_instances(query, result, attempts)
+
+    def _read_instances(
+        self,
+        query: Select[Any],
+        into: dict[str, list[Instance]],
+        attempts: Mapping[str, int] | None = None,
+    ) -> dict[str, list[Instance]]:
+        """The rows of `query` in order, added to their jobs' lists in `into`; with
+        `attempts`, only those of each job's given attempt."""
         with self._read() as session:
             for row in session.connection().execute(query.order_by(*_INSTANCE_ORDER)).all():
                 instance = _instance(row)
-                if instance.attempt == attempts[instance.job_id]:
-                    result[instance.job_id].append(instance)
-        return result
+                if attempts is None or instance.attempt == attempts[instance.job_id]:
+                    into[instance.job_id].append(instance)
+        return into
 
     def events_after(self, job_id: str, sequence: int = 0, limit: int = 100) -> list[Event]:
         """The job's events with a sequence above `sequence`, oldest first, at most `limit`."""
@@ -546,24 +552,8 @@ def _job(row: Row[Any]) -> Job:
 
 
 def _instance(row: Row[Any]) -> Instance:
-    (job_id, attempt, role, index, task_attempt, state, reason, code, exit_reason) = row[:9]
-    node, host_ip, ports, started, finished = row[9:]
-    return Instance(
-        job_id=job_id,
-        attempt=attempt,
-        role=role,
-        index=index,
-        task_attempt=task_attempt,
-        state=JobState(state),
-        state_reason=reason,
-        exit_code=code,
-        exit_reason=exit_reason,
-        node=node,
-        host_ip=host_ip,
-        ports=ports,
-        started_at=started,
-        finished_at=finished,
-    )
+    """_INSTANCE_COLUMNS are Instance's fields in order; only the state needs converting."""
+    return Instance(*row[:5], JobState(row[5]), *row[6:])
 
 
 def _event(row: Row[Any]) -> Event:
