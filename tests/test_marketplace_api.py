@@ -585,3 +585,15 @@ async def test_a_data_item_published_by_one_user_is_read_by_another_users_job(
         assert [(e["path"], e["code"]) for e in refused["errors"]] == [
             (["taskRoles", "taskrole", "data"], "not-found")
         ]
+
+
+async def test_json_values_orjson_cannot_encode_still_come_back_exactly(db_url: str) -> None:
+    """Responses are encoded with orjson, which refuses integers beyond 64 bits; a template's
+    parameters may hold one, and the answer must still carry it, digit for digit."""
+    async with api(db_url) as server:
+        server.user("ann")
+        huge = 2**70 + 1
+        text = template("big", parameters={"seed": huge, "greeting": "grüße ✓"})
+        item = await server.published("ann", text)
+        shown = await server.get("ann", item["id"])
+        assert shown["parameters"] == {"seed": huge, "greeting": "grüße ✓"}

@@ -8,8 +8,10 @@ itself (a GET without a query) needs no token. Websockets authenticate with the 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
@@ -74,6 +76,15 @@ class GraphQLView(GraphQL[Context, None]):
     def __init__(self, schema: Any, slot: RuntimeSlot) -> None:
         super().__init__(schema, subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL])
         self.slot = slot
+
+    def encode_json(self, data: object) -> str:
+        """orjson: a page of jobs encodes in a tenth of the time. Text, not bytes, because
+        websocket messages of graphql-transport-ws are text frames; the rare value orjson
+        refuses (an integer beyond 64 bits in a JSON scalar) goes through the json module."""
+        try:
+            return orjson.dumps(data).decode()
+        except TypeError:
+            return json.dumps(data, separators=(",", ":"))
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
         runtime = self.slot.get()

@@ -19,10 +19,12 @@ same data and errors as without this class. Plans live as long as one execution.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from graphql import (
@@ -37,6 +39,7 @@ from graphql import (
     GraphQLObjectType,
     GraphQLOutputType,
     GraphQLResolveInfo,
+    GraphQLResolveInfoHelpers,
     GraphQLString,
     is_leaf_type,
 )
@@ -131,6 +134,9 @@ class LeafRead:
 
     def complete(self, source: Any) -> Any:
         value = self.read(source, self.attribute)
+        return self.complete_value(value)
+
+    def complete_value(self, value: Any) -> Any:
         if value is None:
             return _SLOW if self.non_null else None
         if not self.is_list:
@@ -202,6 +208,80 @@ def _read_for(field: GraphQLField) -> LeafRead | ObjectsRead | None:
 
 
 _Plan = tuple[str, FieldDetailsList, LeafRead | ObjectsRead | None]
+Compiled = Callable[[Any], Any]  # a value -> its completed dict, or _SLOW
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One field of a compiled selection: a leaf, or a list of objects completed by `items`
+    (whose values must be of the exact class `item_class`)."""
+
+    name: str
+    get: Callable[[Any], Any]
+    leaf: LeafRead | None
+    items: Compiled | None = None
+    item_class: type | None = None
+
+
+def compile_selection(steps: Sequence[Step]) -> Compiled:
+    """A completion of a selection of attribute fields only, scalars, enums and lists of
+    objects whose own selections are such, with no paths built: _SLOW as soon as a value
+    would need anything else (a null where none is allowed, a value a scalar refuses, an item
+    of another class), and the caller then completes the whole value the general way."""
+    fields = tuple((s.name, s.get, s.leaf, s.items, s.item_class) for s in steps)
+
+    def complete(source: Any) -> Any:
+        out = {}
+        for name, get, leaf, items, item_class in fields:
+            value = get(source)
+            if leaf is not None:
+                if value is None:
+                    if leaf.non_null:
+                        return _SLOW
+                    out[name] = None
+                    continue
+                value = leaf.complete_value(value) if leaf.is_list else leaf.coerce(value)
+                if value is _SLOW:
+                    return _SLOW
+                out[name] = value
+                continue
+            if type(value) not in _LISTS:
+                return _SLOW
+            value = complete_items(items, item_class, value)  # type: ignore[arg-type]
+            if value is _SLOW:
+                return _SLOW
+            out[name] = value
+        return out
+
+    return complete
+
+
+def complete_items(completion: Compiled, item_class: type, items: Sequence[Any]) -> Any:
+    """Each item through `completion`, or _SLOW when one is not of `item_class` or needs
+    the general way."""
+    completed = []
+    for item in items:
+        if type(item) is not item_class:
+            return _SLOW
+        value = completion(item)
+        if value is _SLOW:
+            return _SLOW
+        completed.append(value)
+    return completed
+
+
+def _getter(read: Callable[[Any, str], Any], attribute: str) -> Callable[[Any], Any]:
+    if read is getattr:
+        return attrgetter(attribute)
+    return lambda source: read(source, attribute)
+
+
+def origin_class(object_type: GraphQLObjectType) -> type | None:
+    """The Python class strawberry made `object_type` from."""
+    definition = object_type.extensions.get(STRAWBERRY_FIELD)
+    origin = getattr(definition, "origin", None)
+    return origin if isinstance(origin, type) else None
+
 
 SHARED_VALUE = "__paigraph_shared_value__"
 
@@ -251,8 +331,10 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         # Keyed by id(); each value keeps its key object alive so the id cannot be reused.
         self._plans: dict[int, tuple[GroupedFieldSet, GraphQLObjectType, list[_Plan]]] = {}
         self._object_lists: dict[int, tuple[GraphQLOutputType, ObjectList | None]] = {}
+        self._compilations: dict[int, tuple[GroupedFieldSet, Compiled | None]] = {}
         manager = self.middleware_manager
         self._has_middleware = manager is not None and bool(manager.middlewares)
+        self.async_helpers = _helpers_of(self)
 
     def _plan(self, parent_type: GraphQLObjectType, fields: GroupedFieldSet) -> list[_Plan]:
         cached = self._plans.get(id(fields))
@@ -264,6 +346,35 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
             plan.append((response_name, details, field and field_read(field, details)))
         self._plans[id(fields)] = (fields, parent_type, plan)
         return plan
+
+    def _compiled(self, object_type: GraphQLObjectType, fields: GroupedFieldSet) -> Compiled | None:
+        """`fields` of `object_type` compiled, or None when one of them is not plain."""
+        cached = self._compilations.get(id(fields))
+        if cached is not None and cached[0] is fields:
+            return cached[1]
+        compiled = self._compile(object_type, fields)
+        self._compilations[id(fields)] = (fields, compiled)
+        return compiled
+
+    def _compile(self, object_type: GraphQLObjectType, fields: GroupedFieldSet) -> Compiled | None:
+        steps = []
+        for name, details, read in self._plan(object_type, fields):
+            if type(read) is LeafRead:
+                steps.append(Step(name, _getter(read.read, read.attribute), read))
+                continue
+            if type(read) is not ObjectsRead or any(d.node.directives for d in details):
+                return None
+            item_type = read.shape.object_type
+            item_class = origin_class(item_type)
+            if item_class is None:
+                return None
+            item_fields, new_defer_usages, _ = self.collect_subfields(item_type, details)
+            items = None if new_defer_usages else self._compiled(item_type, item_fields)
+            if items is None:
+                return None
+            getter = _getter(read.read, read.attribute)
+            steps.append(Step(name, getter, None, items, item_class))
+        return compile_selection(steps)
 
     def execute_fields(
         self,
@@ -419,6 +530,10 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
             return _SLOW
         is_awaitable = self.is_awaitable
         is_type_of = shape.object_type.is_type_of
+        if is_type_of is None and position_context is None:
+            completed_at_once = self._complete_compiled(shape.object_type, details, items)
+            if completed_at_once is not _SLOW:
+                return completed_at_once
         if is_type_of is not None and info is None:
             return _SLOW
         for item in items:
@@ -456,6 +571,23 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
             return completed
         return _await_at(completed, pending)
 
+    def _complete_compiled(
+        self, object_type: GraphQLObjectType, details: FieldDetailsList, items: Sequence[Any]
+    ) -> Any:
+        """The items through their compiled selection, or _SLOW (nothing done that counts)
+        when the selection or a value is not plain."""
+        item_class = origin_class(object_type)
+        if item_class is None:
+            return _SLOW
+        fields, new_defer_usages, _ = self.collect_subfields(object_type, details)
+        compiled = None if new_defer_usages else self._compiled(object_type, fields)
+        if compiled is None:
+            return _SLOW
+        try:
+            return complete_items(compiled, item_class, items)
+        except Exception:  # reported with its path by the general way
+            return _SLOW
+
     async def _settle(
         self,
         value: Awaitable[Any],
@@ -468,6 +600,30 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         except Exception as raw_error:
             self.handle_field_error(raw_error, type_, details, path)
             return None
+
+
+def _helpers_of(context: FastExecutionContext) -> GraphQLResolveInfoHelpers:
+    """The helpers resolvers reach through their info, holding the context weakly: graphql-core's
+    own hold it through bound methods, a reference cycle that kept everything a request read
+    and built (the context's loaders, their rows) alive until the cycle collector found it,
+    which then took tens of milliseconds in whichever request came next. Resolvers only use
+    the helpers while the context runs them, so it is alive then."""
+    ref = weakref.ref(context)
+
+    def gather(values: Sequence[Awaitable[Any]]) -> Awaitable[list[Any]]:
+        return _live(ref).gather_async_work(values)
+
+    def track(values: Sequence[Any]) -> None:
+        _live(ref).track_async_work(values)
+
+    return GraphQLResolveInfoHelpers(gather=gather, track=track)
+
+
+def _live(ref: weakref.ReferenceType[FastExecutionContext]) -> FastExecutionContext:
+    context = ref()
+    if context is None:  # a resolver kept its info past the execution that made it
+        raise RuntimeError("the execution this info belongs to has ended")
+    return context
 
 
 async def _await_at(values: Any, keys: list[Any]) -> Any:

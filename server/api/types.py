@@ -268,33 +268,48 @@ class TaskInstance:
 
 @strawberry.type(description="A task role of a submitted job, with its instances.")
 class TaskRole:
+    """Built for every role of every job on a page: what takes work to build (resources,
+    rendered commands, prerequisites) is built from the spec only when it is asked for."""
+
     name: str
     instance_count: int
-    resource_per_instance: Resource
-    commands: list[str] = strawberry.field(
-        description="The commands after parameter rendering (secrets are filled in only "
-        "inside the container)."
-    )
-    docker_image: Prerequisite
-    prerequisites: list[Prerequisite]
     min_failed_instances: int
     min_succeeded_instances: int
     task_retry_count: int
     job_key: strawberry.Private[str]
+    spec: strawberry.Private[JobSpec]
+    role: strawberry.Private[SpecTaskRole]
+
+    @strawberry.field
+    def resource_per_instance(self) -> Resource:
+        return Resource.from_spec(self.role.resources)
+
+    @strawberry.field(
+        description="The commands after parameter rendering (secrets are filled in only "
+        "inside the container)."
+    )
+    def commands(self) -> list[str]:
+        return self.spec.commands_for(self.role)
+
+    @strawberry.field
+    def docker_image(self) -> Prerequisite:
+        return docker_image(self.spec, self.role)
+
+    @strawberry.field
+    def prerequisites(self) -> list[Prerequisite]:
+        return role_prerequisites(self.spec, self.role)
 
     @classmethod
     def from_spec(cls, job_key: str, spec: JobSpec, role: SpecTaskRole) -> TaskRole:
         return cls(
             name=role.name,
             instance_count=role.instances,
-            resource_per_instance=Resource.from_spec(role.resources),
-            commands=spec.commands_for(role),
-            docker_image=docker_image(spec, role),
-            prerequisites=role_prerequisites(spec, role),
             min_failed_instances=role.completion.min_failed,
             min_succeeded_instances=role.completion.min_succeeded,
             task_retry_count=role.task_retry_count,
             job_key=job_key,
+            spec=spec,
+            role=role,
         )
 
     @strawberry.field(
