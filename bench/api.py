@@ -323,13 +323,14 @@ def serve(url: str, fd: int) -> None:
     import uvicorn
 
     from server.app import create_app
+    from server.serving import server_config
 
     app = create_app(db_url=url, backend=None)
     app.router.routes.append(Route("/plain/jobs", plain_jobs))
     # A socket object of the right family: uvicorn's own `fd=` takes every fd for AF_UNIX and
     # then leaves TCP_NODELAY off, which stalls responses written in two parts by 40 ms.
     sock = socket.socket(fileno=fd)
-    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    config = server_config(app, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
 
 

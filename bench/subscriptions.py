@@ -57,6 +57,7 @@ from server.app import create_app  # noqa: E402
 from server.events import JobNotice  # noqa: E402
 from server.jobs import JobMachine, job_policy  # noqa: E402
 from server.protocol import parse_job  # noqa: E402
+from server.serving import server_config  # noqa: E402
 from server.store import Store, open_store  # noqa: E402
 
 GOAL_MS = 250.0
@@ -273,7 +274,7 @@ async def serving(app: Any) -> AsyncIterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, backlog=4096)
+    config = server_config(app, log_level="warning", access_log=False, backlog=4096)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

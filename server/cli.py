@@ -247,6 +247,7 @@ def serve(
     import uvicorn
 
     from server.app import BACKENDS, BackendUnavailable, create_app, make_backend
+    from server.serving import server_config
 
     _open_store(db).close()  # brings the schema up to date before anything is served
     try:
@@ -255,9 +256,8 @@ def serve(
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2 if backend not in BACKENDS else 1) from None
     err.print(f"paigraph serving GraphQL on http://{host}:{port}/graphql")
-    uvicorn.run(
-        create_app(db_url=db, host=host, backend=chosen), host=host, port=port, log_level="info"
-    )
+    app = create_app(db_url=db, host=host, backend=chosen)
+    uvicorn.Server(server_config(app, host=host, port=port, log_level="info")).run()
 
 
 users_app = typer.Typer(help="Manage users and their tokens.", no_args_is_help=True)

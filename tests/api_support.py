@@ -20,6 +20,7 @@ from starlette.applications import Starlette
 from backends.base import EventKind, Placement, utcnow
 from server.api.context import Runtime
 from server.jobs import JobMachine
+from server.serving import server_config
 from server.store import Store
 from tests.store_support import feed
 
@@ -44,7 +45,7 @@ async def live_server(app: Starlette) -> AsyncIterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(server_config(app, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:

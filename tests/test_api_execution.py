@@ -9,6 +9,8 @@ refuses, errors raised inside list items, awaitable values, fragments and direct
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
+from collections.abc import AsyncGenerator
 from enum import Enum
 from typing import Any
 
@@ -199,3 +201,138 @@ def test_a_shared_value_is_completed_once_and_each_result_is_its_own() -> None:
     READINGS.append(Reading(sensor="b", values=[], color=Color.GREEN))
     other = asyncio.run(schema.execute(text, variable_values={"i": 1}))
     assert other.data == {"reading": {"sensor": "b", "values": [], "color": "GREEN"}}
+
+
+@strawberry.type
+class ReadingSubscription:
+    @strawberry.subscription
+    async def readings(self, count: int) -> AsyncGenerator[Reading, None]:
+        for reading in STREAM[:count]:
+            yield reading
+
+
+STREAM = [
+    Reading(sensor="a", values=[1, 2], color=Color.RED),
+    Reading(sensor=None, values=[3], color=Color.GREEN),  # type: ignore[arg-type]
+    Reading(sensor="c", values=[4, None], color=Color.RED),  # type: ignore[list-item]
+    Reading(sensor="d", values=[], color=Color.GREEN),
+]
+SUBSCRIPTIONS = [
+    "{ readings(count: $n) { sensor values color } }",
+    "{ r: readings(count: $n) { s: sensor color } }",
+    "{ readings(count: $n) { __typename sensor } }",
+    "{ readings(count: $n) { ...R } } fragment R on Reading { values }",
+    "{ readings(count: $n) { sensor @skip(if: true) color } }",
+    "{ readings(count: $n) { ... on Reading { sensor } color } }",
+]
+
+
+def follow(schema: strawberry.Schema, query: str) -> list[dict[str, Any]]:
+    async def results() -> list[dict[str, Any]]:
+        text = "subscription S($n: Int!) " + query
+        stream = await schema.subscribe(text, variable_values={"n": len(STREAM)})
+        found = []
+        async for result in stream:  # type: ignore[union-attr]
+            errors = sorted((e.message, tuple(e.path or ())) for e in result.errors or [])
+            found.append({"data": result.data, "errors": errors})
+        return found
+
+    return asyncio.run(results())
+
+
+@pytest.mark.parametrize("query", SUBSCRIPTIONS, ids=range(len(SUBSCRIPTIONS)))
+def test_subscription_events_answer_as_graphql_core_does(query: str) -> None:
+    """Events that are shared values skip the root field's execution; the results, errors
+    included (a null sensor, a null in a list of non-null ints), are graphql-core's."""
+    default = strawberry.Schema(query=ReadingQuery, subscription=ReadingSubscription)
+    fast = strawberry.Schema(
+        query=ReadingQuery,
+        subscription=ReadingSubscription,
+        execution_context_class=FastExecutionContext,
+    )
+    expected = follow(default, query)
+    assert len(expected) == len(STREAM)
+    assert follow(fast, query) == expected
+
+
+def test_plain_subscription_events_are_not_executed_field_by_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+    original = FastExecutionContext.execute_field
+
+    def counting(self: FastExecutionContext, parent_type: Any, *args: Any) -> Any:
+        calls.append(f"{parent_type.name}.{args[1][0].node.name.value}")
+        return original(self, parent_type, *args)
+
+    monkeypatch.setattr(FastExecutionContext, "execute_field", counting)
+    fast = strawberry.Schema(
+        query=ReadingQuery,
+        subscription=ReadingSubscription,
+        execution_context_class=FastExecutionContext,
+    )
+    results = follow(fast, SUBSCRIPTIONS[0])
+    assert results[0] == {
+        "data": {"readings": {"sensor": "a", "values": [1, 2], "color": "RED"}},
+        "errors": [],
+    }
+    # only the events with a null where none is allowed take graphql-core's way
+    assert calls == [
+        "ReadingSubscription.readings",
+        "Reading.sensor",
+        "ReadingSubscription.readings",
+        "Reading.values",
+    ]
+
+
+@strawberry.type
+class Chunk:
+    offset: int
+    data: str
+
+
+@strawberry.type
+class LongSubscription:
+    @strawberry.subscription
+    async def chunks(self, count: int) -> AsyncGenerator[Chunk, None]:
+        for n in range(count):
+            yield Chunk(offset=n, data="x")
+
+    @strawberry.subscription
+    async def readings(self, count: int) -> AsyncGenerator[Reading, None]:
+        for n in range(count):
+            yield Reading(sensor=str(n), values=[n], color=Color.RED)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["{ chunks(count: 4000) { offset data } }", "{ readings(count: 4000) { sensor values } }"],
+    ids=["chunks", "shared values"],
+)
+def test_a_long_subscription_does_not_grow(query: str) -> None:
+    """Thousands of events on one subscription (a log followed for hours) leave memory as it
+    was after the first thousand: nothing per event stays behind."""
+    schema = strawberry.Schema(
+        query=ReadingQuery,
+        subscription=LongSubscription,
+        execution_context_class=FastExecutionContext,
+    )
+
+    async def growth() -> int:
+        stream = await schema.subscribe("subscription " + query)
+        seen = 0
+        start = 0
+        end = 0
+        async for result in stream:  # type: ignore[union-attr]
+            assert result.errors is None
+            seen += 1
+            if seen == 1000:
+                tracemalloc.start()
+                start = tracemalloc.get_traced_memory()[0]
+            elif seen == 4000:  # measured while the subscription still runs
+                end = tracemalloc.get_traced_memory()[0]
+                tracemalloc.stop()
+        assert seen == 4000
+        return end - start
+
+    assert asyncio.run(growth()) < 256 * 1024

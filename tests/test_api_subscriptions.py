@@ -135,3 +135,25 @@ async def test_events_written_by_another_process_reach_this_ones_subscribers(
     assert len(replayed) == start.last_sequence
     assert live[0]["sequence"] == start.last_sequence + 1
     assert live[-1]["state"] == "SUCCEEDED"
+
+
+async def test_a_subscription_masks_unexpected_failures_but_not_the_users_mistakes(
+    db_url: str, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ann, token = store.create_user("ann")
+    job, _ = submit(store, ann.id, "broken", T0)
+    app = create_app(db_url=db_url, backend=None)
+    async with live_server(app) as url, ws_connection(url, {"token": token}) as ws:
+        with pytest.raises(WsError) as mistake:
+            await collect(subscription(ws, JOB_EVENTS, {"jobId": global_id("Job", "nope")}))
+        assert mistake.value.payload[0]["message"] == "jobId: no job has that ID"
+
+        def failing_read(*_: object, **__: object) -> None:
+            raise RuntimeError("disk /var/secret/db is unreadable")
+
+        monkeypatch.setattr(runtime(app).store, "events_after", failing_read)
+        variables = {"jobId": global_id("Job", job.id)}
+        with pytest.raises(WsError) as fault:
+            await collect(subscription(ws, JOB_EVENTS, variables, op_id="2"))
+        assert [e["message"] for e in fault.value.payload] == ["Unexpected error."]
+        assert "secret" not in str(fault.value.payload)

@@ -476,3 +476,18 @@ def test_servers_on_separate_state_directories_leave_each_others_containers_alon
         assert sorted(c["Id"] for c in api.containers(filters=of_job)) == mine
         found = job(client, job_id)
         assert (found["state"], found["attempt"]) == ("RUNNING", 1)
+
+
+def test_websockets_are_served_uncompressed(tmp_path: Path) -> None:
+    """A client offering per-message deflate (websockets does by default) gets plain frames:
+    messages here are small JSON, and compressing each cost more than the rest of delivering
+    it to a thousand subscribers."""
+    from websockets.sync.client import connect
+
+    with served("sqlite", tmp_path) as server:
+        server.start()
+        url = server.url.replace("http://", "ws://") + "/graphql"
+        with connect(url, subprotocols=["graphql-transport-ws"]) as ws:
+            assert "Sec-WebSocket-Extensions" not in ws.response.headers
+            ws.send('{"type": "connection_init", "payload": {}}')
+            assert '"connection_ack"' in str(ws.recv(timeout=10))

@@ -8,6 +8,7 @@ is a fault of ours: the client sees "Unexpected error." and the details stay in 
 from __future__ import annotations
 
 from graphql import GraphQLError
+from strawberry.extensions import MaskErrors
 
 from server.api.ids import BadId
 
@@ -38,3 +39,17 @@ def should_mask(error: GraphQLError) -> bool:
     """
     original = error.original_error
     return original is not None and not isinstance(original, ApiError | BadId | GraphQLError)
+
+
+class MaskUnexpectedErrors(MaskErrors):
+    """strawberry's MaskErrors with `should_mask`, checking each result for errors by reading
+    the attribute: the parent's check against a runtime Protocol cost more than the rest of
+    masking a subscription event, once per event and subscriber."""
+
+    def __init__(self) -> None:
+        super().__init__(should_mask_error=should_mask, error_message=MASKED_MESSAGE)
+
+    def _process_result(self, result: object) -> None:
+        errors = getattr(result, "errors", None)
+        if errors:
+            result.errors = self._process_errors(errors)  # type: ignore[attr-defined]

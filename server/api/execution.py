@@ -28,6 +28,7 @@ from operator import attrgetter
 from typing import Any, TypeVar
 
 from graphql import (
+    ExecutionResult,
     GraphQLBoolean,
     GraphQLEnumType,
     GraphQLField,
@@ -43,7 +44,12 @@ from graphql import (
     GraphQLString,
     is_leaf_type,
 )
-from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
+from graphql.execution.collect_fields import (
+    CollectedFields,
+    FieldDetailsList,
+    GroupedFieldSet,
+    collect_fields,
+)
 from graphql.pyutils import AwaitableOrValue, Path, Undefined, gather_with_cancel
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.types.field import StrawberryField
@@ -335,6 +341,68 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         manager = self.middleware_manager
         self._has_middleware = manager is not None and bool(manager.middlewares)
         self.async_helpers = _helpers_of(self)
+        # The root fields of a subscription, collected once: the executors graphql-core copies
+        # from this one for each event share this list.
+        self._event_root: list[CollectedFields] = []
+
+    def build_per_event_executor(self, payload: Any) -> Any:
+        """For an event that is a shared value, a stand-in that completes it without
+        copying this executor (graphql-core's per-event executor is a copy of it)."""
+        if not self._has_middleware and getattr(type(payload), SHARED_VALUE, False):
+            return _SharedEvent(self, payload)
+        executor = super().build_per_event_executor(payload)
+        executor._forget_memos()
+        return executor
+
+    def _forget_memos(self) -> None:
+        """Memos of its own for a per-event copy. A copy shares its original's dicts, and
+        each event collects its fields anew, so every event of a long subscription (a log
+        followed for hours) would otherwise add entries that live as long as it does."""
+        self._plans = {}
+        self._object_lists = {}
+        self._compilations = {}
+        if hasattr(self, "_relevant_sub_fields"):  # graphql-core's memo of collected subfields
+            self._relevant_sub_fields = {}
+
+    def _shared_event_data(self, event: Any) -> Any:
+        """A subscription event that is a shared value, completed without executing the
+        root field: strawberry's per-event resolver of a subscription field hands the event
+        through unchanged, so the result is the event's completion under the field's name.
+        Completing it is then the shared completion that every subscriber with the same
+        query gets from `_complete_shared`, instead of a walk through graphql-core for each."""
+        root_type = self.schema.subscription_type
+        if root_type is None:
+            return _SLOW
+        if not self._event_root:
+            try:
+                collected = collect_fields(
+                    self.schema,
+                    self.fragments,
+                    self.variable_values,
+                    root_type,
+                    self.operation,
+                    self.hide_suggestions,
+                )
+            except RecursionError:
+                return _SLOW
+            self._event_root.append(collected)
+        fields, new_defer_usages, _ = self._event_root[0]
+        if new_defer_usages or len(fields) != 1:
+            return _SLOW
+        ((response_name, details),) = fields.items()
+        field = self.schema.get_field(root_type, details[0].node.name.value)
+        definition = field.extensions.get(STRAWBERRY_FIELD) if field is not None else None
+        if (
+            field is None
+            or not isinstance(definition, StrawberryField)
+            or not definition.is_subscription
+            or any(d.node.directives for d in details)
+        ):
+            return _SLOW
+        completed = self._complete_shared(field.type, details, event)
+        if completed is _SLOW:
+            return _SLOW
+        return {response_name: completed}
 
     def _plan(self, parent_type: GraphQLObjectType, fields: GroupedFieldSet) -> list[_Plan]:
         cached = self._plans.get(id(fields))
@@ -600,6 +668,28 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         except Exception as raw_error:
             self.handle_field_error(raw_error, type_, details, path)
             return None
+
+
+class _SharedEvent:
+    """The per-event executor of a subscription event that is a shared value: all graphql-core
+    asks of it is `execute_operation`."""
+
+    __slots__ = ("base", "event")
+
+    def __init__(self, base: FastExecutionContext, event: Any) -> None:
+        self.base = base
+        self.event = event
+
+    def execute_operation(self, serially: bool | None = None) -> Any:
+        base = self.base
+        data = base._shared_event_data(self.event)
+        if data is _SLOW:
+            executor = StrawberryGraphQLCoreExecutionContext.build_per_event_executor(
+                base, self.event
+            )
+            return executor.execute_operation(serially)
+        base.run_async_work_finished_hook()
+        return ExecutionResult(data, None)
 
 
 def _helpers_of(context: FastExecutionContext) -> GraphQLResolveInfoHelpers:

@@ -12,7 +12,6 @@ from functools import partial
 
 from strawberry.extensions import (
     AddValidationRules,
-    MaskErrors,
     MaxAliasesLimiter,
     MaxTokensLimiter,
     ParserCache,
@@ -20,7 +19,7 @@ from strawberry.extensions import (
     SchemaExtension,
 )
 
-from server.api.errors import MASKED_MESSAGE, ApiError, should_mask
+from server.api.errors import ApiError, MaskUnexpectedErrors
 from server.api.known_queries import SkipKnownValidQueries
 
 MAX_FIRST = 100
@@ -60,7 +59,7 @@ def schema_extensions() -> list[Callable[[], SchemaExtension]]:
         SkipKnownValidQueries,
         partial(AddValidationRules, _SHAPE_RULES),
         partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
-        partial(MaskErrors, should_mask_error=should_mask, error_message=MASKED_MESSAGE),
+        MaskUnexpectedErrors,
     ]
 
 
