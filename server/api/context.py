@@ -53,6 +53,7 @@ class Context:
     loaders: Loaders
     user: User | None = None
     connection_params: dict[str, Any] | None = field(default=None)
+    lookahead: dict[Any, Any] = field(default_factory=dict)  # see server.api.lookahead
 
     @property
     def viewer(self) -> User:

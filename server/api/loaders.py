@@ -9,7 +9,7 @@ loaders batch but do not cache (a subscription must see new rows).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TypeVar
 
 from sqlalchemy import select
@@ -61,23 +61,6 @@ def ready(loader: DataLoader[K, V], key: K) -> tuple[bool, V | None]:
     if future is None or not future.done() or future.cancelled() or future.exception():
         return False, None
     return True, future.result()
-
-
-def now_or_later(
-    loader: DataLoader[K, V], key: K, build: Callable[[V | None], R]
-) -> R | Awaitable[R]:
-    """`build` of `key`'s value: at once when the loader holds it, else once it is loaded.
-
-    A resolver that answers at once spares the executor a coroutine per object, which is most
-    of the cost of a page of jobs with their roles and instances."""
-    held, value = ready(loader, key)
-    if held:
-        return build(value)
-
-    async def later() -> R:
-        return build(await loader.load(key))
-
-    return later()
 
 
 def _loader(

@@ -26,5 +26,16 @@ def _selects(selections: Iterable[Selection], path: tuple[str, ...]) -> bool:
 
 
 def selected_below(info: Info, *path: str) -> bool:
-    """Whether the field being resolved has `path` (GraphQL field names) in its selection."""
-    return any(_selects(field.selections, path) for field in info.selected_fields)
+    """Whether the field being resolved has `path` (GraphQL field names) in its selection.
+
+    Asked once per object of a list (every job of a page asks it of its taskRoles), the answer
+    is kept for the request by the field's nodes in the query document."""
+    nodes = info._raw_info.field_nodes
+    memo = info.context.lookahead
+    key = (*map(id, nodes), path)
+    found = memo.get(key)
+    if found is not None and all(a is b for a, b in zip(found[0], nodes, strict=True)):
+        return found[1]  # the very nodes (kept in the entry, so their ids are not reused)
+    answer = any(_selects(field.selections, path) for field in info.selected_fields)
+    memo[key] = (nodes, answer)
+    return answer

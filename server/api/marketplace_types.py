@@ -245,8 +245,7 @@ class MarketplaceItem(Node):
         if document is None or document.spec is None:
             return []
         rendered, _ = render_job(document.spec)  # the document was parsed once, by the loader
-        info.context.loaders.instances.prime("", [])  # an item's roles have no instances
-        return [TaskRole.from_spec("", rendered, role) for role in rendered.task_roles]
+        return [TaskRole.from_spec(rendered, role) for role in rendered.task_roles]
 
     @strawberry.field(
         description="A template's prerequisites as it declares them; for a component, the "

@@ -8,7 +8,7 @@ through the request's DataLoaders, so a list of jobs costs one statement per kin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
@@ -19,7 +19,8 @@ from server.api.errors import ApiError
 from server.api.execution import shared_value
 from server.api.ids import BadId, cursor, global_id, parse_cursor
 from server.api.limits import page_size
-from server.api.loaders import now_or_later
+from server.api.loaders import ready
+from server.api.lookahead import selected_below
 from server.jobs.states import JobState
 from server.protocol import Issue
 from server.protocol.model import JobSpec, PrerequisiteType, Resources
@@ -269,14 +270,18 @@ class TaskInstance:
 @strawberry.type(description="A task role of a submitted job, with its instances.")
 class TaskRole:
     """Built for every role of every job on a page: what takes work to build (resources,
-    rendered commands, prerequisites) is built from the spec only when it is asked for."""
+    rendered commands, prerequisites) is built from the spec only when it is asked for. The
+    instances come with it (read ahead with the page, or loaded with the spec), which lets the
+    executor complete a role and its instances without a resolver call per role."""
 
     name: str
     instance_count: int
     min_failed_instances: int
     min_succeeded_instances: int
     task_retry_count: int
-    job_key: strawberry.Private[str]
+    instances: list[TaskInstance] = strawberry.field(
+        description="The instances of the job's current attempt, by index."
+    )
     spec: strawberry.Private[JobSpec]
     role: strawberry.Private[SpecTaskRole]
 
@@ -300,28 +305,20 @@ class TaskRole:
         return role_prerequisites(self.spec, self.role)
 
     @classmethod
-    def from_spec(cls, job_key: str, spec: JobSpec, role: SpecTaskRole) -> TaskRole:
+    def from_spec(
+        cls, spec: JobSpec, role: SpecTaskRole, instances: Sequence[Instance] = ()
+    ) -> TaskRole:
+        """The role with those of `instances` that belong to it (a job's, or none)."""
         return cls(
             name=role.name,
             instance_count=role.instances,
             min_failed_instances=role.completion.min_failed,
             min_succeeded_instances=role.completion.min_succeeded,
             task_retry_count=role.task_retry_count,
-            job_key=job_key,
+            instances=[TaskInstance.from_value(i) for i in instances if i.role == role.name],
             spec=spec,
             role=role,
         )
-
-    @strawberry.field(
-        description="The instances of the job's current attempt, by index.",
-        graphql_type=list[TaskInstance],
-    )
-    def instances(self, info: Info) -> list[TaskInstance] | Awaitable[list[TaskInstance]]:
-        """At once when the instances were read ahead (a page of jobs), else through the loader."""
-        return now_or_later(info.context.loaders.instances, self.job_key, self._instances)
-
-    def _instances(self, found: list[Instance] | None) -> list[TaskInstance]:
-        return [TaskInstance.from_value(i) for i in found or () if i.role == self.name]
 
 
 @shared_value
@@ -426,13 +423,27 @@ class Job(Node):
         graphql_type=list[TaskRole],
     )
     def task_roles(self, info: Info) -> list[TaskRole] | Awaitable[list[TaskRole]]:
-        """At once when the spec was read ahead (a page of jobs), else through the loader."""
-        return now_or_later(info.context.loaders.spec, self.key, self._task_roles)
+        """At once when the spec (and the instances, if the query wants them) were read ahead
+        (a page of jobs), else through the loaders."""
+        loaders = info.context.loaders
+        wanted = selected_below(info, "instances")
+        has_spec, spec = ready(loaders.spec, self.key)
+        has_instances, instances = ready(loaders.instances, self.key) if wanted else (True, None)
+        if has_spec and has_instances:
+            return self._task_roles(spec, instances)
 
-    def _task_roles(self, spec: JobSpec | None) -> list[TaskRole]:
+        async def later() -> list[TaskRole]:
+            spec_read = loaders.spec.load(self.key)  # both asked for before either is awaited:
+            instances_read = loaders.instances.load(self.key) if wanted else None  # one batch
+            found = await spec_read
+            return self._task_roles(found, await instances_read if instances_read else None)
+
+        return later()
+
+    def _task_roles(self, spec: JobSpec | None, instances: list[Instance] | None) -> list[TaskRole]:
         if spec is None:
             return []
-        return [TaskRole.from_spec(self.key, spec, role) for role in spec.task_roles]
+        return [TaskRole.from_spec(spec, role, instances or ()) for role in spec.task_roles]
 
     @strawberry.field(description="The job's event log, oldest first.")
     async def events(

@@ -110,13 +110,17 @@ class UserStore(Repository):
         """The user a bearer token belongs to, or None for an unknown token."""
         if not token:
             return None
-        with self._read() as session:
-            row = session.scalar(
-                select(UserRow)
-                .join(TokenRow, TokenRow.user_id == UserRow.id)
-                .where(TokenRow.token_hash == token_hash(token))
+        with self._read() as session:  # columns, not an ORM object: this runs per request
+            row = (
+                session.connection()
+                .execute(
+                    select(UserRow.id, UserRow.name, UserRow.admin, UserRow.created_at)
+                    .join(TokenRow, TokenRow.user_id == UserRow.id)
+                    .where(TokenRow.token_hash == token_hash(token))
+                )
+                .first()
             )
-            return _user(row) if row is not None else None
+            return User(*row) if row is not None else None
 
     def get_user(self, user_id: int) -> User | None:
         with self._read() as session:
