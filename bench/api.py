@@ -66,6 +66,7 @@ from server.api.ids import global_id  # noqa: E402
 from server.jobs import JobMachine, job_policy  # noqa: E402
 from server.protocol import parse_job  # noqa: E402
 from server.store import Store, open_store  # noqa: E402
+from server.store.scratch import drop_database  # noqa: E402
 from server.store.tables import EventRow, InstanceRow, JobRow  # noqa: E402
 
 PAGE = 50
@@ -258,11 +259,8 @@ def databases(server_url: str | None, count: int) -> Iterator[list[str]]:
             for name in names
         ]
     finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            for name in names:
-                admin.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
+        for name in names:
+            drop_database(admin_url, name)
 
 
 # --- serving -----------------------------------------------------------------------------------

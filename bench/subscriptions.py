@@ -59,6 +59,7 @@ from server.jobs import JobMachine, job_policy  # noqa: E402
 from server.protocol import parse_job  # noqa: E402
 from server.serving import server_config  # noqa: E402
 from server.store import Store, open_store  # noqa: E402
+from server.store.scratch import drop_database  # noqa: E402
 
 GOAL_MS = 250.0
 SPACING_S = 0.2
@@ -398,10 +399,7 @@ def database(server_url: str | None) -> Iterator[str]:
     try:
         yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
     finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(admin_url, name)
 
 
 def p99(latencies: list[float]) -> float:

@@ -26,6 +26,7 @@ from server.jobs import JobMachine, job_policy
 from server.protocol import parse_job
 from server.protocol.model import JobSpec
 from server.store import Job, Store
+from server.store.scratch import drop_database
 from tests.jobs import as_yaml, v2
 
 PG_ENV = "PAIGRAPH_TEST_PG"
@@ -57,10 +58,7 @@ def fresh_database(kind: str, tmp_path: Path) -> Iterator[str]:
     try:
         yield make_url(server).set(database=name).render_as_string(hide_password=False)
     finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(server, name)
 
 
 class StatementLog:

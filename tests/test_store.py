@@ -7,10 +7,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import SQLModel
 
@@ -38,7 +40,14 @@ from server.store import (
 )
 from server.store.tables import TokenRow
 from server.store.users import token_hash
-from tests.store_support import StatementLog, feed, job_spec, submit
+from tests.store_support import (
+    StatementLog,
+    feed,
+    fresh_database,
+    job_spec,
+    postgres_server_url,
+    submit,
+)
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TABLES = {"users", "tokens", "virtual_clusters", "memberships", "jobs", "task_instances"}
@@ -520,3 +529,17 @@ def test_events_after_pages_through_the_log(store: Store) -> None:
         store.events_after(job.id, 0, 0)
     with pytest.raises(UnknownJob):
         store.append_events("missing", notes)
+
+
+@pytest.mark.postgres
+def test_a_scratch_database_is_dropped_while_a_session_still_holds_it(tmp_path: Path) -> None:
+    """What the tests and benchmarks rely on to leave no database behind."""
+    with fresh_database("postgres", tmp_path) as url:
+        held = psycopg.connect(make_url(url).set(drivername="postgresql").render_as_string(False))
+        name = make_url(url).database
+    try:
+        with psycopg.connect(postgres_server_url(), autocommit=True) as admin:
+            found = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchall()
+        assert found == []
+    finally:
+        held.close()

@@ -8,7 +8,12 @@ arguments, no directives) is completed in place when its type is
 
 - a scalar, an enum, or a list of them: read and coerced;
 - a list of objects of one concrete type: each item goes straight into the sub-selection
-  (lists of objects returned by resolvers are completed the same way).
+  (lists of objects returned by resolvers are completed the same way). When that selection
+  is made of such fields only, all the way down (a role's instances and their ports), it is
+  compiled into one function that builds the result without paths, per execution.
+
+A subscription event that is a shared value (`shared_value`) is completed once for everyone
+who follows it with the same query, without a per-event copy of the executor.
 
 Anything out of the ordinary (a null where none is allowed, a value the scalar refuses, an
 awaitable or an exception as a value, a type that checks its values, an abstract type,
@@ -25,7 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from graphql import (
     ExecutionResult,
@@ -350,7 +355,10 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         copying this executor (graphql-core's per-event executor is a copy of it)."""
         if not self._has_middleware and getattr(type(payload), SHARED_VALUE, False):
             return _SharedEvent(self, payload)
-        executor = super().build_per_event_executor(payload)
+        return self._copy_for_event(payload)
+
+    def _copy_for_event(self, payload: Any) -> FastExecutionContext:
+        executor = cast(FastExecutionContext, super().build_per_event_executor(payload))
         executor._forget_memos()
         return executor
 
@@ -684,10 +692,7 @@ class _SharedEvent:
         base = self.base
         data = base._shared_event_data(self.event)
         if data is _SLOW:
-            executor = StrawberryGraphQLCoreExecutionContext.build_per_event_executor(
-                base, self.event
-            )
-            return executor.execute_operation(serially)
+            return base._copy_for_event(self.event).execute_operation(serially)
         base.run_async_work_finished_hook()
         return ExecutionResult(data, None)
 

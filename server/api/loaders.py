@@ -23,7 +23,6 @@ from server.store.tables import JobRow, MembershipRow, VirtualClusterRow
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-R = TypeVar("R")
 
 
 def job_configs(store: Store, job_ids: Iterable[str]) -> dict[str, str]:
