@@ -150,11 +150,9 @@ def test_the_comparison_sees_errors_and_nulls() -> None:
     assert huge["data"] is None and "non 32-bit" in huge["errors"][0][0]
 
 
-def test_plain_fields_do_not_take_graphql_cores_per_field_path(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Only the fields with resolvers (items, shout) reach execute_field; the attribute
-    fields and the leaves' lists are completed in place."""
+@pytest.fixture
+def executed_fields(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The fields that take graphql-core's per-field path (`Type.field`), as they do."""
     calls: list[str] = []
     original = FastExecutionContext.execute_field
 
@@ -163,9 +161,15 @@ def test_plain_fields_do_not_take_graphql_cores_per_field_path(
         return original(self, parent_type, *args)
 
     monkeypatch.setattr(FastExecutionContext, "execute_field", counting)
+    return calls
+
+
+def test_plain_fields_do_not_take_graphql_cores_per_field_path(executed_fields: list[str]) -> None:
+    """Only the fields with resolvers (items, shout) reach execute_field; the attribute
+    fields and the leaves' lists are completed in place."""
     result = run(fast_schema, QUERIES[0], "plain")
     assert result["errors"] == [] and len(result["data"]["items"]) == 2
-    assert sorted(calls) == ["Item.shout", "Item.shout", "Query.items"]
+    assert sorted(executed_fields) == ["Item.shout", "Item.shout", "Query.items"]
 
 
 @shared_value
@@ -256,16 +260,8 @@ def test_subscription_events_answer_as_graphql_core_does(query: str) -> None:
 
 
 def test_plain_subscription_events_are_not_executed_field_by_field(
-    monkeypatch: pytest.MonkeyPatch,
+    executed_fields: list[str],
 ) -> None:
-    calls: list[str] = []
-    original = FastExecutionContext.execute_field
-
-    def counting(self: FastExecutionContext, parent_type: Any, *args: Any) -> Any:
-        calls.append(f"{parent_type.name}.{args[1][0].node.name.value}")
-        return original(self, parent_type, *args)
-
-    monkeypatch.setattr(FastExecutionContext, "execute_field", counting)
     fast = strawberry.Schema(
         query=ReadingQuery,
         subscription=ReadingSubscription,
@@ -277,7 +273,7 @@ def test_plain_subscription_events_are_not_executed_field_by_field(
         "errors": [],
     }
     # only the events with a null where none is allowed take graphql-core's way
-    assert calls == [
+    assert executed_fields == [
         "ReadingSubscription.readings",
         "Reading.sensor",
         "ReadingSubscription.readings",

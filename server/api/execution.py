@@ -440,16 +440,12 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
                 continue
             if type(read) is not ObjectsRead or any(d.node.directives for d in details):
                 return None
-            item_type = read.shape.object_type
-            item_class = origin_class(item_type)
-            if item_class is None:
-                return None
-            item_fields, new_defer_usages, _ = self.collect_subfields(item_type, details)
-            items = None if new_defer_usages else self._compiled(item_type, item_fields)
+            items = self._compiled_items(read.shape.object_type, details)
             if items is None:
                 return None
+            item_class, completion = items
             getter = _getter(read.read, read.attribute)
-            steps.append(Step(name, getter, None, items, item_class))
+            steps.append(Step(name, getter, None, completion, item_class))
         return compile_selection(steps)
 
     def execute_fields(
@@ -652,17 +648,26 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
     ) -> Any:
         """The items through their compiled selection, or _SLOW (nothing done that counts)
         when the selection or a value is not plain."""
-        item_class = origin_class(object_type)
-        if item_class is None:
-            return _SLOW
-        fields, new_defer_usages, _ = self.collect_subfields(object_type, details)
-        compiled = None if new_defer_usages else self._compiled(object_type, fields)
+        compiled = self._compiled_items(object_type, details)
         if compiled is None:
             return _SLOW
+        item_class, completion = compiled
         try:
-            return complete_items(compiled, item_class, items)
+            return complete_items(completion, item_class, items)
         except Exception:  # reported with its path by the general way
             return _SLOW
+
+    def _compiled_items(
+        self, object_type: GraphQLObjectType, details: FieldDetailsList
+    ) -> tuple[type, Compiled] | None:
+        """The class items of `object_type` must have and the compiled selection `details`
+        make of them, or None when there is no such class or the selection is not plain."""
+        item_class = origin_class(object_type)
+        if item_class is None:
+            return None
+        fields, new_defer_usages, _ = self.collect_subfields(object_type, details)
+        compiled = None if new_defer_usages else self._compiled(object_type, fields)
+        return None if compiled is None else (item_class, compiled)
 
     async def _settle(
         self,
