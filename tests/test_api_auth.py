@@ -104,7 +104,7 @@ async def test_a_body_over_the_limit_gets_413_with_a_clear_message(db_url: str) 
         assert message.startswith("the request body is larger than 1 MiB")
 
 
-async def test_aliases_and_tokens_are_limited(db_url: str) -> None:
+async def test_aliases_tokens_and_depth_are_limited(db_url: str) -> None:
     async with serving(create_app(db_url=db_url, backend=None)) as client:
         allowed = "{ " + " ".join(f"a{n}: viewer {{ name }}" for n in range(30)) + " }"
         assert "errors" not in await gql(client, allowed)
@@ -115,6 +115,17 @@ async def test_aliases_and_tokens_are_limited(db_url: str) -> None:
         tokens = "{ viewer { " + " ".join("name" for _ in range(2100)) + " } }"
         body = await gql(client, tokens)
         assert "more than 2000 tokens" in body["errors"][0]["message"]
+
+        def nested(levels: int) -> str:  # an item's roles' prerequisites' items, and so on
+            inner = "name"
+            for _ in range(levels):
+                inner = f"marketplaceItem {{ taskRoles {{ prerequisites {{ {inner} }} }} }}"
+            roles = f"taskRoles {{ prerequisites {{ {inner} }} }}"
+            return f"{{ marketplaceItems {{ edges {{ node {{ {roles} }} }} }} }}"
+
+        assert "errors" not in await gql(client, nested(2))  # depth 12: the deepest allowed
+        body = await gql(client, nested(3))
+        assert body["errors"][0]["message"] == "'anonymous' exceeds maximum operation depth of 12"
 
 
 async def test_a_fresh_loopback_server_accepts_websockets_without_a_token(db_url: str) -> None:
