@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import secrets
 import socket
 import statistics
 import subprocess
@@ -56,7 +55,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import Engine, insert, select  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
@@ -66,7 +64,7 @@ from server.api.ids import global_id  # noqa: E402
 from server.jobs import JobMachine, job_policy  # noqa: E402
 from server.protocol import parse_job  # noqa: E402
 from server.store import Store, open_store  # noqa: E402
-from server.store.scratch import drop_database  # noqa: E402
+from server.store.scratch import scratch_database  # noqa: E402
 from server.store.tables import EventRow, InstanceRow, JobRow  # noqa: E402
 
 PAGE = 50
@@ -245,22 +243,11 @@ def databases(server_url: str | None, count: int) -> Iterator[list[str]]:
         with tempfile.TemporaryDirectory(prefix="paigraph-bench-") as directory:
             yield [f"sqlite:///{Path(directory) / f'db{n}.sqlite'}" for n in range(count)]
         return
-    import psycopg
-    from psycopg import sql
-
-    admin_url = make_url(server_url).set(drivername="postgresql").render_as_string(False)
-    names = [f"paigraph_bench_{secrets.token_hex(4)}" for _ in range(count)]
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        for name in names:
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
+    with contextlib.ExitStack() as stack:
         yield [
-            make_url(server_url).set(database=name).render_as_string(hide_password=False)
-            for name in names
+            stack.enter_context(scratch_database(server_url, "paigraph_bench"))
+            for _ in range(count)
         ]
-    finally:
-        for name in names:
-            drop_database(admin_url, name)
 
 
 # --- serving -----------------------------------------------------------------------------------

@@ -32,12 +32,11 @@ import gc
 import json
 import resource
 import secrets
-import socket
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -46,9 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import uvicorn  # noqa: E402
 import websockets  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
 
 from backends.base import EventKind, InstanceEvent, Placement, utcnow  # noqa: E402
 from server.api.ids import global_id  # noqa: E402
@@ -57,9 +54,9 @@ from server.app import create_app  # noqa: E402
 from server.events import JobNotice  # noqa: E402
 from server.jobs import JobMachine, job_policy  # noqa: E402
 from server.protocol import parse_job  # noqa: E402
-from server.serving import server_config  # noqa: E402
+from server.serving import on_loopback  # noqa: E402
 from server.store import Store, open_store  # noqa: E402
-from server.store.scratch import drop_database  # noqa: E402
+from server.store.scratch import scratch_database  # noqa: E402
 
 GOAL_MS = 250.0
 SPACING_S = 0.2
@@ -269,28 +266,6 @@ class Changes:
 # --- the run -----------------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """`app` under uvicorn on a free loopback port in this event loop; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    config = server_config(app, log_level="warning", access_log=False, backlog=4096)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-                raise SystemExit("the server stopped before it started")
-            await asyncio.sleep(0.02)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
-
-
 def subscriber_count(bus: Any) -> int:
     return getattr(bus, "local", bus).subscriber_count  # a PostgresBus fans out locally
 
@@ -389,17 +364,8 @@ def database(server_url: str | None) -> Iterator[str]:
         with tempfile.TemporaryDirectory(prefix="paigraph-bench-") as directory:
             yield f"sqlite:///{Path(directory) / 'bench.sqlite'}"
         return
-    import psycopg
-    from psycopg import sql
-
-    admin_url = make_url(server_url).set(drivername="postgresql").render_as_string(False)
-    name = f"paigraph_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        drop_database(admin_url, name)
+    with scratch_database(server_url, "paigraph_bench") as url:
+        yield url
 
 
 def p99(latencies: list[float]) -> float:
@@ -425,7 +391,9 @@ async def run(args: argparse.Namespace) -> None:
             machine = running_job(store, instances)
             _, token = store.create_user("watcher")
             app = create_app(db_url=url, backend=None)
-            async with serving(app) as base_url:
+            async with on_loopback(
+                app, log_level="warning", access_log=False, backlog=4096
+            ) as base_url:
                 runtime = app.state.runtime.get()
                 changes = Changes(store, runtime.bus, machine)
                 single = await follow(base_url, token, changes, runtime.bus, 1, args.changes)

@@ -3,6 +3,10 @@ share, so what is measured and tested is what runs."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import uvicorn
@@ -17,3 +21,25 @@ SERVER_OPTIONS: dict[str, Any] = {"ws_per_message_deflate": False}
 def server_config(app: Any, **options: Any) -> uvicorn.Config:
     """A uvicorn config for `app` with the server's options (`options` add to them)."""
     return uvicorn.Config(app, **{**SERVER_OPTIONS, **options})
+
+
+@asynccontextmanager
+async def on_loopback(app: Any, **options: Any) -> AsyncIterator[str]:
+    """`app` served in this event loop on a free loopback port (for the tests and benchmarks
+    that talk to it over real sockets); yields its base URL, and stops it at the end."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(server_config(app, **options))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # raises what stopped it
+                raise RuntimeError("the server stopped before it started")
+            await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

@@ -6,21 +6,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-import uvicorn
 import websockets
 from starlette.applications import Starlette
 
 from backends.base import EventKind, Placement, utcnow
 from server.api.context import Runtime
 from server.jobs import JobMachine
-from server.serving import server_config
+from server.serving import on_loopback
 from server.store import Store
 from tests.store_support import feed
 
@@ -41,23 +39,8 @@ async def serving(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
 @asynccontextmanager
 async def live_server(app: Starlette) -> AsyncIterator[str]:
     """The app under a real uvicorn server on a free loopback port; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(server_config(app, log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            if task.done():
-                task.result()  # raises what stopped it
-                raise RuntimeError("the server stopped before it started")
-            await asyncio.sleep(0.02)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    async with on_loopback(app, log_level="warning", lifespan="on") as url:
+        yield url
 
 
 async def gql(

@@ -15,18 +15,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 from sqlalchemy import Engine, event
-from sqlalchemy.engine import make_url
 
 from backends.base import EventKind, InstanceEvent
 from server.jobs import JobMachine, job_policy
 from server.protocol import parse_job
 from server.protocol.model import JobSpec
 from server.store import Job, Store
-from server.store.scratch import drop_database
+from server.store.scratch import scratch_database
 from tests.jobs import as_yaml, v2
 
 PG_ENV = "PAIGRAPH_TEST_PG"
@@ -51,14 +48,8 @@ def fresh_database(kind: str, tmp_path: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{tmp_path / 'paigraph.db'}"
         return
-    server = postgres_server_url()
-    name = f"paigraph_t_{secrets.token_hex(6)}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_url(server).set(database=name).render_as_string(hide_password=False)
-    finally:
-        drop_database(server, name)
+    with scratch_database(postgres_server_url(), "paigraph_t") as url:
+        yield url
 
 
 class StatementLog:

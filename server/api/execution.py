@@ -470,13 +470,10 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
                     if result is not _SLOW:
                         results[response_name] = result
                         continue
-                elif read is not None:
+                field_path = Path(path, response_name, parent_type.name)  # not for plain leaves
+                if type(read) is ObjectsRead:
                     result = self._objects_field(
-                        read,
-                        source_value,
-                        details,
-                        Path(path, response_name, parent_type.name),
-                        position_context,
+                        read, source_value, details, field_path, position_context
                     )
                     if result is not _SLOW:
                         results[response_name] = result
@@ -484,11 +481,7 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
                             awaitable_fields.append(response_name)
                         continue
                 result = self.execute_field(
-                    parent_type,
-                    source_value,
-                    details,
-                    Path(path, response_name, parent_type.name),
-                    position_context,
+                    parent_type, source_value, details, field_path, position_context
                 )
                 if result is not Undefined:
                     results[response_name] = result
