@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -95,6 +96,8 @@ from simulator.prereqs import (
 from simulator.settings import SimulatorSettings, load_settings
 
 __all__ = ["DockerBackend", "run_owner"]
+
+log = logging.getLogger(__name__)
 
 _FETCH_KIND = {
     Fetch.DOWNLOAD: MaterialKind.DOWNLOAD,
@@ -372,7 +375,7 @@ class DockerBackend:
             instance.placement = placements[(role.name, index)]
             slot = slots[(role.name, index)]
             spec = self._prepare_run(attempt, instance, placements, network.name, mounts, slot)
-            records.log_file(instance.dir).touch()
+            records.create_log(instance.dir)
             specs.append((instance, spec))
             self._emit_placed(instance, role)
         list(self._docker_pool.map(lambda pair: self._run_container(attempt, *pair), specs))
@@ -429,7 +432,8 @@ class DockerBackend:
             key,
             instance.run,
             placement,
-            runtime_dir=instance.dir,
+            runtime_dir=records.runtime_dir(instance.dir),
+            writable_dir=records.writable_dir(instance.dir),
             env=env,
             network=network,
             mounts=mounts,
@@ -709,7 +713,10 @@ class DockerBackend:
             placement=instance.placement,
             at=at,
         )
-        records.write_exit(instance.dir, event)
+        try:
+            records.write_exit(instance.dir, event)
+        except OSError as exc:  # the event still goes out; only a restart would miss it
+            log.error("cannot write the exit record of %s: %s", instance.key, exc)
         self.ports.release(instance.port_owner)
         if attempt.placed:
             self.cluster.release_one(attempt.id, gang_position(attempt.request, instance.key))

@@ -2,28 +2,50 @@
 
 Everything an attempt needs to be found again after a restart is here, one folder per attempt
 (`<job>/<attempt>/`) holding its launch request (`launch.json`, secrets left out) and the
-addresses of its network (`network.json`), and one folder per instance (`<role>-<index>/`)
-holding its runtime files (mounted into its container), its log, its run number (after a
-relaunch) and, once it ended, its exit record. Logs and exit records stay until the folder is
-removed; the launch request goes when the attempt is forgotten.
+addresses of its network (`network.json`), and one folder per instance (`<role>-<index>/`):
+
+    <role>-<index>/exit.json       the event it ended with (the server's own, never mounted)
+    <role>-<index>/relaunch.json   its run number after a relaunch (the server's own)
+    <role>-<index>/pai/            mounted READ-ONLY at /usr/local/pai: the runtime environment
+                                   and the entrypoint, written by the server
+    <role>-<index>/pai/run/        mounted read-write at /usr/local/pai/run: the only place the
+                                   container writes, holding its log and its commands' file
+
+Nothing the server reads or writes lies in a folder the container can write, except the log,
+which is read through `host_files` (no symlink followed, regular files only) and never written
+but for the retry marker, appended the same way. Logs and exit records stay until the folder
+is removed; the launch request goes when the attempt is forgotten. A record that is missing,
+unreadable or not what it should be is logged and read as absent: a restart never stops on it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import NamedTuple
 
+from pydantic import ValidationError
+
+from backends import host_files
 from backends.base import InstanceEvent, LaunchRequest, Placement, RoleLaunch
 from backends.docker_specs import safe
 from backends.entrypoint import MARKER, entrypoint_script
+from backends.host_files import UnsafeFile
 from backends.runtime_env import shell_env_file
+
+log = logging.getLogger(__name__)
 
 _LAUNCH = "launch.json"
 _NETWORK = "network.json"
 _EXIT = "exit.json"
 _RUN = "relaunch.json"
+_RUNTIME = "pai"  # mounted read-only at RUNTIME_DIR
+_WRITABLE = "run"  # inside it, mounted read-write at RUN_DIR
 _LOG = "output.log"
+_READ_LIMIT = 1 << 16  # bytes of log per read
+_TAIL_BLOCK = 1 << 16  # bytes read at a time, backwards, to find where the last lines begin
+_TAIL_MOST = 8 << 20  # the furthest back a tail looks: a longer tail starts there
 
 
 class RunRecord(NamedTuple):
@@ -42,22 +64,36 @@ def instance_dir(attempt_dir: Path, role: str, index: int) -> Path:
     return attempt_dir / f"{safe(role)}-{index}"
 
 
+def runtime_dir(instance_dir: Path) -> Path:
+    """The folder mounted read-only at RUNTIME_DIR."""
+    return instance_dir / _RUNTIME
+
+
+def writable_dir(instance_dir: Path) -> Path:
+    """The folder mounted read-write at RUN_DIR: the only one the container may write."""
+    return instance_dir / _RUNTIME / _WRITABLE
+
+
 # --- attempt records ---------------------------------------------------------------------------
 
 
 def write_launch(attempt_dir: Path, request: LaunchRequest) -> None:
     attempt_dir.mkdir(parents=True, exist_ok=True)
-    (attempt_dir / _LAUNCH).write_text(
-        request.model_dump_json(exclude={"secrets"}), encoding="utf-8"
-    )
+    host_files.write_atomic(attempt_dir / _LAUNCH, request.model_dump_json(exclude={"secrets"}))
 
 
 def recorded_launches(attempts_dir: Path) -> list[tuple[Path, LaunchRequest]]:
-    """Every attempt not forgotten yet, with its folder, in the order of their folders."""
-    return [
-        (launch.parent, LaunchRequest.model_validate_json(launch.read_text(encoding="utf-8")))
-        for launch in sorted(attempts_dir.glob(f"*/*/{_LAUNCH}"))
-    ]
+    """Every attempt not forgotten yet, with its folder, in the order of their folders; a
+    launch record that cannot be read is logged and left out."""
+    found = []
+    for launch in sorted(attempts_dir.glob(f"*/*/{_LAUNCH}")):
+        try:
+            request = LaunchRequest.model_validate_json(host_files.read_text(launch, 64 << 20))
+        except (OSError, ValueError) as exc:
+            log.error("ignoring the unreadable launch record %s: %s", launch, exc)
+            continue
+        found.append((launch.parent, request))
+    return found
 
 
 def remove_launch(attempt_dir: Path) -> None:
@@ -66,17 +102,20 @@ def remove_launch(attempt_dir: Path) -> None:
 
 def write_network(attempt_dir: Path, name: str, addresses: list[str]) -> None:
     """A relaunch after a restart gives an instance its address on this network from here."""
-    (attempt_dir / _NETWORK).write_text(
-        json.dumps({"name": name, "addresses": addresses}), encoding="utf-8"
+    host_files.write_atomic(
+        attempt_dir / _NETWORK, json.dumps({"name": name, "addresses": addresses})
     )
 
 
 def read_network(attempt_dir: Path) -> tuple[str, list[str]] | None:
     """The network's name and its addresses in the gang's order; None when not (well) kept."""
     try:
-        network = json.loads((attempt_dir / _NETWORK).read_text("utf-8"))
-        return network["name"], network["addresses"]
-    except (FileNotFoundError, ValueError, KeyError):
+        network = json.loads(host_files.read_text(attempt_dir / _NETWORK))
+        return str(network["name"]), [str(a) for a in network["addresses"]]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.error("ignoring the unreadable network record in %s: %s", attempt_dir, exc)
         return None
 
 
@@ -85,7 +124,7 @@ def read_network(attempt_dir: Path) -> tuple[str, list[str]] | None:
 
 def write_exit(instance_dir: Path, event: InstanceEvent) -> None:
     instance_dir.mkdir(parents=True, exist_ok=True)
-    (instance_dir / _EXIT).write_text(event.model_dump_json(), encoding="utf-8")
+    host_files.write_atomic(instance_dir / _EXIT, event.model_dump_json())
 
 
 def has_exit(instance_dir: Path) -> bool:
@@ -93,80 +132,118 @@ def has_exit(instance_dir: Path) -> bool:
 
 
 def read_exit(instance_dir: Path) -> InstanceEvent | None:
-    """The event the instance ended with; None while it has not ended."""
+    """The event the instance ended with; None while it has not ended. A record that cannot
+    be read is logged and taken as absent: the instance is then found lost or still running."""
     try:
-        text = (instance_dir / _EXIT).read_text("utf-8")
+        text = host_files.read_text(instance_dir / _EXIT)
+        return InstanceEvent.model_validate_json(text)
     except FileNotFoundError:
         return None
-    return InstanceEvent.model_validate_json(text)
+    except (OSError, ValueError, ValidationError) as exc:
+        log.error("ignoring the unreadable exit record in %s: %s", instance_dir, exc)
+        return None
 
 
 def remove_exit(instance_dir: Path) -> None:
-    (instance_dir / _EXIT).unlink()
+    (instance_dir / _EXIT).unlink(missing_ok=True)
 
 
 def write_run(instance_dir: Path, record: RunRecord) -> None:
     placement = record.placement.model_dump() if record.placement else None
     data = {"run": record.run, "queued": record.queued, "placement": placement}
-    (instance_dir / _RUN).write_text(json.dumps(data), encoding="utf-8")
+    host_files.write_atomic(instance_dir / _RUN, json.dumps(data))
 
 
 def read_run(instance_dir: Path) -> RunRecord | None:
-    """None for an instance never relaunched: it is in its first run."""
-    path = instance_dir / _RUN
-    if not path.exists():
+    """None for an instance never relaunched (it is in its first run), or whose record cannot
+    be read (logged)."""
+    try:
+        data = json.loads(host_files.read_text(instance_dir / _RUN))
+        placement = data["placement"]
+        return RunRecord(
+            int(data["run"]),
+            bool(data["queued"]),
+            Placement.model_validate(placement) if placement is not None else None,
+        )
+    except FileNotFoundError:
         return None
-    data = json.loads(path.read_text("utf-8"))
-    placement = data["placement"]
-    return RunRecord(
-        data["run"],
-        data["queued"],
-        Placement.model_validate(placement) if placement is not None else None,
-    )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.error("ignoring the unreadable relaunch record in %s: %s", instance_dir, exc)
+        return None
 
 
 def write_runtime_files(instance_dir: Path, env: dict[str, str], role: RoleLaunch) -> None:
-    """The environment and entrypoint the container runs with, from its runtime folder."""
-    instance_dir.mkdir(parents=True, exist_ok=True)
-    (instance_dir / "runtime_env.sh").write_text(shell_env_file(env), encoding="utf-8")
-    (instance_dir / "entrypoint.sh").write_text(entrypoint_script(role), encoding="utf-8")
+    """The environment and entrypoint the container runs with, in the folder it sees read-only,
+    and the empty folder it may write (its mount point, made here since the read-only folder
+    cannot be written from inside)."""
+    runtime = runtime_dir(instance_dir)
+    writable_dir(instance_dir).mkdir(parents=True, exist_ok=True)
+    host_files.write_atomic(runtime / "runtime_env.sh", shell_env_file(env))
+    host_files.write_atomic(runtime / "entrypoint.sh", entrypoint_script(role))
 
 
 # --- logs --------------------------------------------------------------------------------------
 
 
 def log_file(instance_dir: Path) -> Path:
-    """The instance's output, every run of it in one file."""
-    return instance_dir / _LOG
+    """The instance's output, every run of it in one file, in the folder the container writes:
+    read it only through `read_from` and `tail_offset`."""
+    return writable_dir(instance_dir) / _LOG
+
+
+def create_log(instance_dir: Path) -> None:
+    """An empty log, so that a reader finds the instance before its first line."""
+    writable_dir(instance_dir).mkdir(parents=True, exist_ok=True)
+    host_files.create(log_file(instance_dir))
 
 
 def log_retry(instance_dir: Path, run: int) -> None:
-    """Mark in the log where a new run of the instance begins."""
-    with log_file(instance_dir).open("a", encoding="utf-8") as log:
-        log.write(f"{MARKER} task retry {run - 1}: starting task attempt {run}\n")
-
-
-def read_from(path: Path, offset: int, limit: int = 1 << 16) -> bytes:
+    """Mark in the log where a new run of the instance begins; a log the job replaced by
+    something else is left alone (logged)."""
+    line = f"{MARKER} task retry {run - 1}: starting task attempt {run}\n"
     try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            return handle.read(limit)
-    except FileNotFoundError:
-        return b""
+        host_files.append(log_file(instance_dir), line.encode())
+    except OSError as exc:
+        log.warning("cannot mark the retry in the log of %s: %s", instance_dir, exc)
+
+
+def read_from(path: Path, offset: int, limit: int = _READ_LIMIT) -> bytes:
+    """At most `limit` bytes of the log from `offset`. A log the job replaced by a symlink, a
+    directory or a FIFO is not read: the reader gets a line saying so, once, at offset 0."""
+    try:
+        return host_files.read_at(path, offset, limit)
+    except UnsafeFile as exc:
+        return f"{MARKER} the log cannot be read: {exc}\n".encode() if offset == 0 else b""
 
 
 def tail_offset(path: Path, lines: int) -> int:
-    """The byte offset where the last `lines` lines of the file begin."""
+    """The byte offset where the last `lines` lines of the file begin, read backwards from its
+    end a block at a time (never more than _TAIL_MOST bytes), so a huge log costs no memory."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        size = host_files.size_of(path)
+    except UnsafeFile:
         return 0
     if lines <= 0:
-        return len(data)
-    end = len(data) - 1 if data.endswith(b"\n") else len(data)
-    position = end
-    for _ in range(lines):
-        position = data.rfind(b"\n", 0, position)
-        if position < 0:
-            return 0
-    return position + 1
+        return size
+    floor = max(0, size - _TAIL_MOST)
+    position = size
+    wanted = lines + 1  # a final newline ends the last line, it starts no new one
+    last_byte = read_from(path, size - 1, 1) if size else b""
+    if last_byte != b"\n":
+        wanted -= 1
+    while position > floor:
+        start = max(floor, position - _TAIL_BLOCK)
+        block = read_from(path, start, position - start)
+        if not block:
+            return start
+        end = len(block)
+        while True:
+            found = block.rfind(b"\n", 0, end)
+            if found < 0:
+                break
+            wanted -= 1
+            if wanted == 0:
+                return start + found + 1
+            end = found
+        position = start
+    return floor

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backends.base import InstanceKey, LaunchRequest, Placement, RoleLaunch
-from backends.entrypoint import ENTRYPOINT, RUNTIME_DIR, WORK_DIR
+from backends.entrypoint import ENTRYPOINT, RUN_DIR, RUNTIME_DIR, WORK_DIR
 from simulator.cluster import Slot
 from simulator.containers import LABEL, OWNER, BindMount, ContainerSpec
 
@@ -84,6 +84,7 @@ def container_spec(
     placement: Placement,
     *,
     runtime_dir: Path,
+    writable_dir: Path,
     env: dict[str, str],
     network: str,
     mounts: dict[tuple[str, str], BindMount],
@@ -91,7 +92,11 @@ def container_spec(
     real_gpus: bool,
     host: HostLimits,
 ) -> ContainerSpec:
-    """The container of one run of an instance; `mounts` holds the materials by (role, name)."""
+    """The container of one run of an instance; `mounts` holds the materials by (role, name).
+
+    `runtime_dir` (environment, entrypoint) is mounted read-only and `writable_dir` (inside it)
+    read-write: the container can write nothing the server reads but its log.
+    """
     role = request.role(key.role)
     index = key.index
     all_ports = [p for label_ports in placement.ports.values() for p in label_ports]
@@ -123,7 +128,8 @@ def container_spec(
         shm_mb=max(1, min(role.resources.shm_mb, role.resources.memory_mb)),
         pids_limit=host.pids_limit,
         mounts=[
-            BindMount(str(runtime_dir), RUNTIME_DIR),
+            BindMount(str(runtime_dir), RUNTIME_DIR, read_only=True),
+            BindMount(str(writable_dir), RUN_DIR),
             *(mounts.get((role.name, m.name)) for m in role.materials),
             *(
                 BindMount(s.source, s.target, read_only=s.read_only, volume=s.volume)

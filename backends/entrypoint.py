@@ -5,8 +5,12 @@ check that the prerequisites are in place, run the start hooks, the user's comma
 success or the failure hooks, and exit with the user commands' code. It needs nothing but a
 POSIX `sh` (busybox is enough): the user's image is all there is in the container.
 
-All output goes to a log file on a host directory mounted at RUNTIME_DIR, so the logs outlive
-the container. The container runs with an init process that makes this script the leader of
+RUNTIME_DIR holds what the backend wrote for the instance (environment, this script) and is
+read-only where the backend can make it so; RUN_DIR inside it is the one place the script writes
+(the log, the commands' file). On the simulator both are host folders, so the log outlives the
+container, and the server reads nothing else the container could have written.
+
+The container runs with an init process that makes this script the leader of
 its own process group; a stop signal is passed on to that whole group, so it reaches whatever
 the user's commands started, and the script exits with 128 + the signal's number.
 """
@@ -17,11 +21,12 @@ import shlex
 
 from backends.base import Material, RoleLaunch
 
-RUNTIME_DIR = "/usr/local/pai"  # a per-instance host directory, mounted read-write
+RUNTIME_DIR = "/usr/local/pai"  # the instance's runtime files, written by the backend (read-only)
+RUN_DIR = f"{RUNTIME_DIR}/run"  # what the instance writes (read-write)
 ENV_FILE = f"{RUNTIME_DIR}/runtime_env.sh"  # written by the backend (runtime_env.shell_env_file)
 ENTRYPOINT = f"{RUNTIME_DIR}/entrypoint.sh"  # this script; run it as `sh ENTRYPOINT`
-LOG_FILE = f"{RUNTIME_DIR}/output.log"  # everything the instance prints
-USER_COMMANDS_FILE = f"{RUNTIME_DIR}/user_commands.sh"  # the user's commands, written by the script
+LOG_FILE = f"{RUN_DIR}/output.log"  # everything the instance prints
+USER_COMMANDS_FILE = f"{RUN_DIR}/user_commands.sh"  # the user's commands, written by the script
 WORK_DIR = "/work"  # the commands' working directory; materials are at WORK_DIR/<name>/
 
 SETUP_FAILED = 1  # exit code when the instance cannot start its commands (missing prerequisite ...)
@@ -59,11 +64,13 @@ def user_commands(role: RoleLaunch) -> str:
 def _prologue(role: RoleLaunch, runtime_dir: str, work_dir: str) -> list[str]:
     q = shlex.quote
     log, env_file = _inside(runtime_dir, LOG_FILE), _inside(runtime_dir, ENV_FILE)
+    run_dir = _inside(runtime_dir, RUN_DIR)
     traps = [f"trap 'on_signal {name} {128 + number}' {name}" for name, number in _SIGNALS]
     ignored = " ".join(name for name, _ in _SIGNALS)
     return [
         "#!/bin/sh",
         f"# Entrypoint of the instances of task role {_comment(role.name)} (POSIX sh).",
+        f"[ -d {q(run_dir)} ] || mkdir -p {q(run_dir)}",
         f"exec >>{q(log)} 2>&1",
         "",
         f"say() {{ printf '%s %s\\n' {q(MARKER)} \"$*\"; }}",

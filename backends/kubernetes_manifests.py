@@ -50,6 +50,7 @@ from backends.entrypoint import (
     ENV_FILE,
     LOG_FILE,
     MARKER,
+    RUN_DIR,
     RUNTIME_DIR,
     WORK_DIR,
     entrypoint_script,
@@ -592,7 +593,7 @@ class AttemptBuilder:
 _BOOT = "\n".join(
     [
         "set -e",
-        f"mkdir -p {RUNTIME_DIR}",
+        f"mkdir -p {RUN_DIR}",
         f"cat {CONFIG_DIR}/env-common.sh {CONFIG_DIR}/env-instance.sh > {ENV_FILE}",
         f"cp {CONFIG_DIR}/entrypoint.sh {ENTRYPOINT}",
         f"ln -sf /proc/self/fd/1 {LOG_FILE}",

@@ -24,6 +24,7 @@ from backends.entrypoint import (
     ENTRYPOINT,
     ENV_FILE,
     LOG_FILE,
+    RUN_DIR,
     RUNTIME_DIR,
     SETUP_FAILED,
     WORK_DIR,
@@ -72,7 +73,7 @@ class Instance:
 
     @property
     def log(self) -> str:
-        path = self.runtime / "output.log"
+        path = self.runtime / "run" / "output.log"
         return path.read_text() if path.exists() else ""
 
     def prepare(self, role: RoleLaunch, env: dict[str, str] | None = None) -> Path:
@@ -243,8 +244,8 @@ def test_a_missing_environment_file_fails_the_instance(instance: Instance) -> No
 
 def test_the_log_is_appended_to(instance: Instance) -> None:
     role = make_role(["echo second"])
-    instance.runtime.mkdir(parents=True)
-    (instance.runtime / "output.log").write_text("first\n")
+    (instance.runtime / "run").mkdir(parents=True)
+    (instance.runtime / "run" / "output.log").write_text("first\n")
     assert instance.run(role) == 0
     assert output(instance.log) == ["first", "second"]
 
@@ -336,7 +337,8 @@ def run_container(tmp_path: Path, role: RoleLaunch, stop_after: str | None = Non
     docker = pytest.importorskip("docker")
     client = docker.from_env()
     runtime, data = tmp_path / "runtime", tmp_path / "data"
-    runtime.mkdir()
+    writable = runtime / "run"
+    writable.mkdir(parents=True)
     data.mkdir()
     (data / "hello.txt").write_text("hello from the host\n")
     request, placements = container_request(role)
@@ -350,11 +352,12 @@ def run_container(tmp_path: Path, role: RoleLaunch, stop_after: str | None = Non
         init=True,
         network_mode="none",
         volumes={
-            str(runtime): {"bind": RUNTIME_DIR, "mode": "rw"},
+            str(runtime): {"bind": RUNTIME_DIR, "mode": "ro"},
+            str(writable): {"bind": RUN_DIR, "mode": "rw"},
             str(data): {"bind": f"{WORK_DIR}/data", "mode": "ro"},
         },
     )
-    log_file = runtime / Path(LOG_FILE).name
+    log_file = writable / Path(LOG_FILE).name
     try:
         started = time.monotonic()
         if stop_after is not None:

@@ -1,0 +1,133 @@
+"""A job must never reach the host: a hostile ordinary user's jobs against a real server.
+
+Each test is a reproducer of the security review, run as user `bob` (no admin rights) with a
+plain busybox job on a real `paigraph serve` and real containers. The files a job aims at are
+files under the test's own temporary directory; the server runs as the same user as the tests
+(root on CI), as compose and the README's setup run it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from server.remote import Client
+from tests.simulated import job_config
+from tests.test_e2e_server import Server, final_job, served, until
+
+pytestmark = pytest.mark.docker
+
+SECRET = "host-secret-4f1c: a line only the host may read"
+ORIGINAL = "untouched by any job\n"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    with served("sqlite", tmp_path) as running:
+        yield running
+
+
+def ordinary_user(server: Server, name: str = "bob") -> Client:
+    added = server.paigraph("users", "add", name)
+    assert added.returncode == 0, added.stderr
+    return server.client(added.stdout.strip())
+
+
+def submit(client: Client, config: str) -> str:
+    submitted = client.submit(config, {})
+    assert submitted["errors"] == [], submitted["errors"]
+    return submitted["job"]["id"]
+
+
+def log_text(client: Client, job_id: str, role: str = "main", index: int = 0) -> str:
+    return "".join(client.task_logs(job_id, role, index, follow=False))
+
+
+def victim(tmp_path: Path, name: str, text: str = ORIGINAL) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def one_role(commands: list[str], **role: Any) -> dict[str, dict[str, Any]]:
+    return {"main": {"commands": commands, **role}}
+
+
+def test_a_job_cannot_make_the_server_read_a_host_file_as_its_log(
+    server: Server, tmp_path: Path
+) -> None:
+    secret = victim(tmp_path, "secret.txt", SECRET + "\n")
+    # the review's reproducer (the log beside the runtime files), and the same aimed at the
+    # folder the job may write now
+    commands = [
+        "rm -f /usr/local/pai/output.log /usr/local/pai/run/output.log",
+        f"ln -s {secret} /usr/local/pai/output.log || echo runtime folder is read-only",
+        f"ln -s {secret} /usr/local/pai/run/output.log",
+        "sleep 3",
+    ]
+    server.start()
+    bob = ordinary_user(server)
+    job_id = submit(bob, job_config(one_role(commands), name="read-host"))
+    until(lambda: bob.job(job_id)["state"] == "RUNNING", "the job running", 60)
+    until(lambda: "cannot be read" in log_text(bob, job_id), "the log refused", 30)
+    while_running = log_text(bob, job_id)
+    assert final_job(bob, job_id)["state"] == "SUCCEEDED"
+    after = log_text(bob, job_id)
+    for text in (while_running, after):
+        assert SECRET not in text
+        assert "output.log is not a regular file (a symbolic link)" in text or (
+            "it is a symbolic link" in text
+        )
+
+
+def test_a_job_cannot_make_the_server_write_a_host_file(server: Server, tmp_path: Path) -> None:
+    exit_target, log_target, script_target = (
+        victim(tmp_path, name) for name in ("exit-target", "log-target", "script-target")
+    )
+    # The first run plants links where the server once wrote the exit record and where it
+    # appends the retry marker; the second run (a task retry) links the entrypoint, which the
+    # server writes again for every run.
+    commands = [
+        f"ln -sf {exit_target} /usr/local/pai/exit.json || echo cannot link exit.json",
+        f"ln -sf {exit_target} /usr/local/pai/run/exit.json",
+        f"rm -f /usr/local/pai/run/output.log; ln -s {log_target} /usr/local/pai/run/output.log",
+        f"ln -sf {script_target} /usr/local/pai/entrypoint.sh || echo cannot link entrypoint",
+        "exit 1",
+    ]
+    config = job_config(
+        one_role(commands, taskRetryCount=1), name="write-host", extras={"gangAllocation": False}
+    )
+    server.start()
+    bob = ordinary_user(server)
+    job_id = submit(bob, config)
+    found = final_job(bob, job_id, timeout=90)
+    assert found["state"] == "FAILED"
+    assert found["taskRoles"][0]["instances"][0]["taskAttempt"] == 2  # the retry did run
+    for path in (exit_target, log_target, script_target):
+        assert path.read_text() == ORIGINAL, f"{path.name} was written by the server"
+
+
+def test_what_a_job_leaves_in_its_folders_never_stops_the_server(
+    server: Server, tmp_path: Path
+) -> None:
+    commands = [
+        "mkdir /usr/local/pai/exit.json || echo runtime folder is read-only",
+        "mkdir /usr/local/pai/run/exit.json /usr/local/pai/run/relaunch.json",
+        "rm -f /usr/local/pai/run/output.log; mkdir /usr/local/pai/run/output.log",
+        "exit 0",
+    ]
+    server.start()
+    bob = ordinary_user(server)
+    job_id = submit(bob, job_config(one_role(commands), name="dirs"))
+    assert final_job(bob, job_id)["state"] == "SUCCEEDED"
+    assert "output.log is not a regular file (a directory)" in log_text(bob, job_id)
+
+    server.stop()
+    server.start()  # fails the test when the server cannot start again
+    assert bob.job(job_id)["state"] == "SUCCEEDED"
+    next_id = submit(bob, job_config(one_role(["echo still serving"]), name="after"))
+    assert final_job(bob, next_id)["state"] == "SUCCEEDED"
+    assert "still serving" in log_text(bob, next_id)
