@@ -90,6 +90,7 @@ from simulator.prereqs import (
     MaterialError,
     MaterialKind,
     MaterialStore,
+    Mount,
     UnservableMaterial,
     check_storage,
 )
@@ -137,6 +138,7 @@ class DockerBackend:
             state / "cache",
             allowed_file_roots=self.settings.allowed_file_roots,
             storage_dir=state / "storage",
+            protected=[state],
         )
         self.host_cpus, self.host_memory_mb = self.engine.host_capacity()
         self._host = HostLimits(self.host_cpus, self.host_memory_mb, self.settings.pids_limit)
@@ -231,7 +233,12 @@ class DockerBackend:
         for role in request.roles:
             for material in role.materials:
                 try:
-                    self.materials.check(material.name, _FETCH_KIND[material.kind], material.uris)
+                    self.materials.check(
+                        material.name,
+                        _FETCH_KIND[material.kind],
+                        material.uris,
+                        owner=request.user,
+                    )
                 except UnservableMaterial as exc:
                     return str(exc)
             for storage in role.storages:
@@ -386,6 +393,11 @@ class DockerBackend:
         if attempt.stopping:
             self._end(attempt, instance, EventKind.STOPPED, reason="stopped before it started")
             return
+        moved = self._moved_material(spec)
+        if moved:
+            reason = f"{moved} changed after it was checked (a symlink in its path); not mounted"
+            self._end(attempt, instance, EventKind.START_FAILED, reason=reason)
+            return
         try:
             container_id = self.engine.run(spec)
         except EngineError as exc:  # ImageMissing too
@@ -398,6 +410,17 @@ class DockerBackend:
             self.engine.remove(container_id)
         elif attempt.stopping:
             self.engine.stop(container_id, 0)
+
+    def _moved_material(self, spec: ContainerSpec) -> str | None:
+        """The first prerequisite's host directory that is no longer the one checked, checked
+        again just before Docker mounts it (Docker follows symlinks in a mount's source)."""
+        for mount in spec.mounts:
+            if mount.volume or not mount.target.startswith(f"{WORK_DIR}/"):
+                continue
+            checked = Mount(Path(mount.source), mount.read_only)
+            if not self.materials.still_where_checked(checked):
+                return mount.source
+        return None
 
     def _create_network(self, request: LaunchRequest) -> NetworkInfo:
         return self.engine.create_network(
@@ -452,6 +475,8 @@ class DockerBackend:
                     material.name,
                     _FETCH_KIND[material.kind],
                     material.uris,
+                    owner=request.user,
+                    read_only=material.read_only,
                     progress=lambda _name, message: self.progress(message),
                 )
                 mounts[(role.name, material.name)] = BindMount(

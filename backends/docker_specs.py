@@ -6,7 +6,6 @@ backend finds its own again, and how leftovers of a `paigraph run` that died are
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from backends.base import InstanceKey, LaunchRequest, Placement, RoleLaunch
 from backends.entrypoint import ENTRYPOINT, RUN_DIR, RUNTIME_DIR, WORK_DIR
 from simulator.cluster import Slot
 from simulator.containers import LABEL, OWNER, BindMount, ContainerSpec
+from simulator.names import safe
 
 JOB = f"{LABEL}.job"
 ATTEMPT = f"{LABEL}.attempt"
@@ -39,14 +39,6 @@ def left_by_dead_run(owner: str, me: str) -> bool:
     (killed, machine rebooted): what it left behind belongs to no one."""
     match = re.fullmatch(rf"run-{re.escape(socket.gethostname())}-(\d+)", owner)
     return bool(match) and owner != me and not _pid_alive(int(match.group(1)))
-
-
-def safe(text: str) -> str:
-    """A Docker-name-safe rendering of a user's name, unique through a short hash."""
-    cleaned = re.sub(r"[^a-zA-Z0-9_.-]", "", text)[:40] or "x"
-    if cleaned == text:
-        return cleaned
-    return f"{cleaned}-{hashlib.sha1(text.encode()).hexdigest()[:6]}"
 
 
 def network_name(request: LaunchRequest) -> str:

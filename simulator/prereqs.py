@@ -15,9 +15,11 @@ What a URI may be, per kind:
   `file://` (allowed roots), a bare `/abs/path` (allowed roots), or scheme-less `host/path`
   (meaning https). REF is a commit (full or abbreviated), a tag or a branch; use `#` for a ref
   that contains `/`. Without a ref, the repository's HEAD at launch time is used.
-- mount (storage / output): nothing (a persistent directory `<storage_dir>/<name>`), a bare storage
-  name (`<storage_dir>/<that name>`, so prerequisites can share one), or a local directory
-  `file:///abs/path` / `/abs/path` under the allowed roots, created when missing.
+- mount (storage / output): nothing (a persistent directory of the job's owner,
+  `<storage_dir>/users/<owner>/<name>`), a bare storage name (`<storage_dir>/users/<owner>/<that
+  name>`, so one user's prerequisites and jobs can share one; another user's of the same name is
+  another directory), or a local directory `file:///abs/path` / `/abs/path` under the allowed
+  roots, which exists already and is mounted read-only: the allowed roots are for reading.
 
 Cache keys: a download is keyed by its URIs plus, for local sources, the size and modification
 time of every file, so an edited local file gives a new entry; a remote URL is fetched once and
@@ -50,6 +52,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import httpx
+
+from simulator.names import safe
 
 Progress = Callable[[str, str], None]
 """Called with (prerequisite name, message), e.g. ("mnist", "downloading data 'mnist' (3.2 MB)")."""
@@ -213,7 +217,9 @@ class MaterialStore:
         processes on one machine.
     storage_dir: parent of the persistent read-write directories of storage / output prerequisites.
     allowed_file_roots: the only host directories `file://` URIs and bare paths may point into
-        (after symlinks are resolved); empty means local paths are refused.
+        (after symlinks are resolved); empty means local paths are refused. Whatever lies under
+        `protected` (the simulator's state: logs, caches, every user's storages) stays refused
+        even inside an allowed root.
     http_timeout: seconds an HTTP connect or read may stall before the download fails.
     git_timeout: seconds each git command may take.
     max_download_bytes: the most one data prerequisite may bring into the cache (all its URIs).
@@ -225,6 +231,7 @@ class MaterialStore:
         *,
         storage_dir: Path,
         allowed_file_roots: Sequence[Path] = (),
+        protected: Sequence[Path] = (),
         http_timeout: float = DEFAULT_HTTP_TIMEOUT,
         git_timeout: float = DEFAULT_GIT_TIMEOUT,
         max_download_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES,
@@ -232,6 +239,7 @@ class MaterialStore:
         self.cache_dir = Path(cache_dir).resolve()
         self.storage_dir = Path(storage_dir).resolve()
         self.allowed_file_roots = tuple(Path(r).resolve() for r in allowed_file_roots)
+        self.protected = (self.cache_dir, self.storage_dir, *(Path(p).resolve() for p in protected))
         self.http_timeout = http_timeout
         self.git_timeout = git_timeout
         self.max_download_bytes = max_download_bytes
@@ -240,7 +248,9 @@ class MaterialStore:
 
     # --- the two entry points ----------------------------------------------------------------
 
-    def check(self, name: str, kind: MaterialKind | str, uris: Sequence[str]) -> None:
+    def check(
+        self, name: str, kind: MaterialKind | str, uris: Sequence[str], *, owner: str = ""
+    ) -> None:
         """Refuse, without touching the network or disk, what can never be served here."""
         kind = MaterialKind(kind)
         check_name(name)
@@ -249,7 +259,7 @@ class MaterialStore:
         elif kind is MaterialKind.CLONE:
             self._repo(name, uris)
         else:
-            self._mount_target(name, uris)
+            self._mount_target(name, uris, owner)
 
     def materialize(
         self,
@@ -257,12 +267,14 @@ class MaterialStore:
         kind: MaterialKind | str,
         uris: Sequence[str],
         *,
+        owner: str = "",
         read_only: bool = False,
         progress: Progress | None = None,
     ) -> Mount:
         """Fetch (or reuse) the prerequisite and return the host directory to mount.
 
-        Downloads and clones are always mounted read-only; `read_only` applies to storage.
+        Downloads, clones and directories under the allowed roots are always mounted read-only;
+        `read_only` applies to the storages of `owner` (the job's user), which are theirs alone.
         """
         kind = MaterialKind(kind)
         check_name(name)
@@ -271,14 +283,29 @@ class MaterialStore:
             return Mount(self._materialize_download(name, uris, report), read_only=True)
         if kind is MaterialKind.CLONE:
             return Mount(self._materialize_clone(name, uris, report), read_only=True)
-        target = self._mount_target(name, uris)
-        if target.exists() and not target.is_dir():
+        target = self._mount_target(name, uris, owner)
+        if not target.is_relative_to(self.storage_dir):
+            if not target.is_dir():
+                raise MaterialError(f"prerequisite {name!r}: {target} is not a directory")
+            return Mount(target, read_only=True)
+        if target.is_symlink() or (target.exists() and not target.is_dir()):
             raise MaterialError(f"prerequisite {name!r}: {target} exists and is not a directory")
         try:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise MaterialError(f"prerequisite {name!r}: cannot create {target}: {exc}") from exc
         return Mount(target, read_only=read_only)
+
+    def still_where_checked(self, mount: Mount) -> bool:
+        """Whether the directory about to be mounted is still the one checked: its path has no
+        symlink (Docker would follow one swapped in since the check) and still resolves inside
+        an allowed root or the storage directory."""
+        path = mount.host_path
+        if Path(os.path.realpath(path)) != path or not path.is_dir():
+            return False
+        if path.is_relative_to(self.storage_dir) or path.is_relative_to(self.cache_dir):
+            return True
+        return self._allowed(path)
 
     # --- reading URIs ------------------------------------------------------------------------
 
@@ -307,7 +334,18 @@ class MaterialStore:
             raise UnservableMaterial(
                 f"prerequisite {name!r}: {path} is outside the allowed roots ({roots})"
             )
+        if not self._allowed(path):
+            raise UnservableMaterial(
+                f"prerequisite {name!r}: {path} is in the simulator's own state directory, "
+                "which jobs may not read even under an allowed root"
+            )
         return path
+
+    def _allowed(self, path: Path) -> bool:
+        """Inside an allowed root and outside everything protected."""
+        return any(path.is_relative_to(root) for root in self.allowed_file_roots) and not any(
+            path.is_relative_to(p) or p.is_relative_to(path) for p in self.protected
+        )
 
     def _sources(self, name: str, uris: Sequence[str]) -> list[_Source]:
         if not uris:
@@ -352,14 +390,15 @@ class MaterialStore:
             spec = RepoSpec(url=self._local(name, spec.url).as_uri(), ref=spec.ref)
         return spec
 
-    def _mount_target(self, name: str, uris: Sequence[str]) -> Path:
+    def _mount_target(self, name: str, uris: Sequence[str], owner: str) -> Path:
         if len(uris) > 1:
             raise UnservableMaterial(
                 f"prerequisite {name!r}: a storage prerequisite takes at most one URI "
                 f"(got {len(uris)})"
             )
+        mine = self.storage_dir / "users" / safe(owner or "local")
         if not uris:
-            return self.storage_dir / name
+            return mine / name
         uri = uris[0]
         match = _SCHEME.match(uri)
         if match:
@@ -369,7 +408,7 @@ class MaterialStore:
         if uri.startswith("/"):
             return self._local(name, uri)
         check_name(uri, f"prerequisite {name!r}: storage name")
-        return self.storage_dir / uri
+        return mine / uri
 
     # --- the cache ---------------------------------------------------------------------------
 

@@ -339,7 +339,7 @@ async def test_data_script_and_storage_prerequisites_are_in_place(
     ]
     hooks = Hooks(on_start=["echo starting-hook"], on_success=["echo success-hook"])
     request = job(role("reader", commands, instances=2, materials=materials, hooks=hooks))
-    async with backend(tmp_path, allowed_file_roots=[tmp_path]) as sim:
+    async with backend(tmp_path / "state", allowed_file_roots=[repo]) as sim:
         events = Collector(sim)
         await sim.launch(request)
         ended = await events.all_ended(request)
@@ -350,7 +350,7 @@ async def test_data_script_and_storage_prerequisites_are_in_place(
         assert "1,2,3" in text
         assert "training version 1" in text
         assert text.index("starting-hook") < text.index("1,2,3") < text.index("success-hook")
-        storage = Path(sim.settings.state_dir) / "storage" / "results"
+        storage = Path(sim.settings.state_dir) / "storage" / "users" / request.user / "results"
         assert sorted(p.read_text() for p in storage.iterdir()) == ["result-0\n", "result-1\n"]
         await sim.forget(request.job_id, 1)
         events.close()

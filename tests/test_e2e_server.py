@@ -67,6 +67,7 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.owner = server_owner(state_dir)
         self.log = log
+        self.settings: dict[str, str] = {}  # more PAIGRAPH_* settings of this server
         self.process: subprocess.Popen[bytes] | None = None
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -76,6 +77,7 @@ class Server:
             "PAIGRAPH_DB": self.db_url,
             "PAIGRAPH_SIMULATOR_STATE": str(self.state_dir),
             "PAIGRAPH_URL": self.url,
+            **self.settings,
             **extra,
         }
 

@@ -435,32 +435,79 @@ def test_bad_uri_lists_are_refused(
 # --- storage ---------------------------------------------------------------------------------
 
 
-def test_storage_is_a_persistent_writable_directory(
-    store: MaterialStore, tmp_path: Path, allowed: Path
+def test_storage_is_a_persistent_writable_directory_of_its_owner(
+    store: MaterialStore, tmp_path: Path
 ) -> None:
-    mount = store.materialize("ckpt", MaterialKind.MOUNT, [])
-    assert mount == Mount(store.storage_dir / "ckpt", read_only=False)
+    mount = store.materialize("ckpt", MaterialKind.MOUNT, [], owner="alice")
+    assert mount == Mount(store.storage_dir / "users" / "alice" / "ckpt", read_only=False)
     (mount.host_path / "epoch1.pt").write_text("weights")
 
     restarted = MaterialStore(tmp_path / "cache", storage_dir=tmp_path / "storage")
-    again = restarted.materialize("ckpt", MaterialKind.MOUNT, [])
+    again = restarted.materialize("ckpt", MaterialKind.MOUNT, [], owner="alice")
     assert (again.host_path / "epoch1.pt").read_text() == "weights"
 
-    shared_a = store.materialize("out_a", MaterialKind.MOUNT, ["team"])
-    shared_b = store.materialize("out_b", MaterialKind.MOUNT, ["team"])
-    assert shared_a.host_path == shared_b.host_path == store.storage_dir / "team"
+    shared_a = store.materialize("out_a", MaterialKind.MOUNT, ["team"], owner="alice")
+    shared_b = store.materialize("out_b", MaterialKind.MOUNT, ["team"], owner="alice")
+    assert shared_a.host_path == shared_b.host_path == store.storage_dir / "users/alice/team"
+    assert store.materialize("in", MaterialKind.MOUNT, ["team"], read_only=True).read_only
 
+
+def test_a_storage_of_the_same_name_is_another_directory_for_another_user(
+    store: MaterialStore,
+) -> None:
+    alice = store.materialize("results", MaterialKind.MOUNT, [], owner="alice")
+    (alice.host_path / "model.txt").write_text("alice's model")
+    for owner in ("bob", "../alice", "alice/..", ".."):
+        other = store.materialize("results", MaterialKind.MOUNT, [], owner=owner)
+        assert other.host_path != alice.host_path
+        assert other.host_path.parent.parent == store.storage_dir / "users"
+        assert not (other.host_path / "model.txt").exists()
+        shared = store.materialize("out", MaterialKind.MOUNT, ["results"], owner=owner)
+        assert not (shared.host_path / "model.txt").exists()
+
+
+def test_directories_under_the_allowed_roots_are_mounted_read_only(
+    store: MaterialStore, allowed: Path
+) -> None:
+    (allowed / "results" / "run1").mkdir(parents=True)
     local = store.materialize("out", MaterialKind.MOUNT, [(allowed / "results" / "run1").as_uri()])
-    assert (
-        local == Mount(allowed / "results" / "run1", read_only=False) and local.host_path.is_dir()
-    )
-    assert store.materialize("in", MaterialKind.MOUNT, [str(allowed)], read_only=True).read_only
-
+    assert local == Mount(allowed / "results" / "run1", read_only=True)
+    assert store.still_where_checked(local)
+    with pytest.raises(MaterialError, match=r"run2 is not a directory"):
+        store.materialize("out", MaterialKind.MOUNT, [str(allowed / "results" / "run2")])
     (allowed / "file.txt").write_text("x")
-    with pytest.raises(MaterialError, match=r"file\.txt exists and is not a directory"):
+    with pytest.raises(MaterialError, match=r"file\.txt is not a directory"):
         store.materialize("out", MaterialKind.MOUNT, [str(allowed / "file.txt")])
     with pytest.raises(UnservableMaterial, match="outside the allowed roots"):
         store.materialize("out", MaterialKind.MOUNT, ["/etc"])
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_check_is_not_mounted(
+    store: MaterialStore, allowed: Path, tmp_path: Path
+) -> None:
+    checked = allowed / "data"
+    checked.mkdir()
+    mount = store.materialize("in", MaterialKind.MOUNT, [str(checked)])
+    checked.rmdir()
+    checked.symlink_to(tmp_path / "outside", target_is_directory=True)
+    (tmp_path / "outside").mkdir()
+    assert not store.still_where_checked(mount)
+
+
+def test_the_simulators_own_state_is_refused_even_under_an_allowed_root(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    guarded = MaterialStore(
+        state / "cache",
+        storage_dir=state / "storage",
+        allowed_file_roots=[tmp_path],
+        protected=[state],
+    )
+    (state / "attempts").mkdir(parents=True)
+    for path in (state, state / "attempts", tmp_path):
+        with pytest.raises(UnservableMaterial, match="state directory"):
+            guarded.check("in", MaterialKind.MOUNT, [str(path)])
+        with pytest.raises(UnservableMaterial, match="state directory"):
+            guarded.check("in", MaterialKind.DOWNLOAD, [str(path)])
 
 
 # --- scripts ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ files under the test's own temporary directory; the server runs as the same user
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,72 @@ def test_what_a_job_leaves_in_its_folders_never_stops_the_server(
     next_id = submit(bob, job_config(one_role(["echo still serving"]), name="after"))
     assert final_job(bob, next_id)["state"] == "SUCCEEDED"
     assert "still serving" in log_text(bob, next_id)
+
+
+def storage_job(name: str, commands: list[str], uri: str | None = None) -> str:
+    """A job whose role uses an `output` prerequisite named `results`: without `uri` a storage
+    of the job's owner, with it a directory under the allowed roots."""
+    results: dict[str, Any] = {"name": "results", "type": "output"}
+    if uri is not None:
+        results["uri"] = uri
+    doc = {
+        "protocolVersion": 2,
+        "name": name,
+        "type": "job",
+        "prerequisites": [
+            {"name": "bb", "type": "dockerimage", "uri": "paigraph/busybox:test"},
+            results,
+        ],
+        "taskRoles": {
+            "main": {
+                "instances": 1,
+                "dockerImage": "bb",
+                "output": "results",
+                "resourcePerInstance": {"cpu": 1, "memoryMB": 128, "gpu": 0},
+                "commands": commands,
+            }
+        },
+    }
+    return json.dumps(doc)
+
+
+def test_a_storage_no_admin_defined_belongs_to_one_user(server: Server) -> None:
+    server.start()
+    alice, bob = ordinary_user(server, "alice"), ordinary_user(server, "bob")
+    written = submit(alice, storage_job("train", ["echo alice-weights > results/model.txt"]))
+    assert final_job(alice, written)["state"] == "SUCCEEDED"
+
+    prying = [
+        "cat results/model.txt || echo nothing of alice here",
+        "echo bob-was-here > results/model.txt",
+    ]
+    pried = submit(bob, storage_job("pry", prying))
+    assert final_job(bob, pried)["state"] == "SUCCEEDED"
+    bobs_log = log_text(bob, pried)
+    assert "alice-weights" not in bobs_log and "nothing of alice here" in bobs_log
+
+    read_back = submit(alice, storage_job("evaluate", ["cat results/model.txt"]))
+    assert final_job(alice, read_back)["state"] == "SUCCEEDED"
+    alices_log = log_text(alice, read_back)
+    assert "alice-weights" in alices_log and "bob-was-here" not in alices_log
+
+
+def test_directories_under_the_allowed_roots_are_only_read(server: Server, tmp_path: Path) -> None:
+    root = tmp_path / "datasets"
+    (root / "imagenet").mkdir(parents=True)
+    (root / "imagenet" / "labels.txt").write_text("cat\ndog\n")
+    settings = tmp_path / "simulator.yaml"
+    settings.write_text(f"allowed_file_roots: [{root}]\n")
+    server.settings["PAIGRAPH_SIMULATOR_CONFIG"] = str(settings)
+    commands = [
+        "cat results/labels.txt",
+        "echo overwritten > results/labels.txt || echo the dataset is read-only",
+        "rm -rf results/* || echo cannot remove",
+    ]
+    server.start()
+    bob = ordinary_user(server)
+    job_id = submit(bob, storage_job("reader", commands, uri=(root / "imagenet").as_uri()))
+    assert final_job(bob, job_id)["state"] == "SUCCEEDED"
+    text = log_text(bob, job_id)
+    assert "dog" in text and "the dataset is read-only" in text
+    assert (root / "imagenet" / "labels.txt").read_text() == "cat\ndog\n"
