@@ -23,7 +23,6 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 
 from backends import docker_records as records
@@ -106,6 +105,7 @@ _FETCH_KIND = {
     Fetch.MOUNT: MaterialKind.MOUNT,
 }
 _PARALLEL_STARTS = 16
+_LOG_CHECK_SECONDS = 2.0  # how often running instances' logs are kept within their limit
 
 
 class DockerBackend:
@@ -157,6 +157,7 @@ class DockerBackend:
         self._events: asyncio.Queue[InstanceEvent] | None = None
         self._unwatch: Callable[[], None] | None = None
         self._scheduling = threading.Lock()
+        self._closed = threading.Event()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -166,8 +167,10 @@ class DockerBackend:
         self._events = asyncio.Queue()
         self._unwatch = self.engine.watch({OWNER: self.owner}, self._on_container_event)
         await asyncio.to_thread(self._adopt)
+        threading.Thread(target=self._keep_logs, name="sim-logs", daemon=True).start()
 
     async def close(self) -> None:
+        self._closed.set()
         if self._unwatch is not None:
             self._unwatch()
             self._unwatch = None
@@ -197,13 +200,13 @@ class DockerBackend:
         follow: bool = False,
     ) -> AsyncIterator[LogChunk]:
         directory = self._instance_dir(key)
-        path = records.log_file(directory)
+        log_file = records.instance_log(directory)
         if not directory.is_dir():
             raise UnknownInstance(f"no instance {key.role}-{key.index} in attempt {key.attempt}")
         async for chunk in stream_log(
             key,
-            read_from=partial(records.read_from, path),
-            tail_offset=partial(records.tail_offset, path),
+            read_from=log_file.read,
+            tail_offset=log_file.tail_offset,
             running=lambda: not records.has_exit(directory),
             offset=offset,
             tail=tail,
@@ -740,6 +743,7 @@ class DockerBackend:
         )
         try:
             records.write_exit(instance.dir, event)
+            records.instance_log(instance.dir).keep_within(self.settings.log_limit_mb << 20)
         except OSError as exc:  # the event still goes out; only a restart would miss it
             log.error("cannot write the exit record of %s: %s", instance.key, exc)
         self.ports.release(instance.port_owner)
@@ -770,6 +774,26 @@ class DockerBackend:
                 with self._lock:  # still in use a moment longer: a relaunch or forget retries
                     if attempt.network is None and not attempt.forgotten:
                         attempt.network = network
+
+    # --- logs ----------------------------------------------------------------------------------
+
+    def _keep_logs(self) -> None:
+        """Keep every running instance's log within the limit, every few seconds, until closed;
+        a job printing without end costs the disk a bounded amount."""
+        limit = self.settings.log_limit_mb << 20
+        while not self._closed.wait(_LOG_CHECK_SECONDS):
+            with self._lock:
+                running = [
+                    i.dir
+                    for a in self._attempts.values()
+                    for i in a.instances.values()
+                    if i.container_id and not i.ended
+                ]
+            for directory in running:
+                try:
+                    records.instance_log(directory).keep_within(limit)
+                except OSError as exc:
+                    log.warning("cannot keep the log in %s within its limit: %s", directory, exc)
 
     # --- stopping ----------------------------------------------------------------------------
 

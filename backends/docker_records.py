@@ -6,16 +6,18 @@ addresses of its network (`network.json`), and one folder per instance (`<role>-
 
     <role>-<index>/exit.json       the event it ended with (the server's own, never mounted)
     <role>-<index>/relaunch.json   its run number after a relaunch (the server's own)
+    <role>-<index>/log-dropped.json  which middle part of a long log was dropped (the same)
     <role>-<index>/pai/            mounted READ-ONLY at /usr/local/pai: the runtime environment
                                    and the entrypoint, written by the server
     <role>-<index>/pai/run/        mounted read-write at /usr/local/pai/run: the only place the
                                    container writes, holding its log and its commands' file
 
 Nothing the server reads or writes lies in a folder the container can write, except the log,
-which is read through `host_files` (no symlink followed, regular files only) and never written
-but for the retry marker, appended the same way. Logs and exit records stay until the folder
-is removed; the launch request goes when the attempt is forgotten. A record that is missing,
-unreadable or not what it should be is logged and read as absent: a restart never stops on it.
+which is read through `log_files` (no symlink followed, regular files only, bounded reads) and
+never written but for the retry marker, appended the same way, and its dropped middle. Logs
+and exit records stay until the folder is removed; the launch request goes when the attempt is
+forgotten. A record that is missing, unreadable or not what it should be is logged and read as
+absent: a restart never stops on it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from backends import host_files
 from backends.base import InstanceEvent, LaunchRequest, Placement, RoleLaunch
 from backends.docker_specs import safe
 from backends.entrypoint import MARKER, entrypoint_script
-from backends.host_files import UnsafeFile
+from backends.log_files import LogFile
 from backends.runtime_env import shell_env_file
 
 log = logging.getLogger(__name__)
@@ -43,9 +45,7 @@ _RUN = "relaunch.json"
 _RUNTIME = "pai"  # mounted read-only at RUNTIME_DIR
 _WRITABLE = "run"  # inside it, mounted read-write at RUN_DIR
 _LOG = "output.log"
-_READ_LIMIT = 1 << 16  # bytes of log per read
-_TAIL_BLOCK = 1 << 16  # bytes read at a time, backwards, to find where the last lines begin
-_TAIL_MOST = 8 << 20  # the furthest back a tail looks: a longer tail starts there
+_DROPPED = "log-dropped.json"  # which range of a long log was dropped (the server's own)
 
 
 class RunRecord(NamedTuple):
@@ -187,8 +187,14 @@ def write_runtime_files(instance_dir: Path, env: dict[str, str], role: RoleLaunc
 
 def log_file(instance_dir: Path) -> Path:
     """The instance's output, every run of it in one file, in the folder the container writes:
-    read it only through `read_from` and `tail_offset`."""
+    read it only through `instance_log`."""
     return writable_dir(instance_dir) / _LOG
+
+
+def instance_log(instance_dir: Path) -> LogFile:
+    """The instance's log, with the record of what was dropped from it kept where the job
+    cannot write."""
+    return LogFile(log_file(instance_dir), instance_dir / _DROPPED)
 
 
 def create_log(instance_dir: Path) -> None:
@@ -205,45 +211,3 @@ def log_retry(instance_dir: Path, run: int) -> None:
         host_files.append(log_file(instance_dir), line.encode())
     except OSError as exc:
         log.warning("cannot mark the retry in the log of %s: %s", instance_dir, exc)
-
-
-def read_from(path: Path, offset: int, limit: int = _READ_LIMIT) -> bytes:
-    """At most `limit` bytes of the log from `offset`. A log the job replaced by a symlink, a
-    directory or a FIFO is not read: the reader gets a line saying so, once, at offset 0."""
-    try:
-        return host_files.read_at(path, offset, limit)
-    except UnsafeFile as exc:
-        return f"{MARKER} the log cannot be read: {exc}\n".encode() if offset == 0 else b""
-
-
-def tail_offset(path: Path, lines: int) -> int:
-    """The byte offset where the last `lines` lines of the file begin, read backwards from its
-    end a block at a time (never more than _TAIL_MOST bytes), so a huge log costs no memory."""
-    try:
-        size = host_files.size_of(path)
-    except UnsafeFile:
-        return 0
-    if lines <= 0:
-        return size
-    floor = max(0, size - _TAIL_MOST)
-    position = size
-    wanted = lines + 1  # a final newline ends the last line, it starts no new one
-    last_byte = read_from(path, size - 1, 1) if size else b""
-    if last_byte != b"\n":
-        wanted -= 1
-    while position > floor:
-        start = max(floor, position - _TAIL_BLOCK)
-        block = read_from(path, start, position - start)
-        if not block:
-            return start
-        end = len(block)
-        while True:
-            found = block.rfind(b"\n", 0, end)
-            if found < 0:
-                break
-            wanted -= 1
-            if wanted == 0:
-                return start + found + 1
-            end = found
-        position = start
-    return floor

@@ -26,6 +26,7 @@ from typing import Any
 from backends.base import InstanceKey
 from backends.entrypoint import MARKER
 from backends.kubernetes_names import digest
+from backends.log_files import LogFile
 
 log = logging.getLogger(__name__)
 
@@ -205,28 +206,17 @@ class LogBook:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def read_from(self, key: InstanceKey, offset: int, limit: int = _CHUNK) -> bytes:
-        try:
-            with self.path(key).open("rb") as handle:
-                handle.seek(offset)
-                return handle.read(limit)
-        except FileNotFoundError:
-            return b""
+    def read_from(self, key: InstanceKey, offset: int, limit: int = _CHUNK) -> tuple[bytes, int]:
+        """At most `limit` bytes of the copy from `offset`, and the offset after them."""
+        return self._file(key).read(offset, limit)
 
     def tail_offset(self, key: InstanceKey, lines: int) -> int:
-        """The byte offset where the last `lines` lines of the log begin."""
-        try:
-            data = self.path(key).read_bytes()
-        except FileNotFoundError:
-            return 0
-        if lines <= 0:
-            return len(data)
-        position = len(data) - 1 if data.endswith(b"\n") else len(data)
-        for _ in range(lines):
-            position = data.rfind(b"\n", 0, position)
-            if position < 0:
-                return 0
-        return position + 1
+        """The byte offset where the last `lines` lines of the copy begin."""
+        return self._file(key).tail_offset(lines)
+
+    def _file(self, key: InstanceKey) -> LogFile:
+        path = self.path(key)
+        return LogFile(path, path.with_name(path.name + ".dropped"))
 
 
 def hang_up(response: Any) -> None:

@@ -18,7 +18,7 @@ POLL_SECONDS = 0.2  # how often followed output is read again
 async def stream_log(
     key: InstanceKey,
     *,
-    read_from: Callable[[int], bytes],
+    read_from: Callable[[int], tuple[bytes, int]],
     tail_offset: Callable[[int], int],
     running: Callable[[], bool],
     offset: int = 0,
@@ -26,19 +26,20 @@ async def stream_log(
     follow: bool = False,
 ) -> AsyncIterator[LogChunk]:
     """The output from `offset` (or from the start of its last `tail` lines); with `follow`,
-    new output as it comes until the instance no longer runs. The readers block: they run in
-    worker threads."""
+    new output as it comes until the instance no longer runs. `read_from(offset)` gives a
+    bounded piece and the offset after it (which may skip a dropped range). The readers block:
+    they run in worker threads."""
     if tail is not None:
         offset = await asyncio.to_thread(tail_offset, tail)
     while True:
-        data = await asyncio.to_thread(read_from, offset)
+        data, after = await asyncio.to_thread(read_from, offset)
         if data:
             yield LogChunk(key=key, offset=offset, data=data.decode("utf-8", "replace"))
-            offset += len(data)
+            offset = after
             continue
         if not follow or not running():
             # one last read: output written just before the end
-            data = await asyncio.to_thread(read_from, offset)
+            data, _ = await asyncio.to_thread(read_from, offset)
             if data:
                 yield LogChunk(key=key, offset=offset, data=data.decode("utf-8", "replace"))
             return

@@ -45,6 +45,9 @@ Settings (YAML keys):
     The most processes one container may run (default 1024), so a fork bomb stays contained.
 ``stop_grace_seconds``
     Seconds between SIGTERM and SIGKILL when an instance is stopped (default 10).
+``log_limit_mb``
+    The most output one instance's log keeps on disk (default 256). Past it the log keeps its
+    first and its last half of that and drops the middle, saying so where it was.
 ``image_pull``
     Whether a missing image may be pulled from a registry (default false: it is reported as a
     start failure instead, so nothing is ever downloaded behind the user's back).
@@ -215,6 +218,9 @@ class SimulatorSettings(_Strict):
     pids_limit: int = Field(1024, ge=16, le=4_194_304, description="Processes per container.")
     stop_grace_seconds: float = Field(
         10, ge=0, le=3600, description="Seconds from SIGTERM to SIGKILL on stop."
+    )
+    log_limit_mb: int = Field(
+        256, ge=1, le=1_048_576, description="Most log kept per instance: its head and tail."
     )
     image_pull: bool = Field(False, description="Pull missing images from a registry.")
 
@@ -476,6 +482,8 @@ allowed_file_roots: []
 pids_limit: 1024
 # Seconds between SIGTERM and SIGKILL when an instance is stopped.
 stop_grace_seconds: 10
+# Most output one instance's log keeps, in MB: past it, its first and last halves.
+log_limit_mb: 256
 # Pull a missing image from a registry (false: report it as a start failure).
 image_pull: false
 """

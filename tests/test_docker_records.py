@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from backends import docker_records as records
 from backends.base import EventKind, InstanceEvent, LaunchRequest
+from backends.log_files import LogFile
 from tests.simulated import role
 
 
@@ -60,21 +61,23 @@ def test_records_are_written_over_a_symlink_not_through_it(tmp_path: Path) -> No
 def test_a_log_that_is_not_a_regular_file_is_not_read(tmp_path: Path, kind: str) -> None:
     instance = tmp_path / "main-0"
     records.create_log(instance)
-    log = records.log_file(instance)
-    log.unlink()
+    path = records.log_file(instance)
+    path.unlink()
     secret = tmp_path / "secret"
     secret.write_text("secret\n")
     if kind == "symlink":
-        log.symlink_to(secret)
+        path.symlink_to(secret)
     elif kind == "directory":
-        log.mkdir()
+        path.mkdir()
     else:
-        os.mkfifo(log)  # opening it for reading would block without O_NONBLOCK
-    text = records.read_from(log, 0).decode()
-    assert "secret" not in text
-    assert "the log cannot be read" in text
-    assert records.read_from(log, len(text)) == b""
-    assert records.tail_offset(log, 5) == 0
+        os.mkfifo(path)  # opening it for reading would block without O_NONBLOCK
+    log = records.instance_log(instance)
+    data, after = log.read(0)
+    assert b"secret" not in data
+    assert b"the log cannot be read" in data
+    assert log.read(after) == (b"", after)
+    assert log.tail_offset(5) == 0
+    assert log.keep_within(4096) is None
     records.log_retry(instance, 2)  # appends nothing anywhere, raises nothing
     assert secret.read_text() == "secret\n"
 
@@ -94,6 +97,55 @@ def whole_file_tail(data: bytes, lines: int) -> int:
 def test_the_tail_is_found_from_the_end(chunks: list[bytes], lines: int) -> None:
     data = b"".join(chunks)
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "output.log"
-        path.write_bytes(data)
-        assert records.tail_offset(path, lines) == whole_file_tail(data, lines)
+        log = LogFile(Path(folder) / "output.log", Path(folder) / "dropped.json")
+        log.path.write_bytes(data)
+        assert log.tail_offset(lines) == whole_file_tail(data, lines)
+
+
+def read_all(log: LogFile, offset: int = 0) -> bytes:
+    out = b""
+    while True:
+        data, offset = log.read(offset)
+        if not data:
+            return out
+        out += data
+
+
+def disk_bytes(path: Path) -> int:
+    return path.stat().st_blocks * 512
+
+
+def test_a_long_log_keeps_its_head_and_tail_and_says_what_was_dropped(tmp_path: Path) -> None:
+    log = LogFile(tmp_path / "output.log", tmp_path / "dropped.json")
+    lines = [f"line {n:07d}\n".encode() for n in range(200_000)]  # 2.6 MB
+    with log.path.open("ab") as out:
+        out.write(b"".join(lines[:100_000]))
+        out.flush()
+        first = log.keep_within(256 << 10)
+        out.write(b"".join(lines[100_000:]))  # the job goes on printing
+        out.flush()
+        second = log.keep_within(256 << 10)
+    assert first is not None and second is not None
+    assert second.start == first.start and second.end > first.end
+    size = log.path.stat().st_size
+    assert size == sum(len(line) for line in lines)  # offsets stay valid
+    assert disk_bytes(log.path) < 600 << 10  # the middle no longer takes disk
+
+    text = read_all(log).decode()
+    head, note, _ = text.partition("bytes of output were dropped here")
+    assert note, "the reader is told where output was dropped"
+    assert head.startswith("line 0000000\n")
+    assert text.endswith("line 0199999\n")
+    assert "\0" not in text
+    assert len(text) < 600 << 10
+    # the last lines are found after the dropped range, and a reader inside it skips it
+    assert read_all(log, log.tail_offset(2)) == b"line 0199998\nline 0199999\n"
+    inside, after = log.read(second.start + 10)
+    assert b"dropped" in inside and after == second.end
+
+
+def test_a_short_log_is_left_whole(tmp_path: Path) -> None:
+    log = LogFile(tmp_path / "output.log", tmp_path / "dropped.json")
+    log.path.write_bytes(b"short\n" * 100)
+    assert log.keep_within(256 << 10) is None
+    assert read_all(log) == b"short\n" * 100

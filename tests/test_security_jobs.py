@@ -201,3 +201,33 @@ def test_directories_under_the_allowed_roots_are_only_read(server: Server, tmp_p
     text = log_text(bob, job_id)
     assert "dog" in text and "the dataset is read-only" in text
     assert (root / "imagenet" / "labels.txt").read_text() == "cat\ndog\n"
+
+
+def test_a_log_printed_without_end_keeps_its_head_and_tail_only(
+    server: Server, tmp_path: Path
+) -> None:
+    settings = tmp_path / "simulator.yaml"
+    settings.write_text("log_limit_mb: 1\n")
+    server.settings["PAIGRAPH_SIMULATOR_CONFIG"] = str(settings)
+    printing = [  # about 4 MB of numbered lines, then time for the server to trim it
+        'i=0; while [ $i -lt 80000 ]; do echo "line $i of a job that never stops talking";'
+        " i=$((i+1)); done",
+        "sleep 3",
+    ]
+    server.start()
+    bob = ordinary_user(server)
+    job_id = submit(bob, job_config(one_role(printing), name="chatty"))
+    assert final_job(bob, job_id, timeout=120)["state"] == "SUCCEEDED"
+    text = log_text(bob, job_id)
+    assert "line 0 of a job" in text and "line 79999 of a job" in text
+    assert "bytes of output were dropped here" in text
+    assert len(text) < 1_200_000
+    tail = bob.subscribe(
+        'subscription($id: ID!) { taskLogs(jobId: $id, taskRole: "main", index: 0, tail: 4)'
+        " { data } }",
+        {"id": job_id},
+    )
+    last_lines = "".join(chunk["taskLogs"]["data"] for chunk in tail)
+    assert "line 79999 of a job" in last_lines and "dropped" not in last_lines
+    logs = list(server.state_dir.glob("attempts/*/*/*/main-0/pai/run/output.log"))
+    assert len(logs) == 1 and logs[0].stat().st_blocks * 512 < 1_500_000
