@@ -139,6 +139,7 @@ class DockerBackend:
             allowed_file_roots=self.settings.allowed_file_roots,
             storage_dir=state / "storage",
             protected=[state],
+            fetch_policy=self.settings.fetch_policy,
         )
         self.host_cpus, self.host_memory_mb = self.engine.host_capacity()
         self._host = HostLimits(self.host_cpus, self.host_memory_mb, self.settings.pids_limit)

@@ -53,6 +53,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
+from simulator.fetch_policy import BlockedAddress, FetchPolicy, GuardedTransport
 from simulator.names import safe
 
 Progress = Callable[[str, str], None]
@@ -223,6 +224,7 @@ class MaterialStore:
     http_timeout: seconds an HTTP connect or read may stall before the download fails.
     git_timeout: seconds each git command may take.
     max_download_bytes: the most one data prerequisite may bring into the cache (all its URIs).
+    fetch_policy: the non-public addresses downloads may reach (default: none).
     """
 
     def __init__(
@@ -235,6 +237,7 @@ class MaterialStore:
         http_timeout: float = DEFAULT_HTTP_TIMEOUT,
         git_timeout: float = DEFAULT_GIT_TIMEOUT,
         max_download_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES,
+        fetch_policy: FetchPolicy | None = None,
     ) -> None:
         self.cache_dir = Path(cache_dir).resolve()
         self.storage_dir = Path(storage_dir).resolve()
@@ -243,6 +246,7 @@ class MaterialStore:
         self.http_timeout = http_timeout
         self.git_timeout = git_timeout
         self.max_download_bytes = max_download_bytes
+        self.fetch_policy = fetch_policy or FetchPolicy()
         self._guard = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
 
@@ -487,6 +491,7 @@ class MaterialStore:
         def fill(work: Path) -> None:
             budget = [self.max_download_bytes]
             with httpx.Client(
+                transport=GuardedTransport(self.fetch_policy),  # every hop's address checked
                 timeout=self.http_timeout,
                 follow_redirects=True,
                 headers={"Accept-Encoding": "identity"},  # the bytes as published
@@ -545,6 +550,8 @@ class MaterialStore:
                                 done = f"{received * 100 // length}% of {_human(length)}"
                             report(name, f"downloading data {name!r}: {done}")
                 budget[0] -= received
+        except BlockedAddress as exc:
+            raise MaterialError(f"{where}: refused: {exc}") from None
         except httpx.ConnectError as exc:
             raise MaterialError(f"{where}: could not connect: {exc}") from exc
         except httpx.TimeoutException as exc:

@@ -51,6 +51,11 @@ Settings (YAML keys):
 ``image_pull``
     Whether a missing image may be pulled from a registry (default false: it is reported as a
     start failure instead, so nothing is ever downloaded behind the user's back).
+``allowed_fetch_networks``
+    Networks (``10.0.0.0/8``, ``127.0.0.1``) and host names that data downloads may reach
+    although they are not public (default: none, so loopback, private, link-local and other
+    non-public addresses are refused; see ``simulator.fetch_policy``). The environment
+    variable ``PAIGRAPH_ALLOWED_FETCH_NETWORKS`` (comma-separated) overrides the file.
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from simulator.fetch_policy import ALLOWED_NETWORKS_ENV, FetchPolicy, FetchPolicyError
 
 CONFIG_ENV = "PAIGRAPH_SIMULATOR_CONFIG"
 STATE_ENV = "PAIGRAPH_SIMULATOR_STATE"
@@ -223,6 +230,9 @@ class SimulatorSettings(_Strict):
         256, ge=1, le=1_048_576, description="Most log kept per instance: its head and tail."
     )
     image_pull: bool = Field(False, description="Pull missing images from a registry.")
+    allowed_fetch_networks: list[str] = Field(
+        default_factory=list, description="Non-public networks and hosts downloads may reach."
+    )
 
     @field_validator("port_range", mode="before")
     @classmethod
@@ -243,6 +253,15 @@ class SimulatorSettings(_Strict):
     @classmethod
     def _absolute_roots(cls, value: list[Path], info: ValidationInfo) -> list[Path]:
         return [_absolute(p, info) for p in value]
+
+    @field_validator("allowed_fetch_networks", mode="after")
+    @classmethod
+    def _fetch_entries(cls, value: list[str]) -> list[str]:
+        try:
+            FetchPolicy.parse(value)
+        except FetchPolicyError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("nodes", mode="after")
     @classmethod
@@ -297,6 +316,11 @@ class SimulatorSettings(_Strict):
     def total_capacity(self) -> Capacity:
         caps = [n.capacity for n in self.cluster_nodes]
         return Capacity(*(sum(c[i] for c in caps) for i in range(3)))
+
+    @property
+    def fetch_policy(self) -> FetchPolicy:
+        """What data downloads may reach besides public addresses."""
+        return FetchPolicy.parse(self.allowed_fetch_networks)
 
     @property
     def port_state_file(self) -> Path:
@@ -372,9 +396,12 @@ def settings_from_data(
     base_dir: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> SimulatorSettings:
-    """Validate plain data; ``$PAIGRAPH_SIMULATOR_STATE`` wins over ``state_dir``."""
+    """Validate plain data; ``$PAIGRAPH_SIMULATOR_STATE`` wins over ``state_dir`` and
+    ``$PAIGRAPH_ALLOWED_FETCH_NETWORKS`` over ``allowed_fetch_networks``."""
     env = os.environ if environ is None else environ
     data = dict(data)
+    if env.get(ALLOWED_NETWORKS_ENV, "").strip():
+        data["allowed_fetch_networks"] = env[ALLOWED_NETWORKS_ENV].split(",")
     if env.get(STATE_ENV):
         data["state_dir"] = str(Path(env[STATE_ENV]).expanduser().resolve())
     elif "state_dir" not in data:
@@ -486,4 +513,8 @@ stop_grace_seconds: 10
 log_limit_mb: 256
 # Pull a missing image from a registry (false: report it as a start failure).
 image_pull: false
+
+# Non-public networks and host names data downloads may reach (none: only public addresses;
+# PAIGRAPH_ALLOWED_FETCH_NETWORKS, comma-separated, overrides this), e.g. [10.0.0.0/8, minio.lan]
+allowed_fetch_networks: []
 """

@@ -339,7 +339,9 @@ async def test_data_script_and_storage_prerequisites_are_in_place(
     ]
     hooks = Hooks(on_start=["echo starting-hook"], on_success=["echo success-hook"])
     request = job(role("reader", commands, instances=2, materials=materials, hooks=hooks))
-    async with backend(tmp_path / "state", allowed_file_roots=[repo]) as sim:
+    async with backend(
+        tmp_path / "state", allowed_file_roots=[repo], allowed_fetch_networks=["127.0.0.1"]
+    ) as sim:
         events = Collector(sim)
         await sim.launch(request)
         ended = await events.all_ended(request)

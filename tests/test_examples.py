@@ -64,6 +64,8 @@ def address(instance: dict[str, Any]) -> str:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with served("sqlite", tmp_path_factory.mktemp("examples")) as started:
+        # as the README says: the example items' files are served on loopback
+        started.settings["PAIGRAPH_ALLOWED_FETCH_NETWORKS"] = "127.0.0.1"
         started.start()
         yield started
 

@@ -440,7 +440,8 @@ async def with_backend(db_url: str, state_dir: Path, owner: str) -> AsyncIterato
     against its own marketplace, as `paigraph serve` builds it."""
     store = open_store(db_url)
     bus = bus_for(db_url)
-    backend = DockerBackend(settings(state_dir), owner=owner)
+    # the datasets' site listens on loopback
+    backend = DockerBackend(settings(state_dir, allowed_fetch_networks=["127.0.0.1"]), owner=owner)
     service = JobService(store, backend, bus, references=marketplace_references(store))
     try:
         async with (

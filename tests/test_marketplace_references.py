@@ -914,7 +914,9 @@ async def test_resolve_job_over_graphql_sees_the_marketplace_as_the_signed_in_us
     bus = bus_for(db_url)
     service = JobService(
         store,
-        DockerBackend(settings(tmp_path / "state"), owner=owner),
+        DockerBackend(
+            settings(tmp_path / "state", allowed_fetch_networks=["127.0.0.1"]), owner=owner
+        ),
         bus,
         references=ReferenceResolver(market, market),
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from simulator.fetch_policy import ALLOWED_NETWORKS_ENV, FetchPolicy
 from simulator.prereqs import (
     MaterialError,
     MaterialKind,
@@ -26,6 +27,7 @@ from simulator.prereqs import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+LOOPBACK = FetchPolicy.parse("127.0.0.1")  # the test sites listen there
 
 
 # --- a counting HTTP server ------------------------------------------------------------------
@@ -34,9 +36,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 class Site:
     """A directory served over HTTP on loopback that counts the requests for each path."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
         self.root = root
         self.hits: Counter[str] = Counter()
+        self.redirects: dict[str, str] = {}  # path -> where it redirects to
         self.gate: threading.Event | None = None  # when set, requests wait for it
         self._lock = threading.Lock()
         site = self
@@ -50,6 +53,11 @@ class Site:
                     site.hits[self.path] += 1
                 if site.gate is not None:
                     site.gate.wait(20)
+                if self.path in site.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", site.redirects[self.path])
+                    self.end_headers()
+                    return
                 if self.path.startswith("/stream/"):  # a body without Content-Length
                     self.send_response(200)
                     self.end_headers()
@@ -60,8 +68,8 @@ class Site:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
@@ -97,6 +105,7 @@ def store(tmp_path: Path, allowed: Path) -> MaterialStore:
         storage_dir=tmp_path / "storage",
         allowed_file_roots=[allowed],
         http_timeout=5,
+        fetch_policy=LOOPBACK,
     )
 
 
@@ -173,8 +182,11 @@ def test_sixteen_instances_download_once(store: MaterialStore, site: Site) -> No
 _PROCESS = """
 import sys
 from pathlib import Path
+from simulator.fetch_policy import FetchPolicy
 from simulator.prereqs import MaterialStore
-store = MaterialStore(Path(sys.argv[1]), storage_dir=Path(sys.argv[2]))
+store = MaterialStore(
+    Path(sys.argv[1]), storage_dir=Path(sys.argv[2]), fetch_policy=FetchPolicy.parse("127.0.0.1")
+)
 def show(name, message):
     print(message, flush=True)
 mount = store.materialize("mnist", "download", [sys.argv[3]], progress=show)
@@ -253,7 +265,12 @@ def test_downloads_over_the_size_cap_are_refused(
     tmp_path: Path, site: Site, path: str, amount: str
 ) -> None:
     (site.root / "big.bin").write_bytes(b"y" * 5000)
-    store = MaterialStore(tmp_path / "cache", storage_dir=tmp_path / "st", max_download_bytes=4000)
+    store = MaterialStore(
+        tmp_path / "cache",
+        storage_dir=tmp_path / "st",
+        max_download_bytes=4000,
+        fetch_policy=LOOPBACK,
+    )
     with pytest.raises(MaterialError) as err:
         store.materialize("big", MaterialKind.DOWNLOAD, [f"{site.url}{path}"])
     assert str(err.value) == (
@@ -266,7 +283,12 @@ def test_downloads_over_the_size_cap_are_refused(
 def test_size_cap_counts_all_uris_of_a_prerequisite(tmp_path: Path, site: Site) -> None:
     (site.root / "part1.bin").write_bytes(b"z" * 2500)
     (site.root / "part2.bin").write_bytes(b"z" * 2500)
-    store = MaterialStore(tmp_path / "cache", storage_dir=tmp_path / "st", max_download_bytes=4000)
+    store = MaterialStore(
+        tmp_path / "cache",
+        storage_dir=tmp_path / "st",
+        max_download_bytes=4000,
+        fetch_policy=LOOPBACK,
+    )
     with pytest.raises(
         MaterialError, match=r"part2\.bin brings it to 5\.0 kB, over the download limit of 4\.0 kB"
     ):
@@ -288,6 +310,46 @@ def test_failed_download_leaves_no_entry(store: MaterialStore, site: Site) -> No
     mount = store.materialize("d", MaterialKind.DOWNLOAD, uris)
     assert (mount.host_path / "late.txt").read_text() == "here now"
     assert site.hits["/train.bin"] == 2  # nothing half-made was reused
+
+
+# --- addresses that are not public ------------------------------------------------------------
+
+
+def test_a_loopback_url_is_refused_by_default(tmp_path: Path, site: Site) -> None:
+    store = MaterialStore(tmp_path / "cache", storage_dir=tmp_path / "st")
+    with pytest.raises(MaterialError) as err:
+        store.materialize("secrets", MaterialKind.DOWNLOAD, [f"{site.url}/labels.txt"])
+    message = str(err.value)
+    assert message.startswith(f"prerequisite 'secrets': {site.url}/labels.txt: refused: ")
+    assert "127.0.0.1 is a loopback address" in message
+    assert f"adding 127.0.0.1 to {ALLOWED_NETWORKS_ENV}" in message
+    assert site.hits == {}  # the loopback service never saw a request
+    assert cache_entries(store) == []
+
+
+def test_a_name_that_resolves_to_loopback_is_refused(tmp_path: Path, site: Site) -> None:
+    store = MaterialStore(tmp_path / "cache", storage_dir=tmp_path / "st")
+    port = site.server.server_address[1]
+    with pytest.raises(MaterialError, match=r"host localhost resolves to .*, a loopback address"):
+        store.materialize("secrets", MaterialKind.DOWNLOAD, [f"http://localhost:{port}/x"])
+    assert site.hits == {}
+
+
+def test_a_redirect_from_an_allowed_host_to_loopback_is_refused(tmp_path: Path, site: Site) -> None:
+    allowed = Site(tmp_path, host="127.0.0.2")  # allowed below; 127.0.0.1 is not
+    try:
+        allowed.redirects["/data.csv"] = f"{site.url}/labels.txt"
+        store = MaterialStore(
+            tmp_path / "cache",
+            storage_dir=tmp_path / "st",
+            fetch_policy=FetchPolicy.parse("127.0.0.2"),
+        )
+        with pytest.raises(MaterialError, match=r"127\.0\.0\.1 is a loopback address"):
+            store.materialize("data", MaterialKind.DOWNLOAD, [f"{allowed.url}/data.csv"])
+        assert allowed.hits == {"/data.csv": 1}
+        assert site.hits == {}  # the redirect was not followed
+    finally:
+        allowed.close()
 
 
 # --- local files -----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from simulator.fetch_policy import ALLOWED_NETWORKS_ENV, FetchPolicy
 from simulator.settings import (
     CONFIG_ENV,
     STATE_ENV,
@@ -39,6 +40,16 @@ def test_state_dir_falls_back_to_local_share_and_the_env_variable_wins(tmp_path:
     assert load_settings(file, environ={}).state_dir == tmp_path / "from-file"
     env = {STATE_ENV: str(tmp_path / "from-env")}
     assert load_settings(file, environ=env).state_dir == tmp_path / "from-env"
+
+
+def test_fetch_allow_list_from_the_file_or_the_environment(tmp_path: Path) -> None:
+    assert load_settings(environ={}).fetch_policy == FetchPolicy()  # public addresses only
+    file = tmp_path / "sim.yaml"
+    file.write_text("allowed_fetch_networks: [10.0.0.0/8, minio.lan]\n")
+    from_file = FetchPolicy.parse(["10.0.0.0/8", "minio.lan"])
+    assert load_settings(file, environ={}).fetch_policy == from_file
+    env = {ALLOWED_NETWORKS_ENV: "127.0.0.1, ::1"}
+    assert load_settings(file, environ=env).fetch_policy == FetchPolicy.parse("127.0.0.1,::1")
 
 
 def test_the_file_comes_from_the_argument_or_the_environment(tmp_path: Path) -> None:
@@ -122,6 +133,11 @@ allowed_file_roots: [data, /srv/shared]
         ("stop_grace_seconds: -1", "stop_grace_seconds", "greater than or equal to 0"),
         ("image_pull: sometimes", "image_pull", "valid boolean"),
         ("gpu_per_node: 2", "gpu_per_node", "known here: nodes, node_count"),
+        (
+            "allowed_fetch_networks: [10.1.0.0/8]",
+            "allowed_fetch_networks",
+            "'10.1.0.0/8' is not a network: 10.1.0.0/8 has host bits set",
+        ),
     ],
 )
 def test_errors_name_the_setting_and_the_rule(text: str, where: str, says: str) -> None:
