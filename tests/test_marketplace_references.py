@@ -49,6 +49,7 @@ from server.marketplace.references import (
 from server.protocol import JobSpec, parse_job, to_v2_yaml
 from server.protocol.model import StorageMount
 from server.store import open_store
+from simulator.fetch_policy import ALLOWED_NETWORKS_ENV, FetchPolicy
 from simulator.prereqs import UnservableMaterial, check_storage
 from tests.api_support import data, serving
 from tests.simulated import IMAGE, remove_leftovers, settings
@@ -56,6 +57,7 @@ from tests.simulated import IMAGE, remove_leftovers, settings
 ANN = Viewer(name="ann")
 BOB = Viewer(name="bob")
 CARL = Viewer(name="carl", groups=frozenset({"research"}))
+LOOPBACK = FetchPolicy.parse("127.0.0.1")  # the test sites listen there
 
 
 # --- an in-memory marketplace ------------------------------------------------------------------
@@ -183,18 +185,24 @@ class HttpMarketplace:
 
 
 class Site:
-    """Serves documents by path and counts requests; `/slow` answers after 3 s and
-    `/stream/N` sends N bytes without a Content-Length."""
+    """Serves documents by path and counts requests; `/slow` answers after 3 s,
+    `/stream/N` sends N bytes without a Content-Length, and `redirects` redirect."""
 
     def __init__(self) -> None:
         self.documents: dict[str, bytes] = {}
         self.hits: dict[str, int] = {}
+        self.redirects: dict[str, str] = {}  # path -> where it redirects to
         site = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 site.hits[path] = site.hits.get(path, 0) + 1
+                if path in site.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", site.redirects[path])
+                    self.end_headers()
+                    return
                 if path == "/slow":
                     time.sleep(3)
                 if path.startswith("/stream/"):
@@ -302,7 +310,7 @@ def resolve(
     resolver = ReferenceResolver(
         market or Marketplace(),
         market or Marketplace(),
-        fetch=options.pop("fetch", FetchSettings(timeout=5)),
+        fetch=options.pop("fetch", FetchSettings(timeout=5, policy=LOOPBACK)),
         **options,
     )
     return resolver.resolve(spec, viewer)
@@ -765,7 +773,9 @@ def test_unreachable_urls_and_marketplaces_have_their_own_errors(site: Site) -> 
         ),
     )
     spec = job(prerequisites=["marketplace://prerequisites/itemId/7"])
-    remote = ReferenceResolver(HttpMarketplace(site.url), fetch=FetchSettings(timeout=5))
+    remote = ReferenceResolver(
+        HttpMarketplace(site.url), fetch=FetchSettings(timeout=5, policy=LOOPBACK)
+    )
     assert remote.resolve(spec, BOB).errors == []
     down = ReferenceResolver(HttpMarketplace(f"http://127.0.0.1:{port}"))
     unreachable = down.resolve(spec, BOB)
@@ -777,7 +787,7 @@ def test_unreachable_urls_and_marketplaces_have_their_own_errors(site: Site) -> 
 
 def test_downloads_have_a_size_limit_and_a_deadline(site: Site) -> None:
     big = site.put("/big.yaml", cmd("big", "echo " + "x" * 5000))
-    small = FetchSettings(max_bytes=2000, timeout=5)
+    small = FetchSettings(max_bytes=2000, timeout=5, policy=LOOPBACK)
     result = resolve(job(prerequisites=[big, site.url + "/stream/100000"]), fetch=small)
     assert errors_of(result) == [
         ("taskRoles.main.prerequisites[0]", "too-large"),
@@ -785,7 +795,9 @@ def test_downloads_have_a_size_limit_and_a_deadline(site: Site) -> None:
     ]
     assert "over the limit of 2000 bytes" in result.errors[0].message
     started = time.monotonic()
-    slow = resolve(job(prerequisites=[site.url + "/slow"]), fetch=FetchSettings(timeout=0.5))
+    slow = resolve(
+        job(prerequisites=[site.url + "/slow"]), fetch=FetchSettings(timeout=0.5, policy=LOOPBACK)
+    )
     assert time.monotonic() - started < 2.5
     assert errors_of(slow) == [("taskRoles.main.prerequisites[0]", "download-failed")]
     assert "within 0.5 s" in only_error(slow)
@@ -800,6 +812,47 @@ def test_remote_references_can_be_refused_by_a_setting(site: Site) -> None:
     assert FetchSettings.from_env({}).allow_remote is True
     with pytest.raises(SettingsError, match=ALLOW_ENV):
         FetchSettings.from_env({ALLOW_ENV: "maybe"})
+
+
+def test_references_to_loopback_are_refused_alike_whether_a_port_is_open_or_not(
+    site: Site,
+) -> None:
+    hook = site.put("/hook.yaml", cmd("hook", "true"))
+    closed = f"http://127.0.0.1:{closed_port()}/hook.yaml"
+    result = resolve(job(prerequisites=[hook, closed]), fetch=FetchSettings(timeout=5))
+    assert errors_of(result) == [
+        ("taskRoles.main.prerequisites[0]", "address-refused"),
+        ("taskRoles.main.prerequisites[1]", "address-refused"),
+    ]
+    first, second = (e.message for e in result.errors)
+    assert first.startswith(f"the component at {hook} is not fetched: 127.0.0.1 is a loopback")
+    assert f"adding 127.0.0.1 to {ALLOWED_NETWORKS_ENV}" in first
+    assert second == first.replace(hook, closed)  # nothing tells an open port from a closed one
+    assert site.hits == {}
+
+
+def test_a_redirect_to_loopback_and_a_name_for_loopback_are_refused(site: Site) -> None:
+    hook = site.put("/hook.yaml", cmd("hook", "true"))
+    site.redirects["/moved.yaml"] = hook
+    by_name = hook.replace("127.0.0.1", "localhost")
+    allow_name = FetchSettings(timeout=5, policy=FetchPolicy.parse("localhost"))
+    redirected = resolve(job(prerequisites=[by_name.replace("hook", "moved")]), fetch=allow_name)
+    assert errors_of(redirected) == [("taskRoles.main.prerequisites[0]", "address-refused")]
+    assert "127.0.0.1 is a loopback address" in only_error(redirected)
+    assert site.hits == {"/moved.yaml": 1}  # the allowed host answered; its redirect was refused
+
+    named = resolve(job(prerequisites=[by_name]), fetch=FetchSettings(timeout=5))
+    assert "host localhost resolves to" in only_error(named)
+    assert "a loopback address" in only_error(named)
+    assert site.hits == {"/moved.yaml": 1}
+
+
+def test_the_allow_list_comes_from_the_environment() -> None:
+    settings = FetchSettings.from_env({ALLOWED_NETWORKS_ENV: "10.0.0.0/8, minio.lan"})
+    assert settings.policy == FetchPolicy.parse(["10.0.0.0/8", "minio.lan"])
+    assert FetchSettings.from_env({}).policy == FetchPolicy()
+    with pytest.raises(SettingsError, match=f"{ALLOWED_NETWORKS_ENV}: '10.1.0.0/8' is not a"):
+        FetchSettings.from_env({ALLOWED_NETWORKS_ENV: "10.1.0.0/8"})
 
 
 # --- end to end on the Docker simulator --------------------------------------------------------
@@ -864,9 +917,13 @@ async def test_a_dataset_from_a_marketplace_item_is_read_by_a_job_on_the_simulat
     bus = bus_for(db_url)
     service = JobService(
         store,
-        DockerBackend(settings(tmp_path / "state"), owner=owner),
+        DockerBackend(
+            settings(tmp_path / "state", allowed_fetch_networks=["127.0.0.1"]), owner=owner
+        ),
         bus,
-        references=ReferenceResolver(market, market, fetch=FetchSettings(timeout=5)),
+        references=ReferenceResolver(
+            market, market, fetch=FetchSettings(timeout=5, policy=LOOPBACK)
+        ),
     )
     try:
         await service.start()
@@ -914,9 +971,7 @@ async def test_resolve_job_over_graphql_sees_the_marketplace_as_the_signed_in_us
     bus = bus_for(db_url)
     service = JobService(
         store,
-        DockerBackend(
-            settings(tmp_path / "state", allowed_fetch_networks=["127.0.0.1"]), owner=owner
-        ),
+        DockerBackend(settings(tmp_path / "state"), owner=owner),
         bus,
         references=ReferenceResolver(market, market),
     )
@@ -935,3 +990,35 @@ async def test_resolve_job_over_graphql_sees_the_marketplace_as_the_signed_in_us
     assert [(e["path"], e["code"]) for e in theirs["errors"]] == [
         (["taskRoles", "main", "prerequisites", "0"], "not-found")
     ]
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_resolve_job_over_graphql_gives_no_port_scan_of_loopback(
+    db_url: str, tmp_path: Path, owner: str, site: Site
+) -> None:
+    hook = site.put("/hook.yaml", cmd("hook", "true"))
+    closed = f"http://127.0.0.1:{closed_port()}/hook.yaml"
+    config = to_v2_yaml(job(prerequisites=[hook, closed]))
+    store = open_store(db_url)
+    bus = bus_for(db_url)
+    service = JobService(
+        store,
+        DockerBackend(settings(tmp_path / "state"), owner=owner),
+        bus,
+        references=ReferenceResolver(fetch=FetchSettings(timeout=5)),
+    )
+    try:
+        ann = store.create_user("ann")[1]
+        async with serving(create_app(service)) as client:
+            answer = (await data(client, RESOLVE, {"config": config}, token=ann))["resolveJob"]
+    finally:
+        await bus.close()
+        store.close()
+    assert answer["job"] is None
+    open_port, closed_port_ = answer["errors"]
+    assert [open_port["code"], closed_port_["code"]] == ["address-refused"] * 2
+    assert open_port["path"] == ["taskRoles", "main", "prerequisites", "0"]
+    assert "127.0.0.1 is a loopback address" in open_port["message"]
+    assert closed_port_["message"] == open_port["message"].replace(hook, closed)
+    assert site.hits == {}

@@ -9,6 +9,8 @@ Settings (environment):
   PAIGRAPH_ALLOW_REMOTE_REFERENCES  0/false/no/off refuses http(s) references (default: allowed)
   PAIGRAPH_REFERENCE_TIMEOUT        seconds one download may take (default 10)
   PAIGRAPH_REFERENCE_MAX_BYTES      the largest component accepted (default 1 MiB)
+  PAIGRAPH_ALLOWED_FETCH_NETWORKS   non-public networks and host names references may reach
+                                    (default: none; see simulator.fetch_policy)
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+
+from simulator.fetch_policy import BlockedAddress, FetchPolicy, FetchPolicyError, GuardedTransport
 
 ALLOW_ENV = "PAIGRAPH_ALLOW_REMOTE_REFERENCES"
 TIMEOUT_ENV = "PAIGRAPH_REFERENCE_TIMEOUT"
@@ -39,6 +43,7 @@ class FetchFailure(StrEnum):
     """Why a component could not be had; each is its own error code."""
 
     REFUSED = "remote-refused"  # this server does not fetch remote references
+    ADDRESS = "address-refused"  # the URL (or a redirect) leads to a non-public address
     DOWNLOAD = "download-failed"  # the URL could not be downloaded (connect, timeout, HTTP)
     TOO_LARGE = "too-large"  # the body is over the size limit
 
@@ -61,6 +66,7 @@ class FetchSettings:
     allow_remote: bool = True
     timeout: float = DEFAULT_TIMEOUT  # seconds for the whole download
     max_bytes: int = DEFAULT_MAX_BYTES
+    policy: FetchPolicy = field(default_factory=FetchPolicy)  # non-public addresses allowed
 
     def __post_init__(self) -> None:
         if self.timeout <= 0:
@@ -77,7 +83,12 @@ class FetchSettings:
         allow = env.get(ALLOW_ENV, "").strip().lower()
         if allow and allow not in (*_FALSE, *_TRUE):
             raise SettingsError(f"{ALLOW_ENV} must be true or false, got {env[ALLOW_ENV]!r}")
+        try:
+            policy = FetchPolicy.from_env(env)
+        except FetchPolicyError as exc:
+            raise SettingsError(str(exc)) from None
         return cls(
+            policy=policy,
             allow_remote=allow not in _FALSE,
             timeout=_number(env, TIMEOUT_ENV, DEFAULT_TIMEOUT, float),
             max_bytes=_number(env, MAX_BYTES_ENV, DEFAULT_MAX_BYTES, int),
@@ -162,6 +173,10 @@ class FetchSession:
                     if time.monotonic() > deadline:
                         raise httpx.ReadTimeout("the whole download took too long")
                 return bytes(body)
+        except BlockedAddress as exc:
+            raise FetchError(
+                FetchFailure.ADDRESS, f"the component at {url} is not fetched: {exc}"
+            ) from None
         except httpx.ConnectError as exc:
             raise FetchError(
                 FetchFailure.DOWNLOAD,
@@ -183,6 +198,7 @@ class FetchSession:
     def _http(self) -> httpx.Client:
         if self._client is None:
             self._client = httpx.Client(
+                transport=GuardedTransport(self.settings.policy),  # every hop's address checked
                 timeout=self.settings.timeout,
                 follow_redirects=True,
                 max_redirects=5,
