@@ -159,6 +159,23 @@ async def test_resolve_job_returns_user_errors_with_paths(client: httpx.AsyncCli
 
 
 @pytest.mark.anyio
+async def test_resolve_job_refuses_a_role_aliased_9000_times_by_the_role_limit(
+    client: httpx.AsyncClient,
+) -> None:
+    roles = "".join(f"  r{i}: *role\n" for i in range(1, 9000))
+    config = as_yaml(v2()).split("taskRoles:")[0] + "taskRoles:\n  r0: &role {}\n" + roles
+    payload = await resolve(client, {"config": config})
+    assert payload["job"] is None
+    assert payload["errors"] == [
+        {
+            "path": ["taskRoles"],
+            "code": "max-items",
+            "message": "a job may have at most 100 task roles, got 9000",
+        }
+    ]
+
+
+@pytest.mark.anyio
 async def test_resolve_job_rejects_non_object_parameters(client: httpx.AsyncClient) -> None:
     payload = await resolve(client, {"config": as_yaml(v2()), "parameters": [1, 2]})
     assert payload["errors"][0]["path"] == ["parameters"]

@@ -289,3 +289,69 @@ def test_error_paths_split_into_segments() -> None:
     doc["tasks"][1]["resource"]["portList"] = [{"label": "x y", "portNumber": 1}]
     (issue,) = [e for e in parse_job(as_yaml(doc)).errors if e.code == "pattern"]
     assert issue.path_parts() == ["tasks", "1", "resource", "portList", "0", "label"]
+
+
+# ------------------------------------------------------------------------ size limits
+
+
+def aliased_roles(count: int, instances: int = 1) -> str:
+    """A v2 job of `count` roles that are one role repeated through a YAML alias: a few bytes
+    of document per role."""
+    head = f"""protocolVersion: 2
+name: many
+type: job
+prerequisites:
+  - {{name: img, type: dockerimage, uri: busybox}}
+taskRoles:
+  r0: &role
+    instances: {instances}
+    dockerImage: img
+    resourcePerInstance: {{cpu: 1, memoryMB: 128, gpu: 0}}
+    commands: ['echo <% $parameters.x %>']
+"""
+    return head + "".join(f"  r{i}: *role\n" for i in range(1, count))
+
+
+def test_a_job_has_at_most_100_task_roles() -> None:
+    assert parse_job(aliased_roles(100)).ok
+    assert errors(parse_job(aliased_roles(101))) == {
+        "taskRoles": ("max-items", "a job may have at most 100 task roles, got 101")
+    }
+
+
+def test_a_role_repeated_9000_times_through_aliases_is_refused_by_the_limit() -> None:
+    text = aliased_roles(9000)
+    assert len(text) > 100_000
+    result = parse_job(text)
+    assert result.spec is None
+    assert errors(result) == {
+        "taskRoles": ("max-items", "a job may have at most 100 task roles, got 9000")
+    }
+
+
+def test_the_role_limit_holds_in_every_dialect() -> None:
+    doc1 = v1()
+    doc1["taskRoles"] = [dict(doc1["taskRoles"][1], name=f"w{i}") for i in range(101)]
+    assert errors(parse_job(as_json(doc1)))["taskRoles"][0] == "max-items"
+    doc = draft()
+    doc["tasks"] = [dict(doc["tasks"][1], role=f"t{i}") for i in range(101)]
+    assert errors(parse_job(as_yaml(doc)))["tasks"] == (
+        "max-items",
+        "a job may have at most 100 task roles, got 101",
+    )
+
+
+def test_instances_per_role_and_per_job_are_limited() -> None:
+    doc = v2()
+    doc["taskRoles"]["worker"]["instances"] = 1001
+    assert errors(check_v2(doc))["taskRoles.worker.instances"] == (
+        "range",
+        "instances must be at most 1000, got 1001",
+    )
+    assert parse_job(aliased_roles(5, instances=1000)).ok
+    assert errors(parse_job(aliased_roles(6, instances=1000))) == {
+        "taskRoles": (
+            "range",
+            "the instances of all task roles together must be at most 5000, got 6000",
+        )
+    }

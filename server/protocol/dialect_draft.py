@@ -26,9 +26,11 @@ from server.protocol.rules import (
     MAX_RETRIES,
     RolePaths,
     add_default_ports,
+    check_job_instances,
     check_role,
     check_role_references,
     check_unique,
+    too_many_roles,
 )
 from server.protocol.secrets import mask_secrets
 
@@ -133,6 +135,8 @@ def read_draft(
     names: list[tuple[str, str]] = []
     tasks_path = join(base, "tasks")
     tasks = f.as_list(job["tasks"], tasks_path, min_items=1) if "tasks" in job else None
+    if tasks and too_many_roles(tasks, tasks_path, issues):
+        tasks = None
     for i, raw in enumerate(tasks or []):
         before = issues.error_count()
         read = _read_task(join(tasks_path, i), raw, f, parameters, images)
@@ -144,6 +148,7 @@ def read_draft(
         roles.append(role)
         check_role(role, paths, issues, shm_defaulted=shm_defaulted)
         check_role_references(role, paths, prerequisites, issues)
+    check_job_instances(roles, tasks_path, issues)
     check_unique(names, issues, "task role name")
     if issues.has_errors() or name is None:
         return None

@@ -26,8 +26,10 @@ from server.protocol.rules import (
     MAX_RETRIES,
     RolePaths,
     add_default_ports,
+    check_job_instances,
     check_role,
     check_unique,
+    too_many_roles,
 )
 from server.protocol.secrets import mask_secrets
 
@@ -120,6 +122,8 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     roles: list[TaskRole] = []
     raw_roles = doc.get("taskRoles")
     items = f.as_list(raw_roles, "taskRoles", min_items=1) if "taskRoles" in doc else None
+    if items and too_many_roles(items, "taskRoles", issues):
+        items = None
     names: list[tuple[str, str]] = []
     for i, raw in enumerate(items or []):
         before = issues.error_count()
@@ -133,6 +137,7 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         check_role(
             role, paths, issues, shm_defaulted=shm_defaulted, completion_rule=MIN_COUNT_MESSAGE
         )
+    check_job_instances(roles, "taskRoles", issues)
     check_unique(names, issues, "task role name")
     if issues.has_errors() or name is None:
         return None

@@ -26,8 +26,10 @@ from server.protocol.rules import (
     MAX_RETRIES,
     RolePaths,
     add_default_ports,
+    check_job_instances,
     check_role,
     check_role_references,
+    too_many_roles,
 )
 from server.protocol.secrets import MASK, mask_secrets
 
@@ -133,6 +135,8 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         mapping = f.as_mapping(raw_roles, "taskRoles", "a mapping of role names to roles")
         if mapping is not None and not mapping:
             issues.error("taskRoles", "min-items", "must define at least one task role")
+        if mapping and too_many_roles(mapping, "taskRoles", issues):
+            mapping = None
         for role_name, raw in (mapping or {}).items():
             before = issues.error_count()
             role = _read_role(str(role_name), raw, f, begin_at.get(role_name) or {})
@@ -145,6 +149,7 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
             roles.append(role)
             check_role(role, paths, issues, shm_defaulted=shm_defaulted)
             check_role_references(role, paths, prerequisites, issues, extra_names=reference_names)
+        check_job_instances(roles, "taskRoles", issues)
     role_names = {str(k) for k in raw_roles} if isinstance(raw_roles, dict) else set()
     for d_index, deployment in enumerate(deployments):
         for role_name in {*deployment.pre_commands, *deployment.post_commands}:

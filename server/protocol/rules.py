@@ -8,14 +8,19 @@ environment variable) and the cross-references between roles and prerequisites.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
 
 from server.protocol.issues import Issues
 from server.protocol.model import PortRequest, Prerequisite, PrerequisiteType, TaskRole
 
 ENV_PART = re.compile(r"[A-Za-z0-9_]+")
-MAX_INSTANCES = 1000
+# Size limits: a job's work in validation, rendering and its instances' environments (each
+# instance learns every peer) grows with these, so one submission cannot occupy the server.
+# Real configs have a few roles of a few instances (the corpus: at most 2 roles, 4 instances).
+MAX_TASK_ROLES = 100  # task roles per job
+MAX_INSTANCES = 1000  # instances per task role
+MAX_JOB_INSTANCES = 5000  # instances of all task roles together
 MAX_CPU = 1024
 MAX_MEMORY_MB = 16 * 1024 * 1024
 MAX_GPU = 128
@@ -136,6 +141,31 @@ def check_role(
     _between(
         role.task_retry_count, 0, MAX_RETRIES, paths.task_retry_count, "taskRetryCount", issues
     )
+
+
+def too_many_roles(roles: Sized, path: str, issues: Issues) -> bool:
+    """More than MAX_TASK_ROLES roles is an error, reported before any role is read, so a
+    document of thousands of roles (cheap to write with YAML aliases) is cheap to refuse."""
+    if len(roles) <= MAX_TASK_ROLES:
+        return False
+    issues.error(
+        path,
+        "max-items",
+        f"a job may have at most {MAX_TASK_ROLES} task roles, got {len(roles)}",
+    )
+    return True
+
+
+def check_job_instances(roles: Iterable[TaskRole], path: str, issues: Issues) -> None:
+    """All roles' instances together within MAX_JOB_INSTANCES."""
+    total = sum(role.instances for role in roles)
+    if total > MAX_JOB_INSTANCES:
+        issues.error(
+            path,
+            "range",
+            f"the instances of all task roles together must be at most {MAX_JOB_INSTANCES}, "
+            f"got {total}",
+        )
 
 
 def _between(value: int, low: int, high: int, path: str, what: str, issues: Issues) -> None:
