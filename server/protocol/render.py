@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from server.protocol.issues import Issue, Severity
@@ -36,9 +37,10 @@ def render_job(spec: JobSpec) -> tuple[JobSpec, list[Issue]]:
     if spec.dialect is Dialect.V1:
         return spec, []  # v1 commands use shell variables; OpenPAI substituted nothing
     warnings: list[Issue] = []
+    shared = _JobScope.of(spec)
     roles = []
     for index, role in enumerate(spec.task_roles):
-        lookup = _scope(spec, role)
+        lookup = _scope(spec, role, shared)
         base = _role_path(spec, role, index)
         commands = [
             _render(text, lookup, spec.dialect, f"{base}[{i}]", warnings)
@@ -50,8 +52,7 @@ def render_job(spec: JobSpec) -> tuple[JobSpec, list[Issue]]:
         rendered: dict[str, dict[str, list[str]]] = {"pre_commands": {}, "post_commands": {}}
         for attr, key in (("pre_commands", "preCommands"), ("post_commands", "postCommands")):
             for role_name, commands in getattr(deployment, attr).items():
-                role = spec.role(role_name)
-                lookup = _scope(spec, role) if role else _scope(spec, None)
+                lookup = _scope(spec, shared.roles.get(role_name), shared)
                 base = f"deployments[{d_index}].taskRoles.{role_name}.{key}"
                 rendered[attr][role_name] = [
                     _render(text, lookup, spec.dialect, f"{base}[{i}]", warnings)
@@ -67,13 +68,47 @@ def _role_path(spec: JobSpec, role: TaskRole, index: int) -> str:
     return f"taskRoles.{role.name}.commands"
 
 
-def _scope(spec: JobSpec, role: TaskRole | None) -> Callable[[str], Any]:
+@dataclass(frozen=True)
+class _JobScope:
+    """What every role's scope shares, built once per job: building it per role made
+    rendering quadratic in the number of roles."""
+
+    tasks: dict[str, dict[str, str | None]]
+    roles: dict[str, TaskRole]
+    prerequisites: dict[str, list[Prerequisite]]  # by name, in the job's order
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> _JobScope:
+        tasks = {r.name: _task_properties(r) for r in spec.task_roles}
+        roles: dict[str, TaskRole] = {}
+        for r in spec.task_roles:
+            roles.setdefault(r.name, r)
+        by_name: dict[str, list[Prerequisite]] = {}
+        for p in spec.prerequisites:
+            by_name.setdefault(p.name, []).append(p)
+        return cls(tasks=tasks, roles=roles, prerequisites=by_name)
+
+
+def _task_properties(role: TaskRole) -> dict[str, str | None]:
+    """A role's properties as `$$data$$` / `$job.tasks.<role>.<property>` name them."""
+    return {
+        "data": role.data,
+        "script": role.script,
+        "output": role.output,
+        "storage": role.output,
+        "dockerimage": role.docker_image,
+        "role": role.name,
+    }
+
+
+def _scope(spec: JobSpec, role: TaskRole | None, shared: _JobScope) -> Callable[[str], Any]:
     """A resolver for dotted references in the scope of one role."""
 
     def prerequisite(name: str | None, *types: PrerequisiteType) -> dict[str, Any] | None:
         if not name:
             return None
-        found = next((p for p in spec.prerequisites if p.name == name and p.type in types), None)
+        named = shared.prerequisites.get(name, [])
+        found = next((p for p in named if p.type in types), None)
         return _as_template_object(found) if found else None
 
     parameters = dict(spec.parameters)
@@ -89,26 +124,9 @@ def _scope(spec: JobSpec, role: TaskRole | None) -> Callable[[str], Any]:
         scope["$output"] = prerequisite(
             role.output, PrerequisiteType.OUTPUT, PrerequisiteType.STORAGE
         )
-        properties = {
-            "data": role.data,
-            "script": role.script,
-            "output": role.output,
-            "storage": role.output,
-            "dockerimage": role.docker_image,
-            "role": role.name,
-        }
+        properties = _task_properties(role)
         scope["task"] = {k: v for k, v in properties.items() if v is not None}
-    scope["tasks"] = {
-        r.name: {
-            "data": r.data,
-            "script": r.script,
-            "output": r.output,
-            "storage": r.output,
-            "dockerimage": r.docker_image,
-            "role": r.name,
-        }
-        for r in spec.task_roles
-    }
+    scope["tasks"] = shared.tasks
 
     def lookup(reference: str) -> Any:
         tokens = _TOKEN.findall(reference)
