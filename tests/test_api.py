@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from server.api import mutations
 from server.api.resolved import PLACEHOLDER_PORT_BASE
 from server.api.schema import schema
 from server.app import create_app
@@ -173,6 +176,27 @@ async def test_resolve_job_refuses_a_role_aliased_9000_times_by_the_role_limit(
             "message": "a job may have at most 100 task roles, got 9000",
         }
     ]
+
+
+@pytest.mark.anyio
+async def test_other_requests_are_answered_while_a_job_is_resolved(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+    real = mutations.resolved_job
+
+    def slow(*args: object, **kwargs: object) -> object:
+        entered.set()
+        assert release.wait(10), "no other request was answered while the job resolved"
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mutations, "resolved_job", slow)
+    pending = asyncio.create_task(resolve(client, {"config": as_yaml(v2())}))
+    assert await asyncio.to_thread(entered.wait, 10)
+    assert (await client.get("/healthz")).status_code == 200
+    release.set()
+    payload = await pending
+    assert payload["errors"] == [] and payload["job"]["name"] == v2()["name"]
 
 
 @pytest.mark.anyio

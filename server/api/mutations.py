@@ -84,7 +84,8 @@ class Mutation:
             warnings = [UserError.from_issue(i) for i in result.warnings]
         job = None
         if spec is not None and not errors:
-            job, more = resolved_job(spec, user=viewer.name)
+            # every instance's environment names every peer: off the event loop, like parsing
+            job, more = await asyncio.to_thread(resolved_job, spec, user=viewer.name)
             warnings += more
         return ResolveJobPayload(job=job, errors=errors, warnings=warnings)
 
