@@ -69,7 +69,6 @@ class Server:
         self.log = log
         self.settings: dict[str, str] = {}  # more PAIGRAPH_* settings of this server
         self.process: subprocess.Popen[bytes] | None = None
-        self.settings: dict[str, str] = {}  # PAIGRAPH_* settings of this server only
 
     def env(self, **extra: str) -> dict[str, str]:
         """The caller's environment without any PAIGRAPH_* setting of its own, plus ours."""
