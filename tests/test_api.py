@@ -237,3 +237,25 @@ def test_serve_refuses_a_kubernetes_backend_without_a_cluster(tmp_path: Path) ->
     assert done.returncode == 1
     assert "the kubernetes backend cannot start: no usable Kubernetes configuration" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.anyio
+async def test_a_large_dry_run_shows_the_environment_of_its_first_instances_only(
+    client: httpx.AsyncClient,
+) -> None:
+    doc = v2()
+    doc["taskRoles"]["ps"]["instances"] = 60
+    doc["taskRoles"]["worker"]["instances"] = 1000
+    payload = await resolve(client, {"config": as_yaml(doc)})
+    assert payload["errors"] == []
+    (warning,) = [w for w in payload["warnings"] if w["code"] == "environment-not-shown"]
+    assert "1060 instances" in warning["message"] and "first 100" in warning["message"]
+    ps, worker = (
+        next(r for r in payload["job"]["taskRoles"] if r["name"] == n) for n in ("ps", "worker")
+    )
+    assert all(instance["environment"] for instance in ps["instances"])
+    shown = [i["index"] for i in worker["instances"] if i["environment"]]
+    assert shown == list(range(40))  # 60 ps instances come first in the job's order
+    assert len(worker["instances"]) == 1000
+    hosts = env_of(worker["instances"][39])["PAI_TASK_ROLE_worker_HOST_LIST"]
+    assert len(hosts.split(",")) == 1000

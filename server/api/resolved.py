@@ -8,6 +8,9 @@ the order the backend would allocate them (a v1 `beginAt` port is used as given)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import strawberry
 
 from backends.base import LaunchRequest, Placement
@@ -24,6 +27,7 @@ from server.protocol import JobSpec, to_v2_yaml
 from server.protocol.model import TaskRole
 
 PLACEHOLDER_PORT_BASE = 20000
+SHOWN_ENVIRONMENTS = 100  # instances of one dry run whose environment is built
 PLACEHOLDER_JOB_ID = "dry-run"
 
 _PLACEHOLDER_NOTE = (
@@ -48,10 +52,16 @@ class ResolvedInstance:
     ports: list[PortAllocation] = strawberry.field(
         description="Placeholder ports per label, from an illustrative range."
     )
-    environment: list[EnvironmentVariable] = strawberry.field(
+    build_environment: strawberry.Private[Callable[[], dict[str, str]]]
+
+    @strawberry.field(
         description="The PAI_* variables and the job's and role's own env, in order, with "
-        "placeholder addresses and ports. Secrets are not part of it."
+        "placeholder addresses and ports. Secrets are not part of it. Shown for the first "
+        f"{SHOWN_ENVIRONMENTS} instances of the job (each names every peer, so all of a large "
+        "job's would be the square of its size); empty for the others, with a warning."
     )
+    def environment(self) -> list[EnvironmentVariable]:
+        return [EnvironmentVariable(name=k, value=v) for k, v in self.build_environment().items()]
 
 
 @strawberry.type(description="A task role of a resolved (not yet submitted) job.")
@@ -103,20 +113,36 @@ def _instances(
     request: LaunchRequest | None,
     placements: dict[tuple[str, int], Placement],
     role: TaskRole,
+    first_position: int,
 ) -> list[ResolvedInstance]:
+    """The role's instances; the environment of those among the job's first
+    SHOWN_ENVIRONMENTS is built when a query asks for it, the others have none."""
     result = []
     for index in range(role.instances):
         placement = placements.get((role.name, index))
-        env = runtime_env(request, placements, role.name, index) if request is not None else {}
+        shown = request is not None and first_position + index < SHOWN_ENVIRONMENTS
         result.append(
             ResolvedInstance(
                 index=index,
                 host_ip=f"{role.name}-{index}",
                 ports=PortAllocation.from_mapping(placement.ports if placement else {}),
-                environment=[EnvironmentVariable(name=k, value=v) for k, v in env.items()],
+                build_environment=(
+                    partial(runtime_env, request, placements, role.name, index)
+                    if shown and request is not None
+                    else dict
+                ),
             )
         )
     return result
+
+
+def _first_positions(spec: JobSpec) -> list[int]:
+    """Where each role's first instance stands in the job's order of instances."""
+    positions, total = [], 0
+    for role in spec.task_roles:
+        positions.append(total)
+        total += role.instances
+    return positions
 
 
 def resolved_job(spec: JobSpec, *, user: str) -> tuple[ResolvedJob, list[UserError]]:
@@ -136,6 +162,16 @@ def resolved_job(spec: JobSpec, *, user: str) -> tuple[ResolvedJob, list[UserErr
             )
         )
     placements = placeholder_placements(request) if request is not None else {}
+    total = sum(role.instances for role in spec.task_roles)
+    if request is not None and total > SHOWN_ENVIRONMENTS:
+        warnings.append(
+            UserError(
+                path=["taskRoles"],
+                code="environment-not-shown",
+                message=f"the job has {total} instances: the environment is shown for the "
+                f"first {SHOWN_ENVIRONMENTS} only",
+            )
+        )
     roles = [
         ResolvedTaskRole(
             name=role.name,
@@ -147,9 +183,9 @@ def resolved_job(spec: JobSpec, *, user: str) -> tuple[ResolvedJob, list[UserErr
             min_failed_instances=role.completion.min_failed,
             min_succeeded_instances=role.completion.min_succeeded,
             task_retry_count=role.task_retry_count,
-            instances=_instances(request, placements, role),
+            instances=_instances(request, placements, role, first),
         )
-        for role in spec.task_roles
+        for role, first in zip(spec.task_roles, _first_positions(spec), strict=True)
     ]
     job = ResolvedJob(
         name=spec.name,
