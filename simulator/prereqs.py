@@ -616,12 +616,39 @@ class MaterialStore:
             on_hit=lambda: report(name, f"{noun} is cached at {commit[:12]}"),
         )
 
+    def _check_remote(self, name: str, spec: RepoSpec) -> None:
+        """Refuse a repository on an address the fetch policy does not allow, as downloads are.
+
+        git resolves the name again itself, so a name whose answers change between the two
+        lookups could still slip through; git is also told never to follow a redirect.
+        """
+        parts = urlsplit(spec.url)
+        if parts.scheme.lower() == "file" or not parts.hostname:
+            return
+        default_port = {"https": 443, "http": 80, "git": 9418}.get(parts.scheme.lower(), 443)
+        try:
+            self.fetch_policy.addresses(parts.hostname, parts.port or default_port)
+        except BlockedAddress as exc:
+            raise MaterialError(f"prerequisite {name!r}: {shown(spec.url)}: {exc}") from None
+        except OSError as exc:
+            raise MaterialError(
+                f"prerequisite {name!r}: {shown(spec.url)}: cannot resolve {parts.hostname}: {exc}"
+            ) from None
+
     def _git(self, name: str, spec: RepoSpec, *args: str, doing: str) -> str:
+        self._check_remote(name, spec)
         env = {k: v for k, v in os.environ.items() if k not in ("GIT_ASKPASS", "SSH_ASKPASS")}
         env.update(GIT_TERMINAL_PROMPT="0", GIT_ALLOW_PROTOCOL="http:https:git:file", LC_ALL="C")
         try:
             done = subprocess.run(
-                ["git", "-c", "advice.detachedHead=false", *args],
+                [
+                    "git",
+                    "-c",
+                    "advice.detachedHead=false",
+                    "-c",
+                    "http.followRedirects=false",
+                    *args,
+                ],
                 capture_output=True,
                 text=True,
                 timeout=self.git_timeout,

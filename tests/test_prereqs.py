@@ -707,3 +707,34 @@ def test_repositories_outside_the_roots_are_refused(store: MaterialStore, tmp_pa
         store.check("code", MaterialKind.CLONE, [f"{tmp_path / 'elsewhere'}@v1"])
     assert "is outside the allowed roots" in str(err.value)
     assert str(err.value).startswith(f"prerequisite 'code': {tmp_path / 'elsewhere'} ")
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "http://127.0.0.1:9/internal.git",
+        "https://localhost/internal.git",
+        "git://169.254.169.254/meta.git",
+        "10.0.0.7/team/code.git",
+    ],
+)
+def test_a_script_on_an_internal_address_is_refused_before_git_runs(
+    tmp_path: Path, uri: str
+) -> None:
+    store = MaterialStore(tmp_path / "cache", storage_dir=tmp_path / "storage")
+    with pytest.raises(MaterialError, match="paigraph does not fetch from loopback") as err:
+        store.materialize("code", MaterialKind.CLONE, [uri])
+    assert "prerequisite 'code'" in str(err.value)
+    assert "PAIGRAPH_ALLOWED_FETCH_NETWORKS" in str(err.value)
+
+
+def test_an_allowed_internal_repository_is_asked_for_by_git(tmp_path: Path) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    store = MaterialStore(
+        tmp_path / "cache", storage_dir=tmp_path / "storage", fetch_policy=LOOPBACK
+    )
+    with pytest.raises(MaterialError, match="git could not list") as err:
+        store.materialize("code", MaterialKind.CLONE, [f"http://127.0.0.1:{port}/repo.git"])
+    assert "does not fetch" not in str(err.value)
