@@ -49,6 +49,7 @@ from server.jobs.states import JobState, Transition
 from server.marketplace.lookup import Viewer
 from server.marketplace.references import ANONYMOUS, ReferenceResolver
 from server.protocol import Issue, JobSpec, parse_job
+from server.protocol.launch_checks import launch_issues
 from server.protocol.render import render_job
 from server.store import Event, Job, JobExists, NameInUse, Store, User
 
@@ -234,6 +235,9 @@ class JobService:
         if spec is not None:
             spec, rendering = render_job(spec)
             warnings += [Problem.from_issue(issue) for issue in rendering]
+            unlaunchable = [Problem.from_issue(issue) for issue in launch_issues(spec)]
+            if unlaunchable:
+                return ResolveOutcome(None, errors + unlaunchable, warnings, item_ids)
             if virtual_cluster and virtual_cluster != spec.virtual_cluster:
                 spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
             problem = self._unrunnable(spec, ask_backend=ask_backend)

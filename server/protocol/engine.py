@@ -16,6 +16,7 @@ from server.protocol.dialect_v1 import read_v1
 from server.protocol.dialect_v2 import read_v2
 from server.protocol.fields import Fields, describe
 from server.protocol.issues import Issue, Issues, Severity
+from server.protocol.launch_checks import launch_issues, nul_issues
 from server.protocol.loader import DEFAULT_MAX_BYTES, LoadError, load_document
 from server.protocol.model import DIALECT_TITLES, Dialect, JobSpec, Prerequisite
 from server.protocol.prerequisites import COMPONENT_TYPES, read_prerequisite
@@ -80,7 +81,7 @@ def parse_document(
             )
         )
         return result
-    issues = Issues()
+    issues = Issues(nul_issues(doc) + nul_issues(parameters or {}, "parameters"))
     detected = detect(doc)
     if detected is None:
         issues.error(
@@ -142,11 +143,16 @@ def resolve_job(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> ParseResult:
-    """Parse a job and render its parameters; unresolved references become warnings."""
+    """Parse a job and render its parameters; unresolved references become warnings, and
+    what the rendering makes unrunnable (`launch_issues`) errors."""
     result = parse_job(text, parameters, max_bytes=max_bytes)
     if result.spec is not None:
         result.spec, warnings = render_job(result.spec)
         result.issues.extend(warnings)
+        errors = launch_issues(result.spec)
+        result.issues.extend(errors)
+        if errors:
+            result.spec = None
     return result
 
 

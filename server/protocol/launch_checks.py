@@ -1,0 +1,87 @@
+"""Checks that keep a job the backend can never start from being accepted.
+
+A NUL byte cannot be part of a shell command, an environment variable or a PostgreSQL text
+value, and an image name outside Docker's grammar cannot be pulled or looked up: a job holding
+either used to be stored, then fail inside the backend, where nothing tells the user why. So:
+
+- `nul_issues` refuses a NUL byte anywhere in a document or in the submitted parameters (every
+  string there can reach a command, the container's environment, the entrypoint or the store),
+  with the path of the value;
+- `launch_issues` checks a resolved and rendered JobSpec, since parameters and marketplace
+  items may bring a NUL byte in after the document was read: the errors name the rendered
+  command (`taskRoles.worker.commands[0]`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from server.protocol.issues import Issue, join
+from server.protocol.model import Dialect, JobSpec, TaskRole
+
+NUL = "\0"
+NUL_RULE = (
+    "a NUL byte (\\0, \\u0000) cannot be passed to a shell command, an environment variable "
+    "or the job store; remove it"
+)
+
+
+def nul_issues(value: Any, path: str = "") -> list[Issue]:
+    """A `nul-byte` error for every string (mapping keys too) in `value` that holds a NUL."""
+    return [
+        Issue(where, "nul-byte", f"{what} contains a NUL byte: {NUL_RULE}")
+        for where, what in _nul_paths(value, path)
+    ]
+
+
+def launch_issues(spec: JobSpec) -> list[Issue]:
+    """The errors of a resolved, rendered job that would stop its containers from starting."""
+    issues: list[Issue] = []
+    for position, role in enumerate(spec.task_roles):
+        base = command_path(spec, role, position)
+        for i, command in enumerate(role.commands):
+            if NUL in command:
+                where = base if spec.dialect is Dialect.V1 else f"{base}[{i}]"
+                issues.append(
+                    Issue(
+                        where,
+                        "nul-byte",
+                        f"the rendered command contains a NUL byte (from a parameter or a "
+                        f"marketplace item rendered into it): {NUL_RULE}",
+                    )
+                )
+    for d, deployment in enumerate(spec.deployments):
+        for attr, key in (("pre_commands", "preCommands"), ("post_commands", "postCommands")):
+            for role_name, commands in getattr(deployment, attr).items():
+                where = f"deployments[{d}].taskRoles.{role_name}.{key}"
+                issues += nul_issues(commands, where)
+    rest = spec.model_dump(exclude={"task_roles": {"__all__": {"commands"}}, "deployments": True})
+    issues += nul_issues(rest)
+    issues += nul_issues(spec.secrets, "secrets")
+    return issues
+
+
+def command_path(spec: JobSpec, role: TaskRole, position: int) -> str:
+    """Where a role's commands are in the user's document, by dialect."""
+    if spec.dialect is Dialect.DRAFT:
+        return f"tasks[{position}].command"
+    if spec.dialect is Dialect.V1:
+        return f"taskRoles[{position}].command"
+    return f"taskRoles.{role.name}.commands"
+
+
+def _nul_paths(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(path, what) for each string in `value` holding a NUL byte."""
+    if isinstance(value, str):
+        if NUL in value:
+            yield path or "(document)", "the value"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            where = join(path, str(key).replace(NUL, "\\0"))
+            if isinstance(key, str) and NUL in key:
+                yield where, "the key"
+            yield from _nul_paths(item, where)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _nul_paths(item, join(path, i))
