@@ -10,6 +10,13 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CORPUS = SHARED / "corpus"
 SEEDS = SHARED / "seeds"
 
+# Files OpenPAI accepts but paigraph deliberately rejects, with the reason.
+STRICTER: dict[str, str] = {
+    "pai__docs__user__storage.md__block3.json": (
+        "its image is the placeholder '<your image name>', which no Docker engine can pull"
+    ),
+}
+
 _ROW = re.compile(r"^\| `(?P<file>[^`]+)` \|(?P<kind>[^|]*)\|[^|]*\|[^|]*\|(?P<verdict>[^|]*)\|")
 
 

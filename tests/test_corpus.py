@@ -7,11 +7,7 @@ import re
 import pytest
 
 from server.protocol import Kind, parse_document, parse_job
-from tests.corpus import CORPUS, Entry, index, top_level
-
-# Files OpenPAI accepts but paigraph deliberately rejects, with the reason. Empty today: every
-# real config in the corpus that OpenPAI accepts is also accepted here.
-STRICTER: dict[str, str] = {}
+from tests.corpus import CORPUS, STRICTER, Entry, index, top_level
 
 # Files of drafts/ and what paigraph must say about each. "job" and "component" are accepted;
 # anything else is the start of the error code expected for an incomplete or broken draft.

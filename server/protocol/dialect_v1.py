@@ -12,6 +12,7 @@ from typing import Any
 
 from server.protocol.fields import Fields
 from server.protocol.issues import Issues, join
+from server.protocol.launch_checks import image_issues
 from server.protocol.model import (
     Completion,
     Dialect,
@@ -86,6 +87,8 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     image = f.string(doc, "image", "", required=True)
     if image is not None and not image.strip():
         issues.error("image", "empty", "the image name must not be empty")
+    elif image is not None:
+        issues.items.extend(image_issues(image, "image"))
     for key in ("authFile", "gpuType", "virtualCluster", *(d[0] for d in _DIR_VARIABLES)):
         f.string(doc, key, "")
     if "killAllOnCompletedTaskNumber" in doc:

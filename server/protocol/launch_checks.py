@@ -7,9 +7,12 @@ either used to be stored, then fail inside the backend, where nothing tells the 
 - `nul_issues` refuses a NUL byte anywhere in a document or in the submitted parameters (every
   string there can reach a command, the container's environment, the entrypoint or the store),
   with the path of the value;
-- `launch_issues` checks a resolved and rendered JobSpec, since parameters and marketplace
-  items may bring a NUL byte in after the document was read: the errors name the rendered
-  command (`taskRoles.worker.commands[0]`).
+- `image_issues` refuses a dockerimage prerequisite whose uri is not a docker image reference
+  (unless it is a template still to be filled in, e.g. a marketplace component's
+  `{{ image }}`);
+- `launch_issues` runs both on a resolved and rendered JobSpec, since parameters, marketplace
+  items and template variables may bring either in after the document was read: the errors
+  name the rendered command (`taskRoles.worker.commands[0]`) or the role's `dockerImage`.
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from server.protocol.image_refs import IMAGE_RULE, image_reference_problem
 from server.protocol.issues import Issue, join
-from server.protocol.model import Dialect, JobSpec, TaskRole
+from server.protocol.model import Dialect, JobSpec, PrerequisiteType, TaskRole
 
 NUL = "\0"
 NUL_RULE = (
     "a NUL byte (\\0, \\u0000) cannot be passed to a shell command, an environment variable "
     "or the job store; remove it"
 )
+_TEMPLATE_MARKS = ("{{", "<%", "$$")
 
 
 def nul_issues(value: Any, path: str = "") -> list[Issue]:
@@ -33,6 +38,17 @@ def nul_issues(value: Any, path: str = "") -> list[Issue]:
         Issue(where, "nul-byte", f"{what} contains a NUL byte: {NUL_RULE}")
         for where, what in _nul_paths(value, path)
     ]
+
+
+def image_issues(uri: str, path: str, *, templates: bool = True) -> list[Issue]:
+    """An `image-reference` error when `uri` is not a docker image reference. With
+    `templates`, one still to be filled in (`{{ x }}`, `<% $x %>`, `$$x$$`) is judged later."""
+    if templates and any(mark in uri for mark in _TEMPLATE_MARKS):
+        return []
+    problem = image_reference_problem(uri)
+    if problem is None:
+        return []
+    return [Issue(path, "image-reference", f"{problem}; {IMAGE_RULE}")]
 
 
 def launch_issues(spec: JobSpec) -> list[Issue]:
@@ -51,6 +67,7 @@ def launch_issues(spec: JobSpec) -> list[Issue]:
                         f"marketplace item rendered into it): {NUL_RULE}",
                     )
                 )
+        issues += _role_image_issues(spec, role, position)
     for d, deployment in enumerate(spec.deployments):
         for attr, key in (("pre_commands", "preCommands"), ("post_commands", "postCommands")):
             for role_name, commands in getattr(deployment, attr).items():
@@ -69,6 +86,19 @@ def command_path(spec: JobSpec, role: TaskRole, position: int) -> str:
     if spec.dialect is Dialect.V1:
         return f"taskRoles[{position}].command"
     return f"taskRoles.{role.name}.commands"
+
+
+def _role_image_issues(spec: JobSpec, role: TaskRole, position: int) -> list[Issue]:
+    found = spec.prerequisite(role.docker_image, PrerequisiteType.DOCKERIMAGE)
+    if found is None or not found.uri:
+        return []
+    if spec.dialect is Dialect.V1:
+        where = "image"
+    elif spec.dialect is Dialect.DRAFT:
+        where = f"tasks[{position}].dockerimage"
+    else:
+        where = f"taskRoles.{role.name}.dockerImage"
+    return image_issues(found.uri[0], where, templates=False)
 
 
 def _nul_paths(value: Any, path: str) -> Iterator[tuple[str, str]]:

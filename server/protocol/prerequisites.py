@@ -11,6 +11,7 @@ from typing import Any
 
 from server.protocol.fields import Fields, describe
 from server.protocol.issues import join
+from server.protocol.launch_checks import image_issues
 from server.protocol.model import (
     Callback,
     CallbackEvent,
@@ -100,6 +101,8 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
         uri = f.string(obj, "uri", path, required=True)
         if uri is not None and not uri.strip():
             f.issues.error(join(path, "uri"), "empty", "the image name must not be empty")
+        elif uri is not None:
+            f.issues.items.extend(image_issues(uri, join(path, "uri")))
         auth = _read_auth(obj, path, f)
         if name is None or uri is None:
             return None
