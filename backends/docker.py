@@ -372,6 +372,10 @@ class DockerBackend:
             self._end_all(attempt, EventKind.START_FAILED, str(exc))
             return
         self._use_network(attempt, network.name, addresses)
+        if attempt.forgotten:  # forgotten while its network was made: `_forget` missed it
+            with contextlib.suppress(EngineError):
+                self.engine.remove_network(network.name)
+            return
         placements = {
             (role.name, index): Placement(
                 node=slots[(role.name, index)].node,
