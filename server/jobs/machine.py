@@ -371,6 +371,31 @@ class JobMachine:
         current.state, current.finished_at = JobState.FAILED, when
         return self._finish(JobState.FAILED, text, ended, when, release=False)
 
+    def abandon(self, error: str, *, at: datetime | None = None) -> list[Action]:
+        """The job cannot be driven any further (its runner hit an unexpected error): end it
+        now rather than leave it live with nothing to move it on. FAILED with `error` in its
+        reason, or STOPPED when a user had asked to stop it; no retry. The caller then asks the
+        backend to stop and forget the attempt, whatever it still holds."""
+        r = self._r
+        if r.state.is_final:
+            return []
+        when = at or utcnow()
+        if r.stop_reason is not None:
+            state, text = JobState.STOPPED, f"stopped: {r.stop_reason} ({error})"
+            ended = exit_codes.info(exit_codes.STOP_REQUESTED, text)
+        else:
+            state, text = JobState.FAILED, f"failed: {error}"
+            ended = exit_codes.info(exit_codes.ENGINE_FAILED, text)
+        for view in r.instances:
+            if not view.ended:
+                view.exit, view.finished_at = ended, when
+                self._move(view, state, when, text)
+        current = r.current
+        if current is not None:
+            current.completion = current.completion or Completion(message=text, exit=ended)
+            current.state, current.finished_at = state, when
+        return self._finish(state, text, ended, when, release=current is not None)
+
     # --- instance ends ---
 
     @property

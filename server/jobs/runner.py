@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 
 from backends.base import (
     Backend,
@@ -34,6 +35,8 @@ from server.jobs.machine import (
 )
 from server.jobs.policy import JobPolicy, job_policy
 from server.protocol.model import JobSpec
+
+log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 200
 LOG_TAIL_CHARS = 16 * 1024
@@ -79,21 +82,49 @@ class JobRunner:
             self._events.put_nowait(event)
             self._wake.set()
 
-    async def run(self, *, read_backend_events: bool = True, resume: bool = False) -> JobRecord:
+    async def run(
+        self,
+        *,
+        read_backend_events: bool = True,
+        resume: bool = False,
+        pending: Sequence[Action] = (),
+    ) -> JobRecord:
         """Run until the job is final. With `read_backend_events=False` events come by `feed`;
-        with `resume=True` the machine was restored and is not started again."""
+        with `resume=True` the machine was restored and is not started again, and `pending`
+        (what a restart interrupted) is carried out first.
+
+        An unexpected error (the backend raised, a bug) does not leave the job live with no one
+        to drive it: the job ends (`JobMachine.abandon`) with the error in its reason, and the
+        backend is asked to stop and forget the attempt."""
         pump = asyncio.create_task(self._pump()) if read_backend_events else None
         try:
-            if not resume:
-                await self._carry_out(self.machine.start())
-            while not self.machine.is_final:
-                await self._next()
+            try:
+                await self._carry_out(list(pending) if resume else self.machine.start())
+                while not self.machine.is_final:
+                    await self._next()
+            except Exception as exc:
+                await self._abandon(exc)
         finally:
             if pump is not None:
                 pump.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await pump
         return self.machine.record
+
+    # --- when the runner itself fails ---------------------------------------------------------
+
+    async def _abandon(self, error: Exception) -> None:
+        """End the job after an unexpected error, saved with the error in its reason, then
+        release the attempt whatever the save did."""
+        log.error("job %s: its runner failed; the job is ended", self.job_id, exc_info=error)
+        attempt = self.machine.attempt
+        try:
+            self.machine.abandon(f"the job engine hit an unexpected error: {_in_words(error)}")
+            await self._changed()
+        finally:
+            await release_attempt(
+                self.backend, self.job_id, attempt, self.machine.policy.stop_grace_seconds
+            )
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -197,3 +228,23 @@ class JobRunner:
         except Exception:
             return ""
         return "".join(chunks)[-LOG_TAIL_CHARS:]
+
+
+def _in_words(error: Exception) -> str:
+    """E.g. 'RuntimeError: the engine went away'; the type alone when there is no message."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+async def release_attempt(backend: Backend, job_id: str, attempt: int, grace: float) -> None:
+    """Ask the backend to stop and forget an attempt; a failure is logged, not raised, since
+    nothing more can be done about it here (the next start releases what is left)."""
+    steps = (
+        ("stopped", lambda: backend.stop(job_id, attempt, grace)),
+        ("released", lambda: backend.forget(job_id, attempt)),
+    )
+    for step, call in steps:
+        try:
+            await call()
+        except Exception:
+            log.exception("job %s: attempt %s could not be %s", job_id, attempt, step)

@@ -103,9 +103,7 @@ class _Runner(JobRunner):
     """A JobRunner that first carries out what a restart interrupted."""
 
     async def resume(self, pending: Sequence[Action]) -> JobRecord:
-        if pending:
-            await self._carry_out(list(pending))
-        return await self.run(read_backend_events=False, resume=True)
+        return await self.run(read_backend_events=False, resume=True, pending=pending)
 
 
 class _Journal:
@@ -389,7 +387,8 @@ class JobService:
             raise
         except Exception:
             log.exception(
-                "job %s: its runner failed; it is resumed when the service starts again",
+                "job %s: its runner failed and could not end the job; it is resumed when the "
+                "service starts again",
                 runner.job_id,
             )
         finally:
