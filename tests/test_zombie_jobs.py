@@ -1,6 +1,7 @@
 """No zombie jobs: a job the backend could never start is refused at submission, a job whose
-runner hits an unexpected error ends FAILED with the error and gives its resources back. Real
-containers, a real database (SQLite, and PostgreSQL when PAIGRAPH_TEST_PG is set)."""
+runner hits an unexpected error ends FAILED with the error and gives its resources back, and
+stopJob ends any job that has not ended, even one no runner drives any more. Real containers,
+a real database (SQLite, and PostgreSQL when PAIGRAPH_TEST_PG is set)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from tests.api_support import data
 from tests.service_support import job_config
 from tests.simulated import remove_leftovers, settings
 from tests.test_api_jobs import SUBMIT, served
-from tests.test_job_service import job_of, nothing_left, submitted, until, user
+from tests.test_job_service import job_of, nothing_left, running, submitted, until, user
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -156,3 +157,44 @@ async def test_a_job_whose_launch_raises_ends_failed_gives_back_its_resources_an
         job = await job_of(again.store, job.id)
         assert (job.state, job.attempt, job.retries) == (JobState.FAILED, 1, 0)
         await nothing_left(owner)
+
+
+async def test_stop_ends_a_job_when_the_backend_raises_on_stop(
+    db_url: str, tmp_path: Path, owner: str
+) -> None:
+    state = tmp_path / "state"
+    backend = Exploding(settings(state), owner=owner, fail_stop=True)
+    async with service_with(db_url, state, backend) as service:
+        admin = user(service.store, "root", admin=True)
+        job = await submitted(service, user(service.store, "ann", "default"), sleeper("stuck"))
+        await running(service, job.id, 1)
+        outcome = await service.stop(admin, job.id)
+        assert outcome.errors == []
+        job = await ended(service, job.id)
+        assert job.state is JobState.STOPPED
+        assert "stop requested by root" in job.state_reason
+        assert "the engine refused to stop anything" in job.state_reason
+        await nothing_left(owner)  # the attempt was still forgotten, its container removed
+
+
+async def test_stop_ends_a_job_that_no_runner_drives(
+    db_url: str, tmp_path: Path, owner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "state"
+    async with service_with(db_url, state, DockerBackend(settings(state), owner=owner)) as first:
+        job = await submitted(first, user(first.store, "ann", "default"), sleeper("orphan"))
+        await running(first, job.id, 1)
+
+    def cannot_resume(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("its saved plan is unusable")
+
+    monkeypatch.setattr("server.jobs.service.plan_resumption", cannot_resume)
+    async with service_with(db_url, state, DockerBackend(settings(state), owner=owner)) as second:
+        assert (await job_of(second.store, job.id)).state is JobState.RUNNING
+        admin = user(second.store, "root", admin=True)
+        outcome = await second.stop(admin, job.id)
+        assert outcome.errors == []
+        assert outcome.job is not None and outcome.job.state is JobState.STOPPED
+        assert "stop requested by root" in outcome.job.state_reason
+        await nothing_left(owner)
+        assert (await second.stop(admin, job.id)).errors[0].code == "final"

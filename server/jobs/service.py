@@ -44,7 +44,7 @@ from server.jobs.reconcile import (
     stale_attempts,
     stuck_in_starting,
 )
-from server.jobs.runner import JobRunner
+from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.states import JobState, Transition
 from server.marketplace.lookup import Viewer
 from server.marketplace.references import ANONYMOUS, ReferenceResolver
@@ -169,6 +169,8 @@ class JobService:
         self._background: list[asyncio.Task[None]] = []
         self._writes: set[asyncio.Future[list[Event]]] = set()
         self._started = False
+        self._reconciled = False  # every unfinished job this process can drive has its runner
+        self._taking_over = asyncio.Lock()
 
     # --- lifecycle ---
 
@@ -318,7 +320,9 @@ class JobService:
         """Ask the job to stop; answers once the stop is on record (or after a few seconds).
 
         Errors on `id`: `not-found`, `forbidden` (neither the owner nor an admin), `final`
-        (the job has ended), `unavailable` (no runner of this server process drives it).
+        (the job has ended), `unavailable` (the server is still starting, or the job's saved
+        state cannot be read). A job no runner drives (its runner failed, or it could not be
+        resumed after a restart) is stopped here (`_stop_unattended`).
         """
         job = await asyncio.to_thread(self.store.get_job, job_id)
         if job is None:
@@ -331,17 +335,43 @@ class JobService:
         if job.state.is_final:
             return _stop_error("final", f"job {job_id!r} has ended already ({job.state})", job)
         live = self._live.get(job_id)
-        if live is None:
+        reason = f"stop requested by {user.name}"
+        if live is None and not self._reconciled:
             return _stop_error(
                 "unavailable",
-                f"job {job_id!r} is not driven by this server process; try again once the "
+                f"job {job_id!r} is not driven by this server process yet; try again once the "
                 "server has finished starting",
                 job,
             )
-        live.runner.request_stop(f"stop requested by {user.name}")
+        if live is None:
+            return await self._stop_unattended(job, reason)
+        live.runner.request_stop(reason)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(live.journal.stop_on_record.wait(), STOP_WAIT_SECONDS)
         return StopOutcome(job=await asyncio.to_thread(self.store.get_job, job_id), errors=[])
+
+    async def _stop_unattended(self, job: Job, reason: str) -> StopOutcome:
+        """Stop a job that no runner drives: release its attempt on the backend (failures are
+        logged) and end it STOPPED in the store, so no job is ever left live and unstoppable."""
+        async with self._taking_over:
+            try:
+                snapshot = await asyncio.to_thread(self.store.load_machine, job.id)
+            except Exception:
+                log.exception("job %s: its saved state cannot be read; not stopped", job.id)
+                return _stop_error(
+                    "unavailable", f"job {job.id!r}: its saved state cannot be read", job
+                )
+            machine = ServiceMachine.restore(snapshot)
+            saved = len(machine.transitions)
+            machine.request_stop(reason)
+            if not machine.is_final:
+                grace = machine.policy.stop_grace_seconds
+                await release_attempt(self.backend, job.id, machine.attempt, grace)
+                machine.abandon("no runner drove the job any more; its attempt was released")
+            changes = machine.transitions[saved:]
+            events = await self._save(job.id, machine.snapshot(), changes)
+            await self._publish(job.id, events, machine.state)
+        return StopOutcome(job=await asyncio.to_thread(self.store.get_job, job.id), errors=[])
 
     async def logs(
         self,
@@ -387,8 +417,7 @@ class JobService:
             raise
         except Exception:
             log.exception(
-                "job %s: its runner failed and could not end the job; it is resumed when the "
-                "service starts again",
+                "job %s: its runner failed and could not end the job; stopping it ends it",
                 runner.job_id,
             )
         finally:
@@ -450,7 +479,8 @@ class JobService:
                 plan = plan_resumption(snapshot, [r for r in reports if r.key.job_id == job.id])
                 self._run(spec, plan.machine, job.owner, plan)
             except Exception:
-                log.exception("job %s cannot be resumed", job.id)
+                log.exception("job %s cannot be resumed; stopping it ends it", job.id)
+        self._reconciled = True
 
     # --- storing and publishing ---
 
