@@ -73,6 +73,7 @@ from backends.docker_specs import (
 from backends.entrypoint import WORK_DIR
 from backends.log_stream import stream_log
 from backends.runtime_env import runtime_env
+from backends.secrets_env import secret_environment, with_secret_variables
 from simulator.cluster import Cluster, Demand, NeverFits, Placed, Shortage, Slot
 from simulator.containers import (
     OWNER,
@@ -456,7 +457,8 @@ class DockerBackend:
         request, key, placement = attempt.request, instance.key, instance.placement
         assert placement is not None
         env = runtime_env(request, placements, key.role, key.index)
-        records.write_runtime_files(instance.dir, env, request.role(key.role))
+        role = with_secret_variables(request.role(key.role), request)  # values not in files
+        records.write_runtime_files(instance.dir, env, role)
         return container_spec(
             self.owner,
             request,
@@ -465,7 +467,7 @@ class DockerBackend:
             placement,
             runtime_dir=records.runtime_dir(instance.dir),
             writable_dir=records.writable_dir(instance.dir),
-            env=env,
+            env={**env, **secret_environment(request)},
             network=network,
             mounts=mounts,
             slot=slot,

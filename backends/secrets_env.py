@@ -1,0 +1,79 @@
+"""How a job's secrets reach its commands without being written to any file.
+
+A command may use `<% $secrets.x %>`. The secret's value must reach the shell that runs the
+command, but the files a backend keeps (the entrypoint, the user commands' file, the runtime
+environment file, the launch record) and the database must never hold it. Both backends
+therefore replace the reference by a shell expression that reads the value when the command
+runs, and hand the values to the container by a channel that is not one of those files:
+
+- Kubernetes mounts a Secret at `SECRETS_DIR` and the reference becomes
+  `$(cat /usr/local/pai/secrets/x)`;
+- Docker passes each value in the container's own environment (given to the engine when the
+  container is created, never in runtime_env.sh) as `PAI_SECRET_<name>`, and the reference
+  becomes `${PAI_SECRET_<name>}`.
+
+Either way the text on disk holds only the reference, the expansion is unquoted as a command
+substitution would be, and a reference to a secret the job does not define is left as written
+(as after a server restart, when the secrets, kept in memory only, are gone). Secret names may
+hold `-` and `.`, which a variable name cannot: `secret_variable` encodes them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+from backends.base import LaunchRequest, RoleLaunch
+
+SECRET_REF = re.compile(r"<%\s*\$secrets\.([-._a-zA-Z0-9]+)\s*%>")
+SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+SECRET_PREFIX = "PAI_SECRET_"
+
+
+def secret_values(request: LaunchRequest) -> dict[str, str]:
+    """The secrets a command can refer to (names `SECRET_REF` can match)."""
+    return {k: v for k, v in request.secrets.items() if SECRET_KEY.fullmatch(k)}
+
+
+def secret_variable(name: str) -> str:
+    """The environment variable that carries secret `name`: letters and digits kept, any other
+    character (`_` too) written `_XX` in hex, so two names never share a variable."""
+    encoded = "".join(c if c.isascii() and c.isalnum() else f"_{ord(c):02X}" for c in name)
+    return SECRET_PREFIX + encoded
+
+
+def secret_environment(request: LaunchRequest) -> dict[str, str]:
+    """The container environment that carries the request's secrets (Docker)."""
+    return {secret_variable(k): v for k, v in secret_values(request).items()}
+
+
+def with_secret_references(
+    role: RoleLaunch, known: Mapping[str, str], read: Callable[[str], str]
+) -> RoleLaunch:
+    """The role with each `<% $secrets.x %>` of a known secret in its commands and hooks
+    replaced by `read(x)`, a shell expression that yields the value when the command runs."""
+    if not known:
+        return role
+
+    def swap(text: str) -> str:
+        def replace(match: re.Match[str]) -> str:
+            key = match.group(1)
+            return read(key) if key in known else match.group(0)
+
+        return SECRET_REF.sub(replace, text)
+
+    hooks = role.hooks.model_copy(
+        update={
+            "on_start": [swap(c) for c in role.hooks.on_start],
+            "on_success": [swap(c) for c in role.hooks.on_success],
+            "on_failure": [swap(c) for c in role.hooks.on_failure],
+        }
+    )
+    return role.model_copy(update={"commands": [swap(c) for c in role.commands], "hooks": hooks})
+
+
+def with_secret_variables(role: RoleLaunch, request: LaunchRequest) -> RoleLaunch:
+    """The role as the Docker backend runs it: secrets read from `secret_environment`."""
+    return with_secret_references(
+        role, secret_values(request), lambda key: "${" + secret_variable(key) + "}"
+    )
