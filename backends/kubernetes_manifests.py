@@ -87,6 +87,7 @@ from backends.kubernetes_names import (
 from backends.kubernetes_ports import duplicates, instance_ports
 from backends.kubernetes_settings import KubernetesSettings
 from backends.runtime_env import runtime_env, shell_env_file
+from backends.secrets_env import SECRET_KEY, SECRET_REF, with_secret_references
 from simulator.prereqs import UnservableMaterial, check_name, parse_repo
 
 PLACEHOLDER_UID = "<uid of the Service, set by the cluster when it is created>"
@@ -96,8 +97,6 @@ POD_IP_VARIABLES = ("PAI_CONTAINER_HOST_IP", "PAI_CURRENT_CONTAINER_IP")
 PORT_IN_USE_EXIT = 10  # the init container's exit code for a port already in use
 DOCKER_HUB = "https://index.docker.io/v1/"
 
-_SECRET_REF = re.compile(r"<%\s*\$secrets\.([-._a-zA-Z0-9]+)\s*%>")
-_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 _PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _TEMPLATE = re.compile(r"\{(group|count|queue|job|user)\}")
 
@@ -272,7 +271,7 @@ class AttemptBuilder:
 
     @cached_property
     def secret_values(self) -> dict[str, str]:
-        return {k: v for k, v in self.request.secrets.items() if _SECRET_KEY.fullmatch(k)}
+        return {k: v for k, v in self.request.secrets.items() if SECRET_KEY.fullmatch(k)}
 
     def registry_secrets(self) -> list[dict[str, Any]]:
         secrets = []
@@ -546,32 +545,16 @@ class AttemptBuilder:
                 )
             return self.request.secrets[key]
 
-        return _SECRET_REF.sub(fill, text)
+        return SECRET_REF.sub(fill, text)
 
     def _runnable(self, role: RoleLaunch) -> RoleLaunch:
         """The role with `<% $secrets.x %>` in its commands and hooks read from the mounted
-        Secret when the command runs, so no secret is ever written into the ConfigMap."""
-        if not self.secret_values:
-            return role
-
-        def swap(text: str) -> str:
-            def read(match: re.Match[str]) -> str:
-                key = match.group(1)
-                if key not in self.secret_values:
-                    return match.group(0)
-                return f"$(cat {shlex.quote(f'{SECRETS_DIR}/{key}')})"
-
-            return _SECRET_REF.sub(read, text)
-
-        hooks = role.hooks.model_copy(
-            update={
-                "on_start": [swap(c) for c in role.hooks.on_start],
-                "on_success": [swap(c) for c in role.hooks.on_success],
-                "on_failure": [swap(c) for c in role.hooks.on_failure],
-            }
-        )
-        return role.model_copy(
-            update={"commands": [swap(c) for c in role.commands], "hooks": hooks}
+        Secret when the command runs, so no secret is ever written into the ConfigMap (the
+        Docker backend reads them from the container's environment instead: secrets_env)."""
+        return with_secret_references(
+            role,
+            self.secret_values,
+            lambda key: f"$(cat {shlex.quote(f'{SECRETS_DIR}/{key}')})",
         )
 
     def _render(self, template: str) -> str:
@@ -609,7 +592,7 @@ def _kept(request: LaunchRequest) -> LaunchRequest:
     roles = []
     for role in request.roles:
         auth = role.image_auth
-        if auth is not None and auth.password and not _SECRET_REF.fullmatch(auth.password.strip()):
+        if auth is not None and auth.password and not SECRET_REF.fullmatch(auth.password.strip()):
             digest = hashlib.sha256(auth.password.encode()).hexdigest()[:12]
             role = role.model_copy(
                 update={"image_auth": auth.model_copy(update={"password": f"<masked {digest}>"})}
