@@ -424,7 +424,7 @@ class DockerBackend:
         """The first prerequisite's host directory that is no longer the one checked, checked
         again just before Docker mounts it (Docker follows symlinks in a mount's source)."""
         for mount in spec.mounts:
-            if mount.volume or not mount.target.startswith(f"{WORK_DIR}/"):
+            if not mount.checked:
                 continue
             checked = Mount(Path(mount.source), mount.read_only)
             if not self.materials.still_where_checked(checked):
@@ -493,6 +493,7 @@ class DockerBackend:
                     str(mount.host_path),
                     f"{WORK_DIR}/{material.name}",
                     read_only=mount.read_only or material.read_only,
+                    checked=True,
                 )
         return mounts
 

@@ -43,6 +43,7 @@ class BindMount:
     target: str  # path in the container
     read_only: bool = False
     volume: bool = False
+    checked: bool = False  # a prerequisite's directory, to be checked again before mounting
 
 
 @dataclass(frozen=True)

@@ -937,7 +937,7 @@ async def test_a_dataset_from_a_marketplace_item_is_read_by_a_job_on_the_simulat
             assert time.monotonic() < deadline, found
             await asyncio.sleep(0.3)
         log = "".join([c.data async for c in service.logs(job_id, "main", 0)])
-        assert found.state is JobState.SUCCEEDED, log
+        assert found.state is JobState.SUCCEEDED, (found.state_reason, log)
         assert "7,42" in log and "read-only reference data" in log and "WRITABLE" not in log
         assert (results / "found.txt").read_text() == "7,42\n"
         assert site.hits["/datasets/digits.csv"] == 1
