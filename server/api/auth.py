@@ -74,11 +74,19 @@ class Authenticator:
             if user is None:
                 raise Unauthorized("the token is not valid on this server")
             return user
-        if not self._users_exist:
-            if await asyncio.to_thread(self.store.count_users) == 0:
-                return await self._local_admin()
-            self._users_exist = True
+        if await self.serves_local_admin():
+            return await self._local_admin()
         raise Unauthorized(_NEED_TOKEN)
+
+    async def serves_local_admin(self) -> bool:
+        """Whether a request without a token acts as the local admin (loopback only, no user
+        yet); such requests must come from this machine, see `server.api.loopback`."""
+        if self._users_exist:
+            return False
+        if await asyncio.to_thread(self.store.count_users) == 0:
+            return True
+        self._users_exist = True
+        return False
 
     async def _local_admin(self) -> User:
         async with self._lock:

@@ -1,5 +1,7 @@
 """`/graphql` over HTTP and websockets: size limit, authentication, then strawberry.
 
+While a fresh loopback server serves the local admin, a request (HTTP or a websocket
+handshake) whose Host or Origin is not this server's gets 403 (see `server.api.loopback`).
 HTTP requests are checked before strawberry sees them: a body over the limit gets 413, a
 missing or unknown token 401, both as a JSON body in GraphQL's error shape. The GraphiQL page
 itself (a GET without a query) needs no token. Websockets authenticate with the payload of
@@ -28,6 +30,7 @@ from server.api.context import Context, RuntimeSlot
 from server.api.errors import ApiError, Unauthorized
 from server.api.limits import MAX_BODY_BYTES, describe_body_limit
 from server.api.loaders import Loaders
+from server.api.loopback import local_admin_refusal
 from server.store import User
 
 USER_KEY = "paigraph.user"
@@ -107,6 +110,10 @@ class GraphQLEndpoint:
         self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = await self._local_admin_refusal(scope)
+        if refusal is not None:
+            await _refuse(scope, receive, send, refusal)
+            return
         if scope["type"] != "http":
             await self.view(scope, receive, send)
             return
@@ -119,6 +126,15 @@ class GraphQLEndpoint:
             await response(scope, receive, send)
             return
         await self.view(scope, _replay(body, receive), send)
+
+    async def _local_admin_refusal(self, scope: Scope) -> str | None:
+        """Why this request may not reach the local admin of a fresh loopback server (its Host
+        or Origin is not this server's); None when it may, or when there is no local admin.
+        The headers are checked first: the database is asked only about suspect requests."""
+        refusal = local_admin_refusal(scope)
+        if refusal is None or self.slot.current is None:
+            return None
+        return refusal if await self.slot.current.auth.serves_local_admin() else None
 
     async def _check(self, request: Request) -> tuple[Response | None, bytes]:
         try:
@@ -152,6 +168,19 @@ class GraphQLEndpoint:
                 raise _TooLarge
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, message: str) -> None:
+    """Answer 403 with `message`, as an HTTP response or as the websocket handshake's."""
+    response = error_response(403, message, "FORBIDDEN")
+    if scope["type"] == "http":
+        await response(scope, receive, send)
+        return
+    websocket = WebSocket(scope, receive, send)
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await websocket.send_denial_response(response)
+    else:  # closing before accepting: the server answers the handshake with 403
+        await websocket.close(code=1008, reason=message[:120])
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
