@@ -11,11 +11,20 @@ from typing import Any
 
 import uvicorn
 
+from server.api.limits import MAX_BODY_BYTES
+
 # Websocket messages here are small JSON documents (graphql-transport-ws: events, log chunks
 # of a few KiB). Per-message deflate saves a few hundred bytes a message at the price of a
 # zlib compressor per connection (memory) and a compression per message (CPU): a change
 # followed by a thousand subscribers spent about a fifth of its delivery time compressing.
-SERVER_OPTIONS: dict[str, Any] = {"ws_per_message_deflate": False}
+# The app closes a websocket whose message is over its body limit with 4413 and a reason;
+# a message far beyond (over WS_MAX_MESSAGE_BYTES) is cut off by uvicorn while it arrives
+# (close code 1009) instead of being held in memory whole first.
+WS_MAX_MESSAGE_BYTES = 2 * MAX_BODY_BYTES
+SERVER_OPTIONS: dict[str, Any] = {
+    "ws_per_message_deflate": False,
+    "ws_max_size": WS_MAX_MESSAGE_BYTES,
+}
 
 
 def server_config(app: Any, **options: Any) -> uvicorn.Config:

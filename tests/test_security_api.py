@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import websockets
 
 from server.app import create_app
 from server.store import Store
@@ -125,3 +127,35 @@ async def test_once_tokens_are_required_the_host_no_longer_matters(
             url, {"Host": "paigraph.example", "Authorization": f"Bearer {token}"}
         )
         assert proxied.json()["data"]["viewer"]["name"] == "ann"
+
+
+# --- websocket messages -------------------------------------------------------------------
+
+
+async def closed_by_server(ws: websockets.ClientConnection) -> websockets.frames.Close:
+    """The close frame the server sent (after whatever it sent before it)."""
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        while True:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd
+
+
+async def test_a_websocket_message_over_the_body_limit_closes_the_connection(
+    db_url: str,
+) -> None:
+    big = json.dumps({"id": "q", "type": "subscribe", "payload": {"query": "#" * (1 << 20)}})
+    async with live_server(create_app(db_url=db_url, backend=None)) as url:
+        async with ws_connection(url, {}) as ws:
+            await ws.send(big)
+            close = await closed_by_server(ws)
+        assert (close.code, close.reason) == (4413, "a message may be at most 1 MiB")
+        async with ws_connection(url, {}) as ws:  # far over: cut off while it arrives
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await ws.send("x" * 12_000_000)
+            assert (await closed_by_server(ws)).code in (1009, 4413)
+        async with ws_connection(url, {}) as ws:  # the server goes on serving
+            subscribe = {"id": "q", "type": "subscribe", "payload": {"query": VIEWER}}
+            await ws.send(json.dumps(subscribe))
+            reply = json.loads(await ws.recv())
+        assert reply["payload"]["data"]["viewer"]["name"] == "local"

@@ -5,7 +5,8 @@ handshake) whose Host or Origin is not this server's gets 403 (see `server.api.l
 HTTP requests are checked before strawberry sees them: a body over the limit gets 413, a
 missing or unknown token 401, both as a JSON body in GraphQL's error shape. The GraphiQL page
 itself (a GET without a query) needs no token. Websockets authenticate with the payload of
-`connection_init`; a connection without valid credentials is closed with code 4401.
+`connection_init`; a connection without valid credentials is closed with code 4401. Each
+websocket message is held to the body limit too: a larger one closes the connection with 4413.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from server.store import User
 
 USER_KEY = "paigraph.user"
 UNAUTHORIZED_CLOSE = 4401
+TOO_LARGE_CLOSE = 4413  # a websocket message over the body limit (HTTP's 413, as 4401 is 401)
 
 
 class _TooLarge(Exception):
@@ -115,7 +117,8 @@ class GraphQLEndpoint:
             await _refuse(scope, receive, send, refusal)
             return
         if scope["type"] != "http":
-            await self.view(scope, receive, send)
+            limited = _MessageLimit(receive, send, self.max_body)
+            await self.view(scope, limited.receive, limited.send)
             return
         request = Request(scope, receive)
         if request.method == "GET" and "query" not in request.query_params:
@@ -168,6 +171,38 @@ class GraphQLEndpoint:
                 raise _TooLarge
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+class _MessageLimit:
+    """The HTTP body limit for each websocket message: a larger one closes the connection
+    with TOO_LARGE_CLOSE and a reason, and strawberry sees the client leave."""
+
+    def __init__(self, receive: Receive, send: Send, limit: int) -> None:
+        self._receive = receive
+        self._send = send
+        self.limit = limit
+        self.closed = False
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "websocket.receive" and self._too_large(message):
+            reason = f"a message may be at most {describe_body_limit(self.limit)}"
+            await self.send({"type": "websocket.close", "code": TOO_LARGE_CLOSE, "reason": reason})
+            self.closed = True
+            return {"type": "websocket.disconnect", "code": TOO_LARGE_CLOSE}
+        return message
+
+    async def send(self, message: Message) -> None:
+        if not self.closed:  # what the operations still send after the close goes nowhere
+            await self._send(message)
+
+    def _too_large(self, message: Message) -> bool:
+        text = message.get("text")
+        if text is not None:  # a character takes 1 to 4 bytes: encode only when unsure
+            if len(text) > self.limit or len(text) * 4 <= self.limit:
+                return len(text) > self.limit
+            return len(text.encode("utf-8", "surrogatepass")) > self.limit
+        return len(message.get("bytes") or b"") > self.limit
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, message: str) -> None:
