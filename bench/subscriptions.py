@@ -390,7 +390,10 @@ async def run(args: argparse.Namespace) -> None:
             instances = 2 * args.changes + 1
             machine = running_job(store, instances)
             _, token = store.create_user("watcher")
-            app = create_app(db_url=url, backend=None)
+            # one user follows with every subscriber here, where a real crowd is many users
+            app = create_app(
+                db_url=url, backend=None, max_subscriptions_per_user=max(args.subscribers, 1)
+            )
             async with on_loopback(
                 app, log_level="warning", access_log=False, backlog=4096
             ) as base_url:

@@ -23,7 +23,7 @@ from starlette.routing import Route, WebSocketRoute
 from server.api.auth import Authenticator, is_loopback
 from server.api.context import Runtime, RuntimeSlot
 from server.api.endpoint import GraphQLEndpoint
-from server.api.limits import MAX_BODY_BYTES
+from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSubscriptions
 from server.api.schema import schema
 from server.events import bus_for
 from server.store import database_url, open_store
@@ -120,6 +120,7 @@ def create_app(
     host: str = "127.0.0.1",
     backend: str | Backend | None = "docker",
     max_body: int = MAX_BODY_BYTES,
+    max_subscriptions_per_user: int = MAX_SUBSCRIPTIONS_PER_USER,
 ) -> Starlette:
     """The app serving /graphql (GraphiQL in a browser) and /healthz.
 
@@ -130,9 +131,12 @@ def create_app(
     names), and closes them all at the end. `backend=None` serves stored jobs only:
     submitting and stopping answer that no backend runs. `host` is where the server
     listens: on loopback only, a database without users lets requests act as the local admin.
+    `max_body` bounds a request body and a websocket message; `max_subscriptions_per_user`
+    the operations one user runs at once over all their websockets.
     """
     slot = RuntimeSlot()
     loopback = is_loopback(host)
+    subscriptions = UserSubscriptions(max_subscriptions_per_user)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -147,9 +151,11 @@ def create_app(
                     service=service,
                     backend=service.backend,
                     backend_name=_backend_name(service.backend),
+                    subscriptions=subscriptions,
                 )
             else:
                 runtime = await _build(stack, db_url, backend, loopback)
+                runtime.subscriptions = subscriptions
             slot.current = runtime
             tune_collector()
             try:

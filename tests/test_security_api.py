@@ -9,18 +9,24 @@ import base64
 import contextlib
 import json
 import os
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 import websockets
 
+from server.api.ids import global_id
 from server.app import create_app
+from server.events import JobNotice
 from server.store import Store
-from tests.api_support import live_server, ws_connection
+from tests.api_support import finish, live_server, place_and_start, runtime, ws_connection
+from tests.store_support import submit
 
 pytestmark = pytest.mark.anyio
 VIEWER = "{ viewer { name admin } }"
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+JOB_EVENTS = "subscription($jobId: ID!) { jobEvents(jobId: $jobId) { sequence state } }"
 
 
 def port_of(url: str) -> int:
@@ -159,3 +165,80 @@ async def test_a_websocket_message_over_the_body_limit_closes_the_connection(
             await ws.send(json.dumps(subscribe))
             reply = json.loads(await ws.recv())
         assert reply["payload"]["data"]["viewer"]["name"] == "local"
+
+
+# --- subscriptions at once ----------------------------------------------------------------
+
+
+async def replies(ws: websockets.ClientConnection, ids: set[str], kind: str) -> list[dict]:
+    """Read until a message of type `kind` came for each of `ids`; all messages read."""
+    waiting, seen = set(ids), []
+    while waiting:
+        reply = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        seen.append(reply)
+        if reply.get("type") == kind:
+            waiting.discard(reply.get("id"))
+    return seen
+
+
+async def follow(ws: websockets.ClientConnection, job_id: str, ids: list[str]) -> None:
+    """Subscribe to the job's events under each id, and wait until each delivered one."""
+    for op_id in ids:
+        payload = {"query": JOB_EVENTS, "variables": {"jobId": global_id("Job", job_id)}}
+        await ws.send(json.dumps({"id": op_id, "type": "subscribe", "payload": payload}))
+    await replies(ws, set(ids), "next")
+
+
+async def refused(ws: websockets.ClientConnection, job_id: str, op_id: str) -> str:
+    """The message of the error a subscription over a limit gets."""
+    payload = {"query": JOB_EVENTS, "variables": {"jobId": global_id("Job", job_id)}}
+    await ws.send(json.dumps({"id": op_id, "type": "subscribe", "payload": payload}))
+    (reply,) = [r for r in await replies(ws, {op_id}, "error") if r.get("id") == op_id]
+    return reply["payload"][0]["message"]
+
+
+async def test_one_connection_runs_at_most_100_subscriptions(db_url: str, store: Store) -> None:
+    ann, token = store.create_user("ann")
+    job, machine = submit(store, ann.id, "followed", T0)
+    place_and_start(store, job.id, machine, T0 + timedelta(seconds=5))
+    app = create_app(db_url=db_url, backend=None)
+    async with live_server(app) as url, ws_connection(url, {"token": token}) as ws:
+        first = [f"s{n}" for n in range(100)]
+        await follow(ws, job.id, first)
+        message = await refused(ws, job.id, "s100")
+        assert "(limit 100)" in message and "this connection runs 100 subscriptions" in message
+        # completing one makes room for another
+        await ws.send(json.dumps({"id": "s0", "type": "complete"}))
+        await follow(ws, job.id, ["s101"])
+        # and the running ones go on: each follows the job to its end
+        last = await asyncio.to_thread(finish, store, job.id, machine, T0 + timedelta(minutes=1))
+        await runtime(app).bus.publish(JobNotice(job_id=job.id, sequence=last, state="SUCCEEDED"))
+        ended = await replies(ws, {*first[1:], "s101"}, "complete")
+    finals = {
+        r["id"]
+        for r in ended
+        if r["type"] == "next" and r["payload"]["data"]["jobEvents"]["state"] == "SUCCEEDED"
+    }
+    assert finals == {*first[1:], "s101"}
+
+
+async def test_one_user_runs_at_most_500_subscriptions_over_all_connections(
+    db_url: str, store: Store
+) -> None:
+    ann, ann_token = store.create_user("ann")
+    _, bob_token = store.create_user("bob")
+    job, _ = submit(store, ann.id, "followed", T0)
+    async with live_server(create_app(db_url=db_url, backend=None)) as url:
+        async with contextlib.AsyncExitStack() as stack:
+            for c in range(5):
+                ws = await stack.enter_async_context(ws_connection(url, {"token": ann_token}))
+                await follow(ws, job.id, [f"c{c}-{n}" for n in range(100)])
+            sixth = await stack.enter_async_context(ws_connection(url, {"token": ann_token}))
+            message = await refused(sixth, job.id, "one-more")
+            assert "you run 500 subscriptions over all your connections" in message
+            assert "(limit 500)" in message
+            other = await stack.enter_async_context(ws_connection(url, {"token": bob_token}))
+            await follow(other, job.id, ["bob"])  # another user is not held to ann's count
+        # ann's connections closed: her subscriptions ended and count no more
+        async with ws_connection(url, {"token": ann_token}) as ws:
+            await follow(ws, job.id, ["again"])

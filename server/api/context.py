@@ -12,6 +12,7 @@ from starlette.websockets import WebSocket
 
 from server.api.auth import Authenticator
 from server.api.errors import ApiError, Unauthorized
+from server.api.limits import UserSubscriptions
 from server.api.loaders import Loaders
 from server.events import EventBus
 from server.store import Store, User
@@ -31,6 +32,7 @@ class Runtime:
     service: JobService | None = None
     backend: Backend | None = None
     backend_name: str | None = None  # "docker", ...; None: the server runs no backend
+    subscriptions: UserSubscriptions = field(default_factory=UserSubscriptions)
 
 
 class RuntimeSlot:

@@ -11,6 +11,7 @@ websocket message is held to the body limit too: a larger one closes the connect
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -24,12 +25,19 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
 )
-from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    ConnectionInitMessage,
+    SubscribeMessage,
+)
 
 from server.api.auth import bearer_token, token_from_params
 from server.api.context import Context, RuntimeSlot
 from server.api.errors import ApiError, Unauthorized
-from server.api.limits import MAX_BODY_BYTES, describe_body_limit
+from server.api.limits import (
+    MAX_BODY_BYTES,
+    MAX_SUBSCRIPTIONS_PER_CONNECTION,
+    describe_body_limit,
+)
 from server.api.loaders import Loaders
 from server.api.loopback import local_admin_refusal
 from server.store import User
@@ -49,7 +57,12 @@ def error_response(status: int, message: str, code: str, **headers: str) -> JSON
 
 
 class _TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
-    """graphql-transport-ws with the credentials of `connection_init` checked first."""
+    """graphql-transport-ws with the credentials of `connection_init` checked first, and the
+    operations running at once limited per connection and per user."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._running: dict[asyncio.Task[None], int] = {}  # operation task: user id
 
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         payload = message.get("payload") or {}
@@ -66,6 +79,58 @@ class _TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
                 await self.websocket.close(code=UNAUTHORIZED_CLOSE, reason=str(exc)[:120])
                 return
         await super().handle_connection_init(message)
+
+    async def handle_subscribe(self, message: SubscribeMessage) -> None:
+        """Refuse a new operation over the limits with an `error` for its id; the running
+        ones go on. Count the ones started until their task ends (completed or cancelled)."""
+        refusal = self._over_limit(message["id"])
+        if refusal is not None:
+            error = {"message": refusal, "extensions": {"code": "TOO_MANY_SUBSCRIPTIONS"}}
+            await self.send_message({"id": message["id"], "type": "error", "payload": [error]})
+            return
+        await super().handle_subscribe(message)
+        operation = self.operations.get(message["id"])
+        if operation is not None and operation.task is not None and self.context.user:
+            self._count(operation.task, self.context.user.id)
+
+    def _over_limit(self, operation_id: str) -> str | None:
+        """Why a new operation may not start; None when it may (or when strawberry refuses
+        it anyway: not acknowledged yet, or an id in use)."""
+        user = self.context.user
+        if user is None or not self.connection_acknowledged or operation_id in self.operations:
+            return None
+        if len(self._running) >= MAX_SUBSCRIPTIONS_PER_CONNECTION:
+            return (
+                f"this connection runs {len(self._running)} subscriptions, the most one "
+                f"connection may run (limit {MAX_SUBSCRIPTIONS_PER_CONNECTION}); complete one "
+                "before starting another"
+            )
+        counts = self.context.runtime.subscriptions
+        if counts.running(user.id) >= counts.limit:
+            return (
+                f"you run {counts.running(user.id)} subscriptions over all your connections, "
+                f"the most one user may run (limit {counts.limit}); complete one before "
+                "starting another"
+            )
+        return None
+
+    def _count(self, task: asyncio.Task[None], user_id: int) -> None:
+        self._running[task] = user_id
+        self.context.runtime.subscriptions.started(user_id)
+        task.add_done_callback(self._release)
+
+    async def cleanup_operation(self, operation_id: str) -> None:
+        """A completed (or, at the end, dropped) operation stops counting at once, not when
+        its cancelled task gets round to ending: the client may start another right away."""
+        operation = self.operations.get(operation_id)
+        if operation is not None and operation.task is not None:
+            self._release(operation.task)
+        await super().cleanup_operation(operation_id)
+
+    def _release(self, task: asyncio.Task[None]) -> None:
+        user_id = self._running.pop(task, None)
+        if user_id is not None:
+            self.context.runtime.subscriptions.ended(user_id)
 
 
 async def _authenticate_ws(context: Context, payload: dict[str, Any]) -> User:

@@ -1,4 +1,4 @@
-"""How much one request may ask for: page sizes, query shape, body size.
+"""How much one request may ask for: page sizes, query shape, body size, subscriptions.
 
 The numbers are generous for every query a client of this API needs (the deepest, a job's
 instances' ports inside a job list, has depth 7) and small enough that one request cannot make
@@ -27,7 +27,12 @@ DEFAULT_FIRST = 50
 MAX_DEPTH = 12
 MAX_ALIASES = 30
 MAX_TOKENS = 2000
-MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_BYTES = 1024 * 1024  # an HTTP request body, and each websocket message
+# Operations running at once over websockets (subscriptions, and queries while they run): a
+# followed log or job costs the server a little on every event, and a client has no need for
+# hundreds of them.
+MAX_SUBSCRIPTIONS_PER_CONNECTION = 100
+MAX_SUBSCRIPTIONS_PER_USER = 500  # across all of one user's connections
 
 
 def page_size(first: int | None, *, argument: str = "first", default: int = DEFAULT_FIRST) -> int:
@@ -69,3 +74,25 @@ def describe_body_limit(limit: int = MAX_BODY_BYTES) -> str:
     if limit % 1024 == 0:
         return f"{limit // 1024} KiB"
     return f"{limit} bytes"
+
+
+class UserSubscriptions:
+    """How many operations each user runs over websockets now, across their connections (one
+    server process counts its own)."""
+
+    def __init__(self, limit: int = MAX_SUBSCRIPTIONS_PER_USER) -> None:
+        self.limit = limit
+        self._running: dict[int, int] = {}
+
+    def running(self, user_id: int) -> int:
+        return self._running.get(user_id, 0)
+
+    def started(self, user_id: int) -> None:
+        self._running[user_id] = self._running.get(user_id, 0) + 1
+
+    def ended(self, user_id: int) -> None:
+        left = self._running.get(user_id, 0) - 1
+        if left > 0:
+            self._running[user_id] = left
+        else:
+            self._running.pop(user_id, None)
