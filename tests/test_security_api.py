@@ -8,7 +8,9 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
@@ -242,3 +244,68 @@ async def test_one_user_runs_at_most_500_subscriptions_over_all_connections(
         # ann's connections closed: her subscriptions ended and count no more
         async with ws_connection(url, {"token": ann_token}) as ws:
             await follow(ws, job.id, ["again"])
+
+
+# --- malformed requests -------------------------------------------------------------------
+
+
+@pytest.fixture
+def server_log() -> Iterator[list[logging.LogRecord]]:
+    """What the server (uvicorn, strawberry, ours) logs during the test, whatever propagates."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.DEBUG)
+    loggers = [logging.getLogger(name) for name in ("", "uvicorn", "uvicorn.error")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    yield records
+    for logger in loggers:
+        logger.removeHandler(handler)
+
+
+def tracebacks(records: list[logging.LogRecord]) -> list[str]:
+    return [r.getMessage() for r in records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+def nested(levels: int, inner: str = "1") -> str:
+    return "[" * levels + inner + "]" * levels
+
+
+async def test_malformed_requests_get_400_naming_the_problem_and_log_no_traceback(
+    db_url: str, server_log: list[logging.LogRecord]
+) -> None:
+    viewer = json.dumps(VIEWER)
+    bodies = {
+        b"12": "the request body must be a JSON object",
+        b'{"query": "\xff\xfe"}': "the request body is not UTF-8 text (byte 0xff at offset 11)",
+        nested(500_000).encode(): "the request body nests JSON more than 64 levels deep",
+        f'{{"query": {viewer}, "variables": {{"v": {nested(60_000)}}}}}'.encode(): (
+            "the request body nests JSON more than 64 levels deep"
+        ),
+        f'{{"query": {viewer}, "variables": {{"v": {nested(900)}}}}}'.encode(): (
+            "the request body nests JSON more than 64 levels deep"
+        ),
+        f'{{"query": {viewer}, "variables": 5}}'.encode(): "`variables` must be a JSON object",
+        b'{"query": ': "the request body is not valid JSON",
+    }
+    async with (
+        live_server(create_app(db_url=db_url, backend=None)) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as client,
+    ):
+        for body, expected in bodies.items():
+            response = await client.post(
+                "/graphql", content=body, headers={"Content-Type": "application/json"}
+            )
+            assert response.status_code == 400, body[:40]
+            (error,) = response.json()["errors"]
+            assert error["message"].startswith(expected), error["message"]
+        deep = await client.get("/graphql", params={"query": VIEWER, "variables": nested(5000)})
+        assert deep.status_code == 400
+        assert deep.json()["errors"][0]["message"].startswith("the `variables` parameter nests")
+        fine = await client.post("/graphql", json={"query": VIEWER, "variables": {"v": [[1]]}})
+        assert fine.json()["data"]["viewer"]["name"] == "local"
+    assert tracebacks(server_log) == []

@@ -40,6 +40,7 @@ from server.api.limits import (
 )
 from server.api.loaders import Loaders
 from server.api.loopback import local_admin_refusal
+from server.api.request_body import BadRequest, check_request, check_variables, parse_json
 from server.store import User
 
 USER_KEY = "paigraph.user"
@@ -156,6 +157,11 @@ class GraphQLView(GraphQL[Context, None]):
         except TypeError:
             return json.dumps(data, separators=(",", ":"))
 
+    def decode_json(self, data: str | bytes) -> object:
+        """orjson, which refuses nesting past MAX_JSON_DEPTH where the json module recurses
+        and overflows near 1,000 levels; its errors are json's JSONDecodeError too."""
+        return orjson.loads(data)
+
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
         runtime = self.slot.get()
         websocket = isinstance(request, WebSocket)
@@ -222,6 +228,10 @@ class GraphQLEndpoint:
             return error_response(401, str(exc), exc.code, **{"WWW-Authenticate": "Bearer"}), b""
         except ApiError as exc:
             return error_response(503, str(exc), exc.code), b""
+        try:
+            _check_document(request, body)
+        except BadRequest as exc:
+            return error_response(400, str(exc), "BAD_REQUEST"), b""
         return None, body
 
     async def _read_body(self, request: Request) -> bytes:
@@ -281,6 +291,16 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, message: str) -> N
         await websocket.send_denial_response(response)
     else:  # closing before accepting: the server answers the handshake with 403
         await websocket.close(code=1008, reason=message[:120])
+
+
+def _check_document(request: Request, body: bytes) -> None:
+    """BadRequest unless the request carries a readable GraphQL request (see request_body)."""
+    if request.method == "GET":
+        variables = request.query_params.get("variables")
+        if variables is not None:
+            check_variables(parse_json(variables, "the `variables` parameter"))
+    elif "application/json" in request.headers.get("content-type", "").lower():
+        check_request(parse_json(body, "the request body"))
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -28,6 +28,10 @@ MAX_DEPTH = 12
 MAX_ALIASES = 30
 MAX_TOKENS = 2000
 MAX_BODY_BYTES = 1024 * 1024  # an HTTP request body, and each websocket message
+# Nesting of a request's JSON (the request object is level 1, `variables` 2): job parameters
+# and configs are shallow (configs are held to 64 levels too), and values nested hundreds deep
+# would reach code that recurses.
+MAX_JSON_DEPTH = 64
 # Operations running at once over websockets (subscriptions, and queries while they run): a
 # followed log or job costs the server a little on every event, and a client has no need for
 # hundreds of them.
