@@ -249,9 +249,10 @@ async def test_one_user_runs_at_most_500_subscriptions_over_all_connections(
 # --- malformed requests -------------------------------------------------------------------
 
 
-@pytest.fixture
+@contextlib.contextmanager
 def server_log() -> Iterator[list[logging.LogRecord]]:
-    """What the server (uvicorn, strawberry, ours) logs during the test, whatever propagates."""
+    """What the server (uvicorn, strawberry, ours) logs in the block, at every level. Enter it
+    once the server runs: uvicorn replaces the handlers of its loggers when it starts."""
     records: list[logging.LogRecord] = []
 
     class Keep(logging.Handler):
@@ -259,12 +260,18 @@ def server_log() -> Iterator[list[logging.LogRecord]]:
             records.append(record)
 
     handler = Keep(logging.DEBUG)
-    loggers = [logging.getLogger(name) for name in ("", "uvicorn", "uvicorn.error")]
+    root = logging.getLogger()
+    level = root.level
+    loggers = [root, logging.getLogger("uvicorn"), logging.getLogger("uvicorn.error")]
     for logger in loggers:
         logger.addHandler(handler)
-    yield records
-    for logger in loggers:
-        logger.removeHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield records
+    finally:
+        root.setLevel(level)
+        for logger in loggers:
+            logger.removeHandler(handler)
 
 
 def tracebacks(records: list[logging.LogRecord]) -> list[str]:
@@ -276,7 +283,7 @@ def nested(levels: int, inner: str = "1") -> str:
 
 
 async def test_malformed_requests_get_400_naming_the_problem_and_log_no_traceback(
-    db_url: str, server_log: list[logging.LogRecord]
+    db_url: str,
 ) -> None:
     viewer = json.dumps(VIEWER)
     bodies = {
@@ -296,16 +303,42 @@ async def test_malformed_requests_get_400_naming_the_problem_and_log_no_tracebac
         live_server(create_app(db_url=db_url, backend=None)) as url,
         httpx.AsyncClient(base_url=url, timeout=30) as client,
     ):
-        for body, expected in bodies.items():
-            response = await client.post(
-                "/graphql", content=body, headers={"Content-Type": "application/json"}
-            )
-            assert response.status_code == 400, body[:40]
-            (error,) = response.json()["errors"]
-            assert error["message"].startswith(expected), error["message"]
-        deep = await client.get("/graphql", params={"query": VIEWER, "variables": nested(5000)})
-        assert deep.status_code == 400
-        assert deep.json()["errors"][0]["message"].startswith("the `variables` parameter nests")
+        with server_log() as logged:
+            for body, expected in bodies.items():
+                response = await client.post(
+                    "/graphql", content=body, headers={"Content-Type": "application/json"}
+                )
+                assert response.status_code == 400, body[:40]
+                (error,) = response.json()["errors"]
+                assert error["message"].startswith(expected), error["message"]
+            variables = nested(5000)
+            deep = await client.get("/graphql", params={"query": VIEWER, "variables": variables})
+            assert deep.status_code == 400
+            assert deep.json()["errors"][0]["message"].startswith("the `variables` parameter")
         fine = await client.post("/graphql", json={"query": VIEWER, "variables": {"v": [[1]]}})
         assert fine.json()["data"]["viewer"]["name"] == "local"
-    assert tracebacks(server_log) == []
+    assert tracebacks(logged) == []
+
+
+async def test_a_client_leaving_mid_body_is_one_quiet_log_line(db_url: str) -> None:
+    async with live_server(create_app(db_url=db_url, backend=None)) as url:
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        with server_log() as logged:
+            for _ in range(3):
+                _, writer = await asyncio.open_connection(parts.hostname, parts.port)
+                writer.write(
+                    f"POST /graphql HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+                    "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                    '{"query": '.encode()
+                )
+                await writer.drain()
+                await asyncio.sleep(0.2)  # the server reads what came, then waits for the rest
+                writer.close()
+            await asyncio.sleep(0.5)
+        async with httpx.AsyncClient(base_url=url) as client:  # and serves the next one
+            answer = await client.post("/graphql", json={"query": VIEWER})
+        assert answer.json()["data"]["viewer"]["name"] == "local"
+    assert tracebacks(logged) == []
+    left = [r for r in logged if "left before sending all of its request body" in r.msg]
+    assert len(left) == 3 and all(r.levelno <= logging.INFO for r in left)

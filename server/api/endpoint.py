@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
@@ -43,6 +44,7 @@ from server.api.loopback import local_admin_refusal
 from server.api.request_body import BadRequest, check_request, check_variables, parse_json
 from server.store import User
 
+log = logging.getLogger(__name__)
 USER_KEY = "paigraph.user"
 UNAUTHORIZED_CLOSE = 4401
 TOO_LARGE_CLOSE = 4413  # a websocket message over the body limit (HTTP's 413, as 4401 is 401)
@@ -195,7 +197,11 @@ class GraphQLEndpoint:
         if request.method == "GET" and "query" not in request.query_params:
             await self.view(scope, receive, send)  # the GraphiQL page
             return
-        response, body = await self._check(request)
+        try:
+            response, body = await self._check(request)
+        except ClientDisconnect:  # nothing to answer, and nothing went wrong here
+            log.info("a client left before sending all of its request body")
+            return
         if response is not None:
             await response(scope, receive, send)
             return
