@@ -342,3 +342,22 @@ async def test_a_client_leaving_mid_body_is_one_quiet_log_line(db_url: str) -> N
     assert tracebacks(logged) == []
     left = [r for r in logged if "left before sending all of its request body" in r.msg]
     assert len(left) == 3 and all(r.levelno <= logging.INFO for r in left)
+
+
+async def test_a_document_of_two_operations_needs_an_operation_name(db_url: str) -> None:
+    two = "query Name { viewer { name } } query Admin { viewer { admin } }"
+    standard = "Must provide operation name if query contains multiple operations."
+    async with live_server(create_app(db_url=db_url, backend=None)) as url:
+        async with httpx.AsyncClient(base_url=url) as client:
+            unnamed = (await client.post("/graphql", json={"query": two})).json()
+            assert unnamed["data"] is None
+            assert [e["message"] for e in unnamed["errors"]] == [standard]
+            for name, field, value in (("Name", "name", "local"), ("Admin", "admin", True)):
+                chosen = await client.post("/graphql", json={"query": two, "operationName": name})
+                assert chosen.json() == {"data": {"viewer": {field: value}}}
+            again = (await client.post("/graphql", json={"query": two})).json()
+            assert [e["message"] for e in again["errors"]] == [standard]
+        async with ws_connection(url, {}) as ws:
+            await ws.send(json.dumps({"id": "q", "type": "subscribe", "payload": {"query": two}}))
+            reply = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert reply["type"] == "error" and reply["payload"][0]["message"] == standard

@@ -21,6 +21,7 @@ from strawberry.extensions import (
 
 from server.api.errors import ApiError, MaskUnexpectedErrors
 from server.api.known_queries import SkipKnownValidQueries
+from server.api.operation_name import RequireOperationName
 
 MAX_FIRST = 100
 DEFAULT_FIRST = 50
@@ -65,6 +66,7 @@ def schema_extensions() -> list[Callable[[], SchemaExtension]]:
     """Factories: each operation gets its own extension objects."""
     return [
         partial(ParserCache, maxsize=256),
+        RequireOperationName,
         SkipKnownValidQueries,
         partial(AddValidationRules, _SHAPE_RULES),
         partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
