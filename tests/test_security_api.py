@@ -23,6 +23,7 @@ from server.app import create_app
 from server.events import JobNotice
 from server.store import Store
 from tests.api_support import finish, live_server, place_and_start, runtime, ws_connection
+from tests.marketplace_support import template
 from tests.store_support import submit
 
 pytestmark = pytest.mark.anyio
@@ -361,3 +362,44 @@ async def test_a_document_of_two_operations_needs_an_operation_name(db_url: str)
             await ws.send(json.dumps({"id": "q", "type": "subscribe", "payload": {"query": two}}))
             reply = json.loads(await asyncio.wait_for(ws.recv(), 10))
         assert reply["type"] == "error" and reply["payload"][0]["message"] == standard
+
+
+# --- what errors tell -----------------------------------------------------------------------
+
+PUBLISH = """
+mutation($input: PublishMarketplaceItemInput!) {
+  publishMarketplaceItem(input: $input) { outcome errors { path code message } }
+}"""
+
+
+async def test_a_taken_name_reveals_nothing_of_a_private_item(db_url: str, store: Store) -> None:
+    tokens = {name: store.create_user(name)[1] for name in ("ann", "bob")}
+
+    async def publish(user: str, name: str, visibility: str) -> dict:
+        variables = {"input": {"content": template(name), "visibility": visibility}}
+        async with httpx.AsyncClient(base_url=url) as client:
+            answer = await client.post(
+                "/graphql",
+                json={"query": PUBLISH, "variables": variables},
+                headers={"Authorization": f"Bearer {tokens[user]}"},
+            )
+        return answer.json()["data"]["publishMarketplaceItem"]
+
+    async with live_server(create_app(db_url=db_url, backend=None)) as url:
+        assert (await publish("ann", "hidden-plan", "PRIVATE"))["errors"] == []
+        assert (await publish("ann", "open-plan", "PUBLIC"))["errors"] == []
+        private = await publish("bob", "hidden-plan", "PUBLIC")
+        public = await publish("bob", "open-plan", "PUBLIC")
+    assert private["errors"] == [
+        {
+            "path": ["content", "name"],
+            "code": "name-taken",
+            "message": "the name 'hidden-plan' is taken; publish under another name",
+        }
+    ]
+    # the answer for a private item's name is the one for any taken name
+    assert (
+        public["errors"][0]["message"].replace("open-plan", "hidden-plan")
+        == (private["errors"][0]["message"])
+    )
+    assert "ann" not in private["errors"][0]["message"]

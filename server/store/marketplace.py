@@ -162,9 +162,7 @@ class MarketplaceStore(Repository):
                 _write_labels(session, key, details)
                 return PublishResult(_load_item(session, key), True, False, chosen)
             if not (actor.admin or row.owner_id == actor.user_id):
-                raise NameTaken(
-                    f"the name {name!r} belongs to another user's item; publish under another name"
-                )
+                raise NameTaken(f"the name {name!r} is taken; publish under another name")
             if row.kind != kind.value:
                 raise KindMismatch(
                     f"item {name!r} is a {_kind_words(row.kind)}; a new version must be one too, "

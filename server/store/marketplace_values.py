@@ -166,7 +166,8 @@ class UnknownItem(StoreError):
 
 
 class NameTaken(StoreError):
-    """Another user's item has that name."""
+    """Another user's item has that name (the message does not say whose, nor whether the
+    publisher may see it: a private item's owner and existence stay private)."""
 
 
 class VersionExists(StoreError):
