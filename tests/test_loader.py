@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from server.protocol import parse_document, parse_job
@@ -56,6 +58,18 @@ def test_size_limit() -> None:
 def test_yaml_syntax_errors_say_where() -> None:
     (error,) = parse_job("name: x\ntype: job\ntaskRoles:\n  a: b: c\n").errors
     assert "line 4, column" in error.message
+
+
+def test_a_json_key_given_twice_is_refused_with_its_line() -> None:
+    config = json.loads(json.dumps(v2()))
+    text = json.dumps(config, indent=2)
+    twice = text.replace('"name": ', '"name": "first",\n  "name": ', 1)
+    (error,) = parse_job(twice).errors
+    line = twice.splitlines().index('  "name": "first",') + 2
+    assert error.code == "json-duplicate-key"
+    assert error.message.startswith(f"invalid JSON at line {line}, column 3: duplicate key 'name'")
+    # the same key in different objects, and a brace inside a string, are no duplicates
+    assert parse_job(json.dumps({**config, "description": 'a "}" {"name": x'})).ok
 
 
 def test_anchors_within_limits_still_work() -> None:

@@ -403,3 +403,19 @@ async def test_a_taken_name_reveals_nothing_of_a_private_item(db_url: str, store
         == (private["errors"][0]["message"])
     )
     assert "ann" not in private["errors"][0]["message"]
+
+
+async def test_a_json_config_with_a_key_given_twice_is_refused_over_the_api(db_url: str) -> None:
+    config = '{"protocolVersion": 2,\n "name": "a",\n "name": "b", "taskRoles": {}}'
+    query = "mutation($c: String!) { resolveJob(input: {config: $c}) { errors { code message } } }"
+    async with (
+        live_server(create_app(db_url=db_url, backend=None)) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        answer = await client.post("/graphql", json={"query": query, "variables": {"c": config}})
+    (error,) = answer.json()["data"]["resolveJob"]["errors"]
+    assert error == {
+        "code": "json-duplicate-key",
+        "message": "invalid JSON at line 3, column 2: duplicate key 'name' (an object may hold "
+        "each key once)",
+    }

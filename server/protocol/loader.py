@@ -9,6 +9,7 @@ stack trace. YAML goes through libyaml (PyYAML's C loader) for speed.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -88,11 +89,26 @@ def _check_encodable(text: str) -> None:
 # ---------------------------------------------------------------------------- JSON
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict; _DuplicateKey when a key comes twice (json would keep the
+    last value silently, and the user's first one would be lost without a word)."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        raise _DuplicateKey
+    return data
+
+
 def _load_json(text: str) -> Any:
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise _too_deep() from None
+    except _DuplicateKey:
+        raise _duplicate_key(text) from None
     except json.JSONDecodeError as exc:
         hint = _jsonc_hint(text)
         if hint:
@@ -110,6 +126,41 @@ def _load_json(text: str) -> Any:
     _check_data_depth(data)
     _check_encodable(json.dumps(data, ensure_ascii=False))  # "\ud800" escapes decode to surrogates
     return data
+
+
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],]')
+
+
+def _duplicate_key(text: str) -> LoadError:
+    """The error for the first key that comes twice in one object of `text` (valid JSON),
+    with its line and column."""
+    objects: list[set[str] | None] = []  # per open bracket: an object's keys, None for arrays
+    expect_key = False
+    for token in _JSON_TOKEN.finditer(text):
+        value = token.group()
+        if value == "{":
+            objects.append(set())
+            expect_key = True
+        elif value == "[":
+            objects.append(None)
+        elif value in "]}":
+            objects.pop()
+            expect_key = False
+        elif value == ",":
+            expect_key = bool(objects) and objects[-1] is not None
+        elif expect_key and objects and objects[-1] is not None:
+            key = json.loads(value)
+            if key in objects[-1]:
+                line = text.count("\n", 0, token.start()) + 1
+                column = token.start() - text.rfind("\n", 0, token.start())
+                return LoadError(
+                    "json-duplicate-key",
+                    f"invalid JSON at line {line}, column {column}: duplicate key {key!r} (an "
+                    "object may hold each key once)",
+                )
+            objects[-1].add(key)
+            expect_key = False
+    return LoadError("json-duplicate-key", "invalid JSON: an object holds a key twice")
 
 
 def _jsonc_hint(text: str) -> tuple[str, str] | None:
