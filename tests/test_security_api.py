@@ -10,8 +10,10 @@ import contextlib
 import json
 import logging
 import os
+import stat
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -419,3 +421,24 @@ async def test_a_json_config_with_a_key_given_twice_is_refused_over_the_api(db_u
         "message": "invalid JSON at line 3, column 2: duplicate key 'name' (an object may hold "
         "each key once)",
     }
+
+
+# --- files ----------------------------------------------------------------------------------
+
+
+async def test_the_sqlite_database_a_server_creates_is_readable_by_its_owner_only(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "paigraph.db"
+    before = os.umask(0o022)  # the usual umask, under which files come out world-readable
+    try:
+        app = create_app(db_url=f"sqlite:///{path}", backend=None)
+        async with live_server(app) as url:
+            answer = await post_viewer(url, {})
+            assert answer.json()["data"]["viewer"]["name"] == "local"
+            made = sorted(p.name for p in tmp_path.iterdir())
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    finally:
+        os.umask(before)
+    assert "paigraph.db" in made and "paigraph.db-wal" in made
+    assert modes == dict.fromkeys(made, 0o600)

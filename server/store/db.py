@@ -115,6 +115,7 @@ def _sqlite_engine(url: URL) -> Engine:
                 f"cannot open the SQLite database {path}: the directory {path.parent} does not "
                 "exist"
             )
+        _create_private(path)
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
@@ -123,6 +124,20 @@ def _sqlite_engine(url: URL) -> Engine:
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+def _create_private(path: Path) -> None:
+    """Create a missing database file readable by its owner only (0600): it holds token
+    hashes and every job's config. SQLite gives its -wal and -shm files the main file's mode.
+    An existing file keeps the mode its owner chose."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise DatabaseError(
+            f"cannot create the SQLite database {path}: {exc.strerror or exc}"
+        ) from None
 
 
 def _sqlite_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
