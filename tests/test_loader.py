@@ -113,3 +113,20 @@ def test_depth_limit_is_the_same_with_and_without_aliases(depth: int) -> None:
 def test_dates_and_non_string_keys_are_normalised_only_when_present() -> None:
     data = load_document("when: 2024-01-02\n2: two\ntrue: yes\nnull: nothing\n").data
     assert data == {"when": "2024-01-02", "2": "two", "true": True, "null": "nothing"}
+
+
+def test_a_yaml_key_given_twice_is_refused_with_its_line() -> None:
+    text = "protocolVersion: 2\nname: first\ntype: job\nname: second\n"
+    (error,) = parse_job(text).errors
+    assert error.code == "yaml-duplicate-key"
+    assert error.message.startswith("invalid YAML at line 4, column 1: duplicate key 'name'")
+    nested = "a:\n  b: 1\n  c: {d: 1, d: 2}\n"
+    (error,) = parse_job(nested).errors
+    assert "line 3" in error.message and "'d'" in error.message
+
+
+def test_keys_merged_in_may_be_overridden_but_a_number_and_its_text_are_one_key() -> None:
+    merged = "base: &b {cpu: 1, gpu: 0}\nrole:\n  <<: *b\n  cpu: 2\n"
+    assert load_document(merged).data["role"] == {"cpu": 2, "gpu": 0}
+    with pytest.raises(LoadError, match="line 2, column 1: duplicate key '1'"):
+        load_document("1: number\n'1': text\n")

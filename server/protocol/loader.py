@@ -292,6 +292,11 @@ def _check_tree(root: yaml.Node) -> bool:
             raise _too_deep()
         leaves = False
         if node.__class__ is yaml.MappingNode:
+            pairs = node.value
+            if len(pairs) > 1 and len(
+                {k.value for k, _ in pairs if k.__class__ is yaml.ScalarNode}
+            ) < len(pairs):
+                _check_unique_keys(node)  # some keys look alike (or are no scalars): look closer
             for key, value in node.value:
                 if key.tag not in _KEY_TAGS:
                     needs_plain = True
@@ -341,6 +346,8 @@ def _check_node_graph(root: yaml.Node) -> bool:
                     "recursive-alias", "the document refers to itself through a YAML alias"
                 )
             in_progress.add(key)
+            if isinstance(node, yaml.MappingNode):
+                _check_unique_keys(node)
             if not needs_plain:
                 needs_plain = _needs_plain(node)
             stack.append((node, True))
@@ -379,6 +386,29 @@ def _needs_plain(node: yaml.Node) -> bool:
     if isinstance(node, yaml.MappingNode):
         return any(k.tag not in _KEY_TAGS for k, _ in node.value)
     return node.tag in _NON_JSON_TAGS
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_unique_keys(node: yaml.MappingNode) -> None:
+    """A key given twice in one mapping is an error, as in JSON (and in OpenPAI's js-yaml):
+    PyYAML would keep the last value and drop the first without a word. Keys merged in with
+    `<<` may be overridden; that is what merging is for. Keys are compared as written, since
+    every key becomes a string."""
+    seen: set[str] = set()
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+            continue
+        identity = key.value  # 1 and '1' too: both become the key "1"
+        if identity in seen:
+            mark = key.start_mark
+            raise LoadError(
+                "yaml-duplicate-key",
+                f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: duplicate key "
+                f"{key.value!r} (a mapping may hold each key once)",
+            )
+        seen.add(identity)
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
