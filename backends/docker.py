@@ -404,7 +404,10 @@ class DockerBackend:
             return
         moved = self._moved_material(spec)
         if moved:
-            reason = f"{moved} changed after it was checked (a symlink in its path); not mounted"
+            reason = (
+                f"{moved} is no longer the directory that was checked (removed, or a symlink "
+                "in its path); it is not mounted"
+            )
             self._end(attempt, instance, EventKind.START_FAILED, reason=reason)
             return
         try:
