@@ -161,6 +161,44 @@ async def test_filters_by_state_user_virtual_cluster_and_name(
     assert await names(user="nobody") == []
 
 
+async def test_name_contains_finds_part_of_a_name_in_any_case_and_takes_wildcards_literally(
+    client: httpx.AsyncClient, store: Store
+) -> None:
+    ann, token = store.create_user("ann")
+    for n, name in enumerate(["Train-ResNet", "train_bert", "eval-resnet", "trainXbert"]):
+        submit(store, ann.id, name, T0 + timedelta(minutes=n))
+
+    async def names(**filter: object) -> list[str]:
+        page = await data(client, JOBS, {"filter": filter}, token=token)
+        return [e["node"]["name"] for e in page["jobs"]["edges"]]
+
+    assert await names(nameContains="resnet") == ["eval-resnet", "Train-ResNet"]
+    assert await names(nameContains="TRAIN") == ["trainXbert", "train_bert", "Train-ResNet"]
+    assert await names(nameContains="n_b") == ["train_bert"]  # `_` is no wildcard
+    assert await names(nameContains="%") == []
+    assert await names(nameContains="bert", state=["RUNNING"]) == []
+
+
+async def test_a_list_row_has_instance_counts_and_the_cursor_of_its_newest_event(
+    client: httpx.AsyncClient, store: Store
+) -> None:
+    ann, token = store.create_user("ann")
+    (running,) = add_jobs(store, ann.id, 1, prefix="running")
+    submit(store, ann.id, "queued", T0 + timedelta(hours=1))
+    query = """
+    { jobs { edges { node { name eventCursor instanceCounts { total running }
+                            events { edges { cursor } } } } } }
+    """
+    page = await data(client, query, token=token)
+    rows = {e["node"]["name"]: e["node"] for e in page["jobs"]["edges"]}
+    total = sum(role.instances for role in store.job_specs([running.id])[running.id].task_roles)
+    assert total > 1
+    assert rows["running0"]["instanceCounts"] == {"total": total, "running": total}
+    assert rows["queued"]["instanceCounts"] == {"total": total, "running": 0}
+    for row in rows.values():  # the newest event's cursor: subscribing after it skips the past
+        assert row["eventCursor"] == row["events"]["edges"][-1]["cursor"]
+
+
 async def test_first_above_100_is_an_error_naming_the_argument(
     client: httpx.AsyncClient, store: Store
 ) -> None:

@@ -111,6 +111,7 @@ class Query:
             owner=filter.user if filter else None,
             virtual_cluster=filter.virtual_cluster if filter else None,
             name=filter.name if filter else None,
+            name_contains=filter.name_contains if filter else None,
         )
         store, loaders = info.context.store, info.context.loaders
         after_cursor = _job_cursor(after)

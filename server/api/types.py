@@ -389,6 +389,7 @@ class Job(Node):
     retries: int
     key: strawberry.Private[str]
     owner_id: strawberry.Private[int]
+    last_sequence: strawberry.Private[int] = 0
 
     @classmethod
     def from_value(cls, job: StoredJob) -> Job:
@@ -405,7 +406,27 @@ class Job(Node):
             retries=job.retries,
             key=job.id,
             owner_id=job.owner_id,
+            last_sequence=job.last_sequence,
         )
+
+    @strawberry.field(
+        description="The cursor of the job's newest event: `jobEvents(after:)` with it "
+        "delivers only what happens from now on (a list that shows the job as read here)."
+    )
+    def event_cursor(self) -> str:
+        return event_cursor(self.last_sequence)
+
+    @strawberry.field(
+        description="How many instances the current attempt has, and how many of them run."
+    )
+    async def instance_counts(self, info: Info) -> InstanceCounts:
+        loaders = info.context.loaders
+        spec_read = loaders.spec.load(self.key)  # both asked for before either is awaited
+        instances_read = loaders.instances.load(self.key)
+        spec, instances = await spec_read, await instances_read
+        total = sum(role.instances for role in spec.task_roles) if spec is not None else 0
+        running = sum(1 for i in instances or () if i.state == JobState.RUNNING)
+        return InstanceCounts(total=total, running=running)
 
     @strawberry.field(description="Who submitted the job.")
     async def user(self, info: Info) -> User:
@@ -467,6 +488,12 @@ class Job(Node):
         )
 
 
+@strawberry.type(description="Instances of a job's current attempt.")
+class InstanceCounts:
+    total: int = strawberry.field(description="Every instance the job's task roles ask for.")
+    running: int = strawberry.field(description="Those in state RUNNING now.")
+
+
 @strawberry.type
 class JobEdge:
     cursor: str
@@ -479,7 +506,7 @@ class JobConnection:
     page_info: PageInfo
 
 
-@strawberry.input(description="Which jobs to list; every field given must match exactly.")
+@strawberry.input(description="Which jobs to list; every field given must match.")
 class JobFilter:
     state: list[JobState] | None = strawberry.field(
         default=None, description="Any of these states."
@@ -487,6 +514,9 @@ class JobFilter:
     user: str | None = strawberry.field(default=None, description="The owner's user name.")
     virtual_cluster: str | None = None
     name: str | None = None
+    name_contains: str | None = strawberry.field(
+        default=None, description="Part of the name, in any case (a search box)."
+    )
 
 
 @strawberry.type(description="A piece of a task instance's output.")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, Row, Select, insert, select, tuple_, update
+from sqlalchemy import Engine, Row, Select, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlmodel import col
@@ -239,6 +239,10 @@ class JobStore(Repository):
             query = query.where(JobRow.virtual_cluster == where.virtual_cluster)
         if where.name is not None:
             query = query.where(JobRow.name == where.name)
+        if where.name_contains:
+            query = query.where(
+                func.lower(JobRow.name).contains(where.name_contains.lower(), autoescape=True)
+            )
         if after is not None:
             query = query.where(
                 tuple_(JobRow.submitted_at, JobRow.id) < tuple_(after.submitted_at, after.id)

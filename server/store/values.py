@@ -131,6 +131,7 @@ class JobFilter:
     owner: str | None = None  # the owner's user name
     virtual_cluster: str | None = None
     name: str | None = None
+    name_contains: str | None = None  # part of the name, in any case (a search box)
 
 
 @dataclass(frozen=True, slots=True)
