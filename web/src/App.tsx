@@ -1,0 +1,105 @@
+// The frame of every page: who is signed in, the navigation, and the routes.
+import { useEffect, useMemo, useState } from "react";
+import { BrowserRouter, Link, NavLink, Route, Routes } from "react-router-dom";
+import { Provider, useQuery } from "urql";
+import { getToken, onTokenChange, setToken } from "./lib/auth";
+import { makeClients, type Clients } from "./lib/client";
+import { describeProblem } from "./lib/errors";
+import { ClusterPage } from "./pages/ClusterPage";
+import { ItemPage } from "./pages/ItemPage";
+import { JobPage } from "./pages/JobPage";
+import { JobsPage } from "./pages/JobsPage";
+import { SignInPage } from "./pages/SignInPage";
+import { ViewerQuery } from "./queries";
+import { SessionContext, type Session } from "./session";
+
+export function App() {
+  const [token, setCurrentToken] = useState(getToken());
+  useEffect(() => onTokenChange(() => setCurrentToken(getToken())), []);
+  const clients = useMemo(() => makeClients(token), [token]);
+  useEffect(() => () => void clients.ws.dispose(), [clients]);
+  return (
+    <Provider value={clients.urql}>
+      <BrowserRouter>
+        <Signed key={token ?? ""} clients={clients} hasToken={token !== null} />
+      </BrowserRouter>
+    </Provider>
+  );
+}
+
+function Signed({ clients, hasToken }: { clients: Clients; hasToken: boolean }) {
+  const [{ data, error, fetching }] = useQuery({ query: ViewerQuery, requestPolicy: "network-only" });
+  const session: Session | null = useMemo(
+    () => (data ? { viewer: data.viewer, clients } : null),
+    [data, clients],
+  );
+  if (fetching && !data) return <Frame version={null} />;
+  if (error || !session) {
+    const problem = error ? describeProblem(error) : null;
+    if (problem && problem.kind !== "unauthorized") {
+      return (
+        <Frame version={null}>
+          <p className="error" role="alert">{problem.message}</p>
+        </Frame>
+      );
+    }
+    return (
+      <Frame version={null}>
+        <SignInPage
+          problem={hasToken ? `That token was not accepted: ${problem?.message ?? ""}` : problem?.message ?? null}
+        />
+      </Frame>
+    );
+  }
+  return (
+    <SessionContext.Provider value={session}>
+      <Frame version={data?.version ?? null} session={session}>
+        <Routes>
+          <Route path="/" element={<JobsPage />} />
+          <Route path="/jobs" element={<JobsPage />} />
+          <Route path="/jobs/:ref" element={<JobPage />} />
+          <Route path="/cluster" element={<ClusterPage />} />
+          <Route path="/marketplace/:id" element={<ItemPage />} />
+          <Route path="/signin" element={<SignInPage problem={null} />} />
+          <Route path="*" element={<p className="error" role="alert">There is no page at this address. <Link to="/">See the jobs</Link>.</p>} />
+        </Routes>
+      </Frame>
+    </SessionContext.Provider>
+  );
+}
+
+function Frame({
+  session,
+  version,
+  children,
+}: {
+  session?: Session;
+  version: string | null;
+  children?: React.ReactNode;
+}) {
+  return (
+    <>
+      <header className="top">
+        <Link to="/" className="brand">paigraph</Link>
+        {session && (
+          <nav>
+            <NavLink to="/" end>Jobs</NavLink>
+            <NavLink to="/cluster">Cluster</NavLink>
+            <a href="/graphql">GraphiQL</a>
+          </nav>
+        )}
+        <span className="spacer" />
+        {session && (
+          <span className="viewer" data-testid="viewer">
+            {session.viewer.name} <span className="role">{session.viewer.admin ? "admin" : "user"}</span>
+            {getToken() !== null && (
+              <button type="button" className="link" onClick={() => setToken(null)}>Sign out</button>
+            )}
+          </span>
+        )}
+        {version && <span className="version">v{version}</span>}
+      </header>
+      <main>{children ?? <p className="muted">Loading…</p>}</main>
+    </>
+  );
+}
