@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
 
 from server.api.auth import Authenticator, is_loopback
 from server.api.context import Runtime, RuntimeSlot
@@ -27,6 +27,7 @@ from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSu
 from server.api.schema import schema
 from server.events import bus_for
 from server.store import database_url, open_store
+from server.webapp import Assets, app_page, build_dir
 
 if TYPE_CHECKING:
     from backends.base import Backend
@@ -122,7 +123,8 @@ def create_app(
     max_body: int = MAX_BODY_BYTES,
     max_subscriptions_per_user: int = MAX_SUBSCRIPTIONS_PER_USER,
 ) -> Starlette:
-    """The app serving /graphql (GraphiQL in a browser) and /healthz.
+    """The app serving /graphql (GraphiQL in a browser), /healthz, and the web UI at / (any
+    other path is one of the UI's own routes).
 
     With `service`, its store, bus and backend are used; the app starts the service when it
     starts and closes it when it stops (the caller closes what it built the service from).
@@ -169,6 +171,8 @@ def create_app(
             Route("/healthz", healthz),
             Route("/graphql", endpoint, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", endpoint),
+            Mount("/assets", Assets(build_dir())),
+            Route("/{path:path}", app_page, methods=["GET", "HEAD"]),
         ],
         lifespan=lifespan,
     )

@@ -4,9 +4,11 @@ While a fresh loopback server serves the local admin, a request (HTTP or a webso
 handshake) whose Host or Origin is not this server's gets 403 (see `server.api.loopback`).
 HTTP requests are checked before strawberry sees them: a body over the limit gets 413, a
 missing or unknown token 401, both as a JSON body in GraphQL's error shape. The GraphiQL page
-itself (a GET without a query) needs no token. Websockets authenticate with the payload of
-`connection_init`; a connection without valid credentials is closed with code 4401. Each
-websocket message is held to the body limit too: a larger one closes the connection with 4413.
+itself (a browser's GET without a query) needs no token: it is paigraph's own build
+(server/webapp.py), never strawberry's page that loads its scripts from a CDN. Websockets
+authenticate with the payload of `connection_init`; a connection without valid credentials is
+closed with code 4401. Each websocket message is held to the body limit too: a larger one
+closes the connection with 4413.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from server.api.loaders import Loaders
 from server.api.loopback import local_admin_refusal
 from server.api.request_body import BadRequest, check_request, check_variables, parse_json
 from server.store import User
+from server.webapp import page, wants_html
 
 log = logging.getLogger(__name__)
 USER_KEY = "paigraph.user"
@@ -147,7 +150,9 @@ class GraphQLView(GraphQL[Context, None]):
     graphql_transport_ws_handler_class = _TransportWS
 
     def __init__(self, schema: Any, slot: RuntimeSlot) -> None:
-        super().__init__(schema, subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL])
+        super().__init__(
+            schema, subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL], graphql_ide=None
+        )
         self.slot = slot
 
     def encode_json(self, data: object) -> str:
@@ -194,8 +199,8 @@ class GraphQLEndpoint:
             await self.view(scope, limited.receive, limited.send)
             return
         request = Request(scope, receive)
-        if request.method == "GET" and "query" not in request.query_params:
-            await self.view(scope, receive, send)  # the GraphiQL page
+        if request.method == "GET" and "query" not in request.query_params and wants_html(request):
+            await page("graphiql.html")(scope, receive, send)
             return
         try:
             response, body = await self._check(request)
