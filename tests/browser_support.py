@@ -1,0 +1,182 @@
+"""Driving the web UI in a real browser: Debian's chromium under Playwright, against a real
+`paigraph serve` process (tests/test_e2e_server.py's Server) on the Docker simulator.
+
+Every page is watched: a console error, an uncaught exception, a failed request or an HTTP
+error answer fails the test at its end, unless the test said it expects exactly that. Pages
+are photographed into build/screenshots/ for CI to keep.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOTS = ROOT / "build" / "screenshots"
+CHROMIUM = os.environ.get("PAIGRAPH_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TOKEN_KEY = "paigraph.token"  # where web/src/lib/auth.ts keeps the token
+
+
+def need_browser_and_build() -> None:
+    """Skip (saying what is missing) without Playwright, chromium or a built UI."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip("Playwright is not installed (pip install -e '.[test]')")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no chromium at {CHROMIUM} (apt-get install chromium)")
+    if not (ROOT / "server" / "webui" / "index.html").is_file():
+        pytest.skip("the web UI is not built (cd web && npm ci && npm run build)")
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless chromium browser (Playwright cannot download its own builds here)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@dataclass
+class Watch:
+    """What went wrong on a page; `expect` lists patterns of problems a test provokes."""
+
+    problems: list[str] = field(default_factory=list)
+    expected: list[re.Pattern[str]] = field(default_factory=list)
+
+    def expect(self, pattern: str) -> None:
+        self.expected.append(re.compile(pattern))
+
+    def add(self, problem: str) -> None:
+        self.problems.append(problem)
+
+    def unexpected(self) -> list[str]:
+        return [p for p in self.problems if not any(e.search(p) for e in self.expected)]
+
+
+def watch(page: Any, watched: Watch) -> None:
+    """Record the page's console errors, exceptions, failed requests and error answers."""
+
+    def console(message: Any) -> None:
+        if message.type == "error":
+            watched.add(f"console error: {message.text} at {message.location.get('url', '')}")
+
+    def failed(request: Any) -> None:
+        reason = request.failure or ""
+        # a download or a page left while a request runs cancels it: that is no failure
+        if "ERR_ABORTED" not in reason:
+            watched.add(f"request failed: {request.method} {request.url}: {reason}")
+
+    def answered(response: Any) -> None:
+        if response.status >= 400:
+            watched.add(f"HTTP {response.status}: {response.request.method} {response.url}")
+
+    page.on("console", console)
+    page.on("pageerror", lambda error: watched.add(f"page error: {error}"))
+    page.on("requestfailed", failed)
+    page.on("response", answered)
+
+
+@contextmanager
+def browser_page(
+    browser: Any, base_url: str, token: str | None = None
+) -> Iterator[tuple[Any, Watch]]:
+    """A fresh browser context (signed in with `token`, if given) and its watched page; at the
+    end, the test fails on anything unexpected that went wrong on it."""
+    context = browser.new_context(base_url=base_url, viewport={"width": 1400, "height": 1000})
+    if token is not None:
+        context.add_init_script(f"localStorage.setItem({TOKEN_KEY!r}, {token!r})")
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    watched = Watch()
+    watch(page, watched)
+    try:
+        yield page, watched
+        time.sleep(0.2)  # let late answers of the page arrive before it is judged
+        assert watched.unexpected() == [], "\n".join(watched.unexpected())
+    finally:
+        context.close()
+
+
+def screenshot(page: Any, name: str) -> Path:
+    """A full-page PNG of `page` in build/screenshots/ (CI keeps the folder)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def keep_for_docs(shot: Path, name: str) -> None:
+    """Copy a screenshot to docs/ when PAIGRAPH_UPDATE_DOCS_SCREENSHOTS=1 (the README shows it)."""
+    if os.environ.get("PAIGRAPH_UPDATE_DOCS_SCREENSHOTS") == "1":
+        shutil.copyfile(shot, ROOT / "docs" / name)
+
+
+class Api:
+    """GraphQL over HTTP against a test server, as one user."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self.url = url
+        self.token = token
+
+    def __call__(self, query: str, **variables: Any) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        response = httpx.post(
+            f"{self.url}/graphql",
+            json={"query": query, "variables": variables},
+            headers=headers,
+            timeout=60,
+        )
+        body = response.json()
+        assert not body.get("errors"), body
+        return body["data"]
+
+    def submit(self, config: str) -> str:
+        """Submit a job config; its global ID."""
+        found = self(
+            "mutation($c: String!) { submitJob(input: {config: $c}) { job { id } errors "
+            "{ path message } } }",
+            c=config,
+        )["submitJob"]
+        assert not found["errors"] and found["job"], found
+        return found["job"]["id"]
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self(
+            "query($id: ID!) { job(id: $id) { id name state events(first: 100) "
+            "{ edges { node { sequence type state } } } } }",
+            id=job_id,
+        )["job"]
+
+    def wait(
+        self, job_id: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while not check(self.job(job_id)):
+            assert time.monotonic() < deadline, f"job {job_id}: {self.job(job_id)}"
+            time.sleep(0.2)

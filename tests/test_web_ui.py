@@ -1,0 +1,318 @@
+"""The web UI in headless chromium against a real `paigraph serve` on the Docker simulator:
+sign-in, the live jobs list, a multi-role job page with ports and logs, following a log,
+stopping a job, another user's job, GraphiQL with the network cut off, and a job page that
+loses its websocket without missing or repeating an event."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from tests.browser_support import (
+    Api,
+    browser_page,
+    chromium,
+    keep_for_docs,
+    need_browser_and_build,
+    screenshot,
+)
+from tests.simulated import IMAGE, job_config
+from tests.test_e2e_server import Server, served
+
+pytestmark = [pytest.mark.browser, pytest.mark.docker]
+
+
+class Site:
+    """One server for the module, with two plain users, alice and bob."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.url = server.url
+        self.alice = self._user("alice")
+        self.bob = self._user("bob")
+
+    def _user(self, name: str) -> str:
+        added = self.server.paigraph("users", "add", name)
+        assert added.returncode == 0, added.stderr
+        return added.stdout.strip()
+
+    def api(self, token: str) -> Api:
+        return Api(self.url, token)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    need_browser_and_build()
+    with served("sqlite", tmp_path_factory.mktemp("web-ui")) as server:
+        server.start()
+        yield Site(server)
+
+
+@pytest.fixture(scope="module")
+def web_browser(site: Site) -> Iterator[Any]:
+    with chromium() as opened:
+        yield opened
+
+
+def ported_job(name: str, roles: dict[str, dict[str, Any]]) -> str:
+    """A v2 job (YAML) whose roles each ask for an `http` port and run `commands`."""
+    return yaml.safe_dump(
+        {
+            "protocolVersion": 2,
+            "name": name,
+            "type": "job",
+            "prerequisites": [{"name": "bb", "type": "dockerimage", "uri": IMAGE}],
+            "taskRoles": {
+                role: {
+                    "instances": spec.get("instances", 1),
+                    "dockerImage": "bb",
+                    "resourcePerInstance": {
+                        "cpu": 1,
+                        "memoryMB": 128,
+                        "gpu": 0,
+                        "ports": {"http": 1},
+                    },
+                    "commands": spec["commands"],
+                    **({"completion": spec["completion"]} if "completion" in spec else {}),
+                }
+                for role, spec in roles.items()
+            },
+        },
+        sort_keys=False,
+    )
+
+
+def test_sign_in_with_a_token_shows_the_viewer_and_sign_out_forgets_it(
+    site: Site, web_browser: Any
+) -> None:
+    with browser_page(web_browser, site.url) as (page, watched):
+        watched.expect(r"HTTP 401: POST .*/graphql|status of 401")  # asking who, unsigned
+        page.goto("/")
+        page.get_by_role("heading", name="Sign in").wait_for()
+        screenshot(page, "sign-in")
+        page.fill("input[name=token]", site.alice)
+        page.get_by_role("button", name="Sign in").click()
+        viewer = page.get_by_test_id("viewer")
+        viewer.wait_for()
+        assert re.search(r"alice\s*user", viewer.inner_text())
+        assert page.evaluate("localStorage.getItem('paigraph.token')") == site.alice
+        page.get_by_role("button", name="Sign out").click()
+        page.get_by_role("heading", name="Sign in").wait_for()
+        assert page.evaluate("localStorage.getItem('paigraph.token')") is None
+
+
+def test_the_jobs_list_shows_a_new_job_turn_succeeded_without_a_reload(
+    site: Site, web_browser: Any
+) -> None:
+    api = site.api(site.alice)
+    job_id = api.submit(job_config(name="listed", roles={"main": {"commands": ["sleep 4"]}}))
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto("/")
+        page.evaluate("window.__notReloaded = true")
+        row = page.locator("tr[data-job=listed]")
+        state = row.locator("[data-state]")
+        state.wait_for()
+        first = state.get_attribute("data-state")
+        assert first in {"WAITING", "STARTING", "RUNNING"}, first
+        cells = row.locator("td").all_inner_texts()
+        assert cells[1:3] == ["alice", "default"]
+        screenshot(page, "jobs")
+        page.wait_for_selector("tr[data-job=listed] [data-state=SUCCEEDED]", timeout=60_000)
+        assert page.evaluate("window.__notReloaded") is True
+        assert row.locator("td").nth(5).inner_text() == "0/1"
+        api.wait(job_id, lambda job: job["state"] == "SUCCEEDED")
+        # filters: state and part of the name
+        page.select_option("select[name=state]", "FAILED")
+        page.get_by_text("No jobs match.").wait_for()
+        page.select_option("select[name=state]", "")
+        page.fill("input[name=name]", "ISTE")
+        page.get_by_role("button", name="Filter").click()
+        page.wait_for_url(re.compile(r"name=ISTE"))
+        page.locator("tr[data-job=listed]").wait_for()
+
+
+def test_a_multi_role_job_page_shows_every_instance_with_ports_and_a_worker_log(
+    site: Site, web_browser: Any
+) -> None:
+    api = site.api(site.alice)
+    config = ported_job(
+        "multirole",
+        {
+            "ps": {"commands": ["sleep 2"], "completion": {"minSucceededInstances": -1}},
+            "worker": {
+                "instances": 2,
+                "commands": [
+                    "echo worker $PAI_TASK_INDEX hello on port $PAI_PORT_LIST_worker_0_http"
+                ],
+            },
+        },
+    )
+    job_id = api.submit(config)
+    api.wait(job_id, lambda job: job["state"] == "SUCCEEDED")
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto(f"/jobs/{job_id}")
+        page.wait_for_selector("h1 [data-state=SUCCEEDED]")
+        for name in ("ps-0", "worker-0", "worker-1"):
+            row = page.locator(f"tr[data-instance={name}]")
+            # the workers decide the job; the ps may be stopped before its sleep ends
+            ended = (
+                "[data-state=SUCCEEDED]"
+                if name != "ps-0"
+                else ":is([data-state=SUCCEEDED], [data-state=STOPPED])"
+            )
+            row.locator(ended).wait_for()
+            ports = row.locator("td.ports").inner_text()
+            assert re.search(r"^http: \d+$", ports, re.M), (name, ports)
+            assert re.fullmatch(r"\d+\.\d+\.\d+\.\d+", row.locator("td").nth(3).inner_text())
+        page.locator("tr[data-instance=worker-1]").get_by_role("button", name="Log").click()
+        log = page.get_by_test_id("log-text")
+        page.wait_for_function(
+            "document.querySelector('[data-testid=log-text]').innerText.includes('worker 1 hello')"
+        )
+        assert "worker 1 hello on port" in log.inner_text()
+        assert page.url.endswith("?log=worker%2F1") or "log=worker" in page.url
+        page.get_by_text("Config (as submitted").click()
+        page.get_by_test_id("config").wait_for()
+        assert "multirole" in page.get_by_test_id("config").inner_text()
+        shot = screenshot(page, "job")
+        keep_for_docs(shot, "job-page.png")
+        # the page is linkable by name too
+        page.goto("/jobs/multirole")
+        page.wait_for_selector("tr[data-instance=worker-1]")
+
+
+def test_the_log_follows_the_live_output_of_a_running_instance(
+    site: Site, web_browser: Any
+) -> None:
+    api = site.api(site.alice)
+    ticker = "for i in $(seq 1 40); do echo tick $i; sleep 0.3; done"
+    job_id = api.submit(job_config(name="ticker", roles={"main": {"commands": [ticker]}}))
+    api.wait(job_id, lambda job: job["state"] == "RUNNING")
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto(f"/jobs/{job_id}?log=main/0")
+        page.get_by_text("following live output").wait_for()
+        text = "document.querySelector('[data-testid=log-text]').innerText"
+        page.wait_for_function(f"{text}.includes('tick 2\\n')")
+        seen = page.evaluate(text)
+        assert "tick 30" not in seen  # what comes next arrives while the page watches
+        page.wait_for_function(f"{text}.includes('tick 30\\n')", timeout=30_000)
+        screenshot(page, "log")
+        page.wait_for_selector("h1 [data-state=SUCCEEDED]", timeout=30_000)
+        page.get_by_text("the instance has ended").wait_for()
+        lines = [line for line in page.evaluate(text).splitlines() if line.startswith("tick")]
+        assert lines == [f"tick {n}" for n in range(1, 41)]  # each line once, in order
+
+
+def test_stop_a_running_job_from_its_page(site: Site, web_browser: Any) -> None:
+    api = site.api(site.alice)
+    job_id = api.submit(job_config(name="stoppable", roles={"main": {"commands": ["sleep 300"]}}))
+    api.wait(job_id, lambda job: job["state"] == "RUNNING")
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto(f"/jobs/{job_id}")
+        page.wait_for_selector("h1 [data-state=RUNNING]")
+        asked: list[str] = []
+
+        def confirm(dialog: Any) -> None:
+            asked.append(dialog.message)
+            dialog.accept()
+
+        page.once("dialog", confirm)
+        page.get_by_role("button", name="Stop").click()
+        page.wait_for_selector("h1 [data-state=STOPPED]", timeout=60_000)
+        assert asked and "Stop job stoppable" in asked[0]
+        assert page.get_by_role("button", name="Stop").count() == 0
+    api.wait(job_id, lambda job: job["state"] == "STOPPED")
+
+
+def test_another_user_gets_a_clear_message_for_the_first_users_job(
+    site: Site, web_browser: Any
+) -> None:
+    api = site.api(site.alice)
+    job_id = api.submit(job_config(name="alices", roles={"main": {"commands": ["sleep 300"]}}))
+    try:
+        with browser_page(web_browser, site.url, site.bob) as (page, _):
+            page.goto("/jobs/alices")
+            message = page.get_by_test_id("not-found")
+            message.wait_for()
+            assert "There is no job of yours named “alices”" in message.inner_text()
+            assert "alice~alices" in message.inner_text()
+            screenshot(page, "not-found")
+            page.goto(f"/jobs/{job_id}")  # readable by ID, as in OpenPAI, but not stoppable
+            page.get_by_text("Only alice or an admin may stop this job.").wait_for()
+            assert page.get_by_role("button", name="Stop").count() == 0
+            page.goto("/jobs/bm90LWEtam9i")
+            page.get_by_role("alert").wait_for()
+    finally:
+        site.api(site.alice)(
+            "mutation($id: ID!) { stopJob(input: {id: $id}) { errors { message } } }", id=job_id
+        )
+
+
+def test_graphiql_renders_and_runs_a_query_with_only_the_server_reachable(
+    site: Site, web_browser: Any
+) -> None:
+    own = urlparse(site.url).netloc
+    elsewhere: list[str] = []
+
+    def only_the_server(route: Any) -> None:
+        if urlparse(route.request.url).netloc == own:
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort("internetdisconnected")
+
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.context.route("**/*", only_the_server)
+        page.goto("/graphql")
+        page.locator(".graphiql-container").wait_for()
+        page.wait_for_function(  # the editor holds its default query once it has loaded
+            "document.querySelector('.graphiql-query-editor')?.innerText.includes('viewer')"
+        )
+        page.locator(".graphiql-execute-button").click()
+        page.wait_for_function(
+            "document.querySelector('.graphiql-response')?.innerText.includes('alice')"
+        )
+        answer = json.loads(page.locator(".graphiql-response").inner_text().replace("\xa0", " "))
+        assert answer["data"]["viewer"] == {"name": "alice", "admin": False}
+        screenshot(page, "graphiql")
+    assert elsewhere == []
+
+
+def test_a_job_page_that_loses_its_websocket_misses_no_event_and_repeats_none(
+    site: Site, web_browser: Any
+) -> None:
+    api = site.api(site.alice)
+    roles = {
+        f"r{n}": {"commands": [f"sleep {2 + n}"], "completion": {"minSucceededInstances": -1}}
+        for n in range(3)
+    }
+    sockets: list[Any] = []
+
+    def through(ws: Any) -> None:
+        ws.connect_to_server()
+        sockets.append(ws)
+
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.route_web_socket(re.compile(r".*/graphql$"), through)
+        job_id = api.submit(job_config(name="dropped", roles=roles))
+        page.goto(f"/jobs/{job_id}")
+        page.wait_for_selector("[data-testid=timeline] li")
+        assert len(sockets) == 1
+        sockets[0].close()  # the page sees its websocket close; it reconnects and resumes
+        page.wait_for_selector("h1 [data-state=SUCCEEDED]", timeout=60_000)
+        assert len(sockets) >= 2
+        events = api.job(job_id)["events"]["edges"]
+        expected = [edge["node"]["sequence"] for edge in events]
+        page.wait_for_function(
+            f"document.querySelectorAll('[data-testid=timeline] li').length >= {len(expected)}"
+        )
+        shown = page.eval_on_selector_all(
+            "[data-testid=timeline] li", "items => items.map(i => Number(i.dataset.sequence))"
+        )
+        assert shown == expected
