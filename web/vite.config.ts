@@ -8,7 +8,7 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   plugins: [react()],
   build: {
-    outDir: resolve(__dirname, "../server/webui"),
+    outDir: resolve(import.meta.dirname, "../server/webui"),
     emptyOutDir: true,
     chunkSizeWarningLimit: 4096,
     rollupOptions: {
@@ -18,8 +18,8 @@ export default defineConfig({
         warn(warning);
       },
       input: {
-        main: resolve(__dirname, "index.html"),
-        graphiql: resolve(__dirname, "graphiql.html"),
+        main: resolve(import.meta.dirname, "index.html"),
+        graphiql: resolve(import.meta.dirname, "graphiql.html"),
       },
     },
   },

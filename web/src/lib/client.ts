@@ -50,6 +50,7 @@ export function makeClients(token: string | null): Clients {
     ],
     fetchOptions: () => ({ headers: authHeaders(token) }),
     requestPolicy: "cache-and-network",
+    preferGetMethod: false,
   });
   return { urql, ws };
 }
