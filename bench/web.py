@@ -1,0 +1,348 @@
+"""How fast the web UI shows jobs, in headless chromium against a real server.
+
+    python bench/web.py [--jobs 10000] [--instances 64] [--changes 15] [--runs 5]
+
+A fresh SQLite database gets `--jobs` stored jobs of 2 roles x 5 running instances (copied in
+bulk as bench/api.py does) and, newest, one running job of 1 role x `--instances` instances,
+all of user `bench`. The product's app (built UI included: run ./scripts/build-web first)
+serves it on loopback in this process, backend-less; chromium (Playwright, /usr/bin/chromium,
+signed in as `bench`) opens the pages.
+
+  1. first render of the jobs list: from navigation start (a fresh browser context: nothing
+     cached) until the first page of rows is in the document, as the page's own clock says
+  2. first render of the job page of the big job: until all its instance rows are there
+  3. a state change on that page: `--changes` times, 0.3 s apart, one more instance ends
+     (exit code 0), as the job service does it (the job machine, the store's commit in a worker
+     thread, a notice on the server's bus). For each, the time from just before the commit
+     until the page has the instance's new state in the document and the browser's next frame
+     starts, against the time until a plain graphql-transport-ws client (the websockets
+     library, in this process) following the same job has received the same event.
+  4. the JavaScript the first page loads, gzipped, and whether GraphiQL's code is among it.
+
+Goals: first render of either page under 1 s; the page shows a change at most 1.5x later than
+the plain client (p50); under 250 KB of JavaScript (gzipped) for the first page, GraphiQL
+loaded only on /graphql. Prints figures only; exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gzip
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import websockets  # noqa: E402
+from playwright.async_api import async_playwright  # noqa: E402
+
+from backends.base import EventKind, InstanceEvent, Placement, utcnow  # noqa: E402
+from bench.api import copy_jobs, store_first_job  # noqa: E402
+from server.api.ids import global_id  # noqa: E402
+from server.api.types import event_cursor  # noqa: E402
+from server.app import create_app  # noqa: E402
+from server.events import JobNotice  # noqa: E402
+from server.jobs import JobMachine, job_policy  # noqa: E402
+from server.protocol import parse_job  # noqa: E402
+from server.serving import on_loopback  # noqa: E402
+from server.store import Store, open_store  # noqa: E402
+from tests.browser_support import CHROMIUM, CHROMIUM_ARGS, TOKEN_KEY  # noqa: E402
+
+RENDER_GOAL_S = 1.0
+CHANGE_RATIO_GOAL = 1.5
+JS_GOAL_KB = 250
+SPACING_S = 0.3
+
+JOB_EVENTS = """
+subscription($jobId: ID!, $after: String) {
+  jobEvents(jobId: $jobId, after: $after) { cursor sequence type state taskRole index }
+}
+"""
+
+# Records when each instance row first shows SUCCEEDED, at the start of the next frame.
+WATCH_ROWS = """
+() => {
+  window.__shown = {};
+  const look = () => {
+    for (const cell of document.querySelectorAll('tr[data-instance] [data-state=SUCCEEDED]')) {
+      const name = cell.closest('tr').dataset.instance;
+      if (!(name in window.__shown)) {
+        window.__shown[name] = null;
+        requestAnimationFrame(() => {
+          window.__shown[name] = performance.timeOrigin + performance.now();
+        });
+      }
+    }
+  };
+  const everything = {subtree: true, childList: true, attributes: true};
+  new MutationObserver(look).observe(document.body, everything);
+  look();
+}
+"""
+
+
+def big_job_config(instances: int) -> str:
+    return f"""\
+protocolVersion: 2
+name: wide
+type: job
+prerequisites:
+  - {{name: image, type: dockerimage, uri: "openpai/pytorch:1.13"}}
+taskRoles:
+  worker:
+    instances: {instances}
+    dockerImage: image
+    resourcePerInstance: {{cpu: 1, memoryMB: 1024, gpu: 0, ports: {{ssh: 1, http: 1}}}}
+    commands: ["python work.py"]
+"""
+
+
+def _event(machine: JobMachine, kind: EventKind, index: int, **kw: Any) -> InstanceEvent:
+    return InstanceEvent(
+        job_id=machine.job_id,
+        attempt=machine.attempt,
+        kind=kind,
+        role="worker",
+        index=index,
+        at=utcnow(),
+        **kw,
+    )
+
+
+def running_job(store: Store, owner_id: int, instances: int) -> JobMachine:
+    """The newest job: every instance placed (with ports) and started."""
+    parsed = parse_job(big_job_config(instances))
+    assert parsed.spec is not None, parsed.issues
+    at = utcnow() - timedelta(minutes=1)
+    machine = JobMachine(job_policy(parsed.spec), "wide-00000001", at=at)
+    store.create_job(parsed.spec, machine.snapshot(), owner_id=owner_id)
+    saved = len(machine.transitions)
+    machine.start(at=at)
+    for n, view in enumerate(list(machine.instances)):
+        where = Placement(
+            node=f"node-{n % 4}",
+            host_ip=f"10.0.0.{n % 250 + 1}",
+            ports={"ssh": [20000 + n], "http": [30000 + n]},
+        )
+        machine.apply(_event(machine, EventKind.PLACED, view.index, placement=where))
+    for view in list(machine.instances):
+        machine.apply(_event(machine, EventKind.STARTED, view.index))
+    store.save_machine(machine.job_id, machine.snapshot(), machine.transitions[saved:])
+    return machine
+
+
+class PlainClient:
+    """A graphql-transport-ws client following the job: when each sequence arrived."""
+
+    def __init__(self) -> None:
+        self.arrived: dict[int, float] = {}
+        self.ready = asyncio.Event()
+
+    async def run(self, url: str, token: str, job_id: str, after: str) -> None:
+        ws_url = url.replace("http://", "ws://") + "/graphql"
+        async with websockets.connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:
+            await ws.send(json.dumps({"type": "connection_init", "payload": {"token": token}}))
+            json.loads(await ws.recv())
+            payload = {"query": JOB_EVENTS, "variables": {"jobId": job_id, "after": after}}
+            await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": payload}))
+            self.ready.set()
+            async for message in ws:
+                received = time.time()
+                data = json.loads(message)
+                if data.get("type") == "next":
+                    self.arrived[data["payload"]["data"]["jobEvents"]["sequence"]] = received
+
+
+@contextlib.asynccontextmanager
+async def browser_context(browser: Any, base_url: str, token: str) -> AsyncIterator[Any]:
+    context = await browser.new_context(base_url=base_url, viewport={"width": 1400, "height": 1000})
+    await context.add_init_script(f"localStorage.setItem({TOKEN_KEY!r}, {token!r})")
+    try:
+        yield context
+    finally:
+        await context.close()
+
+
+async def first_render(
+    browser: Any, base_url: str, token: str, path: str, rows: str, count: int
+) -> tuple[float, list[Any]]:
+    """Seconds from navigation start until `count` elements match `rows`; the scripts loaded."""
+    async with browser_context(browser, base_url, token) as context:
+        page = await context.new_page()
+        scripts: list[Any] = []
+        page.on(
+            "response", lambda r: scripts.append(r) if r.request.resource_type == "script" else None
+        )
+        await page.goto(path, wait_until="commit")
+        await page.wait_for_function(
+            f"document.querySelectorAll({rows!r}).length >= {count}", polling="raf", timeout=30_000
+        )
+        took = await page.evaluate("performance.now()") / 1000
+        return took, scripts
+
+
+def shipped_js(scripts: list[Any]) -> tuple[int, int, list[str]]:
+    """(bytes, gzipped bytes, names) of the scripts a page loaded, read from the build."""
+    raw = packed = 0
+    names = []
+    for response in scripts:
+        path = urlparse(response.url).path
+        body = (ROOT / "server" / "webui" / path.lstrip("/")).read_bytes()
+        raw += len(body)
+        packed += len(gzip.compress(body, 9))
+        names.append(path.rsplit("/", 1)[-1])
+    return raw, packed, names
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:6.1f} ms"
+
+
+async def run(args: argparse.Namespace) -> None:
+    if not (ROOT / "server" / "webui" / "index.html").is_file():
+        print("the web UI is not built: run ./scripts/build-web first")
+        return
+    with tempfile.TemporaryDirectory(prefix="paigraph-bench-web-") as directory:
+        url = f"sqlite:///{Path(directory) / 'web.sqlite'}"
+        store = open_store(url)
+        began = time.perf_counter()
+        user, token = store.create_user("bench")
+        template = store_first_job(store, user.id)
+        copy_jobs(store.engine, template, range(1, args.jobs))
+        machine = running_job(store, user.id, args.instances)
+        print(
+            f"stored {args.jobs:,} jobs of 10 instances and 1 of {args.instances} in "
+            f"{time.perf_counter() - began:.1f} s (SQLite)"
+        )
+        try:
+            app = create_app(db_url=url, backend=None)
+            async with on_loopback(app, log_level="warning", access_log=False) as base_url:
+                await measure(args, base_url, token, store, app, machine)
+        finally:
+            store.close()
+
+
+async def measure(
+    args: argparse.Namespace, base_url: str, token: str, store: Store, app: Any, machine: JobMachine
+) -> None:
+    job_id = global_id("Job", machine.job_id)
+    bus = app.state.runtime.get().bus
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            # warm the server (and the OS's file cache), not the browser: every run below
+            # starts in a fresh context with nothing cached
+            await first_render(browser, base_url, token, "/", "tr[data-job]", 25)
+            lists, pages = [], []
+            scripts: list[Any] = []
+            for _ in range(args.runs):
+                took, scripts = await first_render(
+                    browser, base_url, token, "/", "tr[data-job]", 25
+                )
+                lists.append(took)
+                took, _ = await first_render(
+                    browser, base_url, token, f"/jobs/{job_id}", "tr[data-instance]", args.instances
+                )
+                pages.append(took)
+            raw, packed, names = shipped_js(scripts)
+
+            async with browser_context(browser, base_url, token) as context:
+                page = await context.new_page()
+                await page.goto(f"/jobs/{job_id}")
+                await page.wait_for_function(
+                    f"document.querySelectorAll('tr[data-instance]').length >= {args.instances}"
+                )
+                await page.wait_for_selector("[data-testid=timeline] li")
+                await page.evaluate(WATCH_ROWS)
+                job = store.get_job(machine.job_id)
+                assert job is not None
+                plain = PlainClient()
+                follower = asyncio.create_task(
+                    plain.run(base_url, token, job_id, event_cursor(job.last_sequence))
+                )
+                await plain.ready.wait()
+                await asyncio.sleep(1.0)
+                page_lags, plain_lags = [], []
+                for index in range(min(args.changes, args.instances - 1)):
+                    saved = len(machine.transitions)
+                    machine.apply(_event(machine, EventKind.EXITED, index, exit_code=0))
+                    began = time.time()
+                    events = await asyncio.to_thread(
+                        store.save_machine,
+                        machine.job_id,
+                        machine.snapshot(),
+                        machine.transitions[saved:],
+                    )
+                    sequence = events[-1].sequence
+                    await bus.publish(
+                        JobNotice(
+                            job_id=machine.job_id, sequence=sequence, state=machine.state.value
+                        )
+                    )
+                    name = f"worker-{index}"
+                    await page.wait_for_function(
+                        f"window.__shown[{name!r}] != null", polling=5, timeout=10_000
+                    )
+                    shown = await page.evaluate(f"window.__shown[{name!r}]") / 1000
+                    deadline = time.monotonic() + 10
+                    while sequence not in plain.arrived and time.monotonic() < deadline:
+                        await asyncio.sleep(0.005)
+                    page_lags.append(shown - began)
+                    plain_lags.append(plain.arrived[sequence] - began)
+                    await asyncio.sleep(SPACING_S)
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await follower
+        finally:
+            await browser.close()
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    print(f"first render, median of {args.runs} (fresh browser context each):")
+    worst_list, worst_page = statistics.median(lists), statistics.median(pages)
+    print(f"  jobs list (25 rows of {args.jobs:,} jobs): {ms(worst_list)}   max {ms(max(lists))}")
+    print(f"  job page ({args.instances} instances):       {ms(worst_page)}   max {ms(max(pages))}")
+    ok = max(worst_list, worst_page) < RENDER_GOAL_S
+    print(f"  goal: under {RENDER_GOAL_S:.0f} s: {verdict(ok)}")
+    page_p50, plain_p50 = statistics.median(page_lags), statistics.median(plain_lags)
+    print(f"a state change, from the store's commit ({len(page_lags)} changes):")
+    print(f"  plain graphql-ws client received it: p50 {ms(plain_p50)}   max {ms(max(plain_lags))}")
+    print(f"  job page shows it:                   p50 {ms(page_p50)}   max {ms(max(page_lags))}")
+    ratio = page_p50 / plain_p50 if plain_p50 > 0 else float("inf")
+    print(
+        f"  page / plain client: {ratio:.2f}x "
+        f"(p50 difference {ms(page_p50 - plain_p50).strip()}); "
+        f"goal at most {CHANGE_RATIO_GOAL}x: {verdict(ratio <= CHANGE_RATIO_GOAL)}"
+    )
+    graphiql = [n for n in names if "graphiql" in n.lower() or "monaco" in n.lower()]
+    print(
+        f"JavaScript of the first page: {len(names)} files, {raw / 1024:.0f} KB, "
+        f"{packed / 1024:.0f} KB gzipped; goal under {JS_GOAL_KB} KB: "
+        f"{verdict(packed / 1024 < JS_GOAL_KB)}"
+    )
+    print(f"  GraphiQL's code among it: {'yes: ' + ', '.join(graphiql) if graphiql else 'no'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--instances", type=int, default=64)
+    parser.add_argument("--changes", type=int, default=15)
+    parser.add_argument("--runs", type=int, default=5)
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
