@@ -6,6 +6,10 @@
 #   docker build -t paigraph/server:local .
 #   docker build --build-arg BASE_IMAGE=paigraph/debian-base:local -t paigraph/server:local .
 #
+# The web UI is built on the host first (./scripts/build-web, which ./scripts/serve and
+# ./scripts/test run too): nothing can be downloaded during `docker build`, so the image copies
+# the build in server/webui/ with the package, and the build stops when it is missing.
+#
 # The simulator backend drives the host's Docker engine: mount /var/run/docker.sock, use the
 # host's network, and mount the state directory at the same path as on the host (see
 # docker-compose.yml for why).
@@ -44,7 +48,11 @@ COPY pyproject.toml README.md /src/
 COPY server /src/server
 COPY backends /src/backends
 COPY simulator /src/simulator
-RUN pip install --no-deps --no-build-isolation /src && rm -rf /src
+RUN if [ ! -f /src/server/webui/index.html ]; then \
+        echo "server/webui/ (the built web UI) is missing: run ./scripts/build-web first" >&2; \
+        exit 1; \
+    fi \
+    && pip install --no-deps --no-build-isolation /src && rm -rf /src
 
 # the default SQLite file and the simulator's state live under /var/lib/paigraph
 ENV XDG_DATA_HOME=/var/lib \

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import docker
+import httpx
 import pytest
 
 from server.app import server_owner
@@ -138,6 +140,10 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         check=False,
     )
     assert wheels.returncode == 0, wheels.stdout + wheels.stderr
+    web = subprocess.run(  # the image copies the web UI built here
+        [str(ROOT / "scripts/build-web")], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert web.returncode == 0, web.stdout + web.stderr
     port = free_port()
     state_dir = tmp_path.resolve() / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAIGRAPH_")} | {
@@ -164,6 +170,14 @@ def test_compose_up_serves_jobs_on_the_published_endpoint(stack: Stack) -> None:
     stack.ok("up", "-d", "--build", timeout=1200)
     stack.wait_healthy()
     print(f"built and healthy in {time.monotonic() - started:.0f} s")
+
+    # the web UI is served from the image: the app at / and at its routes, its assets, GraphiQL
+    app_page = httpx.get(f"{stack.url}/jobs/composed", headers={"Accept": "text/html"})
+    assert app_page.status_code == 200 and "<title>paigraph</title>" in app_page.text
+    asset = re.search(r'src="(/assets/[^"]+\.js)"', app_page.text)
+    assert asset and httpx.get(stack.url + asset.group(1)).status_code == 200
+    graphiql = httpx.get(f"{stack.url}/graphql", headers={"Accept": "text/html"})
+    assert graphiql.status_code == 200 and "paigraph GraphiQL" in graphiql.text
 
     with pytest.raises(RemoteError, match="wants a token"):
         Client(stack.url, "").execute("{ viewer { name } }")
