@@ -316,3 +316,36 @@ def test_a_job_page_that_loses_its_websocket_misses_no_event_and_repeats_none(
             "[data-testid=timeline] li", "items => items.map(i => Number(i.dataset.sequence))"
         )
         assert shown == expected
+
+
+def test_a_long_log_shows_its_tail_with_a_note_and_downloads_whole(
+    site: Site, web_browser: Any
+) -> None:
+    api = site.api(site.alice)
+    job_id = api.submit(job_config(name="chatty", roles={"main": {"commands": ["seq 1 3000"]}}))
+    api.wait(job_id, lambda job: job["state"] == "SUCCEEDED")
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto(f"/jobs/{job_id}?log=main/0")
+        note = page.get_by_test_id("log-tail-note")
+        note.wait_for()
+        assert "only its last part is shown" in note.inner_text()
+        text = page.get_by_test_id("log-text").inner_text()
+        numbers = [line for line in text.splitlines() if line.isdigit()]
+        assert numbers[-1] == "3000" and "1" not in numbers
+        with page.expect_download() as download:
+            page.get_by_role("button", name="Download").click()
+        whole = download.value.path().read_text()
+        assert [n for n in whole.splitlines() if n.isdigit()] == [str(n) for n in range(1, 3001)]
+
+
+def test_the_cluster_page_shows_nodes_and_virtual_clusters(site: Site, web_browser: Any) -> None:
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto("/")
+        page.get_by_role("link", name="Cluster").click()
+        nodes = page.get_by_test_id("nodes")
+        nodes.locator("tbody tr").first.wait_for()
+        assert nodes.locator("tbody tr").count() == 4  # the simulator's default nodes
+        assert re.search(r"16 cpu, 65536 MB, 0 gpu", nodes.inner_text())
+        vcs = page.get_by_test_id("virtual-clusters").inner_text()
+        assert "default" in vcs
+        screenshot(page, "cluster")

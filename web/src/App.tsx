@@ -1,5 +1,5 @@
 // The frame of every page: who is signed in, the navigation, and the routes.
-import { useEffect, useMemo, useState } from "react";
+import { useEffect, useMemo, useRef, useState } from "react";
 import { BrowserRouter, Link, NavLink, Route, Routes } from "react-router-dom";
 import { Provider, useQuery } from "urql";
 import { getToken, onTokenChange, setToken } from "./lib/auth";
@@ -17,7 +17,14 @@ export function App() {
   const [token, setCurrentToken] = useState(getToken());
   useEffect(() => onTokenChange(() => setCurrentToken(getToken())), []);
   const clients = useMemo(() => makeClients(token), [token]);
-  useEffect(() => () => void clients.ws.dispose(), [clients]);
+  // The previous token's connection closes once the new clients are in use (not in an effect's
+  // cleanup, which StrictMode runs once more in development while the clients are still used).
+  const previous = useRef<Clients | null>(null);
+  useEffect(() => {
+    const old = previous.current;
+    previous.current = clients;
+    if (old && old !== clients) void old.ws.dispose();
+  }, [clients]);
   return (
     <Provider value={clients.urql}>
       <BrowserRouter>

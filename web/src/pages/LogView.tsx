@@ -122,7 +122,7 @@ export function LogView({
           <input
             type="checkbox"
             name="follow"
-            checked={following}
+            checked={live}
             disabled={!running}
             onChange={(event) => setFollowing(event.target.checked)}
           />
