@@ -23,7 +23,7 @@ from tests.browser_support import (
     screenshot,
 )
 from tests.simulated import IMAGE, job_config
-from tests.test_e2e_server import Server, served
+from tests.test_e2e_server import ROOT, Server, served
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
@@ -349,3 +349,26 @@ def test_the_cluster_page_shows_nodes_and_virtual_clusters(site: Site, web_brows
         vcs = page.get_by_test_id("virtual-clusters").inner_text()
         assert "default" in vcs
         screenshot(page, "cluster")
+
+
+def test_a_prerequisite_from_the_marketplace_links_to_its_item(
+    site: Site, web_browser: Any
+) -> None:
+    api = site.api(site.alice)
+    item = (ROOT / "examples" / "marketplace" / "busybox.yaml").read_text()
+    published = api(
+        "mutation($c: String!) { publishMarketplaceItem(input: {content: $c}) "
+        "{ item { id } errors { message } } }",
+        c=item,
+    )["publishMarketplaceItem"]
+    assert not published["errors"], published
+    config = job_config(name="fromitem", roles={"main": {"commands": ["true"]}})
+    config = config.replace('"dockerImage": "bb"', '"dockerImage": "marketplace://name/busybox"')
+    job_id = api.submit(config)
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto(f"/jobs/{job_id}")
+        page.get_by_role("link", name="busybox 1.0.0").click()
+        page.get_by_role("heading", name="busybox").wait_for()
+        assert "DOCKERIMAGE by alice" in page.locator("main").inner_text()
+        assert "uri: paigraph/busybox:test" in page.locator("main pre").last.inner_text()
+        screenshot(page, "marketplace-item")
