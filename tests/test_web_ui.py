@@ -29,16 +29,17 @@ pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
 
 class Site:
-    """One server for the module, with two plain users, alice and bob."""
+    """One server for the module, with two plain users, alice and bob, and an admin, root."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
         self.url = server.url
         self.alice = self._user("alice")
         self.bob = self._user("bob")
+        self.root = self._user("root", "--admin")
 
-    def _user(self, name: str) -> str:
-        added = self.server.paigraph("users", "add", name)
+    def _user(self, name: str, *options: str) -> str:
+        added = self.server.paigraph("users", "add", name, *options)
         assert added.returncode == 0, added.stderr
         return added.stdout.strip()
 
@@ -372,3 +373,18 @@ def test_a_prerequisite_from_the_marketplace_links_to_its_item(
         assert "DOCKERIMAGE by alice" in page.locator("main").inner_text()
         assert "uri: paigraph/busybox:test" in page.locator("main pre").last.inner_text()
         screenshot(page, "marketplace-item")
+
+
+def test_an_admin_switches_the_list_to_every_users_jobs(site: Site, web_browser: Any) -> None:
+    site.api(site.bob).submit(job_config(name="bobs", roles={"main": {"commands": ["true"]}}))
+    with browser_page(web_browser, site.url, site.root) as (page, _):
+        page.goto("/")
+        assert re.search(r"root\s*admin", page.get_by_test_id("viewer").inner_text())
+        page.get_by_text("No jobs match.").wait_for()  # root has none of its own
+        page.select_option("select[name=owner]", "all")
+        page.locator("tr[data-job=bobs]").wait_for()
+        assert "all=1" in page.url
+    with browser_page(web_browser, site.url, site.bob) as (page, _):
+        page.goto("/")
+        page.locator("tr[data-job=bobs]").wait_for()
+        assert page.locator("select[name=owner]").count() == 0  # only admins may switch
