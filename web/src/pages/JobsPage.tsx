@@ -171,21 +171,26 @@ export function JobsPage() {
 }
 
 /** The newest known version of each unfinished row: its state at once from each JOB_STATE
- * event, the rest (counts, times) read again after any event. */
+ * event, the rest (counts, times) read again after any event. What is known belongs to one
+ * reading of the page: a new reading (another page, a refetch) starts again from its rows. */
 function useLiveRows(rows: JobRowFragment[], clients: ReturnType<typeof useSession>["clients"]) {
-  const [live, setLive] = useState<Map<string, JobRowFragment>>(new Map());
   const watched = rows.filter((row) => !isFinal(row.state));
   const key = watched.map((row) => `${row.id}@${row.eventCursor}`).join(",");
+  const [live, setLive] = useState<{ key: string; rows: Map<string, JobRowFragment> }>({
+    key: "",
+    rows: new Map(),
+  });
   useEffect(() => {
     const stops: (() => void)[] = [];
     const timers = new Map<string, ReturnType<typeof setTimeout>>();
     const update = (id: string, change: (row: JobRowFragment) => JobRowFragment) =>
       setLive((current) => {
-        const base = current.get(id) ?? rows.find((row) => row.id === id);
+        const known = current.key === key ? current.rows : new Map<string, JobRowFragment>();
+        const base = known.get(id) ?? rows.find((row) => row.id === id);
         if (!base) return current;
-        const next = new Map(current);
+        const next = new Map(known);
         next.set(id, change(base));
-        return next;
+        return { key, rows: next };
       });
     const refresh = (id: string) => {
       clearTimeout(timers.get(id));
@@ -197,7 +202,8 @@ function useLiveRows(rows: JobRowFragment[], clients: ReturnType<typeof useSessi
             .toPromise()
             .then((result) => {
               const fresh = result.data?.job;
-              if (fresh) update(id, (row) => ({ ...fresh, state: isFinal(row.state) && !isFinal(fresh.state) ? row.state : fresh.state }));
+              // a final state already shown stays: the read may have begun before it
+              if (fresh) update(id, (row) => ({ ...fresh, state: isFinal(row.state) ? row.state : fresh.state }));
             });
         }, 150),
       );
@@ -231,5 +237,7 @@ function useLiveRows(rows: JobRowFragment[], clients: ReturnType<typeof useSessi
     // The rows are read through `key`: a new page or new cursors subscribe again.
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [key, clients]);
-  return live;
+  return live.key === key ? live.rows : EMPTY;
 }
+
+const EMPTY = new Map<string, JobRowFragment>();
