@@ -27,7 +27,8 @@ MISSING = """<!doctype html>
 <style>body{{font-family:system-ui,sans-serif;max-width:42rem;margin:3rem auto;line-height:1.5}}
 code,pre{{background:#f1f2f4;padding:0.1rem 0.3rem}}</style></head>
 <body><h1>The web UI is not built</h1>
-<p>This paigraph server has no build of its web UI (looked in <code>{where}</code>).
+<p>This paigraph server has no build of its web UI and GraphiQL (looked in
+<code>{where}</code>).
 The GraphQL API works: POST queries to <code>/graphql</code>.</p>
 <p>To build the UI from a clone of paigraph, run <code>./scripts/serve</code> (it builds the UI
 when it is missing or older than its sources), or build it yourself with node 20 or later:</p>
