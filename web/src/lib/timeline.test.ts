@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { addEvents, emptyTimeline, instanceStates, jobState, type TimelineEvent } from "./timeline";
+import { addEvents, emptyTimeline, instanceStates, jobState, shownState, type TimelineEvent } from "./timeline";
 
 function event(sequence: number, extra: Partial<TimelineEvent> = {}): TimelineEvent {
   return { cursor: `c${sequence}`, sequence, at: "2024-05-01T12:00:00Z", type: "JOB_STATE", ...extra };
@@ -38,5 +38,15 @@ describe("states from the timeline", () => {
   it("gives the job's newest state with its attempt and message", () => {
     expect(jobState(events)).toEqual({ state: "RUNNING", attempt: 2, message: "retrying" });
     expect(jobState([])).toBeNull();
+  });
+});
+
+describe("shownState", () => {
+  it("takes the timeline's state, unless a replay has not reached the final state read", () => {
+    expect(shownState("RUNNING", "SUCCEEDED")).toBe("SUCCEEDED");
+    expect(shownState("STARTING", "RUNNING")).toBe("RUNNING");
+    expect(shownState("SUCCEEDED", "STARTING")).toBe("SUCCEEDED");
+    expect(shownState("STOPPED", "FAILED")).toBe("FAILED");
+    expect(shownState("WAITING", null)).toBe("WAITING");
   });
 });

@@ -73,3 +73,16 @@ export function jobState(events: TimelineEvent[]): { state: string; attempt: num
   }
   return null;
 }
+
+/** The state to show: the timeline's, unless the page's last read already saw a final state
+ * the timeline has not caught up with (a replay from the first event passes through every
+ * earlier state on its way). */
+export function shownState(read: string, fromTimeline: string | null | undefined): string {
+  if (!fromTimeline) return read;
+  if (isFinalState(read) && !isFinalState(fromTimeline)) return read;
+  return fromTimeline;
+}
+
+function isFinalState(state: string): boolean {
+  return state === "SUCCEEDED" || state === "FAILED" || state === "STOPPED";
+}

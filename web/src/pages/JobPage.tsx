@@ -13,6 +13,7 @@ import {
   emptyTimeline,
   instanceStates,
   jobState,
+  shownState,
   type Timeline,
   type TimelineEvent,
 } from "../lib/timeline";
@@ -95,8 +96,9 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
   }, [clients, job.id]);
 
   const latest = jobState(timeline.events);
-  const state = latest?.state ?? job.state;
-  const attempt = latest?.attempt ?? job.attempt;
+  const state = shownState(job.state, latest?.state);
+  const attempt = Math.max(latest?.attempt ?? 0, job.attempt); // attempts only grow
+  const reason = latest && latest.state === state ? latest.message ?? job.stateReason : job.stateReason;
   const states = useMemo(() => instanceStates(timeline.events, attempt), [timeline, attempt]);
   const [params, setParams] = useSearchParams();
   const logOf = params.get("log");
@@ -109,7 +111,8 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
     const index = Number(logOf.slice(cut + 1));
     return { role, index };
   }, [logOf]);
-  const selectedState = selected ? states.get(`${selected.role}/${selected.index}`) ?? instanceOf(job, selected.role, selected.index)?.state : null;
+  const selectedRead = selected ? instanceOf(job, selected.role, selected.index)?.state : null;
+  const selectedState = selected && selectedRead ? shownState(selectedRead, states.get(`${selected.role}/${selected.index}`)) : null;
 
   return (
     <section className="job" data-testid="job">
@@ -135,7 +138,7 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
         <dt>Duration</dt>
         <dd>{formatDuration(job.startedAt, job.completedAt)}</dd>
         <dt>Status</dt>
-        <dd data-testid="reason">{completionInWords(state, latest?.message ?? job.stateReason) || "—"}</dd>
+        <dd data-testid="reason">{completionInWords(state, reason) || "—"}</dd>
       </dl>
       <Actions job={job} canStop={canStop} ownerOnlyNote={!canStop && !isFinal(state)} />
       {job.taskRoles.map((role) => (
@@ -166,7 +169,7 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
             </thead>
             <tbody>
               {role.instances.map((instance) => {
-                const shown = states.get(`${role.name}/${instance.index}`) ?? instance.state;
+                const shown = shownState(instance.state, states.get(`${role.name}/${instance.index}`));
                 return (
                   <tr key={instance.index} data-instance={`${role.name}-${instance.index}`}>
                     <td>{instance.index}</td>
