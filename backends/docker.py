@@ -476,6 +476,7 @@ class DockerBackend:
             slot=slot,
             real_gpus=self.cluster.node(slot.node).real_gpus,
             host=self._host,
+            publish_address=self.settings.publish_address,
         )
 
     def _materialize(

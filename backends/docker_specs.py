@@ -83,6 +83,7 @@ def container_spec(
     slot: Slot,
     real_gpus: bool,
     host: HostLimits,
+    publish_address: str = "127.0.0.1",
 ) -> ContainerSpec:
     """The container of one run of an instance; `mounts` holds the materials by (role, name).
 
@@ -115,6 +116,7 @@ def container_spec(
         },
         env=env,
         ports=all_ports,
+        publish_address=publish_address,
         memory_mb=min(role.resources.memory_mb, host.memory_mb),
         cpus=float(min(role.resources.cpu, host.cpus)),
         shm_mb=max(1, min(role.resources.shm_mb, role.resources.memory_mb)),

@@ -8,7 +8,9 @@ created or migrated, no directory made, no image pulled.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -106,6 +108,39 @@ def check_ports(settings: SimulatorSettings) -> Finding:
             f"widen port_range in the simulator settings (${CONFIG_ENV})",
         )
     return Finding(name, True, detail)
+
+
+def check_publish_address(settings: SimulatorSettings) -> Finding:
+    """Whether instances' ports can be published on `publish_address`, and who reaches them:
+    an address that is not this machine's fails every start, and a wildcard opens every job's
+    ssh and http ports to the network."""
+    name = "Publish address"
+    address = settings.publish_address
+    problem = _bind_problem(address)
+    if problem is not None:
+        return Finding(
+            name,
+            False,
+            f"instances' ports cannot be published on {address}: {problem}",
+            "set publish_address in the simulator settings to an address of this machine "
+            f"(127.0.0.1, the default, for this machine only) (${CONFIG_ENV})",
+        )
+    parsed = ipaddress.ip_address(address)
+    if parsed.is_loopback:
+        return Finding(name, True, f"ports are published on {address}: this machine only")
+    who = "every network this machine is on" if parsed.is_unspecified else f"{address}'s network"
+    return Finding(name, True, f"ports are published on {address}: reachable from {who}")
+
+
+def _bind_problem(address: str) -> str | None:
+    """Why a TCP socket cannot be bound on `address` (any free port), or None."""
+    family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, 0))
+        except OSError as exc:
+            return (exc.strerror or str(exc)).lower()
+    return None
 
 
 def check_state_dir(settings: SimulatorSettings) -> Finding:
@@ -227,7 +262,11 @@ def diagnose(
     settings_finding, settings = check_settings(config)
     findings = [engine_finding, settings_finding]
     if settings is not None:
-        findings += [check_ports(settings), check_state_dir(settings)]
+        findings += [
+            check_ports(settings),
+            check_publish_address(settings),
+            check_state_dir(settings),
+        ]
     findings.append(check_database(db))
     wanted = list(dict.fromkeys([*EXAMPLE_IMAGES, *images]))
     findings += check_images(engine, wanted, settings)

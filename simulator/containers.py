@@ -57,6 +57,7 @@ class ContainerSpec:
     labels: dict[str, str]
     env: dict[str, str] = field(default_factory=dict)
     ports: list[int] = field(default_factory=list)  # published 1:1 on the host (tcp)
+    publish_address: str = "127.0.0.1"  # the host address `ports` are published on
     memory_mb: int = 512
     cpus: float = 1.0
     shm_mb: int = 64
@@ -214,7 +215,7 @@ class Engine:
             nano_cpus=int(spec.cpus * 1e9),
             shm_size=f"{spec.shm_mb}m",
             pids_limit=spec.pids_limit,
-            port_bindings={f"{p}/tcp": p for p in spec.ports},
+            port_bindings={f"{p}/tcp": (spec.publish_address, p) for p in spec.ports},
             mounts=[
                 Mount(
                     m.target,

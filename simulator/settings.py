@@ -33,6 +33,10 @@ Settings (YAML keys):
     Host ports handed to instances: ``{start, end}`` or ``"start-end"``, start inclusive and
     end exclusive as in OpenPAI's ``[schedulePortStart, schedulePortEnd)``. Default
     15000-40000. ``beginAt`` ports of v1 jobs may lie outside it.
+``publish_address``
+    The host address instances' ports are published on (default ``127.0.0.1``: this machine
+    only). ``0.0.0.0`` (or another address of this machine) makes every job's ports reachable
+    from the network; ``paigraph doctor`` checks that the address belongs to this machine.
 ``state_dir``
     Where the simulator keeps what must survive a restart (instance logs, the held-port table
     shared by every simulator process of this user). Default: ``$XDG_DATA_HOME/paigraph/
@@ -60,6 +64,7 @@ Settings (YAML keys):
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -216,6 +221,9 @@ class SimulatorSettings(_Strict):
     port_range: PortRange = Field(
         default_factory=PortRange, description="Host ports [start, end) for instances."
     )
+    publish_address: str = Field(
+        "127.0.0.1", description="Host address the instances' ports are published on."
+    )
     state_dir: Path = Field(
         default_factory=default_state_dir, description="Where logs and the port table live."
     )
@@ -243,6 +251,17 @@ class SimulatorSettings(_Strict):
                 raise ValueError(f"write it as 'start-end' (e.g. '15000-40000'), not {value!r}")
             return {"start": int(match[1]), "end": int(match[2])}
         return value
+
+    @field_validator("publish_address", mode="after")
+    @classmethod
+    def _an_address(cls, value: str) -> str:
+        """An IP address, written as Docker takes it: a host name would be resolved by no one."""
+        try:
+            return str(ipaddress.ip_address(value.strip()))
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is not an IP address (e.g. 127.0.0.1, or 0.0.0.0 for every address)"
+            ) from None
 
     @field_validator("state_dir", mode="after")
     @classmethod
@@ -496,6 +515,9 @@ virtual_clusters:
 port_range:
   start: 15000
   end: 40000
+# The address those ports are published on: 127.0.0.1 is this machine only; 0.0.0.0 opens
+# every job's ports to the network.
+publish_address: 127.0.0.1
 
 # Where logs and the shared held-port table are kept
 # (default: $XDG_DATA_HOME/paigraph/simulator or ~/.local/share/paigraph/simulator;

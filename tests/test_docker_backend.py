@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import subprocess
 import threading
 from collections import defaultdict
@@ -554,3 +555,64 @@ async def test_limits_beyond_this_machine_are_clipped_and_the_user_is_told(tmp_p
         assert f"cpu {host_cpus + 1} -> {host_cpus}" in placed.reason
         await sim.forget(request.job_id, 1)
         events.close()
+
+
+def _other_address() -> str | None:
+    """An address of this machine that is not loopback, or None when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))  # no packet is sent: it only picks a route
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def _answers(address: str, port: int) -> bool:
+    try:
+        return httpx.get(f"http://{address}:{port}/", timeout=2).status_code < 500
+    except httpx.TransportError:
+        return False
+
+
+async def _published(tmp_path: Path, **overrides: str) -> tuple[list[dict], int, dict[str, bool]]:
+    """Serve on an instance's http port; its bindings as Docker has them, the port, and
+    whether loopback and this machine's other address reach it."""
+    serve = ["mkdir -p /tmp/www && echo hi > /tmp/www/index.html",
+             "httpd -f -p $PAI_CONTAINER_HOST_PORT -h /tmp/www"]  # fmt: skip
+    request = job(role("web", serve))
+    other = _other_address()
+    async with backend(tmp_path, **overrides) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        key = InstanceKey(job_id=request.job_id, attempt=1, role="web", index=0)
+        await events.until(lambda: key in events.started(request))
+        port = events.started(request)[key].placement.ports["http"][0]
+        reached = {"127.0.0.1": False}
+        for _ in range(50):
+            reached["127.0.0.1"] = _answers("127.0.0.1", port)
+            if reached["127.0.0.1"]:
+                break
+            await asyncio.sleep(0.2)
+        if other is not None:
+            reached[other] = _answers(other, port)
+        [info] = docker.from_env().api.containers(filters={"label": f"{OWNER}={sim.owner}"})
+        bindings = docker.from_env().api.inspect_container(info["Id"])["HostConfig"]
+        await sim.stop(request.job_id, 1, 0)
+        await events.all_ended(request)
+        await sim.forget(request.job_id, 1)
+        events.close()
+    return bindings["PortBindings"][f"{port}/tcp"], port, reached
+
+
+async def test_ports_are_published_on_loopback_only_unless_the_settings_say_otherwise(
+    tmp_path: Path,
+) -> None:
+    bindings, port, reached = await _published(tmp_path / "default")
+    assert bindings == [{"HostIp": "127.0.0.1", "HostPort": str(port)}]
+    assert reached.pop("127.0.0.1"), "the host does not reach the instance on loopback"
+    assert not any(reached.values()), f"reachable from the network: {reached}"
+
+    bindings, port, reached = await _published(tmp_path / "open", publish_address="0.0.0.0")
+    assert bindings == [{"HostIp": "0.0.0.0", "HostPort": str(port)}]
+    assert all(reached.values()), reached

@@ -24,6 +24,7 @@ from server.doctor import (
     check_database,
     check_images,
     check_ports,
+    check_publish_address,
     check_settings,
     check_state_dir,
     diagnose,
@@ -160,6 +161,31 @@ def test_a_port_range_held_by_other_programs_is_a_problem_until_ports_are_free(
         two = check_ports(settings)
         assert two.ok, two
         assert two.detail == f"2 of 3 ports in {start}-{start + 2} can be bound"
+
+
+def test_the_publish_address_says_who_reaches_job_ports_and_must_be_this_machines(
+    tmp_path: Path,
+) -> None:
+    default = check_publish_address(settings_from_data({"state_dir": str(tmp_path)}))
+    assert default.ok and default.detail == "ports are published on 127.0.0.1: this machine only"
+
+    every = check_publish_address(
+        settings_from_data({"state_dir": str(tmp_path), "publish_address": "0.0.0.0"})
+    )
+    assert every.ok and "reachable from every network this machine is on" in every.detail
+
+    config = tmp_path / "simulator.yaml"
+    config.write_text(f"publish_address: 203.0.113.7\nstate_dir: {tmp_path / 'state'}\n")
+    shown = doctor("--config", str(config))
+    assert shown.returncode == 1
+    assert "PROBLEM" in row(shown.stdout, "Publish address")
+    assert "cannot be published on 203.0.113.7: cannot assign requested address" in shown.stdout
+    assert "set publish_address in the simulator settings" in shown.stdout
+
+    config.write_text("publish_address: localhost\n")
+    finding, _ = check_settings(config)
+    assert not finding.ok and "publish_address" in finding.detail
+    assert "is not an IP address" in finding.detail
 
 
 def test_bad_simulator_settings_name_the_setting(tmp_path: Path) -> None:
