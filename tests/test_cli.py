@@ -341,6 +341,56 @@ def test_resolve_refuses_a_component(tmp_path: Path) -> None:
     assert "not-a-job" in err
 
 
+MULTI_LINE_JOB = """\
+protocolVersion: 2
+name: loops
+type: job
+prerequisites:
+  - {name: image, type: dockerimage, uri: "ubuntu:22.04"}
+parameters: {rounds: 3}
+taskRoles:
+  worker:
+    dockerImage: image
+    resourcePerInstance: {cpu: 1, memoryMB: 512, gpu: 0}
+    commands:
+      - |
+        for i in $(seq <% $parameters.rounds %>); do
+          echo "round $i: \\"ok\\""
+        done
+      - echo done
+"""
+
+
+def test_resolve_prints_multi_line_commands_as_blocks_that_read_back(tmp_path: Path) -> None:
+    job = tmp_path / "loops.yaml"
+    job.write_text(MULTI_LINE_JOB)
+    code, out, _err = run("resolve", job)
+    assert code == 0
+    block = (
+        "    - |\n"
+        "      for i in $(seq 3); do\n"
+        '        echo "round $i: \\"ok\\""\n'
+        "      done\n"
+        "    - echo done\n"
+    )
+    assert block in out, out
+    assert "\\n" not in out
+    assert list(yaml.safe_load(out))[:3] == ["protocolVersion", "name", "type"]
+    again = tmp_path / "again.yaml"
+    again.write_text(out)
+    assert run("resolve", again)[1] == out  # what is printed reads back to the same job
+
+
+def test_market_use_prints_multi_line_commands_as_blocks() -> None:
+    from server.marketplace.items import read_item
+    from server.marketplace.use import template_config
+
+    used = template_config(read_item(MULTI_LINE_JOB), {"rounds": 5})
+    assert "    - |\n      for i in $(seq <% $parameters.rounds %>); do\n" in used, used
+    assert yaml.safe_load(used)["parameters"] == {"rounds": 5}
+    assert list(yaml.safe_load(used)) == list(yaml.safe_load(MULTI_LINE_JOB))
+
+
 @pytest.mark.parametrize("param", ["epochs", "=7", ""])
 def test_resolve_with_a_malformed_param_is_a_usage_error(param: str) -> None:
     code, out, err = run("resolve", DRAFT_JOB, "--param", param)

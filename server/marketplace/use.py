@@ -16,12 +16,11 @@ import json
 import re
 from typing import Any
 
-import yaml
-
 from server.marketplace.items import ItemDocument, Problem, Problems
 from server.protocol import parse_job
 from server.protocol.loader import load_document
 from server.protocol.model import Dialect, PrerequisiteType
+from server.protocol.yaml_out import dump_yaml
 
 DEFAULT_IMAGE = "ubuntu:22.04"
 ROLE = "taskrole"
@@ -81,7 +80,7 @@ def template_config(document: ItemDocument, parameters: dict[str, Any]) -> str:
     if loaded.format == "json":
         text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     else:
-        text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
+        text = dump_yaml(doc)
     checked = parse_job(text)
     if checked.errors:
         raise Problems(
@@ -143,7 +142,7 @@ def component_job(
                 }
             ]
         }
-        return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
+        return dump_yaml(doc)
     field = _ROLE_FIELDS.get(component.type) if component.uri else None
     if field is not None:  # put in place under the work directory, as the role's data, ...
         role[field] = reference
@@ -151,7 +150,7 @@ def component_job(
     acts = component.plugin or component.callbacks or component.require
     if field is None or acts or component.require_storages:
         role["prerequisites"] = [reference]  # its plugin runs, its requirements come along
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
+    return dump_yaml(doc)
 
 
 def _image_job(document: ItemDocument, variables: dict[str, Any], image: str | None) -> str:
@@ -180,7 +179,7 @@ def _image_job(document: ItemDocument, variables: dict[str, Any], image: str | N
     image_entry = doc["prerequisites"][0]
     if component.auth is not None:
         image_entry["auth"] = component.auth.model_dump(exclude_none=True)
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
+    return dump_yaml(doc)
 
 
 def _empty_job(item_name: str, image: str | None) -> dict[str, Any]:

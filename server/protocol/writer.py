@@ -9,12 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from server.protocol.dialect_v2 import DEFAULT_SHM_MB, EXTRAS_KEY
 from server.protocol.model import JobSpec, Prerequisite, PrerequisiteType, TaskRole
-
-_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+from server.protocol.yaml_out import dump_yaml
 
 
 def to_v2_dict(spec: JobSpec) -> dict[str, Any]:
@@ -51,14 +48,8 @@ def to_v2_dict(spec: JobSpec) -> dict[str, Any]:
 
 
 def to_v2_yaml(spec: JobSpec) -> str:
-    return yaml.dump(
-        to_v2_dict(spec),
-        Dumper=_Dumper,
-        sort_keys=False,
-        allow_unicode=True,
-        default_flow_style=False,
-        width=1000,
-    )
+    """The job as v2 YAML in the protocol's key order, multi-line commands as blocks."""
+    return dump_yaml(to_v2_dict(spec))
 
 
 def _prerequisite(p: Prerequisite) -> dict[str, Any]:
