@@ -12,7 +12,15 @@ from rich.console import Console
 from rich.markup import escape
 
 from server.market_commands import register as register_market_commands
-from server.protocol import Issue, Kind, ParseResult, parse_document, resolve_job, to_v2_yaml
+from server.protocol import (
+    Issue,
+    Kind,
+    ParseResult,
+    parse_document,
+    parse_job,
+    resolve_job,
+    to_v2_yaml,
+)
 from server.protocol.model import JobSpec
 from server.remote_commands import register as register_remote_commands
 
@@ -116,9 +124,32 @@ def _parse_params(params: list[str]) -> dict[str, Any]:
     return values
 
 
+def _unknown_parameters(raw: bytes, values: dict[str, Any]) -> list[Issue]:
+    """An error for each value given for a parameter the job does not declare (a typo would
+    otherwise be ignored silently), as `market use` reports it."""
+    spec = parse_job(raw).spec
+    if spec is None or not values:
+        return []
+    declared = list(spec.parameters)
+    known = ", ".join(declared) if declared else "it declares none"
+    return [
+        Issue(
+            f"parameters.{name}",
+            "unknown-parameter",
+            f"job {spec.name!r} has no parameter {name!r} (its parameters: {known})",
+        )
+        for name in values
+        if name not in declared
+    ]
+
+
 def _resolved(file: Path, params: list[str] | None) -> JobSpec:
     """The job in `file` with its parameters rendered; exit 1 with every error when invalid."""
-    result = resolve_job(_read(file), _parse_params(params or []))
+    raw, values = _read(file), _parse_params(params or [])
+    result = resolve_job(raw, values)
+    result.issues.extend(_unknown_parameters(raw, values) if result.spec is not None else [])
+    if result.errors:
+        result.spec = None
     if result.spec is None:
         err.print(f"[red]INVALID[/red] {escape(str(file))}: {escape(result.summary())}")
         _print_issues(err, result)

@@ -391,6 +391,16 @@ def test_market_use_prints_multi_line_commands_as_blocks() -> None:
     assert list(yaml.safe_load(used)) == list(yaml.safe_load(MULTI_LINE_JOB))
 
 
+def test_resolve_refuses_a_parameter_the_job_does_not_declare(good: Path) -> None:
+    code, out, err = run("resolve", good, "--param", "greting=bonjour")
+    assert code == 1
+    assert out == ""
+    assert (
+        "parameters.greting: job 'small_job' has no parameter 'greting' (its parameters: "
+        "greeting) [unknown-parameter]"
+    ) in err
+
+
 @pytest.mark.parametrize("param", ["epochs", "=7", ""])
 def test_resolve_with_a_malformed_param_is_a_usage_error(param: str) -> None:
     code, out, err = run("resolve", DRAFT_JOB, "--param", param)

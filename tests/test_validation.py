@@ -355,3 +355,66 @@ def test_instances_per_role_and_per_job_are_limited() -> None:
             "the instances of all task roles together must be at most 5000, got 6000",
         )
     }
+
+
+# ------------------------------------------------------------------------ layout mistakes
+
+DEDENTED = """\
+protocolVersion: 2
+name: dedent
+type: job
+prerequisites:
+  - {name: image, type: dockerimage, uri: "ubuntu:22.04"}
+taskRoles:
+  worker:
+    instances: 2
+    dockerImage: image
+  resourcePerInstance: {cpu: 1, memoryMB: 512, gpu: 0}
+  commands:
+    - echo hi
+"""
+
+
+def test_fields_dedented_out_of_a_role_give_one_error_naming_the_role() -> None:
+    result = parse_job(DEDENTED)
+    assert errors(result) == {
+        "taskRoles": (
+            "misplaced-field",
+            "`resourcePerInstance` and `commands` are at the level of task roles: indent them "
+            "under `worker`?",
+        )
+    }
+
+
+def test_a_role_named_like_a_field_is_still_a_role() -> None:
+    doc = v2()
+    doc["taskRoles"]["commands"] = doc["taskRoles"].pop(next(iter(doc["taskRoles"])))
+    result = check_v2(doc)
+    assert result.ok, result.errors
+
+
+def test_a_tab_in_the_indentation_names_its_line() -> None:
+    text = DEDENTED.replace("    dockerImage: image", "\tdockerImage: image")
+    [error] = parse_job(text).errors
+    assert error.code == "yaml-syntax"
+    assert error.message.startswith("line 9 uses a tab; YAML indents with spaces"), error
+
+
+@pytest.mark.parametrize(
+    ("where", "key", "hint"),
+    [
+        ("role", "instance", "did you mean `instances`?"),
+        ("role", "Commands", "did you mean `commands`?"),
+        ("role", "cpu", "`cpu` belongs under `resourcePerInstance`: indent it there?"),
+        ("top", "commands", "`commands` belongs to a task role: indent it under one"),
+        ("top", "paramters", "did you mean `parameters`?"),
+    ],
+)
+def test_an_unknown_field_suggests_what_was_meant(where: str, key: str, hint: str) -> None:
+    doc = v2()
+    role = next(iter(doc["taskRoles"]))
+    (doc["taskRoles"][role] if where == "role" else doc)[key] = 2
+    path = f"taskRoles.{role}.{key}" if where == "role" else key
+    code, message = errors(check_v2(doc))[path]
+    assert code == "unknown-field"
+    assert message.startswith(f"unknown field `{key}`; {hint}"), message

@@ -11,6 +11,7 @@ from typing import Any
 
 from server.protocol.fields import Fields, describe
 from server.protocol.issues import Issues, join
+from server.protocol.layout import misplaced_fields, misplaced_message, owner_role
 from server.protocol.model import (
     Completion,
     Deployment,
@@ -137,9 +138,13 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
             issues.error("taskRoles", "min-items", "must define at least one task role")
         if mapping and too_many_roles(mapping, "taskRoles", issues):
             mapping = None
+        misplaced = _misplaced_role_fields(mapping or {}, issues)
         for role_name, raw in (mapping or {}).items():
-            before = issues.error_count()
+            if role_name in misplaced:
+                continue
+            before, start = issues.error_count(), len(issues.items)
             role = _read_role(str(role_name), raw, f, begin_at.get(role_name) or {})
+            issues.forget_required(start, f"taskRoles.{role_name}", misplaced.get(role_name, []))
             if role is None:
                 issues.ensure_error(before, f"taskRoles.{role_name}", "this task role")
                 continue
@@ -258,6 +263,37 @@ def _reference_prerequisite_names(extras: dict[str, Any], f: Fields) -> set[str]
     return names
 
 
+def _misplaced_role_fields(roles: dict[str, Any], issues: Issues) -> dict[str, list[str]]:
+    """Role fields written at the level of the task roles (dedented out of a role): one error
+    that says so, instead of reading each as a role. Returns the role they belong to -> those
+    fields, and each field -> itself, so neither is read as missing nor as a role."""
+    fields = misplaced_fields(roles, _ROLE_KEYS)
+    if not fields:
+        return {}
+    owner = owner_role(roles, fields)
+    issues.error("taskRoles", "misplaced-field", misplaced_message(fields, "task roles", owner))
+    found = {field: [field] for field in fields}
+    if owner is not None:
+        found[owner] = fields
+    return found
+
+
+_TOP_HINTS.update(
+    {
+        key: f"`{key}` belongs to a task role: indent it under one in `taskRoles`?"
+        for key in ("instances", "dockerImage", "resourcePerInstance", "commands", "completion")
+    }
+)
+_ROLE_HINTS = {
+    "hivedScheduler": "it belongs under extras.hivedScheduler.taskRoles",
+    "command": "protocol v2 uses a `commands` list",
+    **{
+        key: f"`{key}` belongs under `resourcePerInstance`: indent it there?"
+        for key in _RESOURCE_KEYS
+    },
+}
+
+
 def _read_role(
     name: str, raw: Any, f: Fields, begin_at: dict[str, Any]
 ) -> tuple[TaskRole, RolePaths, bool] | None:
@@ -272,10 +308,7 @@ def _read_role(
         obj,
         path,
         _ROLE_KEYS,
-        hints={
-            "hivedScheduler": "it belongs under extras.hivedScheduler.taskRoles",
-            "command": "protocol v2 uses a `commands` list",
-        },
+        hints=_ROLE_HINTS,
     )
     if "protocolVersion" in obj and obj["protocolVersion"] not in (2, "2"):
         f.issues.error(join(path, "protocolVersion"), "enum", "must be 2")

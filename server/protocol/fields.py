@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from server.protocol.issues import Issues, join
+from server.protocol.layout import nearest
 
 _MISSING = object()
 
@@ -71,6 +72,9 @@ class Fields:
             if key in allowed:
                 continue
             hint = (hints or {}).get(str(key))
+            meant = nearest(str(key), allowed) if hint is None else None
+            if meant is not None:
+                hint = f"did you mean `{meant}`?"
             choices = ", ".join(sorted(allowed))
             message = f"unknown field `{key}`" + (f"; {hint}" if hint else f"; allowed: {choices}")
             self.issues.error(join(path, str(key)), "unknown-field", message)

@@ -70,5 +70,12 @@ class Issues:
         if self.error_count() == since:
             self.error(path, "invalid", f"{what} could not be read")
 
+    def forget_required(self, since: int, path: str, keys: list[str]) -> None:
+        """Drop the `required` errors of `keys` under `path` found since item `since`: another
+        error already says where those fields were written instead."""
+        gone = {join(path, key) for key in keys}
+        kept = self.items[since:]
+        self.items[since:] = [i for i in kept if not (i.code == "required" and i.path in gone)]
+
     def has_errors(self) -> bool:
         return any(i.severity is Severity.ERROR for i in self.items)

@@ -232,13 +232,31 @@ def _load_yaml(text: str) -> Any:
             ) from None
         raise _yaml_error(exc) from None
     except yaml.YAMLError as exc:
-        raise _yaml_error(exc) from None
+        raise _tab_error(text, exc) or _yaml_error(exc) from None
     except RecursionError:
         raise _too_deep() from None
     except ValueError:  # the only one libyaml's constructors raise: an over-long integer
         raise _huge_number() from None
     finally:
         loader.dispose()
+
+
+def _tab_error(text: str, exc: yaml.YAMLError) -> LoadError | None:
+    """A tab in the indentation of the line the parser stopped at (or of the line before) is
+    what broke the document: say so, with that line, instead of the parser's words."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return None
+    lines = text.splitlines()[: exc.problem_mark.line + 1]
+    for number in range(len(lines), max(0, len(lines) - 2), -1):
+        line = lines[number - 1]
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        if "\t" in indent:
+            return LoadError(
+                "yaml-syntax",
+                f"line {number} uses a tab; YAML indents with spaces: replace the tab with "
+                "spaces, as many as the lines around it use",
+            )
+    return None
 
 
 def _yaml_error(exc: yaml.YAMLError) -> LoadError:
