@@ -218,11 +218,17 @@ def run(
             help="Simulator settings file (nodes, virtual clusters, port range).",
         ),
     ] = None,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Show the table only, not what the instances print."),
+    ] = False,
 ) -> None:
-    """Run one job on the local simulator in the foreground; exit 0 SUCCEEDED, 1 FAILED."""
+    """Run one job on the local simulator in the foreground, showing what every instance
+    prints; exit 0 SUCCEEDED, 1 FAILED. The logs stay for `paigraph logs --local`."""
     from server.foreground import run_in_foreground
 
-    raise typer.Exit(run_in_foreground(_resolved(file, param), out, config=config))
+    spec = _resolved(file, param)
+    raise typer.Exit(run_in_foreground(spec, out, config=config, quiet=quiet))
 
 
 _DB_HELP = (

@@ -1,8 +1,11 @@
 """`paigraph run`: one job on the local simulator, in the foreground.
 
 Shows a live table of roles and instances while the job runs (plain state lines when the output
-is not a terminal), prints the logs of failed instances at the end, and stops the job cleanly on
-Ctrl-C. Whatever it started is gone when it returns: containers, networks, held ports, logs.
+is not a terminal) and every instance's output as it comes, each line prefixed by the instance
+(`--quiet`: the table alone, and the logs of failed instances at the end); stops the job cleanly
+on Ctrl-C. Whatever it started is gone when it returns (containers, networks, held ports, its
+attempt folders), but the logs of the job's last attempt, which `run_logs` keeps for
+`paigraph logs --local`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from server.jobs import JobMachine, JobState
 from server.jobs.launch import NotRunnable
 from server.jobs.runner import JobRunner
 from server.protocol.model import JobSpec
+from server.run_logs import keep_logs
+from server.run_output import OutputStreamer
 from simulator.containers import EngineError
 from simulator.settings import SettingsError, load_settings
 
@@ -34,12 +39,14 @@ EXIT_INTERRUPTED = 130
 FAILED_LOG_LINES = 40
 
 
-def run_in_foreground(spec: JobSpec, console: Console, *, config: Path | None = None) -> int:
+def run_in_foreground(
+    spec: JobSpec, console: Console, *, config: Path | None = None, quiet: bool = False
+) -> int:
     """Run `spec` to its end; returns the process exit status."""
-    return asyncio.run(_run(spec, console, config))
+    return asyncio.run(_run(spec, console, config, quiet))
 
 
-async def _run(spec: JobSpec, console: Console, config: Path | None) -> int:
+async def _run(spec: JobSpec, console: Console, config: Path | None, quiet: bool) -> int:
     try:
         settings = load_settings(config)
     except SettingsError as exc:
@@ -54,8 +61,15 @@ async def _run(spec: JobSpec, console: Console, config: Path | None) -> int:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         return EXIT_FAILED
     view = _View(console)
+    output = None if quiet else OutputStreamer(backend, console)
+
+    def changed(machine: JobMachine) -> None:
+        view.update(machine)
+        if output is not None:
+            output.update(machine)
+
     try:
-        runner = JobRunner(spec, backend, job_id=job_id, on_change=view.update)
+        runner = JobRunner(spec, backend, job_id=job_id, on_change=changed)
     except NotRunnable as exc:
         console.print(f"[red]REFUSED[/red] {escape(exc.path)}: {escape(exc.message)}")
         return EXIT_FAILED
@@ -64,7 +78,11 @@ async def _run(spec: JobSpec, console: Console, config: Path | None) -> int:
         await backend.start()
         with view:
             record = await runner.run()
-        await _show_failed_logs(backend, runner.machine, console)
+            if output is not None:
+                await output.finish()
+        if output is None:
+            await _show_failed_logs(backend, runner.machine, console)
+        await _keep_logs(backend, runner.machine, spec.name, settings.state_dir, console)
     finally:
         await backend.close()
         shutil.rmtree(backend.attempts_dir, ignore_errors=True)
@@ -75,6 +93,24 @@ async def _run(spec: JobSpec, console: Console, config: Path | None) -> int:
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_SUCCEEDED if record.state is JobState.SUCCEEDED else EXIT_FAILED
+
+
+async def _keep_logs(
+    backend: DockerBackend, machine: JobMachine, name: str, state_dir: Path, console: Console
+) -> None:
+    """Keep the instances' logs past the run, and say how to read them again."""
+    if not machine.instances or all(v.node is None for v in machine.instances):
+        return  # nothing ever ran
+    try:
+        await keep_logs(backend, machine, name, state_dir)
+    except OSError as exc:
+        console.print(f"[yellow]warning:[/yellow] the logs could not be kept: {escape(str(exc))}")
+        return
+    first = machine.instances[0]
+    console.print(
+        f"[dim]logs kept: paigraph logs --local {escape(name)} {escape(first.role)} "
+        f"{first.index}[/dim]"
+    )
 
 
 def _on_interrupt(runner: JobRunner, console: Console) -> list[int]:

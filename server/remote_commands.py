@@ -65,8 +65,18 @@ def register(app: typer.Typer, parse_params: Any) -> None:
         role: Annotated[str, typer.Argument(help="The task role.")],
         index: Annotated[int, typer.Argument(help="The instance's index.")],
         follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following.")] = False,
+        local: Annotated[
+            bool,
+            typer.Option(
+                "--local",
+                help="Read the logs `paigraph run` kept of a job it ran on this machine "
+                "(its last runs, under the simulator's state directory), not the server's.",
+            ),
+        ] = False,
     ) -> None:
         """Print an instance's output (kept after it ended)."""
+        if local:
+            raise typer.Exit(_local_log(job, role, index))
         client = _client()
         found = _call(lambda: client.job(job))
 
@@ -88,6 +98,39 @@ def register(app: typer.Typer, parse_params: Any) -> None:
                 err.print(f"[red]error:[/red] {escape(e['message'])}")
             raise typer.Exit(1)
         out.print(f"stopping {escape(found['name'])} ({found['id']})")
+
+
+def _local_log(job: str, role: str, index: int) -> int:
+    """Print a log `paigraph run` kept; 1 with what is kept when there is no such log."""
+    from server.run_logs import find_run, kept_jobs, log_name
+    from simulator.settings import SettingsError, load_settings
+
+    try:
+        state_dir = load_settings().state_dir
+    except SettingsError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        return 2
+    folder = find_run(state_dir, job)
+    if folder is None:
+        kept = ", ".join(kept_jobs(state_dir)) or "none yet"
+        err.print(
+            f"[red]error:[/red] no logs of a local run of {escape(job)!r} in {state_dir} "
+            f"(jobs kept: {escape(kept)})"
+        )
+        return 1
+    path = folder / log_name(role, index)
+    if not path.is_file():
+        have = ", ".join(sorted(p.name.removesuffix(".log") for p in folder.glob("*.log")))
+        err.print(
+            f"[red]error:[/red] job {escape(job)!r} has no instance {escape(role)} {index} "
+            f"(its instances: {escape(have)})"
+        )
+        return 1
+    with path.open(encoding="utf-8", errors="replace") as kept_log:
+        for chunk in iter(lambda: kept_log.read(1 << 16), ""):
+            sys.stdout.write(chunk)
+    sys.stdout.flush()
+    return 0
 
 
 def render(job: dict[str, Any]) -> Group:

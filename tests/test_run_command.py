@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -69,6 +70,98 @@ def test_a_failing_instance_fails_the_job_and_shows_its_log(tmp_path: Path) -> N
     assert "job runjob: FAILED" in output
     assert "exit code 3" in output
     assert "about to fail" in output  # the failed instance's log is printed at the end
+
+
+def _paigraph(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PAIGRAPH_SIMULATOR_STATE": str(tmp_path / "state")}
+    return subprocess.run(
+        [sys.executable, "-m", "server.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=60,
+    )
+
+
+TALKING = {
+    "ps": {"commands": ["echo ps says hi"], "completion": {"minSucceededInstances": -1}},
+    "worker": {"instances": 2, "commands": ["echo worker $PAI_TASK_INDEX says hi", "printf end"]},
+}
+
+
+def test_the_instances_output_is_shown_prefixed_and_kept_for_logs_local(tmp_path: Path) -> None:
+    code, output = _finish(_start(tmp_path, job_config(name="talking", roles=TALKING)))
+    assert code == 0, output
+    assert "ps-0     | ps says hi\n" in output
+    assert "worker-0 | worker 0 says hi\n" in output
+    assert "worker-1 | worker 1 says hi\n" in output
+    assert "worker-1 | end" in output  # a last line without its newline is shown too
+    assert "logs kept: paigraph logs --local talking ps 0" in output
+
+    kept = _paigraph(tmp_path, "logs", "--local", "talking", "worker", "1")
+    assert kept.returncode == 0, kept.stderr
+    assert "worker 1 says hi\nend" in kept.stdout and "worker 0" not in kept.stdout
+    missing = _paigraph(tmp_path, "logs", "--local", "talking", "worker", "7")
+    assert missing.returncode == 1
+    assert "its instances: ps-0, worker-0, worker-1" in missing.stderr
+    unknown = _paigraph(tmp_path, "logs", "--local", "silent", "worker", "0")
+    assert unknown.returncode == 1 and "jobs kept: talking" in unknown.stderr
+
+
+def test_quiet_shows_the_table_without_the_output(tmp_path: Path) -> None:
+    code, output = _finish(_start(tmp_path, job_config(name="talking", roles=TALKING), "--quiet"))
+    assert code == 0, output
+    assert "says hi" not in output and " | " not in output
+    assert "job talking: SUCCEEDED" in output
+    kept = _paigraph(tmp_path, "logs", "--local", "talking", "ps", "0")
+    assert "\nps says hi\n" in kept.stdout, kept
+
+
+def test_only_the_last_runs_logs_are_kept(tmp_path: Path) -> None:
+    from server.run_logs import KEEP_RUNS, find_run, runs_dir
+
+    state = tmp_path / "state"
+    for n in range(KEEP_RUNS + 2):
+        folder = runs_dir(state) / f"old-{n}"
+        folder.mkdir(parents=True)
+        (folder / "job.json").write_text(json.dumps({"id": folder.name, "name": f"old{n}"}))
+        os.utime(folder / "job.json", (n, n))
+    code, output = _finish(_start(tmp_path, job_config(name="talking", roles=TALKING), "-q"))
+    assert code == 0, output
+    kept = sorted(p.name for p in runs_dir(state).iterdir())
+    assert len(kept) == KEEP_RUNS and find_run(state, "talking") is not None
+    assert "old-0" not in kept and "old-2" not in kept and f"old-{KEEP_RUNS + 1}" in kept
+
+
+def test_each_instance_keeps_its_own_colour() -> None:
+    import io
+
+    from rich.console import Console
+
+    from server.jobs.machine import InstanceView
+    from server.run_output import OutputStreamer
+
+    class Machine:
+        def __init__(self, attempt: int) -> None:
+            self.instances = [
+                InstanceView(role=r, index=i, attempt=attempt)
+                for r, i in (("ps", 0), ("worker", 0), ("worker", 1))
+            ]
+
+    def prefixes(attempt: int) -> dict[str, str]:
+        screen = io.StringIO()
+        console = Console(file=screen, force_terminal=True, color_system="standard", width=80)
+        streamer = OutputStreamer(backend=None, console=console)  # type: ignore[arg-type]
+        streamer._name_instances(Machine(attempt))  # type: ignore[arg-type]
+        for (role, index), label in streamer._labels.items():
+            streamer._print(label, f"{role} {index}")
+        lines = screen.getvalue().splitlines()
+        return {line.split("|")[0].split("m", 1)[1].strip(): line.split("|")[0] for line in lines}
+
+    first, again = prefixes(1), prefixes(2)
+    assert first == again  # the same colour in every attempt
+    assert len(set(first.values())) == 3  # and a colour of its own
 
 
 def test_ctrl_c_stops_the_job_cleanly(tmp_path: Path) -> None:
@@ -221,4 +314,7 @@ def test_with_gang_allocation_off_only_the_failed_instance_runs_again(tmp_path: 
     code, output = _finish(_start(tmp_path, text))
     assert code == 0, output
     assert "job flaky: SUCCEEDED" in output
-    assert "attempt 1" in output and "attempt 2" not in output
+    # one job attempt; the instance's own retry is followed too, its output shown
+    assert re.search(r"job flaky-\w+  attempt 1 ", output), output
+    assert not re.search(r"job flaky-\w+  attempt 2 ", output), output
+    assert "main-1 | first try fails\n" in output and "main-1 | second try\n" in output
