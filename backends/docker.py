@@ -11,6 +11,14 @@ Without gang allocation one ended instance can be started again on its own (`rel
 placed alone, keeps its address (and its ports when they are free) so the environment its
 peers started with stays true, and each run's container carries its run number, so events of
 an earlier run are never taken for the current one.
+
+Docker publishes a container's ports only when it starts it, and another program (another
+paigraph with its own port table, a test run beside this one) may take a port after the
+allocator found it free. The gang's containers therefore wait at a gate (docker_specs.GATE)
+until every one of them has started: when a port was lost, the whole gang is started again
+with fresh ports for the instances that lost one, so every peer's environment names the ports
+each really has and no command ran twice. The alternative, starting only the one container
+again, would leave its peers with an environment naming a port it does not have.
 """
 
 from __future__ import annotations
@@ -84,6 +92,7 @@ from simulator.containers import (
     Engine,
     EngineError,
     NetworkInfo,
+    PortTaken,
 )
 from simulator.ports import PortAllocator, PortError
 from simulator.prereqs import (
@@ -106,6 +115,7 @@ _FETCH_KIND = {
     Fetch.MOUNT: MaterialKind.MOUNT,
 }
 _PARALLEL_STARTS = 16
+_PORT_TRIES = 3  # starts of a gang (or a relaunch) whose ports other programs keep taking
 _LOG_CHECK_SECONDS = 2.0  # how often running instances' logs are kept within their limit
 
 
@@ -377,31 +387,121 @@ class DockerBackend:
             with contextlib.suppress(EngineError):
                 self.engine.remove_network(network.name)
             return
-        placements = {
-            (role.name, index): Placement(
-                node=slots[(role.name, index)].node,
-                host_ip=addresses[n],
-                ports=ports[(role.name, index)],
-            )
-            for n, (role, index) in enumerate(order)
-        }
-        specs = []
+        with self._lock:
+            for instance in attempt.instances.values():
+                instance.gated = True
+        for tries_left in range(_PORT_TRIES - 1, -1, -1):
+            placements = {
+                (role.name, index): Placement(
+                    node=slots[(role.name, index)].node,
+                    host_ip=addresses[n],
+                    ports=ports[(role.name, index)],
+                )
+                for n, (role, index) in enumerate(order)
+            }
+            specs = []
+            for role, index in order:
+                instance = attempt.instances[(role.name, index)]
+                if instance.ended:  # failed to start for another reason, or stopped
+                    continue
+                instance.placement = placements[(role.name, index)]
+                slot = slots[(role.name, index)]
+                spec = self._prepare_run(attempt, instance, placements, network.name, mounts, slot)
+                records.create_log(instance.dir)
+                specs.append((instance, spec))
+            lost = self._run_gang(attempt, specs, retry_ports=tries_left > 0)
+            if not lost or not self._new_ports_for(attempt, lost, ports):
+                break
+        started = [i for i, _ in specs if not i.ended]
         for role, index in order:
-            instance = attempt.instances[(role.name, index)]
-            instance.placement = placements[(role.name, index)]
-            slot = slots[(role.name, index)]
-            spec = self._prepare_run(attempt, instance, placements, network.name, mounts, slot)
-            records.create_log(instance.dir)
-            specs.append((instance, spec))
-            self._emit_placed(instance, role)
-        list(self._docker_pool.map(lambda pair: self._run_container(attempt, *pair), specs))
+            if not attempt.instances[(role.name, index)].ended:
+                self._emit_placed(attempt.instances[(role.name, index)], role)
+        self._open_gates(started)
         # every container may have failed to start: then the network is not needed any more
         self._cleanup_if_done(attempt)
 
-    def _run_container(self, attempt: Attempt, instance: Instance, spec: ContainerSpec) -> None:
+    def _run_gang(
+        self, attempt: Attempt, specs: list[tuple[Instance, ContainerSpec]], *, retry_ports: bool
+    ) -> list[tuple[Instance, PortTaken]]:
+        """Start every container of the gang at once; the ones whose port was taken meanwhile
+        (when `retry_ports`, else they fail to start)."""
+        results = self._docker_pool.map(
+            lambda pair: (pair[0], self._run_container(attempt, *pair, retry_ports=retry_ports)),
+            specs,
+        )
+        return [(instance, lost) for instance, lost in results if lost is not None]
+
+    def _new_ports_for(
+        self,
+        attempt: Attempt,
+        lost: list[tuple[Instance, PortTaken]],
+        ports: dict[tuple[str, int], dict[str, list[int]]],
+    ) -> bool:
+        """Take the gang's containers away (their commands never ran: they wait at the gate)
+        and give the instances whose port was taken fresh ones, so the next try starts every
+        container again with an environment naming the ports each really has. False when no
+        fresh ports can be had: then the instances fail to start, saying which port went."""
+        self._discard_run(attempt)
+        for instance, taken in lost:
+            key = instance.key
+            self.progress(f"{key.role}-{key.index}: port {taken.port} was taken; trying others")
+            log.warning("%s: %s; starting the gang again on other ports", instance.key, taken)
+            self.ports.release(instance.port_owner)
+            role = attempt.request.role(key.role)
+            try:
+                fresh = self.ports.allocate(instance.port_owner, port_asks(role, key.index))
+            except PortError as exc:
+                reason = f"{taken}; no other ports: {exc}"
+                for peer in attempt.instances.values():
+                    self._end(attempt, peer, EventKind.START_FAILED, reason=reason)
+                return False
+            ports[(key.role, key.index)] = fresh
+        return True
+
+    def _discard_run(self, attempt: Attempt) -> None:
+        """Remove every container of the attempt's current run; each instance's next one gets
+        a new run number, so events of the removed ones are told apart and ignored."""
+        with self._lock:
+            removed = []
+            for instance in attempt.instances.values():
+                if instance.ended:
+                    continue
+                instance.run += 1
+                instance.started_at = None
+                if instance.container_id:
+                    removed.append(instance.container_id)
+                    self._by_container.pop(instance.container_id, None)
+                    instance.container_id = None
+        for instance in attempt.instances.values():
+            if not instance.ended:
+                self._write_run(instance, queued=False)
+        list(self._docker_pool.map(self.engine.remove, removed))
+
+    def _open_gates(self, instances: list[Instance]) -> None:
+        """Let the started containers run their commands. STARTED is told first (for those
+        Docker reported started meanwhile; the others tell it themselves from now on), so it
+        always comes before the end of commands that may take no time at all."""
+        for instance in instances:
+            with self._lock:
+                instance.gated = False
+                started = instance.started_at is not None and not instance.ended
+            if started:
+                self._emit(self._event(instance, EventKind.STARTED, placement=instance.placement))
+            try:
+                records.open_gate(instance.dir)
+            except OSError as exc:  # it would wait for ever: stop it (it ends as stopped)
+                log.error("cannot let %s start its commands: %s", instance.key, exc)
+                if instance.container_id:
+                    self.engine.stop(instance.container_id, 0)
+
+    def _run_container(
+        self, attempt: Attempt, instance: Instance, spec: ContainerSpec, *, retry_ports: bool
+    ) -> PortTaken | None:
+        """Start the instance's container; a port taken meanwhile is returned when
+        `retry_ports` (the caller tries other ports), else the instance fails to start."""
         if attempt.stopping:
             self._end(attempt, instance, EventKind.STOPPED, reason="stopped before it started")
-            return
+            return None
         moved = self._moved_material(spec)
         if moved:
             reason = (
@@ -409,12 +509,17 @@ class DockerBackend:
                 "in its path); it is not mounted"
             )
             self._end(attempt, instance, EventKind.START_FAILED, reason=reason)
-            return
+            return None
         try:
             container_id = self.engine.run(spec)
+        except PortTaken as exc:
+            if retry_ports:
+                return exc
+            self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
+            return None
         except EngineError as exc:  # ImageMissing too
             self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
-            return
+            return None
         with self._lock:
             instance.container_id = container_id
             self._by_container[container_id] = instance
@@ -422,6 +527,7 @@ class DockerBackend:
             self.engine.remove(container_id)
         elif attempt.stopping:
             self.engine.stop(container_id, 0)
+        return None
 
     def _moved_material(self, spec: ContainerSpec) -> str | None:
         """The first prerequisite's host directory that is no longer the one checked, checked
@@ -633,16 +739,33 @@ class DockerBackend:
             self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
             self._cleanup_if_done(attempt)
             return
-        instance.placement = Placement(node=slot.node, host_ip=address, ports=ports)
-        placements = {
-            name: peer.placement
-            for name, peer in attempt.instances.items()
-            if peer.placement is not None
-        }
-        spec = self._prepare_run(attempt, instance, placements, network, mounts, slot)
-        self._write_run(instance, queued=False)
-        self._emit_placed(instance, role)
-        self._run_container(attempt, instance, spec)
+        for tries_left in range(_PORT_TRIES - 1, -1, -1):
+            instance.placement = Placement(node=slot.node, host_ip=address, ports=ports)
+            placements = {
+                name: peer.placement
+                for name, peer in attempt.instances.items()
+                if peer.placement is not None
+            }
+            spec = self._prepare_run(attempt, instance, placements, network, mounts, slot)
+            self._write_run(instance, queued=False)
+            with self._lock:
+                instance.gated = True  # STARTED follows PLACED, told once its ports are sure
+            records.close_gate(instance.dir)
+            lost = self._run_container(attempt, instance, spec, retry_ports=tries_left > 0)
+            if lost is None:
+                break
+            # its peers run already: like a relaunch whose ports were not free, it takes others
+            log.warning("%s: %s; starting it again on other ports", key, lost)
+            self.ports.release(instance.port_owner)
+            try:
+                ports = self.ports.allocate(instance.port_owner, port_asks(role, key.index))
+            except PortError as exc:
+                reason = f"{lost}; no other ports: {exc}"
+                self._end(attempt, instance, EventKind.START_FAILED, reason=reason)
+                break
+        if not instance.ended:
+            self._emit_placed(instance, role)
+            self._open_gates([instance])
         self._cleanup_if_done(attempt)
 
     def _network_for(self, attempt: Attempt, position: int) -> tuple[str, str]:
@@ -687,8 +810,11 @@ class DockerBackend:
         if event.labels.get(RUN, "1") != str(instance.run):
             return  # the container of an earlier run of a relaunched instance
         if event.action == "start":
-            instance.started_at = event.at
-            self._emit(self._event(instance, EventKind.STARTED, placement=instance.placement))
+            with self._lock:
+                instance.started_at = event.at
+                gated = instance.gated
+            if not gated:  # else told when the gate opens, with the placement it ran with
+                self._emit(self._event(instance, EventKind.STARTED, placement=instance.placement))
         elif event.action == "die":
             self._pool.submit(self._finish_container, attempt, instance, event.id)
 
@@ -898,6 +1024,7 @@ class DockerBackend:
             instance.started_at = info.started_at
             self._by_container[info.id] = instance
             if info.status == "running":
+                self._open_adopted_gate(instance)
                 self.ports.adopt(
                     instance.port_owner, [p for group in ports.values() for p in group]
                 )
@@ -910,6 +1037,14 @@ class DockerBackend:
         for held_id, slots in held.items():
             attempt = self._attempts[held_id]
             self.cluster.adopt(held_id, attempt.request.virtual_cluster, slots)
+
+    def _open_adopted_gate(self, instance: Instance) -> None:
+        """A container adopted while it waited at the gate (its gang had started, the gate
+        was not opened yet) runs its commands now rather than wait for ever."""
+        try:
+            records.open_gate(instance.dir)
+        except OSError as exc:
+            log.error("cannot let the adopted %s start its commands: %s", instance.key, exc)
 
     def _adopt_networks(self) -> None:
         """Give each live attempt its network back (with its addresses when the record of them

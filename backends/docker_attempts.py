@@ -33,6 +33,7 @@ class Instance:
     placement: Placement | None = None
     ended: bool = False
     waiting_reason: str | None = None  # why a relaunch waits, told once per change
+    gated: bool = False  # its container waits at the gate: STARTED is told when it opens
 
     @property
     def attempt_id(self) -> str:

@@ -9,6 +9,8 @@ addresses of its network (`network.json`), and one folder per instance (`<role>-
     <role>-<index>/log-dropped.json  which middle part of a long log was dropped (the same)
     <role>-<index>/pai/            mounted READ-ONLY at /usr/local/pai: the runtime environment
                                    and the entrypoint, written by the server
+    <role>-<index>/pai/go          written once every container of the gang started: the
+                                   commands wait for it (docker_specs.GATE)
     <role>-<index>/pai/run/        mounted read-write at /usr/local/pai/run: the only place the
                                    container writes, holding its log and its commands' file
 
@@ -44,6 +46,7 @@ _EXIT = "exit.json"
 _RUN = "relaunch.json"
 _RUNTIME = "pai"  # mounted read-only at RUNTIME_DIR
 _WRITABLE = "run"  # inside it, mounted read-write at RUN_DIR
+_GATE = "go"  # inside the read-only folder: the commands may start (docker_specs.GATE)
 _LOG = "output.log"
 _DROPPED = "log-dropped.json"  # which range of a long log was dropped (the server's own)
 
@@ -180,6 +183,16 @@ def write_runtime_files(instance_dir: Path, env: dict[str, str], role: RoleLaunc
     writable_dir(instance_dir).mkdir(parents=True, exist_ok=True)
     host_files.write_atomic(runtime / "runtime_env.sh", shell_env_file(env))
     host_files.write_atomic(runtime / "entrypoint.sh", entrypoint_script(role))
+
+
+def open_gate(instance_dir: Path) -> None:
+    """Let the instance's commands start (its container waits for this file; see GATE)."""
+    host_files.write_atomic(runtime_dir(instance_dir) / _GATE, "")
+
+
+def close_gate(instance_dir: Path) -> None:
+    """Make the instance's next container wait at the gate (an earlier run opened it)."""
+    (runtime_dir(instance_dir) / _GATE).unlink(missing_ok=True)
 
 
 # --- logs --------------------------------------------------------------------------------------

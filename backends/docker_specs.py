@@ -29,6 +29,13 @@ GPUS = f"{LABEL}.gpus"
 RUN = f"{LABEL}.run"  # 1, then 2, 3 ... for each time the instance is started again
 
 
+GATE = f"{RUNTIME_DIR}/go"  # written by the backend once every container of the gang started
+# Docker publishes a container's ports when it starts it, and a port may have been taken since
+# it was checked free: the commands wait until the whole gang has started, so that a container
+# whose port was lost can be replaced (and its peers' environment rewritten) before anything ran
+_WAIT_AT_GATE = f"until [ -e {GATE} ]; do sleep 0.1; done; exec /bin/sh {ENTRYPOINT}"
+
+
 def run_owner() -> str:
     """The owner label of a foreground `paigraph run`: host and pid, so leftovers can be told."""
     return f"run-{socket.gethostname()}-{os.getpid()}"
@@ -101,7 +108,7 @@ def container_spec(
         # each run its own name: the container of the run before may not be removed yet
         name=name if run == 1 else f"{name}-run{run}",
         image=role.image,
-        command=["/bin/sh", ENTRYPOINT],
+        command=["/bin/sh", "-c", _WAIT_AT_GATE],
         network=network,
         ip=placement.host_ip,
         aliases=aliases,

@@ -11,6 +11,7 @@ import contextlib
 import ipaddress
 import math
 import os
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,23 @@ class EngineError(Exception):
 
 class ImageMissing(EngineError):
     pass
+
+
+class PortTaken(EngineError):
+    """Docker could not publish a host port: another program took it after the port allocator
+    found it free (the check is a snapshot). The container was not started."""
+
+    def __init__(self, message: str, port: int | None) -> None:
+        super().__init__(message)
+        self.port = port
+
+
+# "Bind for 127.0.0.1:15000 failed: port is already allocated" (Docker's own table), or
+# "listen tcp4 127.0.0.1:15000: bind: address already in use" (docker-proxy)
+_PORT_TAKEN = re.compile(
+    r"(?:Bind for|listen tcp\d?) \[?[\w.:]*?\]?:(\d+)(?: failed: port is already allocated|"
+    r": bind: address already in use)"
+)
 
 
 @dataclass(frozen=True)
@@ -256,7 +274,7 @@ class Engine:
             api.start(container_id)
         except docker.errors.APIError as exc:
             self.remove(container_id)
-            raise EngineError(f"cannot start container {spec.name}: {_explain(exc)}") from None
+            raise _start_error(spec.name, _explain(exc)) from None
         return container_id
 
     def stop(self, container_id: str, grace_seconds: float) -> None:
@@ -319,6 +337,19 @@ class Engine:
                 stream.close()
 
         return stop
+
+
+def _start_error(name: str, explanation: str) -> EngineError:
+    """Why a container did not start; a host port taken meanwhile says which port."""
+    taken = _PORT_TAKEN.search(explanation)
+    if taken is None:
+        return EngineError(f"cannot start container {name}: {explanation}")
+    port = int(taken.group(1))
+    return PortTaken(
+        f"cannot start container {name}: host port {port} was taken by another program after "
+        f"it was checked free ({explanation})",
+        port,
+    )
 
 
 def _label_filter(labels: dict[str, str]) -> list[str]:

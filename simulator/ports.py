@@ -16,7 +16,9 @@ even when they belong to two simulator processes (``paigraph run`` in two termin
 
 A call is all-or-none: either every requested port is held afterwards or none is. The bind
 check is a snapshot: a program may still grab a port between the check and the container's
-start; the container start then fails and says so.
+start (another paigraph with another state directory, such as a test run beside this one,
+scans the same range from the same start). Docker then refuses to publish it, and the backend
+starts the gang again on other ports before any command ran (see `backends.docker`).
 """
 
 from __future__ import annotations

@@ -184,12 +184,12 @@ async def test_failures_are_reported_with_their_cause(tmp_path: Path) -> None:
         [oom_end] = (await events.all_ended(oom)).values()
         [fail_end] = (await events.all_ended(failing)).values()
         [missing_end] = (await events.all_ended(missing)).values()
-        assert oom_end.kind is EventKind.EXITED and oom_end.oom_killed
-        assert oom_end.exit_code == 137
+        assert oom_end.kind is EventKind.EXITED and oom_end.oom_killed, oom_end.reason
+        assert oom_end.exit_code == 137, oom_end.reason
         assert "memory limit of 32 MB" in oom_end.reason
-        assert fail_end.kind is EventKind.EXITED and fail_end.exit_code == 3
+        assert (fail_end.kind, fail_end.exit_code) == (EventKind.EXITED, 3), fail_end.reason
         assert "about to fail" in await log_text(sim, fail_end.key)
-        assert missing_end.kind is EventKind.START_FAILED
+        assert missing_end.kind is EventKind.START_FAILED, missing_end.reason
         assert "paigraph/does-not-exist:1" in missing_end.reason
         assert "not on this machine" in missing_end.reason
         for request in (oom, failing, missing):
@@ -464,11 +464,14 @@ async def test_relaunch_after_every_peer_ended_gets_a_network_again(tmp_path: Pa
         events = Collector(sim)
         await sim.launch(request)
         ended = await events.all_ended(request)
-        assert ended[retried].exit_code == 2
+        assert (ended[retried].kind, ended[retried].exit_code) == (EventKind.EXITED, 2), [
+            e.reason for e in ended.values()
+        ]
         assert await _nothing_left(sim.owner)
         await sim.relaunch(retried)
         await events.until(lambda: _runs(events, retried).count(EventKind.EXITED) == 2)
-        assert events.ended(request)[retried].exit_code == 0
+        second = events.ended(request)[retried]
+        assert (second.kind, second.exit_code) == (EventKind.EXITED, 0), second.reason
         placement = [e.placement for e in events.of(request) if e.kind is EventKind.PLACED][-1]
         assert f"ran at {placement.host_ip}\n" in await log_text(sim, retried)
         [report] = [r for r in await sim.reconcile() if r.key == retried]
@@ -616,3 +619,83 @@ async def test_ports_are_published_on_loopback_only_unless_the_settings_say_othe
     bindings, port, reached = await _published(tmp_path / "open", publish_address="0.0.0.0")
     assert bindings == [{"HostIp": "0.0.0.0", "HostPort": str(port)}]
     assert all(reached.values()), reached
+
+
+@contextlib.contextmanager
+def _port_thief(sim, role_name: str, label: str = "http"):
+    """Takes the `label` port the allocator gives `role_name`'s first instance, the first
+    time, before Docker can publish it: another program winning the race. Yields the ports
+    taken."""
+    taken: list[int] = []
+    sockets: list[socket.socket] = []
+    allocate_many = sim.ports.allocate_many
+
+    def allocate_and_steal(asks):
+        result = allocate_many(asks)
+        for (owner, _), ports in zip(asks, result, strict=True):
+            if not taken and owner.endswith(f"/{role_name}/0"):
+                thief = socket.socket()
+                thief.bind(("0.0.0.0", ports[label][0]))
+                thief.listen()
+                sockets.append(thief)
+                taken.append(ports[label][0])
+        return result
+
+    sim.ports.allocate_many = allocate_and_steal
+    try:
+        yield taken
+    finally:
+        for thief in sockets:
+            thief.close()
+
+
+async def test_a_port_taken_before_docker_publishes_it_is_replaced_before_any_command_runs(
+    tmp_path: Path,
+) -> None:
+    request = job(
+        role("ps", ["echo ps serves on $PAI_CONTAINER_HOST_PORT"]),
+        role("worker", ["echo worker sees ps at $PAI_TASK_ROLE_ps_HOST_LIST"], instances=2),
+    )
+    ps = InstanceKey(job_id=request.job_id, attempt=1, role="ps", index=0)
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        with _port_thief(sim, "ps") as taken:
+            await sim.launch(request)
+            ended = await events.all_ended(request)
+        assert {k.role: (e.kind, e.exit_code) for k, e in ended.items()} == {
+            "ps": (EventKind.EXITED, 0),
+            "worker": (EventKind.EXITED, 0),
+        }, [e.reason for e in ended.values()]
+        [stolen] = taken
+        http = ended[ps].placement.ports["http"][0]
+        assert http != stolen
+        ps_log = await log_text(sim, ps)
+        assert ps_log.count("task role ps: starting") == 1  # its commands ran once
+        assert f"ps serves on {http}\n" in ps_log
+        for index in (0, 1):
+            worker = ps.model_copy(update={"role": "worker", "index": index})
+            address = f"{ended[ps].placement.host_ip}:{http}"
+            assert f"worker sees ps at {address}\n" in await log_text(sim, worker)
+        kinds = [e.kind for e in events.of(request) if e.key == ps]
+        assert kinds == [EventKind.PLACED, EventKind.STARTED, EventKind.EXITED], kinds
+        await sim.forget(request.job_id, 1)
+        events.close()
+        assert await _nothing_left(sim.owner)
+
+
+async def test_a_port_lost_on_every_try_fails_the_start_naming_the_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("backends.docker._PORT_TRIES", 1)
+    request = job(role("web", ["true"]))
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        with _port_thief(sim, "web") as taken:
+            await sim.launch(request)
+            [end] = (await events.all_ended(request)).values()
+        assert end.kind is EventKind.START_FAILED, end.reason
+        assert f"host port {taken[0]} was taken by another program after it was checked free" in (
+            end.reason or ""
+        )
+        await sim.forget(request.job_id, 1)
+        events.close()
