@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -122,6 +122,7 @@ def create_app(
     backend: str | Backend | None = "docker",
     max_body: int = MAX_BODY_BYTES,
     max_subscriptions_per_user: int = MAX_SUBSCRIPTIONS_PER_USER,
+    on_stop: Callable[[Store], None] | None = None,
 ) -> Starlette:
     """The app serving /graphql (GraphiQL in a browser), /healthz, and the web UI at / (any
     other path is one of the UI's own routes).
@@ -134,7 +135,9 @@ def create_app(
     submitting and stopping answer that no backend runs. `host` is where the server
     listens: on loopback only, a database without users lets requests act as the local admin.
     `max_body` bounds a request body and a websocket message; `max_subscriptions_per_user`
-    the operations one user runs at once over all their websockets.
+    the operations one user runs at once over all their websockets. `on_stop` is called with
+    the store when the server stops, before anything is closed (`paigraph serve` says there
+    what keeps running).
     """
     slot = RuntimeSlot()
     loopback = is_loopback(host)
@@ -164,6 +167,8 @@ def create_app(
                 yield
             finally:
                 slot.current = None
+                if on_stop is not None:
+                    await asyncio.to_thread(on_stop, runtime.store)
 
     endpoint = GraphQLEndpoint(schema, slot, max_body=max_body)
     app = Starlette(

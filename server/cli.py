@@ -293,8 +293,25 @@ def serve(
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2 if backend not in BACKENDS else 1) from None
     err.print(f"paigraph serving GraphQL on http://{host}:{port}/graphql")
-    app = create_app(db_url=db, host=host, backend=chosen)
+    app = create_app(
+        db_url=db,
+        host=host,
+        backend=chosen,
+        on_stop=lambda store: _say_what_keeps_running(store, backend),
+    )
     uvicorn.Server(server_config(app, host=host, port=port, log_level="info")).run()
+
+
+def _say_what_keeps_running(store: Store, backend: str) -> None:
+    """As the server stops: the jobs it leaves running, and what to do about them."""
+    from server.shutdown import farewell, still_running
+
+    try:
+        left = still_running(store)
+    except Exception as exc:  # the database went away: say so rather than fail the shutdown
+        err.print(f"paigraph stopped; the jobs left running cannot be counted: {escape(str(exc))}")
+        return
+    err.print(escape(farewell(left, backend)))
 
 
 users_app = typer.Typer(help="Manage users and their tokens.", no_args_is_help=True)

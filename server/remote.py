@@ -21,6 +21,7 @@ from server.api.ids import BadId, parse_global_id
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+LIVE_STATES = frozenset({"WAITING", "STARTING", "RUNNING"})  # a stop still has work to do
 
 JOB_FIELDS = """
   id name state stateReason attempt retries virtualCluster
@@ -133,6 +134,27 @@ class Client:
             {"id": job_id},
         )
         return data["stopJob"]
+
+    def viewer(self) -> dict[str, Any]:
+        """Who the token is: `name` and `admin`."""
+        return self.execute("{ viewer { name admin } }")["viewer"]
+
+    def live_jobs(self, owner: str | None) -> list[dict[str, Any]]:
+        """Every job not ended yet (`owner`'s, or everyone's the viewer may see), newest first."""
+        query = (
+            "query($after: String, $filter: JobFilter) {"
+            " jobs(first: 100, after: $after, filter: $filter) {"
+            " edges { node { id name state user { name } } } pageInfo { hasNextPage endCursor } } }"
+        )
+        found: list[dict[str, Any]] = []
+        after = None
+        job_filter = {"state": sorted(LIVE_STATES), **({"user": owner} if owner else {})}
+        while True:
+            page = self.execute(query, {"after": after, "filter": job_filter})["jobs"]
+            found += [edge["node"] for edge in page["edges"]]
+            if not page["pageInfo"]["hasNextPage"]:
+                return found
+            after = page["pageInfo"]["endCursor"]
 
     def job_events(self, job_id: str) -> Iterator[dict[str, Any]]:
         query = (

@@ -88,16 +88,25 @@ def register(app: typer.Typer, parse_params: Any) -> None:
         _call(stream)
 
     @app.command()
-    def stop(job: Annotated[str, typer.Argument(help="The job's id or name.")]) -> None:
-        """Stop a job (its owner or an admin)."""
+    def stop(
+        job: Annotated[str | None, typer.Argument(help="The job's id or name.")] = None,
+        every: Annotated[
+            bool,
+            typer.Option(
+                "--all",
+                help="Stop every job not ended yet: your own, or everyone's for an admin.",
+            ),
+        ] = False,
+    ) -> None:
+        """Stop a job (its owner or an admin), or with --all every running job."""
+        if (job is None) == (not every):
+            err.print("[red]error:[/red] name one job, or give --all (not both)")
+            raise typer.Exit(2)
         client = _client()
+        if every:
+            raise typer.Exit(_stop_all(client))
         found = _call(lambda: client.job(job))
-        result = _call(lambda: client.stop(found["id"]))
-        if result["errors"]:
-            for e in result["errors"]:
-                err.print(f"[red]error:[/red] {escape(e['message'])}")
-            raise typer.Exit(1)
-        out.print(f"stopping {escape(found['name'])} ({found['id']})")
+        raise typer.Exit(0 if _stop_one(client, found) else 1)
 
 
 def _local_log(job: str, role: str, index: int) -> int:
@@ -131,6 +140,30 @@ def _local_log(job: str, role: str, index: int) -> int:
             sys.stdout.write(chunk)
     sys.stdout.flush()
     return 0
+
+
+def _stop_one(client: Client, job: dict[str, Any]) -> bool:
+    """Ask the server to stop `job`; False (said why) when it refused."""
+    result = _call(lambda: client.stop(job["id"]))
+    for e in result["errors"]:
+        err.print(f"[red]error:[/red] {escape(job['name'])}: {escape(e['message'])}")
+    if result["errors"]:
+        return False
+    out.print(f"stopping {escape(job['name'])} ({job['id']})")
+    return True
+
+
+def _stop_all(client: Client) -> int:
+    """Stop every live job the viewer may stop: an admin's are everyone's, a user's their own."""
+    viewer = _call(client.viewer)
+    jobs = _call(lambda: client.live_jobs(None if viewer["admin"] else viewer["name"]))
+    whose = "anyone's" if viewer["admin"] else "yours"
+    if not jobs:
+        out.print(f"no running job to stop ({whose})")
+        return 0
+    stopped = sum(_stop_one(client, job) for job in jobs)
+    out.print(f"{stopped} of {len(jobs)} running job{'s' * (len(jobs) != 1)} ({whose}) stopping")
+    return 0 if stopped == len(jobs) else 1
 
 
 def render(job: dict[str, Any]) -> Group:

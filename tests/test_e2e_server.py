@@ -493,3 +493,70 @@ def test_websockets_are_served_uncompressed(tmp_path: Path) -> None:
             assert "Sec-WebSocket-Extensions" not in ws.response.headers
             ws.send('{"type": "connection_init", "payload": {}}')
             assert '"connection_ack"' in str(ws.recv(timeout=10))
+
+
+# --- stopping the server, and stopping every job ----------------------------------------------
+
+SLEEPERS = job_config(
+    name="sleepers", roles={"sleeper": {"instances": 2, "commands": ["sleep 600"]}}
+)
+
+
+def _running(server: Server, token: str) -> str:
+    """Submit SLEEPERS as the token's user; its id once both instances run."""
+    job_file = server.state_dir.parent / "sleepers.json"
+    job_file.write_text(SLEEPERS)
+    submitted = server.paigraph("submit", str(job_file), token=token)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    client = server.client(token)
+    until(
+        lambda: [i["state"] for i in instances(job(client, job_id)).values()] == ["RUNNING"] * 2,
+        f"job {job_id} running",
+    )
+    return job_id
+
+
+def test_stopping_the_server_says_what_keeps_running_and_stop_all_stops_it(
+    tmp_path: Path,
+) -> None:
+    with served("sqlite", tmp_path) as server:
+        tokens = {}
+        for name, admin in (("ann", False), ("bob", False), ("root", True)):
+            added = server.paigraph("users", "add", name, *(["--admin"] if admin else []))
+            assert added.returncode == 0, added.stderr
+            tokens[name] = added.stdout.strip()
+        server.start()
+        ann_job = _running(server, tokens["ann"])
+        bob_job = _running(server, tokens["bob"])
+
+        server.stop()  # as Ctrl-C does: uvicorn shuts down, the containers run on
+        assert (
+            "paigraph stopped; 2 jobs (4 instances) keep running in their containers."
+            in server.output()
+        ), server.output()
+        assert "paigraph stop --all" in server.output()
+        assert len(containers(server.owner, "running")) == 4
+
+        server.start()  # adopts them
+        by_bob = server.paigraph("stop", "--all", token=tokens["bob"])
+        assert by_bob.returncode == 0, by_bob.stderr
+        assert f"stopping sleepers ({bob_job})" in by_bob.stdout
+        assert "1 of 1 running job (yours) stopping" in by_bob.stdout
+        assert final_job(server.client(tokens["root"]), bob_job)["state"] == "STOPPED"
+        assert job(server.client(tokens["root"]), ann_job)["state"] == "RUNNING"
+
+        by_root = server.paigraph("stop", "--all", token=tokens["root"])
+        assert by_root.returncode == 0, by_root.stderr
+        assert f"stopping sleepers ({ann_job})" in by_root.stdout
+        assert "1 of 1 running job (anyone's) stopping" in by_root.stdout
+        assert final_job(server.client(tokens["root"]), ann_job)["state"] == "STOPPED"
+        again = server.paigraph("stop", "--all", token=tokens["root"])
+        assert again.stdout.strip() == "no running job to stop (anyone's)"
+        both = server.paigraph("stop", "sleepers", "--all", token=tokens["root"])
+        assert both.returncode == 2 and "name one job, or give --all" in both.stderr
+
+        server.stop()
+        last_run = server.output().rsplit("Started server process", 1)[1]
+        assert "paigraph stopped; no job was running." in last_run, last_run
+        nothing_left(server.owner)
