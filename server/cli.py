@@ -41,6 +41,35 @@ def main() -> None:
     app()
 
 
+def package_version() -> str:
+    """paigraph's version as installed (pyproject.toml's), or `unknown` when it runs from a
+    checkout that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("paigraph")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"paigraph {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """paigraph: multi-role batch jobs in the OpenPAI style, served over GraphQL."""
+
+
 def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()

@@ -447,3 +447,9 @@ def test_the_installed_command_exits_with_the_documented_codes(
     assert "--epochs 7" in resolved.stdout
     assert status("resolve", DRAFT_JOB, "--param", "epochs").returncode == 2
     assert "Traceback" not in valid.stderr + invalid.stderr + resolved.stderr
+
+
+def test_version_prints_the_installed_version_on_one_line() -> None:
+    code, stdout, _ = run("--version")
+    assert code == 0
+    assert re.fullmatch(r"paigraph (\d+\.\d+\.\d+\S*|unknown)\n", stdout), stdout
