@@ -1,0 +1,138 @@
+"""The README's two commands as a newcomer on Debian or Ubuntu runs them: scripts/test and
+scripts/serve on the distribution's own python3 (which refuses `pip install` into itself),
+from a copy of the repository with nothing installed. Both must make the project's virtual
+environment .venv, install into it, and the second must reuse it.
+
+This installs paigraph's dependencies from PyPI into a fresh environment: a few minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.test_e2e_server import ROOT, free_port, until
+
+pytestmark = [pytest.mark.docker, pytest.mark.venv]
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+INSTALL_TIMEOUT = 1200
+
+
+def system_python_makes_venvs() -> bool:
+    """Debian's python3 with python3-venv (ensurepip) installed."""
+    if not SYSTEM_PYTHON.exists():
+        return False
+    check = [str(SYSTEM_PYTHON), "-c", "import ensurepip, venv"]
+    return subprocess.run(check, capture_output=True, check=False).returncode == 0
+
+
+def copy_of_the_repository(destination: Path) -> Path:
+    """The repository's files as they are on disk (committed or not), without anything
+    installed or generated: what a fresh clone holds."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return destination
+
+
+def debian_environment(home: Path) -> dict[str, str]:
+    """A login-like environment whose first python3 is Debian's, with no virtual
+    environment, PYTHONPATH or paigraph setting inherited from the test run."""
+    bin_dir = home / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python3").symlink_to(SYSTEM_PYTHON)
+    dropped = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "CI", "PYENV_VERSION")
+    env = {
+        k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("PAIGRAPH_")
+    }
+    env["PATH"] = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    return env
+
+
+@contextmanager
+def serve(repository: Path, env: dict[str, str], work: Path, port: int) -> Iterator[Path]:
+    """scripts/serve on `port` until the block ends; yields the file its output goes to."""
+    log = work / "serve.log"
+    settings = {
+        "PAIGRAPH_DB": f"sqlite:///{work / 'paigraph.db'}",
+        "PAIGRAPH_SIMULATOR_STATE": str(work / "state"),
+    }
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            ["./scripts/serve", "--port", str(port)],
+            cwd=repository,
+            env=env | settings,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield log
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def answers(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_scripts_test_then_serve_run_on_debian_python_in_one_virtual_environment(
+    tmp_path: Path,
+) -> None:
+    if not system_python_makes_venvs():
+        pytest.skip(f"needs Debian's {SYSTEM_PYTHON} with venv: apt-get install python3-venv")
+    repository = copy_of_the_repository(tmp_path / "paigraph")
+    env = debian_environment(tmp_path / "home")
+
+    # scripts/test makes .venv with Debian's python3, installs into it, lints and runs pytest
+    skip = {"PAIGRAPH_SKIP_POSTGRES": "1", "PAIGRAPH_SKIP_DOCKER": "1"}
+    tested = subprocess.run(
+        ["./scripts/test", "tests/test_cli.py", "-k", "version"],
+        cwd=repository,
+        env=env | skip,
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT,
+        check=False,
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "making the virtual environment" in tested.stderr
+    assert "1 passed" in tested.stdout
+    venv = repository / ".venv"
+    base = [str(venv / "bin" / "python"), "-c", "import sys; print(sys.base_prefix)"]
+    assert subprocess.run(base, capture_output=True, text=True, check=True).stdout == "/usr\n"
+    assert (venv / "bin" / "paigraph").exists()
+
+    # scripts/serve reuses it as it is (pyproject.toml has not changed) and serves
+    port = free_port()
+    with serve(repository, env, tmp_path, port) as log:
+        until(lambda: answers(port), f"scripts/serve answering on {port}", timeout=120)
+        said = log.read_text()
+    assert "making the virtual environment" not in said and "installing" not in said, said
+    assert f"serving GraphQL on http://127.0.0.1:{port}/graphql" in said
