@@ -310,25 +310,38 @@ def serve(
     On a loopback host with no user in the database, requests act as the local admin; once
     `paigraph users add` made a user, every request needs a token.
     """
-    import uvicorn
-
     from server.app import BACKENDS, BackendUnavailable, create_app, make_backend
-    from server.serving import server_config
+    from server.serving import AnnouncingServer, CannotListen, listening_socket, server_config
 
-    _open_store(db).close()  # brings the schema up to date before anything is served
     try:
-        chosen = make_backend(backend, namespace=namespace, kubeconfig=kubeconfig)
-    except BackendUnavailable as exc:
+        sock = listening_socket(host, port, "--port or PAIGRAPH_PORT")
+    except CannotListen as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2 if backend not in BACKENDS else 1) from None
-    err.print(f"paigraph serving GraphQL on http://{host}:{port}/graphql")
-    app = create_app(
-        db_url=db,
-        host=host,
-        backend=chosen,
-        on_stop=lambda store: _say_what_keeps_running(store, backend),
-    )
-    uvicorn.Server(server_config(app, host=host, port=port, log_level="info")).run()
+        raise typer.Exit(1) from None
+    with sock:
+        _open_store(db).close()  # brings the schema up to date before anything is served
+        try:
+            chosen = make_backend(backend, namespace=namespace, kubeconfig=kubeconfig)
+        except BackendUnavailable as exc:
+            err.print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2 if backend not in BACKENDS else 1) from None
+        app = create_app(
+            db_url=db,
+            host=host,
+            backend=chosen,
+            on_stop=lambda store: _say_what_keeps_running(store, backend),
+        )
+        config = server_config(app, host=host, port=port, log_level="info")
+
+        def announce() -> None:
+            err.print(f"paigraph serving GraphQL on {_address(host, port)}/graphql")
+
+        AnnouncingServer(config, announce).run(sockets=[sock])
+
+
+def _address(host: str, port: int) -> str:
+    """The URL of host:port, an IPv6 address in brackets."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def _say_what_keeps_running(store: Store, backend: str) -> None:

@@ -4,8 +4,9 @@ share, so what is measured and tested is what runs."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -30,6 +31,46 @@ SERVER_OPTIONS: dict[str, Any] = {
 def server_config(app: Any, **options: Any) -> uvicorn.Config:
     """A uvicorn config for `app` with the server's options (`options` add to them)."""
     return uvicorn.Config(app, **{**SERVER_OPTIONS, **options})
+
+
+class CannotListen(Exception):
+    """The address cannot be listened on; the message is for the user."""
+
+
+def listening_socket(host: str, port: int, port_settings: str) -> socket.socket:
+    """A socket bound to host:port, made before anything is announced or set up: a taken port
+    is then said in words (naming `port_settings`, how to choose another) instead of
+    uvicorn's raw `[Errno 98]` after the server already said it was serving."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise CannotListen(f"cannot listen on {host}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise CannotListen(f"port {port} is in use; use {port_settings}") from None
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+class AnnouncingServer(uvicorn.Server):
+    """A uvicorn server that calls `announce` once it listens and the app has started, so
+    that nothing claims to serve before it does."""
+
+    def __init__(self, config: uvicorn.Config, announce: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._announce = announce
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self._announce()
 
 
 @asynccontextmanager

@@ -1,0 +1,74 @@
+"""`paigraph serve` on a taken port, what it announces and when."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.test_e2e_server import ROOT, served
+
+
+def paigraph(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`paigraph ARGS` with none of the caller's PAIGRAPH_* settings."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PAIGRAPH_")}
+    return subprocess.run(
+        [sys.executable, "-m", "server.cli", *args],
+        env=base | (env or {}),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_serve_on_a_taken_port_says_so_and_never_claims_to_serve(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        db = {"PAIGRAPH_DB": f"sqlite:///{tmp_path / 'paigraph.db'}"}
+        by_flag = paigraph("serve", "--port", str(port), env=db)
+        by_setting = paigraph("serve", env=db | {"PAIGRAPH_PORT": str(port)})
+    for done in (by_flag, by_setting):
+        assert done.returncode == 1
+        assert done.stderr == f"error: port {port} is in use; use --port or PAIGRAPH_PORT\n"
+        assert done.stdout == ""
+
+
+def test_serve_on_an_unknown_host_says_which(tmp_path: Path) -> None:
+    done = paigraph(
+        "serve", "--host", "no-such-host.invalid", "--db", f"sqlite:///{tmp_path / 'p.db'}"
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: cannot listen on no-such-host.invalid: ")
+    assert "Traceback" not in done.stderr and "serving" not in done.stderr
+
+
+@pytest.mark.docker
+def test_serve_announces_its_address_only_once_it_answers(tmp_path: Path) -> None:
+    with served("sqlite", tmp_path) as server:
+        with server.log.open("ab") as log:
+            server.process = subprocess.Popen(
+                [sys.executable, "-m", "server.cli", "serve", "--port", str(server.port)],
+                env=server.env(),
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        announcement = f"paigraph serving GraphQL on {server.url}/graphql"
+        deadline = time.monotonic() + 60
+        while announcement not in server.output():
+            assert server.process.poll() is None, server.output()
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.02)
+        # announced: it must answer now, without waiting
+        assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
+        assert server.output().count(announcement) == 1
