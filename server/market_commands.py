@@ -1,8 +1,8 @@
 """`paigraph market ...` (a server's marketplace, over GraphQL) and `paigraph storages ...`
 (admin-defined storages, on the database directly like `paigraph users add`).
 
-`market` talks to PAIGRAPH_URL with PAIGRAPH_TOKEN, through the same public API a web frontend
-uses. Items are named by their ID or, where it is unambiguous, their name.
+`market` talks to `--url` / PAIGRAPH_URL with `--token` / PAIGRAPH_TOKEN, through the same
+public API a web frontend uses. Items are named by their ID or, where it is unambiguous, their name.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from server.api.ids import BadId, parse_global_id
-from server.remote import Client, RemoteError
+from server.remote import DEFAULT_URL, Client, RemoteError
+from server.remote_commands import TokenOption, UrlOption
 
 if TYPE_CHECKING:
     from server.store import Store
@@ -311,6 +312,8 @@ def register(
         limit: Annotated[
             int, typer.Option("--limit", min=1, help="Show at most this many items.")
         ] = 50,
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
     ) -> None:
         """List the marketplace items you may see: a table, or tab-separated lines when the
         output is not a terminal."""
@@ -322,7 +325,7 @@ def register(
         }
         where = {k: v for k, v in where.items() if v is not None}
         chosen = _choice(sort, SORTS, "--sort") or "recent"
-        market = MarketClient(Client())
+        market = MarketClient(Client(url, token or None))
         shown: list[dict[str, Any]] = []
         more = False
 
@@ -351,9 +354,11 @@ def register(
         content: Annotated[
             bool, typer.Option("--content", help="Print only the YAML content.")
         ] = False,
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
     ) -> None:
         """Show an item: what it is, its versions, and its content."""
-        market = MarketClient(Client())
+        market = MarketClient(Client(url, token or None))
         found = _call(lambda: market.item(item, version))
         if content:
             typer.echo(found["content"], nl=not found["content"].endswith("\n"))
@@ -417,6 +422,8 @@ def register(
             list[str] | None,
             typer.Option("--group", help="Share with this group (virtual cluster); repeatable."),
         ] = None,
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
     ) -> None:
         """Publish an item, or a new version of your item of that name; print its ID."""
         values = _publish_values(
@@ -427,7 +434,7 @@ def register(
             _choice(visibility, VISIBILITIES, "--visibility"),
             group,
         )
-        market = MarketClient(Client())
+        market = MarketClient(Client(url, token or None))
         result = _call(lambda: market.publish({**values, "content": _read_text(file)}))
         if result["errors"]:
             err.print(f"[red]REFUSED[/red] {escape(str(file))}")
@@ -461,9 +468,11 @@ def register(
         submit: Annotated[
             bool, typer.Option("--submit", help="Submit the job and print its ID.")
         ] = False,
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
     ) -> None:
         """Print a job config made from the item, ready to submit (or submit it)."""
-        market = MarketClient(Client())
+        market = MarketClient(Client(url, token or None))
         values: dict[str, Any] = {
             "id": _call(lambda: market.item_id(item)),
             "parameters": parse_params(param or []),
@@ -487,9 +496,11 @@ def register(
     def market_star(
         item: Annotated[str, typer.Argument(help="The item's ID or name.")],
         unstar: Annotated[bool, typer.Option("--unstar", help="Take your star back.")] = False,
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
     ) -> None:
         """Star an item (or unstar it)."""
-        market = MarketClient(Client())
+        market = MarketClient(Client(url, token or None))
         result = _call(lambda: market.star(market.item_id(item), not unstar))
         if result["errors"]:
             _print_errors(result["errors"], indent="error: ")
@@ -506,6 +517,8 @@ def register(
             str | None, typer.Option("--visibility", help="public, private or groups.")
         ] = None,
         group: Annotated[list[str] | None, typer.Option("--group")] = None,
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
     ) -> None:
         """Publish every job template and component in a directory and below it.
 
@@ -525,7 +538,7 @@ def register(
         base = _publish_values(
             None, None, tag, None, _choice(visibility, VISIBILITIES, "--visibility"), group
         )
-        market = MarketClient(Client())
+        market = MarketClient(Client(url, token or None))
         progress = Progress(
             TextColumn("importing"), BarColumn(), MofNCompleteColumn(), console=err, transient=True
         )

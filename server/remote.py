@@ -2,7 +2,8 @@
 
 `submit`, `status`, `logs` and `stop` use only the public API (the same one a web frontend
 uses): HTTP for queries and mutations, graphql-transport-ws for the live parts. The server is
-`PAIGRAPH_URL` (default http://127.0.0.1:8000) and the token `PAIGRAPH_TOKEN`.
+`--url` or `PAIGRAPH_URL` (default http://127.0.0.1:8000) and the token `--token` or
+`PAIGRAPH_TOKEN`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from websockets.sync.client import connect
 from server.api.ids import BadId, parse_global_id
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+UNAUTHORIZED_CLOSE = 4401  # the websocket close code for missing or wrong credentials
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 LIVE_STATES = frozenset({"WAITING", "STARTING", "RUNNING"})  # a stop still has work to do
 
@@ -52,9 +54,7 @@ class Client:
         except httpx.TransportError as exc:
             raise RemoteError(f"cannot reach the paigraph server at {self.url}: {exc}") from None
         if response.status_code == 401:
-            raise RemoteError(
-                "the server wants a token: set PAIGRAPH_TOKEN (paigraph users add prints one)"
-            )
+            raise RemoteError(self.unauthorized())
         try:
             body = response.json()
         except ValueError:
@@ -65,6 +65,20 @@ class Client:
             raise RemoteError("; ".join(e.get("message", "error") for e in body["errors"]))
         return body["data"]
 
+    def unauthorized(self) -> str:
+        """Why the server said 401: the token given is wrong, or none was given. The server
+        answers both alike, but a user who gave one must not be told to give one."""
+        if self.token:
+            return (
+                f"the server at {self.url} does not accept the token given (--token or "
+                "PAIGRAPH_TOKEN): it is wrong, or was made for another server's database; "
+                "paigraph users add prints a new one"
+            )
+        return (
+            f"the server at {self.url} wants a token: give it with --token or PAIGRAPH_TOKEN "
+            "(paigraph users add prints one)"
+        )
+
     def subscribe(self, query: str, variables: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Results of a subscription until the server completes it."""
         ws_url = "ws" + self.url[len("http") :] + "/graphql"
@@ -73,7 +87,7 @@ class Client:
             with connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
                 ws.send(json.dumps({"type": "connection_init", "payload": payload}))
                 if json.loads(ws.recv(timeout=30)).get("type") != "connection_ack":
-                    raise RemoteError("the server refused the subscription (check PAIGRAPH_TOKEN)")
+                    raise RemoteError(self.unauthorized())
                 sub_id = uuid.uuid4().hex
                 ws.send(
                     json.dumps(
@@ -102,7 +116,11 @@ class Client:
                         )
                     elif kind == "complete" and message.get("id") == sub_id:
                         return
-        except (OSError, ConnectionClosed) as exc:
+        except ConnectionClosed as exc:
+            if exc.rcvd is not None and exc.rcvd.code == UNAUTHORIZED_CLOSE:
+                raise RemoteError(self.unauthorized()) from None
+            raise RemoteError(f"the live connection to {ws_url} failed: {exc}") from None
+        except OSError as exc:
             raise RemoteError(f"the live connection to {ws_url} failed: {exc}") from None
 
     # --- the operations the commands use -----------------------------------------------------

@@ -12,10 +12,24 @@ from rich.live import Live
 from rich.markup import escape
 
 from server.job_table import InstanceRow, job_table
-from server.remote import FINAL_STATES, Client, RemoteError
+from server.remote import DEFAULT_URL, FINAL_STATES, Client, RemoteError
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+UrlOption = Annotated[
+    str, typer.Option("--url", envvar="PAIGRAPH_URL", metavar="URL", help="The paigraph server.")
+]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="PAIGRAPH_TOKEN",
+        metavar="TOKEN",
+        show_default=False,
+        help="Your token (paigraph users add prints one); none on a fresh loopback server.",
+    ),
+]
 
 
 def register(app: typer.Typer, parse_params: Any) -> None:
@@ -31,14 +45,16 @@ def register(app: typer.Typer, parse_params: Any) -> None:
         watch: Annotated[
             bool, typer.Option("--watch", "-w", help="Follow the job until it ends.")
         ] = False,
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
     ) -> None:
-        """Submit a job to the server (PAIGRAPH_URL, PAIGRAPH_TOKEN); print its id."""
+        """Submit a job to the server; print its id."""
         try:
             config = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             err.print(f"[red]error:[/red] cannot read {escape(str(file))}: {escape(str(exc))}")
             raise typer.Exit(2) from None
-        client = _client()
+        client = _client(url, token)
         result = _call(lambda: client.submit(config, parse_params(param or [])))
         if result["errors"]:
             err.print(f"[red]REFUSED[/red] {escape(str(file))}")
@@ -54,9 +70,13 @@ def register(app: typer.Typer, parse_params: Any) -> None:
             raise typer.Exit(_watch(client, job))
 
     @app.command()
-    def status(job: Annotated[str, typer.Argument(help="The job's id or name.")]) -> None:
+    def status(
+        job: Annotated[str, typer.Argument(help="The job's id or name.")],
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
+    ) -> None:
         """Show a job: its state and every instance."""
-        client = _client()
+        client = _client(url, token)
         out.print(render(_call(lambda: client.job(job))))
 
     @app.command()
@@ -73,11 +93,13 @@ def register(app: typer.Typer, parse_params: Any) -> None:
                 "(its last runs, under the simulator's state directory), not the server's.",
             ),
         ] = False,
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
     ) -> None:
         """Print an instance's output (kept after it ended)."""
         if local:
             raise typer.Exit(_local_log(job, role, index))
-        client = _client()
+        client = _client(url, token)
         found = _call(lambda: client.job(job))
 
         def stream() -> None:
@@ -97,12 +119,14 @@ def register(app: typer.Typer, parse_params: Any) -> None:
                 help="Stop every job not ended yet: your own, or everyone's for an admin.",
             ),
         ] = False,
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
     ) -> None:
         """Stop a job (its owner or an admin), or with --all every running job."""
         if (job is None) == (not every):
             err.print("[red]error:[/red] name one job, or give --all (not both)")
             raise typer.Exit(2)
-        client = _client()
+        client = _client(url, token)
         if every:
             raise typer.Exit(_stop_all(client))
         found = _call(lambda: client.job(job))
@@ -198,8 +222,9 @@ def _watch(client: Client, job: dict[str, Any]) -> int:
     return 0 if job["state"] == "SUCCEEDED" else 1
 
 
-def _client() -> Client:
-    return Client()
+def _client(url: str, token: str | None) -> Client:
+    """A client of the server at `url` with `token` (an empty token is none)."""
+    return Client(url, token or None)
 
 
 def _call(action: Any) -> Any:

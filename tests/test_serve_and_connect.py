@@ -1,4 +1,5 @@
-"""`paigraph serve` on a taken port, what it announces and when."""
+"""`paigraph serve` on a taken port, what it announces and when, and how the client commands
+are pointed at a server (`--url`, `--token` or the environment) and told about a bad token."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.test_e2e_server import ROOT, served
+from tests.test_e2e_server import ROOT, Server, served
 
 
 def paigraph(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -72,3 +74,45 @@ def test_serve_announces_its_address_only_once_it_answers(tmp_path: Path) -> Non
         # announced: it must answer now, without waiting
         assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
         assert server.output().count(announcement) == 1
+
+
+@pytest.fixture
+def guarded(tmp_path: Path) -> Iterator[tuple[Server, str]]:
+    """A started server with a user; yields it and the user's token."""
+    with served("sqlite", tmp_path) as server:
+        added = server.paigraph("users", "add", "ann")
+        assert added.returncode == 0, added.stderr
+        server.start()
+        yield server, added.stdout.strip()
+
+
+@pytest.mark.docker
+def test_client_commands_take_url_and_token_and_say_when_the_token_is_wrong(
+    guarded: tuple[Server, str],
+) -> None:
+    server, token = guarded
+    nowhere = {"PAIGRAPH_URL": "http://127.0.0.1:9"}  # the flags win over the environment
+    for args in (("status", "nojob"), ("market", "list")):
+        right = paigraph(*args, "--url", server.url, "--token", token, env=nowhere)
+        assert "token" not in right.stderr and "cannot reach" not in right.stderr, right.stderr
+
+        wrong = paigraph(*args, "--url", server.url, "--token", "not-a-token")
+        assert wrong.returncode == 1
+        assert wrong.stderr == (
+            f"error: the server at {server.url} does not accept the token given (--token or "
+            "PAIGRAPH_TOKEN): it is wrong, or was made for another server's database; "
+            "paigraph users add prints a new one\n"
+        )
+        by_setting = paigraph(*args, env={"PAIGRAPH_URL": server.url, "PAIGRAPH_TOKEN": "nope"})
+        assert by_setting.stderr == wrong.stderr
+
+        missing = paigraph(*args, "--url", server.url)
+        assert missing.returncode == 1
+        assert missing.stderr == (
+            f"error: the server at {server.url} wants a token: give it with --token or "
+            "PAIGRAPH_TOKEN (paigraph users add prints one)\n"
+        )
+    # status of a job that does not exist, reached with the right token: said as such
+    assert paigraph("status", "nojob", "--url", server.url, "--token", token).stderr == (
+        "error: no job 'nojob'\n"
+    )
