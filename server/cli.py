@@ -98,7 +98,7 @@ def _describe_ok(result: ParseResult) -> str:
         return f"{result.summary()} '{result.component.name}'"
     spec = result.spec
     assert spec is not None
-    roles = ", ".join(f"{r.name}x{r.instances}" for r in spec.task_roles)
+    roles = ", ".join(f"{r.name} ×{r.instances}" for r in spec.task_roles)
     return f"{result.summary()} '{spec.name}' (task roles: {roles})"
 
 

@@ -101,7 +101,14 @@ def test_validate_names_the_job_and_its_roles(good: Path) -> None:
     code, out, _err = run("validate", good)
     assert code == 0
     assert "'small_job'" in out
-    assert "workerx2" in out
+    assert "worker ×2" in out
+
+
+def test_validate_counts_the_instances_of_each_role_as_people_write_them() -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "ps-worker.yaml"
+    code, out, _err = run("validate", example)
+    assert code == 0
+    assert out.endswith("(task roles: ps_server ×1, worker ×2)\n"), out
 
 
 def test_validate_several_valid_files_exits_0_with_one_ok_each(good: Path) -> None:
