@@ -11,6 +11,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from server.cli_help import Typer
 from server.market_commands import register as register_market_commands
 from server.protocol import (
     Issue,
@@ -27,7 +28,7 @@ from server.remote_commands import register as register_remote_commands
 if TYPE_CHECKING:
     from server.store import Store
 
-app = typer.Typer(
+app = Typer(
     help="paigraph: multi-role batch jobs in the OpenPAI style, served over GraphQL.",
     no_args_is_help=True,
     add_completion=False,
@@ -191,7 +192,8 @@ def _resolved(file: Path, params: list[str] | None) -> JobSpec:
 def resolve(
     file: Annotated[Path, typer.Argument(help="A job config in any dialect.")],
     param: Annotated[
-        list[str] | None, typer.Option("--param", "-p", help="Override a parameter: key=value.")
+        list[str] | None,
+        typer.Option("--param", "-p", metavar="KEY=VALUE", help="Override a parameter: key=value."),
     ] = None,
     manifests: Annotated[
         bool,
@@ -237,7 +239,8 @@ def _manifests(spec: JobSpec) -> str:
 def run(
     file: Annotated[Path, typer.Argument(help="A job config in any dialect.")],
     param: Annotated[
-        list[str] | None, typer.Option("--param", "-p", help="Override a parameter: key=value.")
+        list[str] | None,
+        typer.Option("--param", "-p", metavar="KEY=VALUE", help="Override a parameter: key=value."),
     ] = None,
     config: Annotated[
         Path | None,
@@ -264,7 +267,9 @@ _DB_HELP = (
     "Database URL: sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB "
     "(default: a SQLite file in the user's data directory)."
 )
-DbOption = Annotated[str | None, typer.Option("--db", envvar="PAIGRAPH_DB", help=_DB_HELP)]
+DbOption = Annotated[
+    str | None, typer.Option("--db", envvar="PAIGRAPH_DB", metavar="URL", help=_DB_HELP)
+]
 
 
 def _open_store(db: str | None) -> Store:
@@ -280,8 +285,12 @@ def _open_store(db: str | None) -> Store:
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(envvar="PAIGRAPH_HOST")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(envvar="PAIGRAPH_PORT")] = 8000,
+    host: Annotated[
+        str, typer.Option(envvar="PAIGRAPH_HOST", help="The address to listen on.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option(envvar="PAIGRAPH_PORT", help="The port to listen on.")
+    ] = 8000,
     db: DbOption = None,
     backend: Annotated[
         str,
@@ -356,7 +365,7 @@ def _say_what_keeps_running(store: Store, backend: str) -> None:
     err.print(escape(farewell(left, backend)))
 
 
-users_app = typer.Typer(help="Manage users and their tokens.", no_args_is_help=True)
+users_app = Typer(help="Manage users and their tokens.", no_args_is_help=True)
 app.add_typer(users_app, name="users")
 
 

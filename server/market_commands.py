@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from server.api.ids import BadId, parse_global_id
+from server.cli_help import Typer
 from server.remote import DEFAULT_URL, Client, RemoteError
 from server.remote_commands import TokenOption, UrlOption
 
@@ -291,9 +292,7 @@ def register(
     app: typer.Typer, parse_params: Any, open_store: Callable[[str | None], Store]
 ) -> None:
     """Add `market` and `storages` to the `paigraph` command."""
-    market_app = typer.Typer(
-        help="Share and reuse job templates and components.", no_args_is_help=True
-    )
+    market_app = Typer(help="Share and reuse job templates and components.", no_args_is_help=True)
     app.add_typer(market_app, name="market")
 
     @market_app.command("list")
@@ -457,7 +456,10 @@ def register(
         param: Annotated[
             list[str] | None,
             typer.Option(
-                "--param", "-p", help="A template parameter or template variable: key=value."
+                "--param",
+                "-p",
+                metavar="KEY=VALUE",
+                help="A template parameter or template variable: key=value.",
             ),
         ] = None,
         version: Annotated[str | None, typer.Option("--version", help="Pin a version.")] = None,
@@ -561,7 +563,7 @@ def register(
         if report.rejected:
             raise typer.Exit(1)
 
-    storages_app = typer.Typer(
+    storages_app = Typer(
         help="Storages jobs may mount (an admin's job; works on the database directly).",
         no_args_is_help=True,
     )
@@ -588,7 +590,9 @@ def register(
         ] = None,
         db: Annotated[
             str | None,
-            typer.Option("--db", envvar="PAIGRAPH_DB", help="Database URL (as for serve)."),
+            typer.Option(
+                "--db", envvar="PAIGRAPH_DB", metavar="URL", help="Database URL (as for serve)."
+            ),
         ] = None,
     ) -> None:
         """Define a storage: a host directory or a Docker volume, and who may use it (admins
@@ -638,7 +642,9 @@ def register(
     def storages_list(
         db: Annotated[
             str | None,
-            typer.Option("--db", envvar="PAIGRAPH_DB", help="Database URL (as for serve)."),
+            typer.Option(
+                "--db", envvar="PAIGRAPH_DB", metavar="URL", help="Database URL (as for serve)."
+            ),
         ] = None,
     ) -> None:
         """List the storages and who may use them."""

@@ -40,7 +40,9 @@ def register(app: typer.Typer, parse_params: Any) -> None:
         file: Annotated[Path, typer.Argument(help="A job config in any dialect.")],
         param: Annotated[
             list[str] | None,
-            typer.Option("--param", "-p", help="Override a parameter: key=value."),
+            typer.Option(
+                "--param", "-p", metavar="KEY=VALUE", help="Override a parameter: key=value."
+            ),
         ] = None,
         watch: Annotated[
             bool, typer.Option("--watch", "-w", help="Follow the job until it ends.")

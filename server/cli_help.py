@@ -1,0 +1,95 @@
+"""`paigraph --help` as a command line's help reads: flags as flags, values named by what they
+are (`--port PORT`, `--db URL`), arguments in capitals, sentences whole.
+
+typer prints each parameter's type beside it: Python's (`<bool>`, `<list[Path]>`) since 0.29,
+click's (`TEXT`, `INTEGER`) before. Commands made by `Typer` below show instead a metavar: the
+one the option declares, else its long name in capitals; nothing for a flag. typer also keeps
+the line breaks of a docstring, which then break sentences mid-line once the help is wrapped
+to the terminal; here the lines of each paragraph are joined first.
+
+Parameters are told apart by their attributes, not their classes: typer carries its own copy
+of click, whose classes are not the installed click's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+_PARAGRAPH = re.compile(r"\n\s*\n")
+
+
+def unwrapped(text: str | None) -> str | None:
+    """`text` with the lines of each paragraph joined: paragraphs are separated by blank
+    lines, and the help formatter wraps them to the terminal's width itself."""
+    if text is None:
+        return None
+    paragraphs = _PARAGRAPH.split(text.strip())
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+def _is_argument(param: Any) -> bool:
+    return getattr(param, "param_type_name", "") == "argument"
+
+
+def _label(param: Any) -> str | None:
+    """What the help shows after the parameter's name: None for a flag and for an argument
+    (whose name is shown already), else its metavar."""
+    if _is_argument(param) or getattr(param, "is_flag", False) or getattr(param, "count", False):
+        return None
+    if param.metavar:
+        return param.metavar
+    long = [o for o in param.opts if o.startswith("--")] or param.opts
+    return long[0].lstrip("-").replace("-", "_").upper()
+
+
+def plain(param: Any) -> None:
+    """Make `param` show a metavar instead of a type, whichever typer formats the help."""
+    label = _label(param)
+    if _is_argument(param):
+        param.metavar = param.metavar or (param.name or "").upper()
+    elif label is not None:
+        param.metavar = label
+    param.display_type_rich = lambda ctx=None, **_: label  # type: ignore[method-assign]
+
+
+class PlainCommand(TyperCommand):
+    """A command whose help shows metavars, not types, and whole sentences."""
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.help = unwrapped(self.help)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            plain(param)
+        return params
+
+
+class PlainGroup(TyperGroup):
+    """A group of commands whose help shows metavars, not types, and whole sentences."""
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.help = unwrapped(self.help)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            plain(param)
+        return params
+
+
+class Typer(typer.Typer):
+    """typer.Typer whose groups and commands show metavars in their help."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(cls=PlainGroup, **options)
+
+    def command(self, *args: Any, **options: Any) -> Callable[..., Any]:
+        return super().command(*args, cls=PlainCommand, **options)
