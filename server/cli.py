@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from server.cli_help import Typer
+from server.cli_output import console
 from server.market_commands import register as register_market_commands
 from server.protocol import (
     Issue,
@@ -34,8 +35,8 @@ app = Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = console()
+err = console(stderr=True)
 
 
 def main() -> None:

@@ -14,21 +14,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from server.api.ids import BadId, parse_global_id
 from server.cli_help import Typer
+from server.cli_output import console
 from server.remote import DEFAULT_URL, Client, RemoteError
 from server.remote_commands import TokenOption, UrlOption
 
 if TYPE_CHECKING:
     from server.store import Store
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = console()
+err = console(stderr=True)
 
 TYPES = ("job_template", "dockerimage", "data", "script", "storage", "output", "plugin")
 SORTS = ("recent", "stars", "submits")

@@ -7,15 +7,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.markup import escape
 
+from server.cli_output import console
 from server.job_table import InstanceRow, job_table
 from server.remote import DEFAULT_URL, FINAL_STATES, Client, RemoteError
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = console()
+err = console(stderr=True)
 
 UrlOption = Annotated[
     str, typer.Option("--url", envvar="PAIGRAPH_URL", metavar="URL", help="The paigraph server.")
