@@ -106,9 +106,13 @@ def register(app: typer.Typer, parse_params: Any) -> None:
         found = _call(lambda: client.job(job))
 
         def stream() -> None:
+            last = "\n"
             for data in client.task_logs(found["id"], role, index, follow):
                 sys.stdout.write(data)
                 sys.stdout.flush()
+                last = data[-1:] or last
+            if last != "\n":  # the next prompt starts on a line of its own
+                sys.stdout.write("\n")
 
         _call(stream)
 
