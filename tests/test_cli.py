@@ -69,6 +69,7 @@ def bad(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.shared("corpus")
 def test_the_corpus_files_used_here_exist() -> None:
     for path in (V2_JOB, V1_JOB, DRAFT_JOB, COMPONENT):
         assert path.is_file(), path
@@ -77,6 +78,7 @@ def test_the_corpus_files_used_here_exist() -> None:
 # ------------------------------------------------------------------------------ validate
 
 
+@pytest.mark.shared("corpus")
 @pytest.mark.parametrize(
     ("path", "dialect"),
     [
@@ -111,6 +113,7 @@ def test_validate_counts_the_instances_of_each_role_as_people_write_them() -> No
     assert out.endswith("(task roles: ps_server ×1, worker ×2)\n"), out
 
 
+@pytest.mark.shared("corpus")
 def test_validate_several_valid_files_exits_0_with_one_ok_each(good: Path) -> None:
     files = [V2_JOB, V1_JOB, DRAFT_JOB, COMPONENT, good]
     code, out, _err = run("validate", *files)
@@ -144,6 +147,7 @@ def test_validate_lists_every_error(tmp_path: Path) -> None:
         assert f"{error.path}: {error.message}" in out
 
 
+@pytest.mark.shared("corpus")
 def test_validate_exits_1_when_any_file_is_invalid(good: Path, bad: Path) -> None:
     code, out, _err = run("validate", good, bad, V1_JOB)
     assert code == 1
@@ -218,6 +222,7 @@ def test_unknown_command_is_a_usage_error() -> None:
 REPORT_KEYS = {"file", "valid", "kind", "dialect", "type", "errors", "warnings"}
 
 
+@pytest.mark.shared("corpus")
 def test_validate_json_reports_every_file(good: Path, bad: Path) -> None:
     code, out, _err = run("validate", "--json", good, bad, V1_JOB, DRAFT_JOB, COMPONENT)
     assert code == 1
@@ -251,6 +256,7 @@ def test_validate_json_reports_every_file(good: Path, bad: Path) -> None:
     assert component["type"] == "dockerimage"
 
 
+@pytest.mark.shared("corpus")
 def test_validate_json_exits_0_when_all_are_valid(good: Path) -> None:
     code, out, _err = run("validate", "--json", good, COMPONENT)
     assert code == 0
@@ -285,6 +291,7 @@ def test_validate_json_keeps_messages_that_look_like_markup(tmp_path: Path) -> N
 # ------------------------------------------------------------------------------- resolve
 
 
+@pytest.mark.shared("corpus")
 def test_resolve_renders_parameters_into_v2_yaml() -> None:
     code, out, _err = run("resolve", DRAFT_JOB, "--param", "epochs=7")
     assert code == 0
@@ -299,6 +306,7 @@ def test_resolve_renders_parameters_into_v2_yaml() -> None:
     assert again.dialect is not None and again.dialect.value == "v2"
 
 
+@pytest.mark.shared("corpus")
 def test_resolve_uses_the_file_s_defaults_without_params() -> None:
     code, out, _err = run("resolve", DRAFT_JOB)
     assert code == 0
@@ -307,6 +315,7 @@ def test_resolve_uses_the_file_s_defaults_without_params() -> None:
     assert "--lr 0.01" in command
 
 
+@pytest.mark.shared("corpus")
 def test_resolve_takes_several_params_and_the_short_option() -> None:
     code, out, _err = run("resolve", DRAFT_JOB, "-p", "epochs=3", "--param", "lr=0.5")
     assert code == 0
@@ -323,6 +332,7 @@ def test_resolve_renders_v2_parameters(good: Path) -> None:
     assert doc["taskRoles"]["worker"]["instances"] == 2
 
 
+@pytest.mark.shared("corpus")
 def test_resolve_converts_v1_json_to_v2() -> None:
     code, out, _err = run("resolve", V1_JOB)
     assert code == 0
@@ -341,6 +351,7 @@ def test_resolve_an_invalid_file_prints_errors_on_stderr(bad: Path) -> None:
     assert "taskRoles.worker.resourcePerInstance.cpu" in err
 
 
+@pytest.mark.shared("corpus")
 def test_resolve_refuses_a_component(tmp_path: Path) -> None:
     code, out, err = run("resolve", COMPONENT)
     assert code == 1
@@ -408,6 +419,7 @@ def test_resolve_refuses_a_parameter_the_job_does_not_declare(good: Path) -> Non
     ) in err
 
 
+@pytest.mark.shared("corpus")
 @pytest.mark.parametrize("param", ["epochs", "=7", ""])
 def test_resolve_with_a_malformed_param_is_a_usage_error(param: str) -> None:
     code, out, err = run("resolve", DRAFT_JOB, "--param", param)
@@ -429,6 +441,7 @@ def test_resolve_without_a_file_is_a_usage_error() -> None:
 # ----------------------------------------------------------- the installed console script
 
 
+@pytest.mark.shared("corpus")
 def test_the_installed_command_exits_with_the_documented_codes(
     good: Path, bad: Path, tmp_path: Path
 ) -> None:

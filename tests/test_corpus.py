@@ -7,7 +7,9 @@ import re
 import pytest
 
 from server.protocol import Kind, parse_document, parse_job
-from tests.corpus import CORPUS, STRICTER, Entry, index, top_level
+from tests.corpus import CORPUS, STRICTER, Entry, files_in, index, top_level
+
+pytestmark = pytest.mark.shared("corpus")
 
 # Files of drafts/ and what paigraph must say about each. "job" and "component" are accepted;
 # anything else is the start of the error code expected for an incomplete or broken draft.
@@ -154,7 +156,7 @@ def test_every_draft_file_is_listed() -> None:
     assert sorted(p.name for p in (CORPUS / "drafts").iterdir()) == sorted(DRAFTS)
 
 
-COMPONENTS = sorted((CORPUS / "components").iterdir())
+COMPONENTS = files_in(CORPUS / "components")
 
 
 @pytest.mark.parametrize("path", COMPONENTS, ids=[p.name for p in COMPONENTS])
@@ -172,7 +174,7 @@ def test_components_are_recognised_and_refused_as_jobs(path) -> None:  # type: i
     assert f"this is a {expected_type} component, not a job" in error.message
 
 
-FRAGMENTS = sorted((CORPUS / "fragments").iterdir())
+FRAGMENTS = files_in(CORPUS / "fragments")
 
 
 @pytest.mark.parametrize("path", FRAGMENTS, ids=[p.name for p in FRAGMENTS])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from server.protocol import Dialect, Kind, PrerequisiteType, parse_document, parse_job
@@ -9,6 +10,7 @@ from tests.corpus import CORPUS, seed_yaml_blocks
 from tests.jobs import as_json, as_yaml, draft, v1, v2
 
 
+@pytest.mark.shared("seeds")
 def test_seed_examples_are_accepted() -> None:
     (cifar,) = [b for b in seed_yaml_blocks("000") if "name: tensorflow_cifar10" in b]
     result = parse_job(cifar)
@@ -34,6 +36,7 @@ def test_seed_examples_are_accepted() -> None:
     assert port is not None and port.count == 1
 
 
+@pytest.mark.shared("corpus")
 def test_nested_job_variant() -> None:
     path = CORPUS / "drafts/pai__rest-server__marketplace__tensorflow_cifar10_serving.yaml"
     result = parse_job(path.read_bytes())

@@ -20,6 +20,7 @@ def reference_entries() -> list[dict]:
     return yaml.safe_load(REFERENCE.read_text())["spec"]
 
 
+@pytest.mark.shared("reference")
 def test_every_code_of_openpai_exit_spec_has_the_same_name_and_retry_behaviour_here() -> None:
     entries = reference_entries()
     assert len(entries) > 50
@@ -34,6 +35,7 @@ def test_every_code_of_openpai_exit_spec_has_the_same_name_and_retry_behaviour_h
     assert set(ours) == {e["code"] for e in entries}
 
 
+@pytest.mark.shared("reference")
 def test_the_explanations_are_our_own_and_every_failure_says_what_to_do() -> None:
     reference = {e["code"]: e.get("reason") for e in reference_entries()}
     for code, spec in table().items():

@@ -81,10 +81,12 @@ def _corpus_jobs() -> list[Path]:
 CORPUS_JOBS = _corpus_jobs()
 
 
+@pytest.mark.shared("corpus")
 def test_the_corpus_has_its_jobs() -> None:
     assert len(CORPUS_JOBS) >= 120
 
 
+@pytest.mark.shared("corpus")
 @pytest.mark.parametrize("path", CORPUS_JOBS, ids=[p.name for p in CORPUS_JOBS])
 def test_every_corpus_job_becomes_valid_objects_or_a_clear_refusal(path: Path) -> None:
     request = request_of(path.read_bytes(), job_id="corpus-job-xxxxxxxx")
@@ -109,6 +111,7 @@ def test_every_corpus_job_becomes_valid_objects_or_a_clear_refusal(path: Path) -
     assert len(yaml_stream(objects.all())) < 1 << 20
 
 
+@pytest.mark.shared("corpus")
 def test_corpus_jobs_are_mostly_runnable_on_kubernetes() -> None:
     runnable = 0
     for path in CORPUS_JOBS:

@@ -165,6 +165,7 @@ def test_the_market_commands_publish_list_show_use_star_and_submit(
         assert re.search(r"submits\s+1\b", shown.stdout), shown.stdout
 
 
+@pytest.mark.shared("corpus")
 def test_importing_the_corpus_publishes_what_the_engine_accepts_and_reports_the_rest(
     kind: str, tmp_path: Path
 ) -> None:

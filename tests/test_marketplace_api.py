@@ -376,6 +376,7 @@ async def test_use_gives_a_ready_config_or_says_what_is_missing(db_url: str) -> 
 # --- the corpus ----------------------------------------------------------------------------------
 
 
+@pytest.mark.shared("corpus")
 async def test_the_corpus_is_imported_then_listed_searched_and_paged(db_url: str) -> None:
     accepted = accepted_corpus_items()
     assert len(accepted) > 100

@@ -35,7 +35,7 @@ from server.protocol import (
     resolve_job,
     to_v2_yaml,
 )
-from tests.corpus import CORPUS, top_level
+from tests.corpus import CORPUS, files_in, top_level
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -60,8 +60,8 @@ def _load(text: str, name: str) -> Any:
 def _seeds() -> list[tuple[str, Any, str]]:
     """(file, parsed data, text) for every seed file that plain YAML/JSON can read."""
     paths = [e.path for e in top_level(valid=True)]
-    paths += sorted((CORPUS / "drafts").iterdir())
-    paths += sorted((CORPUS / "components").iterdir())
+    paths += files_in(CORPUS / "drafts")
+    paths += files_in(CORPUS / "components")
     seeds = []
     for path in paths:
         text = path.read_text(encoding="utf-8-sig")
@@ -85,6 +85,7 @@ SEEDS = _seeds()
 ACCEPTED_JOBS = [s for s in SEEDS if _accepted(s[2])]
 
 
+@pytest.mark.shared("corpus")
 def test_there_are_seeds() -> None:
     assert len(SEEDS) >= 150
     assert len(ACCEPTED_JOBS) >= 100
@@ -412,6 +413,7 @@ parameters = st.none() | st.dictionaries(
 # ------------------------------------------------------------------------------- tests
 
 
+@pytest.mark.shared("corpus")
 @settings(SETTINGS, max_examples=250)
 @given(doc=mutated(yaml_values), how=st.sampled_from(sorted(DUMPERS)), params=parameters)
 def test_mutated_configs_get_an_answer_not_an_exception(
@@ -422,6 +424,7 @@ def test_mutated_configs_get_an_answer_not_an_exception(
         assert_round_trip(result)
 
 
+@pytest.mark.shared("corpus")
 @settings(SETTINGS, max_examples=150)
 @given(doc=mutated(), how=st.sampled_from(sorted(DUMPERS)))
 def test_accepted_mutations_write_back_to_the_same_v2_job(doc: Any, how: str) -> None:
@@ -430,6 +433,7 @@ def test_accepted_mutations_write_back_to_the_same_v2_job(doc: Any, how: str) ->
     assert_round_trip(result)
 
 
+@pytest.mark.shared("corpus")
 @settings(SETTINGS, max_examples=100)
 @given(doc=mutated(), wrapper=st.sampled_from(["list", "job", "tasks", "taskRoles"]))
 def test_configs_moved_under_another_key_are_refused_or_accepted_cleanly(
@@ -466,6 +470,7 @@ def test_arbitrary_bytes_never_raise(data: bytes) -> None:
     check_all(data)
 
 
+@pytest.mark.shared("corpus")
 @settings(SETTINGS, max_examples=100)
 @given(
     seed=st.sampled_from(SEEDS),
@@ -484,6 +489,7 @@ def test_truncated_and_corrupted_real_configs_never_raise(
 # Values a user can write that the earlier strategies cannot produce as Python data.
 
 
+@pytest.mark.shared("corpus")
 @settings(SETTINGS, max_examples=30)
 @given(
     doc=mutated(),
@@ -511,6 +517,7 @@ def test_text_with_lone_surrogates_never_raises(text: str) -> None:
     check_all("name: " + text)
 
 
+@pytest.mark.shared("corpus")
 @settings(SETTINGS, max_examples=50)
 @given(
     seed=st.sampled_from(ACCEPTED_JOBS),
@@ -530,6 +537,7 @@ def test_json_escaped_surrogates_in_accepted_jobs_write_back(
 # ------------------------------------------------------------------- the seeds themselves
 
 
+@pytest.mark.shared("corpus")
 @pytest.mark.parametrize("seed", SEEDS, ids=[s[0] for s in SEEDS])
 def test_every_corpus_seed_meets_the_contract_and_accepted_jobs_write_back(
     seed: tuple[str, Any, str],

@@ -94,6 +94,7 @@ def test_mask_secrets_replaces_the_whole_block() -> None:
 VALID = [e for e in top_level(valid=True) if e.file not in STRICTER]
 
 
+@pytest.mark.shared("corpus")
 @pytest.mark.parametrize("entry", VALID, ids=[e.file for e in VALID])
 def test_written_v2_reads_back_as_the_same_job(entry) -> None:  # type: ignore[no-untyped-def]
     original = parse_job(entry.path.read_bytes()).spec

@@ -128,6 +128,7 @@ def test_port_labels_are_the_roles_own_then_ssh_and_http() -> None:
     assert chief["PAI_CONTAINER_HOST_PORT_LIST"].startswith("ssh:")
 
 
+@pytest.mark.shared("corpus")
 def test_exact_values_for_a_small_job() -> None:
     request = LaunchRequest(
         job_id="j2",
@@ -273,6 +274,7 @@ def test_role_names_are_kept_exactly_as_written() -> None:
     assert not [k for k in env if "psserver" in k.lower() or "workera" in k.lower()]
 
 
+@pytest.mark.shared("corpus")
 def test_runtime_family_has_the_shape_of_the_openpai_runtime_example() -> None:
     """The roles, addresses and port counts of runtime_env.md §7, with ports of our own."""
     framework = json.loads(FRAMEWORK.read_text())
@@ -335,6 +337,7 @@ export PAI_TASK_ROLE_INSTANCES='taskrole:0,taskrole1:0'
     assert expected in text
 
 
+@pytest.mark.shared("corpus")
 def test_job_variables_match_those_openpai_gives_the_container() -> None:
     """Names, order and values of the rest-server's env of the example's app container."""
     framework = json.loads(FRAMEWORK.read_text())
@@ -366,6 +369,7 @@ def seed_table_names(prefix: str) -> list[str]:
     return [name.replace("\\", "").replace("`", "") for name in rows]
 
 
+@pytest.mark.shared("seeds")
 @pytest.mark.parametrize("seed", ["000", "003"])
 def test_every_variable_of_the_seed_tables_is_set(seed: str) -> None:
     names = seed_table_names(seed)
