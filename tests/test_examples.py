@@ -24,13 +24,22 @@ import yaml
 from server.protocol import Kind, parse_document
 from server.remote import Client
 from tests.simulated import leftovers
-from tests.test_e2e_server import ROOT, Server, final_job, instances, job, served, until
+from tests.test_e2e_server import (
+    ROOT,
+    Server,
+    final_job,
+    free_port,
+    instances,
+    job,
+    served,
+    until,
+)
 
 pytestmark = pytest.mark.docker
 
 EXAMPLES = ROOT / "examples"
 MARKETPLACE = EXAMPLES / "marketplace"
-FILES_PORT = 8808  # the port the marketplace items name; examples/serve-files listens on it
+FILES_ADDRESS = "127.0.0.1:8808"  # where the marketplace items say examples/serve-files is
 
 
 # what the README's tour asks about a job made of marketplace items
@@ -95,18 +104,31 @@ def logs(server: Server, job_id: str, role: str, index: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def file_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """examples/serve-files, running; yields the file its requests are logged to."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server does
-        try:
-            probe.bind(("127.0.0.1", FILES_PORT))
-        except OSError:
-            pytest.fail(f"port {FILES_PORT} is taken; examples/serve-files needs it")
+def files_port() -> int:
+    """A free port for examples/serve-files: 8808, the items' own, may be taken by the one
+    the README has the user start."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def marketplace(files_port: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/marketplace with the file server's address at `files_port`, as a user who
+    started examples/serve-files --port would change it."""
+    copy = tmp_path_factory.mktemp("marketplace") / "marketplace"
+    copy.mkdir()
+    for path in MARKETPLACE.iterdir():
+        text = path.read_text().replace(FILES_ADDRESS, f"127.0.0.1:{files_port}")
+        (copy / path.name).write_text(text)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def file_server(files_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """examples/serve-files --port, running; yields the file its requests are logged to."""
     log = tmp_path_factory.mktemp("files") / "serve-files.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(EXAMPLES / "serve-files")],
+            [str(EXAMPLES / "serve-files"), "--port", str(files_port)],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, like a terminal's foreground job
@@ -115,7 +137,7 @@ def file_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     def answers() -> bool:
         assert process.poll() is None, log.read_text()
         try:
-            return httpx.get(f"http://127.0.0.1:{FILES_PORT}/", timeout=1).status_code == 200
+            return httpx.get(f"http://127.0.0.1:{files_port}/", timeout=1).status_code == 200
         except httpx.TransportError:
             return False
 
@@ -128,9 +150,9 @@ def file_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def imported(server: Server) -> subprocess.CompletedProcess[str]:
+def imported(server: Server, marketplace: Path) -> subprocess.CompletedProcess[str]:
     """`paigraph market import examples/marketplace`, once for the module."""
-    return server.paigraph("market", "import", str(MARKETPLACE))
+    return server.paigraph("market", "import", str(marketplace))
 
 
 # --- the examples' files -------------------------------------------------------------------
@@ -259,7 +281,7 @@ def test_the_three_dialects_give_the_same_output(server: Server, client: Client)
 
 
 def test_one_command_imports_every_marketplace_item(
-    server: Server, imported: subprocess.CompletedProcess[str]
+    server: Server, marketplace: Path, imported: subprocess.CompletedProcess[str]
 ) -> None:
     assert imported.returncode == 0, imported.stdout + imported.stderr
     files = sorted(MARKETPLACE.glob("*.yaml"))
@@ -283,7 +305,7 @@ def test_one_command_imports_every_marketplace_item(
     assert {row[1]: row[3] for row in rows} == wanted
     assert {row[2] for row in rows} == {"1.0.0"}
 
-    again = paigraph(server, "market", "import", str(MARKETPLACE))
+    again = paigraph(server, "market", "import", str(marketplace))
     assert again.stdout.splitlines()[-1] == (
         f"0 published (0 new items, 0 new versions), {len(files)} unchanged, 0 rejected, "
         f"of {len(files)} files"
