@@ -57,32 +57,28 @@ def plain(param: Any) -> None:
     param.display_type_rich = lambda ctx=None, **_: label  # type: ignore[method-assign]
 
 
-class PlainCommand(TyperCommand):
+class _PlainHelp:
+    """Help that shows metavars, not types, and whole sentences (mixed into click's classes)."""
+
+    help: str | None
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.help = unwrapped(self.help)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            plain(param)
+        return params
+
+
+class PlainCommand(_PlainHelp, TyperCommand):
     """A command whose help shows metavars, not types, and whole sentences."""
 
-    def __init__(self, *args: Any, **options: Any) -> None:
-        super().__init__(*args, **options)
-        self.help = unwrapped(self.help)
 
-    def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
-        for param in params:
-            plain(param)
-        return params
-
-
-class PlainGroup(TyperGroup):
+class PlainGroup(_PlainHelp, TyperGroup):
     """A group of commands whose help shows metavars, not types, and whole sentences."""
-
-    def __init__(self, *args: Any, **options: Any) -> None:
-        super().__init__(*args, **options)
-        self.help = unwrapped(self.help)
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
-        for param in params:
-            plain(param)
-        return params
 
 
 class Typer(typer.Typer):

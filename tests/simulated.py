@@ -86,8 +86,9 @@ async def backend(
 
 
 def job_config(roles: dict[str, dict[str, Any]], *, name: str = "svcjob", **top: Any) -> str:
-    """A v2 job whose roles give `commands` and optionally `instances`, `cpu`, `completion`,
-    `taskRetryCount`; `top` adds top-level keys (jobRetryCount, extras, ...)."""
+    """A v2 job whose roles give `commands` and optionally `instances`, `cpu`, `ports` (label
+    to count), `completion`, `taskRetryCount`; `top` adds top-level keys (jobRetryCount,
+    extras, ...)."""
     doc = {
         "protocolVersion": 2,
         "name": name,
@@ -97,7 +98,12 @@ def job_config(roles: dict[str, dict[str, Any]], *, name: str = "svcjob", **top:
             role: {
                 "instances": spec.get("instances", 1),
                 "dockerImage": "bb",
-                "resourcePerInstance": {"cpu": spec.get("cpu", 1), "memoryMB": 128, "gpu": 0},
+                "resourcePerInstance": {
+                    "cpu": spec.get("cpu", 1),
+                    "memoryMB": 128,
+                    "gpu": 0,
+                    **({"ports": spec["ports"]} if "ports" in spec else {}),
+                },
                 "commands": spec["commands"],
                 **{k: spec[k] for k in ("completion", "taskRetryCount") if k in spec},
             }

@@ -12,7 +12,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-import yaml
 
 from tests.browser_support import (
     Api,
@@ -22,7 +21,7 @@ from tests.browser_support import (
     need_browser_and_build,
     screenshot,
 )
-from tests.simulated import IMAGE, job_config
+from tests.simulated import job_config
 from tests.test_e2e_server import ROOT, Server, served
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
@@ -62,30 +61,9 @@ def web_browser(site: Site) -> Iterator[Any]:
 
 
 def ported_job(name: str, roles: dict[str, dict[str, Any]]) -> str:
-    """A v2 job (YAML) whose roles each ask for an `http` port and run `commands`."""
-    return yaml.safe_dump(
-        {
-            "protocolVersion": 2,
-            "name": name,
-            "type": "job",
-            "prerequisites": [{"name": "bb", "type": "dockerimage", "uri": IMAGE}],
-            "taskRoles": {
-                role: {
-                    "instances": spec.get("instances", 1),
-                    "dockerImage": "bb",
-                    "resourcePerInstance": {
-                        "cpu": 1,
-                        "memoryMB": 128,
-                        "gpu": 0,
-                        "ports": {"http": 1},
-                    },
-                    "commands": spec["commands"],
-                    **({"completion": spec["completion"]} if "completion" in spec else {}),
-                }
-                for role, spec in roles.items()
-            },
-        },
-        sort_keys=False,
+    """A v2 job whose roles each ask for an `http` port and run `commands`."""
+    return job_config(
+        {role: {"ports": {"http": 1}, **spec} for role, spec in roles.items()}, name=name
     )
 
 
