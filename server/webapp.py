@@ -31,7 +31,7 @@ code,pre{{background:#f1f2f4;padding:0.1rem 0.3rem}}</style></head>
 <code>{where}</code>).
 The GraphQL API works: POST queries to <code>/graphql</code>.</p>
 <p>To build the UI from a clone of paigraph, run <code>./scripts/serve</code> (it builds the UI
-when it is missing or older than its sources), or build it yourself with node 20 or later:</p>
+when it is missing or older than its sources), or build it yourself with node 18.18 or later:</p>
 <pre>cd web
 npm ci
 npm run build</pre>

@@ -7,6 +7,9 @@ import { defineConfig } from "vitest/config";
 // a wheel carries it (pyproject.toml declares it as package data).
 export default defineConfig({
   plugins: [react()],
+  // GraphiQL's editor (monaco) starts its workers from modules that split into chunks, which
+  // Vite 6's default worker format (iife) cannot bundle; module workers can.
+  worker: { format: "es" },
   build: {
     outDir: resolve(import.meta.dirname, "../server/webui"),
     emptyOutDir: true,
