@@ -36,7 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -186,7 +186,8 @@ async def subscribers_main(url: str, token: str, job_id: str, after: str, count:
 # --- the job and its changes -------------------------------------------------------------------
 
 
-def config(instances: int) -> str:
+def config(instances: int, labels: Sequence[str] = ("ssh",)) -> str:
+    ports = ", ".join(f"{label}: 1" for label in labels)
     return f"""\
 protocolVersion: 2
 name: follow
@@ -197,31 +198,36 @@ taskRoles:
   worker:
     instances: {instances}
     dockerImage: image
-    resourcePerInstance: {{cpu: 1, memoryMB: 1024, gpu: 0, ports: {{ssh: 1}}}}
+    resourcePerInstance: {{cpu: 1, memoryMB: 1024, gpu: 0, ports: {{{ports}}}}}
     commands: ["python work.py"]
 """
 
 
-def running_job(store: Store, instances: int) -> JobMachine:
-    """A stored job whose instances have all been placed and started."""
-    user, _ = store.create_user("owner")
-    parsed = parse_job(config(instances))
+def running_job(
+    store: Store, instances: int, *, owner_id: int | None = None, labels: Sequence[str] = ("ssh",)
+) -> JobMachine:
+    """A stored job (of a new user `owner` unless `owner_id` is given) whose instances have
+    all been placed, with a port of each label, and started. bench/web.py uses it too."""
+    if owner_id is None:
+        owner_id = store.create_user("owner")[0].id
+    parsed = parse_job(config(instances, labels))
     assert parsed.spec is not None, parsed.issues
     at = utcnow() - timedelta(minutes=1)
     machine = JobMachine(job_policy(parsed.spec), f"follow-{secrets.token_hex(4)}", at=at)
-    store.create_job(parsed.spec, machine.snapshot(), owner_id=user.id)
+    store.create_job(parsed.spec, machine.snapshot(), owner_id=owner_id)
     saved = len(machine.transitions)
     machine.start(at=at)
     for n, view in enumerate(list(machine.instances)):
-        where = Placement(node=f"node-{n % 4}", host_ip=f"10.0.0.{n % 4 + 1}", ports={"ssh": [n]})
-        machine.apply(_event(machine, EventKind.PLACED, view.index, placement=where))
+        ports = {label: [20000 + 10000 * k + n] for k, label in enumerate(labels)}
+        where = Placement(node=f"node-{n % 4}", host_ip=f"10.0.0.{n % 250 + 1}", ports=ports)
+        machine.apply(instance_event(machine, EventKind.PLACED, view.index, placement=where))
     for view in list(machine.instances):
-        machine.apply(_event(machine, EventKind.STARTED, view.index))
+        machine.apply(instance_event(machine, EventKind.STARTED, view.index))
     store.save_machine(machine.job_id, machine.snapshot(), machine.transitions[saved:])
     return machine
 
 
-def _event(machine: JobMachine, kind: EventKind, index: int, **kw: Any) -> InstanceEvent:
+def instance_event(machine: JobMachine, kind: EventKind, index: int, **kw: Any) -> InstanceEvent:
     return InstanceEvent(
         job_id=machine.job_id,
         attempt=machine.attempt,
@@ -249,7 +255,7 @@ class Changes:
         """Make a change; (clock when it began, the sequence of its last event)."""
         machine = self.machine
         saved = len(machine.transitions)
-        machine.apply(_event(machine, EventKind.EXITED, self.next_index, exit_code=0))
+        machine.apply(instance_event(machine, EventKind.EXITED, self.next_index, exit_code=0))
         self.next_index += 1
         if machine.is_final:
             raise SystemExit("the job ended before the changes did; use more instances")

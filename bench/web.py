@@ -36,7 +36,6 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -47,14 +46,14 @@ sys.path.insert(0, str(ROOT))
 import websockets  # noqa: E402
 from playwright.async_api import async_playwright  # noqa: E402
 
-from backends.base import EventKind, InstanceEvent, Placement, utcnow  # noqa: E402
+from backends.base import EventKind  # noqa: E402
 from bench.api import copy_jobs, store_first_job  # noqa: E402
+from bench.subscriptions import instance_event, running_job  # noqa: E402
 from server.api.ids import global_id  # noqa: E402
 from server.api.types import event_cursor  # noqa: E402
 from server.app import create_app  # noqa: E402
 from server.events import JobNotice  # noqa: E402
-from server.jobs import JobMachine, job_policy  # noqa: E402
-from server.protocol import parse_job  # noqa: E402
+from server.jobs import JobMachine  # noqa: E402
 from server.serving import on_loopback  # noqa: E402
 from server.store import Store, open_store  # noqa: E402
 from tests.browser_support import CHROMIUM, CHROMIUM_ARGS, TOKEN_KEY  # noqa: E402
@@ -90,56 +89,6 @@ WATCH_ROWS = """
   look();
 }
 """
-
-
-def big_job_config(instances: int) -> str:
-    return f"""\
-protocolVersion: 2
-name: wide
-type: job
-prerequisites:
-  - {{name: image, type: dockerimage, uri: "openpai/pytorch:1.13"}}
-taskRoles:
-  worker:
-    instances: {instances}
-    dockerImage: image
-    resourcePerInstance: {{cpu: 1, memoryMB: 1024, gpu: 0, ports: {{ssh: 1, http: 1}}}}
-    commands: ["python work.py"]
-"""
-
-
-def _event(machine: JobMachine, kind: EventKind, index: int, **kw: Any) -> InstanceEvent:
-    return InstanceEvent(
-        job_id=machine.job_id,
-        attempt=machine.attempt,
-        kind=kind,
-        role="worker",
-        index=index,
-        at=utcnow(),
-        **kw,
-    )
-
-
-def running_job(store: Store, owner_id: int, instances: int) -> JobMachine:
-    """The newest job: every instance placed (with ports) and started."""
-    parsed = parse_job(big_job_config(instances))
-    assert parsed.spec is not None, parsed.issues
-    at = utcnow() - timedelta(minutes=1)
-    machine = JobMachine(job_policy(parsed.spec), "wide-00000001", at=at)
-    store.create_job(parsed.spec, machine.snapshot(), owner_id=owner_id)
-    saved = len(machine.transitions)
-    machine.start(at=at)
-    for n, view in enumerate(list(machine.instances)):
-        where = Placement(
-            node=f"node-{n % 4}",
-            host_ip=f"10.0.0.{n % 250 + 1}",
-            ports={"ssh": [20000 + n], "http": [30000 + n]},
-        )
-        machine.apply(_event(machine, EventKind.PLACED, view.index, placement=where))
-    for view in list(machine.instances):
-        machine.apply(_event(machine, EventKind.STARTED, view.index))
-    store.save_machine(machine.job_id, machine.snapshot(), machine.transitions[saved:])
-    return machine
 
 
 class PlainClient:
@@ -220,7 +169,7 @@ async def run(args: argparse.Namespace) -> None:
         user, token = store.create_user("bench")
         template = store_first_job(store, user.id)
         copy_jobs(store.engine, template, range(1, args.jobs))
-        machine = running_job(store, user.id, args.instances)
+        machine = running_job(store, args.instances, owner_id=user.id, labels=("ssh", "http"))
         print(
             f"stored {args.jobs:,} jobs of 10 instances and 1 of {args.instances} in "
             f"{time.perf_counter() - began:.1f} s (SQLite)"
@@ -276,7 +225,7 @@ async def measure(
                 page_lags, plain_lags = [], []
                 for index in range(min(args.changes, args.instances - 1)):
                     saved = len(machine.transitions)
-                    machine.apply(_event(machine, EventKind.EXITED, index, exit_code=0))
+                    machine.apply(instance_event(machine, EventKind.EXITED, index, exit_code=0))
                     began = time.time()
                     events = await asyncio.to_thread(
                         store.save_machine,
