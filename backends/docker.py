@@ -414,8 +414,9 @@ class DockerBackend:
                 break
         started = [i for i, _ in specs if not i.ended]
         for role, index in order:
-            if not attempt.instances[(role.name, index)].ended:
-                self._emit_placed(attempt.instances[(role.name, index)], role)
+            instance = attempt.instances[(role.name, index)]
+            if not instance.ended:
+                self._emit_placed(instance, role)
         self._open_gates(started)
         # every container may have failed to start: then the network is not needed any more
         self._cleanup_if_done(attempt)
@@ -445,18 +446,28 @@ class DockerBackend:
         for instance, taken in lost:
             key = instance.key
             self.progress(f"{key.role}-{key.index}: port {taken.port} was taken; trying others")
-            log.warning("%s: %s; starting the gang again on other ports", instance.key, taken)
-            self.ports.release(instance.port_owner)
-            role = attempt.request.role(key.role)
             try:
-                fresh = self.ports.allocate(instance.port_owner, port_asks(role, key.index))
+                fresh = self._other_ports(attempt, instance, taken)
             except PortError as exc:
-                reason = f"{taken}; no other ports: {exc}"
                 for peer in attempt.instances.values():
-                    self._end(attempt, peer, EventKind.START_FAILED, reason=reason)
+                    self._end(attempt, peer, EventKind.START_FAILED, reason=str(exc))
                 return False
             ports[(key.role, key.index)] = fresh
         return True
+
+    def _other_ports(
+        self, attempt: Attempt, instance: Instance, taken: PortTaken
+    ) -> dict[str, list[int]]:
+        """Fresh ports for an instance whose port another program took, in place of the ones
+        it held; PortError, saying which port went, when there are none."""
+        key = instance.key
+        log.warning("%s: %s; starting it again on other ports", key, taken)
+        self.ports.release(instance.port_owner)
+        role = attempt.request.role(key.role)
+        try:
+            return self.ports.allocate(instance.port_owner, port_asks(role, key.index))
+        except PortError as exc:
+            raise PortError(f"{taken}; no other ports: {exc}") from None
 
     def _discard_run(self, attempt: Attempt) -> None:
         """Remove every container of the attempt's current run; each instance's next one gets
@@ -755,13 +766,10 @@ class DockerBackend:
             if lost is None:
                 break
             # its peers run already: like a relaunch whose ports were not free, it takes others
-            log.warning("%s: %s; starting it again on other ports", key, lost)
-            self.ports.release(instance.port_owner)
             try:
-                ports = self.ports.allocate(instance.port_owner, port_asks(role, key.index))
+                ports = self._other_ports(attempt, instance, lost)
             except PortError as exc:
-                reason = f"{lost}; no other ports: {exc}"
-                self._end(attempt, instance, EventKind.START_FAILED, reason=reason)
+                self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
                 break
         if not instance.ended:
             self._emit_placed(instance, role)
@@ -881,9 +889,9 @@ class DockerBackend:
         )
         try:
             records.write_exit(instance.dir, event)
-            records.instance_log(instance.dir).keep_within(self.settings.log_limit_mb << 20)
         except OSError as exc:  # the event still goes out; only a restart would miss it
             log.error("cannot write the exit record of %s: %s", instance.key, exc)
+        self._keep_log(instance.dir)
         self.ports.release(instance.port_owner)
         if attempt.placed:
             self.cluster.release_one(attempt.id, gang_position(attempt.request, instance.key))
@@ -918,7 +926,6 @@ class DockerBackend:
     def _keep_logs(self) -> None:
         """Keep every running instance's log within the limit, every few seconds, until closed;
         a job printing without end costs the disk a bounded amount."""
-        limit = self.settings.log_limit_mb << 20
         while not self._closed.wait(_LOG_CHECK_SECONDS):
             with self._lock:
                 running = [
@@ -928,10 +935,14 @@ class DockerBackend:
                     if i.container_id and not i.ended
                 ]
             for directory in running:
-                try:
-                    records.instance_log(directory).keep_within(limit)
-                except OSError as exc:
-                    log.warning("cannot keep the log in %s within its limit: %s", directory, exc)
+                self._keep_log(directory)
+
+    def _keep_log(self, instance_dir: Path) -> None:
+        """Drop the middle of the instance's log when it is past log_limit_mb."""
+        try:
+            records.instance_log(instance_dir).keep_within(self.settings.log_limit_mb << 20)
+        except OSError as exc:
+            log.warning("cannot keep the log in %s within its limit: %s", instance_dir, exc)
 
     # --- stopping ----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from server.jobs import JobState
 from server.store import Store
 from server.store.values import JobFilter
 
-LIVE_JOBS = (JobState.WAITING, JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
+LIVE_JOBS = tuple(state for state in JobState if not state.is_final)
 LIVE_INSTANCES = (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
 _PAGE = 100
 
