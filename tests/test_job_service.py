@@ -7,7 +7,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import anyio
 import docker
 import pytest
 
+from backends.base import Backend
 from backends.docker import DockerBackend
 from server.events import JobNotice, bus_for
 from server.jobs import JobMachine, JobState, job_policy
@@ -34,13 +35,19 @@ def owner() -> Iterator[str]:
     remove_leftovers(name)
 
 
+def service_on(db_url: str, state_dir: Path, owner: str) -> AbstractAsyncContextManager[JobService]:
+    """A service as a server process has it: its own store, bus and a Docker backend on
+    `state_dir` for `owner`."""
+    return service_with(db_url, DockerBackend(settings(state_dir), owner=owner))
+
+
 @asynccontextmanager
-async def service_on(db_url: str, state_dir: Path, owner: str) -> AsyncIterator[JobService]:
-    """A service as a server process has it: its own store, bus and backend. Leaving the block
-    closes it without stopping anything, as a crash would leave the jobs."""
+async def service_with(db_url: str, backend: Backend) -> AsyncIterator[JobService]:
+    """A service with its own store and bus on `backend`. Leaving the block closes it without
+    stopping anything, as a crash would leave the jobs."""
     store = open_store(db_url)
     bus = bus_for(db_url)
-    service = JobService(store, DockerBackend(settings(state_dir), owner=owner), bus)
+    service = JobService(store, backend, bus)
     try:
         await service.start()
         yield service

@@ -9,8 +9,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +18,23 @@ import pytest
 from backends.base import LaunchRequest
 from backends.docker import DockerBackend
 from backends.docker_attempts import attempt_id
-from server.events import bus_for
 from server.jobs import JobState
 from server.jobs.service import JobService
-from server.store import Job, open_store
+from server.store import Job
 from tests.api_support import data
 from tests.service_support import job_config
 from tests.simulated import remove_leftovers, settings
 from tests.test_api_jobs import SUBMIT, served
-from tests.test_job_service import job_of, nothing_left, running, submitted, until, user
+from tests.test_job_service import (
+    job_of,
+    nothing_left,
+    running,
+    service_on,
+    service_with,
+    submitted,
+    until,
+    user,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -70,23 +77,6 @@ class Exploding(DockerBackend):
         if self.fail_stop:
             raise RuntimeError("the engine refused to stop anything")
         await super().stop(job_id, attempt, grace_seconds)
-
-
-@asynccontextmanager
-async def service_with(
-    db_url: str, state_dir: Path, backend: DockerBackend
-) -> AsyncIterator[JobService]:
-    """A service on `backend`; leaving the block closes it as a crash would leave its jobs."""
-    store = open_store(db_url)
-    bus = bus_for(db_url)
-    service = JobService(store, backend, bus)
-    try:
-        await service.start()
-        yield service
-    finally:
-        await service.close()
-        await bus.close()
-        store.close()
 
 
 def sleeper(name: str) -> str:
@@ -139,7 +129,7 @@ async def test_a_job_whose_launch_raises_ends_failed_gives_back_its_resources_an
     state = tmp_path / "state"
     backend = Exploding(settings(state), owner=owner, fail_launch=True)
     with caplog.at_level(logging.ERROR, logger="server.jobs.runner"):
-        async with service_with(db_url, state, backend) as service:
+        async with service_with(db_url, backend) as service:
             ann = user(service.store, "ann", "default")
             job = await submitted(service, ann, sleeper("boom"))
             job = await ended(service, job.id)
@@ -152,7 +142,7 @@ async def test_a_job_whose_launch_raises_ends_failed_gives_back_its_resources_an
     assert logged, "the error was not logged with its traceback"
     assert "the engine went away mid-launch" in str(logged[0].exc_info[1])
     # a restart does not bring it back for another attempt
-    async with service_with(db_url, state, DockerBackend(settings(state), owner=owner)) as again:
+    async with service_on(db_url, state, owner) as again:
         await asyncio.sleep(2)
         job = await job_of(again.store, job.id)
         assert (job.state, job.attempt, job.retries) == (JobState.FAILED, 1, 0)
@@ -164,7 +154,7 @@ async def test_stop_ends_a_job_when_the_backend_raises_on_stop(
 ) -> None:
     state = tmp_path / "state"
     backend = Exploding(settings(state), owner=owner, fail_stop=True)
-    async with service_with(db_url, state, backend) as service:
+    async with service_with(db_url, backend) as service:
         admin = user(service.store, "root", admin=True)
         job = await submitted(service, user(service.store, "ann", "default"), sleeper("stuck"))
         await running(service, job.id, 1)
@@ -181,7 +171,7 @@ async def test_stop_ends_a_job_that_no_runner_drives(
     db_url: str, tmp_path: Path, owner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     state = tmp_path / "state"
-    async with service_with(db_url, state, DockerBackend(settings(state), owner=owner)) as first:
+    async with service_on(db_url, state, owner) as first:
         job = await submitted(first, user(first.store, "ann", "default"), sleeper("orphan"))
         await running(first, job.id, 1)
 
@@ -189,7 +179,7 @@ async def test_stop_ends_a_job_that_no_runner_drives(
         raise RuntimeError("its saved plan is unusable")
 
     monkeypatch.setattr("server.jobs.service.plan_resumption", cannot_resume)
-    async with service_with(db_url, state, DockerBackend(settings(state), owner=owner)) as second:
+    async with service_on(db_url, state, owner) as second:
         assert (await job_of(second.store, job.id)).state is JobState.RUNNING
         admin = user(second.store, "root", admin=True)
         outcome = await second.stop(admin, job.id)
