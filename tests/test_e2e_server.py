@@ -81,7 +81,8 @@ class Server:
             **extra,
         }
 
-    def start(self) -> None:
+    def launch(self) -> None:
+        """Start the server process, its output going to the log, without waiting for it."""
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port)],
@@ -90,6 +91,10 @@ class Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+
+    def start(self) -> None:
+        """Start the server process and wait until it answers."""
+        self.launch()
 
         def answers() -> bool:
             assert self.process is not None and self.process.poll() is None, self.output()

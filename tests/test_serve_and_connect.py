@@ -57,14 +57,7 @@ def test_serve_on_an_unknown_host_says_which(tmp_path: Path) -> None:
 @pytest.mark.docker
 def test_serve_announces_its_address_only_once_it_answers(tmp_path: Path) -> None:
     with served("sqlite", tmp_path) as server:
-        with server.log.open("ab") as log:
-            server.process = subprocess.Popen(
-                [sys.executable, "-m", "server.cli", "serve", "--port", str(server.port)],
-                env=server.env(),
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        server.launch()
         announcement = f"paigraph serving GraphQL on {server.url}/graphql"
         deadline = time.monotonic() + 60
         while announcement not in server.output():
