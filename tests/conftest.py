@@ -1,5 +1,7 @@
 """Test-wide fixtures: async tests run on asyncio (through anyio's pytest plugin); `db_url`
-runs a test on SQLite and, when PAIGRAPH_TEST_PG is set, on a fresh PostgreSQL database.
+runs a test on SQLite and, when PAIGRAPH_TEST_PG is set, on a fresh PostgreSQL database;
+`owner` names a simulator owner of the test's own, whose containers and networks are removed
+at the end.
 
 Tests marked `shared(folder)` read ../shared/<folder>: without it they are skipped with the
 folder named, so that a clone on its own runs everything else; under CI=true (where the folder
@@ -8,6 +10,7 @@ is always there) they run, and fail, instead."""
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import pytest
 
 from server.store import Store, open_store
 from tests.corpus import missing
+from tests.simulated import remove_leftovers
 from tests.store_support import KINDS, fresh_database
 
 
@@ -51,3 +55,10 @@ def store(db_url: str) -> Iterator[Store]:
     opened = open_store(db_url)
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def owner() -> Iterator[str]:
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    yield name
+    remove_leftovers(name)

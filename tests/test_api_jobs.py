@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from tests.api_support import (
     ws_connection,
 )
 from tests.service_support import job_config, ps_worker
-from tests.simulated import leftovers, remove_leftovers, settings
+from tests.simulated import leftovers, settings
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -58,13 +58,6 @@ INSTANCES = """
 query($id: ID) { job(id: $id) { state stateReason taskRoles { name instances {
   index state exitCode node hostIp ports { label ports } } } } }
 """
-
-
-@pytest.fixture
-def owner() -> Iterator[str]:
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    yield name
-    remove_leftovers(name)
 
 
 class Served:

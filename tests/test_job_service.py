@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -23,16 +22,9 @@ from server.jobs.service import JobService, Problem
 from server.store import INSTANCE_STATE, JOB_STATE, Event, Instance, Job, Store, User, open_store
 from simulator.containers import OWNER
 from tests.service_support import job_config, ps_worker, spec_of
-from tests.simulated import leftovers, remove_leftovers, settings
+from tests.simulated import leftovers, settings
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
-
-
-@pytest.fixture
-def owner() -> Iterator[str]:
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    yield name
-    remove_leftovers(name)
 
 
 def service_on(db_url: str, state_dir: Path, owner: str) -> AbstractAsyncContextManager[JobService]:

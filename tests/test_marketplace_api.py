@@ -5,7 +5,6 @@ them on the Docker simulator), and the whole corpus imported, listed, searched a
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -28,7 +27,7 @@ from server.market_commands import content_version, derived_version
 from server.store import Store, open_store
 from tests.api_support import data, gql, live_server, runtime, serving
 from tests.marketplace_support import accepted_corpus_items, data_item, template
-from tests.simulated import remove_leftovers, settings
+from tests.simulated import settings
 from tests.store_support import submit
 
 pytestmark = pytest.mark.anyio
@@ -426,13 +425,6 @@ async def test_the_corpus_is_imported_then_listed_searched_and_paged(db_url: str
 
 
 # --- submitting from an item on the Docker simulator -------------------------------------------
-
-
-@pytest.fixture
-def owner() -> Iterator[str]:
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    yield name
-    remove_leftovers(name)
 
 
 @asynccontextmanager

@@ -859,13 +859,6 @@ def test_the_allow_list_comes_from_the_environment() -> None:
 
 
 @pytest.fixture
-def owner() -> Iterator[str]:
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    yield name
-    remove_leftovers(name)
-
-
-@pytest.fixture
 def volume(owner: str) -> Iterator[str]:
     name = f"paigraph-test-{uuid.uuid4().hex[:8]}"
     yield name

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,17 +14,9 @@ from backends.secrets_env import secret_variable
 from server.jobs import JobState
 from server.store import Store
 from tests.service_support import job_config
-from tests.simulated import remove_leftovers
 from tests.test_job_service import follow, service_on, submitted, user
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
-
-
-@pytest.fixture
-def owner() -> Iterator[str]:
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    yield name
-    remove_leftovers(name)
 
 
 def files_holding(root: Path, value: str) -> list[str]:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from server.jobs.service import JobService
 from server.store import Job
 from tests.api_support import data
 from tests.service_support import job_config
-from tests.simulated import remove_leftovers, settings
+from tests.simulated import settings
 from tests.test_api_jobs import SUBMIT, served
 from tests.test_job_service import (
     job_of,
@@ -51,13 +49,6 @@ mutation($config: String!, $parameters: JSON) {
 }
 """
 JOBS = "{ jobs(first: 50) { edges { node { id } } } }"
-
-
-@pytest.fixture
-def owner() -> Iterator[str]:
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    yield name
-    remove_leftovers(name)
 
 
 class Exploding(DockerBackend):
