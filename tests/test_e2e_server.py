@@ -13,8 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +29,7 @@ from server.remote import Client
 from simulator.containers import OWNER
 from tests.simulated import job_config, leftovers, remove_leftovers
 from tests.store_support import KINDS, fresh_database
+from tests.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -45,15 +45,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def until(check: Callable[[], T], what: str, timeout: float = 60, every: float = 0.2) -> T:
-    """The first true result of `check`, polled until `timeout` seconds have passed."""
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(every)
-    return result
 
 
 class Server:

@@ -7,7 +7,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -22,6 +21,7 @@ from server.store import (
     open_store,
 )
 from tests.store_support import fresh_database
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = re.compile(r"pgt_[A-Za-z0-9_-]{43}\n")
@@ -123,16 +123,15 @@ def test_serve_migrates_the_database_before_it_serves(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def answers() -> bool:
             assert server.poll() is None, server.stderr.read() if server.stderr else ""
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
             except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server did not answer within 30 s"
-            time.sleep(0.2)
+                return False
+
+        until(answers, "the server answering", 30)
         engine = create_store_engine(url)
         assert current_revision(engine) == head_revision() is not None
         engine.dispose()
