@@ -51,8 +51,11 @@ class Server:
     """`python -m server.cli serve` on its own database, state directory and port; it can be
     killed and started again on the same three."""
 
-    def __init__(self, db_url: str, state_dir: Path, log: Path) -> None:
+    def __init__(
+        self, db_url: str, state_dir: Path, log: Path, serve_args: tuple[str, ...] = ()
+    ) -> None:
         self.db_url = db_url
+        self.serve_args = serve_args  # more options of `paigraph serve`
         self.state_dir = state_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -76,7 +79,10 @@ class Server:
         """Start the server process, its output going to the log, without waiting for it."""
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port)],
+                [
+                    *(sys.executable, "-m", "server.cli", "serve"),
+                    *("--port", str(self.port), *self.serve_args),
+                ],
                 env=self.env(),
                 cwd=ROOT,
                 stdout=log,

@@ -7,11 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,6 +35,7 @@ from server.jobs.service import JobService
 from server.jobs.states import JobState
 from server.store import Store
 from tests.fake_kube_api import FakeKubeAPI
+from tests.test_e2e_server import Server
 from tests.waiting import until_async
 
 pytestmark = pytest.mark.anyio
@@ -497,26 +493,19 @@ async def test_fake_cluster_the_service_runs_a_job_to_succeeded(
 async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
     api: FakeKubeAPI, tmp_path: Path
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {
-        **os.environ,
+    server = Server(
+        f"sqlite:///{tmp_path / 'paigraph.db'}",
+        tmp_path / "simulator-state",  # unused by this backend
+        tmp_path / "serve.log",
+        serve_args=("--backend", "kubernetes", "--namespace", "jobs"),
+    )
+    server.settings = {
         "PAIGRAPH_KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig")),
         "PAIGRAPH_K8S_STATE": str(tmp_path / "state"),
-        "PAIGRAPH_DB": f"sqlite:///{tmp_path / 'paigraph.db'}",
     }
-    env.pop("PAIGRAPH_K8S_NAMESPACE", None)
-    command = [sys.executable, "-m", "server.cli", "serve", "--backend", "kubernetes"]
-    server = subprocess.Popen(
-        [*command, "--port", str(port), "--namespace", "jobs"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "serve.log").open("wb"),
-    )
-    url = f"http://127.0.0.1:{port}"
+    await asyncio.to_thread(server.start)
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
 
             async def graphql(query: str, **variables: Any) -> dict[str, Any]:
                 answer = await client.post(
@@ -526,13 +515,6 @@ async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
                 assert "errors" not in body, body
                 return body["data"]
 
-            async with asyncio.timeout(30):
-                while True:
-                    with contextlib.suppress(httpx.TransportError):
-                        if (await client.get("/healthz")).status_code == 200:
-                            break
-                    assert server.poll() is None, (tmp_path / "serve.log").read_text()
-                    await asyncio.sleep(0.1)
             submitted = await graphql(
                 "mutation($c: String!) { submitJob(input: {config: $c}) {"
                 " job { id } errors { path message } } }",
@@ -553,8 +535,7 @@ async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
             ips = [i["hostIp"] for r in job["taskRoles"] for i in r["instances"]]
             assert len(ips) == 3 and all(ip.startswith("10.") for ip in ips)
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(20)
+        await asyncio.to_thread(server.stop)
 
 
 def _pingpong() -> dict[str, Any]:
