@@ -40,7 +40,9 @@ export function placeOf(parsed: Parsed, path: readonly string[]): Place {
         break;
       }
       const key = pair.key as Node;
-      if (key.range) best = [key.range[0], (pair.value as Node | null)?.range?.[1] ?? key.range[1]];
+      const value = pair.value as Node | null;
+      // a scalar is marked with its key; a collection by its key alone, not its whole block
+      if (key.range) best = [key.range[0], isScalar(value) && value.range ? value.range[1] : key.range[1]];
       node = pair.value;
     } else if (isSeq(node) && /^\d+$/.test(segment)) {
       const item = node.items[Number(segment)] as Node | undefined;
@@ -48,7 +50,7 @@ export function placeOf(parsed: Parsed, path: readonly string[]): Place {
         exact = false;
         break;
       }
-      if (item.range) best = [item.range[0], item.range[1]];
+      if (item.range) best = [item.range[0], isScalar(item) ? item.range[1] : item.range[0] + 1];
       node = item;
     } else {
       exact = false;
