@@ -326,3 +326,34 @@ def test_a_draft_survives_a_reload_without_its_secrets(
         assert "kept-over-reload" in stored
         assert "s3cret-in-file" not in stored and "typed-secret" not in stored
         assert "s3cret-in-file" not in editor_text(page)
+
+
+def test_clone_from_the_job_page_and_a_new_job_from_a_data_item(
+    site: Site, web_browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    job_id = site.api.submit(
+        f"protocolVersion: 2\nname: original\ntype: job\n"
+        f"prerequisites:\n  - {{name: box, type: dockerimage, uri: {IMAGE}}}\n"
+        "taskRoles:\n  main:\n    instances: 1\n    dockerImage: box\n"
+        "    resourcePerInstance: {cpu: 1, memoryMB: 128, gpu: 0}\n"
+        "    commands: [echo original]\n"
+    )
+    data = site.publish("name: clonedata\ntype: data\nuri:\n  - http://127.0.0.1:9/c.csv\n")
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto(f"/jobs/{job_id}")
+        page.get_by_test_id("clone").click()
+        expect(page.get_by_test_id("source-note")).to_contain_text("A copy of job original")
+        no_problems(page)
+        assert yaml.safe_load(editor_text(page))["taskRoles"]["main"]["commands"] == [
+            "echo original"
+        ]
+        page.goto(f"/submit?data={data}")
+        expect(page.get_by_test_id("source-note")).to_contain_text(
+            "A new job using the data clonedata"
+        )
+        made = yaml.safe_load(editor_text(page))
+        (role,) = made["taskRoles"].values()
+        references = [role.get("data"), *role.get("prerequisites", [])]
+        assert any(str(r).startswith("marketplace://") for r in references if r), role
