@@ -4,18 +4,20 @@ import type { SubmitPageResolveMutation } from "../gql/graphql";
 
 type Resolved = NonNullable<SubmitPageResolveMutation["resolveJob"]["job"]>;
 
-export function Preview({ job }: { job: Resolved | null }) {
+/** Shown only while open: each instance's environment is long, and the page asks the server
+ * for it only then (`open` is passed up so that it does). */
+export function Preview({ job, open, onToggle }: { job: Resolved | null; open: boolean; onToggle: (open: boolean) => void }) {
   return (
-    <details className="preview" data-testid="preview">
+    <details className="preview" data-testid="preview" open={open} onToggle={(event) => onToggle((event.target as HTMLDetailsElement).open)}>
       <summary>Preview: the resolved job and each instance's environment</summary>
-      {!job && <p className="muted">The preview appears once the job has no problems.</p>}
-      {job && (
+      {open && !job && <p className="muted">The preview appears once the job has no problems.</p>}
+      {open && job && (
         <>
           <p>
             {job.name} in virtual cluster {job.virtualCluster}
           </p>
           <pre data-testid="resolved-config">{job.config}</pre>
-          {job.taskRoles.map((role) =>
+          {(job.taskRoles ?? []).map((role) =>
             role.instances.map((instance) => (
               <details key={`${role.name}-${instance.index}`} className="instance-env" data-instance-env={`${role.name}-${instance.index}`}>
                 <summary>

@@ -79,6 +79,7 @@ export default function SubmitPage() {
   const [check, setCheck] = useState<Check | null>(null);
   const [refused, setRefused] = useState<string | null>(null);
   const [submitting, setSubmitting] = useState(false);
+  const [previewOpen, setPreviewOpen] = useState(false);
   const editor = useRef<EditorHandle | null>(null);
 
   const parsed = useMemo(() => parse(text), [text]);
@@ -108,7 +109,7 @@ export default function SubmitPage() {
     async (raw: string, from: string) => {
       setRefused(null);
       setLoadError(null);
-      const answer = await client.mutation(ResolveJobMutation, { config: raw, parameters: null }).toPromise();
+      const answer = await client.mutation(ResolveJobMutation, { config: raw, parameters: null, preview: false }).toPromise();
       const job = answer.data?.resolveJob.job;
       if (job && job.dialect !== "v2") {
         setText(job.config);
@@ -186,7 +187,7 @@ export default function SubmitPage() {
       }
       const secrets = JSON.parse(secretsKey) as Record<string, string>;
       const answer = await client
-        .mutation(ResolveJobMutation, { config: forServer(sent, secrets), parameters: sentParameters })
+        .mutation(ResolveJobMutation, { config: forServer(sent, secrets), parameters: sentParameters, preview: previewOpen })
         .toPromise();
       if (number !== asked.current) return;
       if (answer.error) {
@@ -197,7 +198,7 @@ export default function SubmitPage() {
       setCheck({ text: sent, errors: resolved.errors, warnings: resolved.warnings, job: resolved.job ?? null });
     }, CHECK_DELAY_MS);
     return () => clearTimeout(timer);
-  }, [client, text, sentParameters, secretsKey]);
+  }, [client, text, sentParameters, secretsKey, previewOpen]);
 
   // the draft: kept a moment after each change, without secrets
   useEffect(() => {
@@ -362,7 +363,7 @@ export default function SubmitPage() {
               </p>
             )}
           </div>
-          <Preview job={checked?.job ?? null} />
+          <Preview job={checked?.job ?? null} open={previewOpen} onToggle={setPreviewOpen} />
         </div>
       </div>
     </section>

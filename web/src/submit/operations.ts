@@ -2,7 +2,7 @@
 import { graphql } from "../gql";
 
 export const ResolveJobMutation = graphql(`
-  mutation SubmitPageResolve($config: String!, $parameters: JSON) {
+  mutation SubmitPageResolve($config: String!, $parameters: JSON, $preview: Boolean!) {
     resolveJob(input: { config: $config, parameters: $parameters }) {
       errors {
         path
@@ -19,7 +19,7 @@ export const ResolveJobMutation = graphql(`
         dialect
         virtualCluster
         config
-        taskRoles {
+        taskRoles @include(if: $preview) {
           name
           instanceCount
           instances {
