@@ -203,7 +203,11 @@ export default function SubmitPage() {
   // the draft: kept a moment after each change, without secrets
   useEffect(() => {
     if (loading) return;
-    const timer = setTimeout(() => saveDraft(viewer.id, { yaml: text, parameters: values }, secretNames), 200);
+    const untouched = text === EMPTY_JOB && Object.values(values).every((value) => value === "");
+    const timer = setTimeout(
+      () => (untouched ? clearDraft(viewer.id) : saveDraft(viewer.id, { yaml: text, parameters: values }, secretNames)),
+      200,
+    );
     return () => clearTimeout(timer);
   }, [viewer.id, text, values, secretNames, loading]);
 
