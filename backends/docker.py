@@ -429,8 +429,7 @@ class DockerBackend:
             self._end_all(attempt, EventKind.START_FAILED, str(exc))
             return
         if attempt.forgotten:  # forgotten while its network was made: `_forget` missed it
-            with contextlib.suppress(EngineError):
-                self.engine.remove_network(network_name)
+            self._remove_network(network_name)
             return
         with self._lock:
             for instance in attempt.instances.values():
@@ -916,8 +915,7 @@ class DockerBackend:
             with self._lock:
                 forgotten = attempt.forgotten
             if forgotten:
-                with contextlib.suppress(EngineError):
-                    self.engine.remove_network(info.name)
+                self._remove_network(info.name)
                 raise EngineError(f"attempt {attempt.id} was forgotten")
             self._use_network(attempt, info.name, addresses)
             return info.name, addresses[position]
@@ -1109,8 +1107,7 @@ class DockerBackend:
             self.ports.release(instance.port_owner)
         self.cluster.release(attempt.id)
         if network:
-            with contextlib.suppress(EngineError):
-                self.engine.remove_network(network)
+            self._remove_network(network)
         records.remove_launch(attempt.dir)
         self._schedule_soon()
 
@@ -1134,6 +1131,14 @@ class DockerBackend:
             self.engine.remove(container_id)
         except EngineUnreachable as exc:
             self._unreachable(exc, f"{container_id[:12]} is removed when the engine answers")
+
+    def _remove_network(self, name: str) -> None:
+        """Remove a network no live attempt uses; one the engine keeps (still in use a moment
+        longer, or the engine away) is removed when containers are next re-listed."""
+        try:
+            self.engine.remove_network(name)
+        except EngineError as exc:
+            log.warning("cannot remove network %s (%s); removed when re-listing", name, exc)
 
     def _stop_container(self, container_id: str, grace: float) -> None:
         """Stop a container; when the engine does not answer, the stop is made again when
@@ -1246,10 +1251,7 @@ class DockerBackend:
                 attempt = self._attempt_from_labels(labels)
                 stray = attempt is None or (attempt.all_ended() and attempt.network is None)
             if stray:
-                try:
-                    self.engine.remove_network(name)
-                except EngineError as exc:
-                    log.warning("cannot remove network %s (%s); tried again later", name, exc)
+                self._remove_network(name)
 
     # --- after a restart ---------------------------------------------------------------------
 
@@ -1322,8 +1324,7 @@ class DockerBackend:
         for name, labels in self.engine.networks({OWNER: self.owner}):
             attempt = self._attempt_from_labels(labels)
             if attempt is None or attempt.all_ended():
-                with contextlib.suppress(EngineError):
-                    self.engine.remove_network(name)
+                self._remove_network(name)
             else:
                 attempt.network = name
                 known, addresses = records.read_network(attempt.dir) or ("", [])
@@ -1336,8 +1337,7 @@ class DockerBackend:
                 self.engine.remove(info.id)
         for name, labels in self.engine.networks({}):
             if left_by_dead_run(labels.get(OWNER, ""), self.owner):
-                with contextlib.suppress(EngineError):
-                    self.engine.remove_network(name)
+                self._remove_network(name)
 
     def _reports(self) -> list[InstanceReport]:
         reports = []

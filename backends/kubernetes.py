@@ -643,7 +643,8 @@ class KubernetesBackend:
                     field_selector=f"involvedObject.name={pod}",
                     _preload_content=False,
                 )
-            except Exception:
+            except Exception as exc:  # a reason is extra: the wait goes on without it
+                log.info("cannot read the events of pod %s (%s); its reason says less", pod, exc)
                 continue
             warnings = [
                 e
@@ -936,7 +937,7 @@ def _missing(instance: _Instance, asked_at: float, listed_before: bool) -> bool:
 
 def _api_message(exc: ApiException) -> str:
     """The API server's own message, else the HTTP reason."""
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(ValueError, TypeError, AttributeError):  # not a JSON object
         body = json.loads(exc.body)
         if body.get("message"):
             return str(body["message"])

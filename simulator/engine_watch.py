@@ -106,10 +106,6 @@ class EngineWatch:
             if self._stopped.is_set():
                 return
             broke_at = datetime.now(UTC)
-            log.warning(
-                "the Docker event stream ended (%s); opening it again and re-listing containers",
-                error or "closed by the engine",
-            )
             reopened = self._reopen(broke_at, error)
             if reopened is None:
                 return
@@ -123,7 +119,20 @@ class EngineWatch:
                     return ""
                 self._deliver(item)
         except Exception as exc:  # a broken connection, in whatever form the client raises it
+            if self._stopped.is_set():
+                return ""
+            log.warning(
+                "the Docker event stream broke (%s: %s); opening it again and re-listing "
+                "containers",
+                type(exc).__name__,
+                exc,
+            )
             return f"{type(exc).__name__}: {exc}"
+        if not self._stopped.is_set():
+            log.warning(
+                "the Docker event stream was closed by the engine; opening it again and "
+                "re-listing containers"
+            )
         return ""
 
     def _deliver(self, item: Any) -> None:
@@ -153,6 +162,7 @@ class EngineWatch:
                         )
                     else:
                         self._condition = EngineCondition(False, self._condition.since, error)
+                        log.debug("the Docker engine is still unreachable (%s)", error)
                 delay = min(delay * 2, MAX_DELAY)
                 continue
             self.reopened += 1
