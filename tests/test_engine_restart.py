@@ -1,11 +1,15 @@
 """A real Docker engine restarted under a running `paigraph serve`: a private `dockerd` of the
-test's own (its own socket, data root, exec root and pid file, no bridge and no iptables
-rules, so the machine's engine and its networks are untouched) is stopped and started again
-while a two-instance job runs. See docs/reliability.md."""
+test's own (its own socket, data root, exec root and pid file, a bridge of its own and no
+iptables rules, so the machine's engine and its networks are untouched) is stopped and started
+again while a two-instance job runs. See docs/reliability.md.
+
+Not `--bridge=none`: a dockerd started so deletes the host's `docker0`, the bridge of the
+machine's own engine, on its way up."""
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -21,13 +25,14 @@ import httpx
 import pytest
 import requests.exceptions
 
-from simulator.containers import OWNER
+from simulator.containers import OWNER, host_routes
 from tests.simulated import IMAGE, job_config
 from tests.test_e2e_server import event_log, final_job, instances, served, until
 from tests.test_e2e_server import job as job_of
 
 pytestmark = pytest.mark.docker
 
+BRIDGE_POOL = ipaddress.IPv4Network("10.216.0.0/16")  # the private engine's own bridge
 TWO_WORKERS = job_config(name="pair", roles={"worker": {"instances": 2, "commands": ["sleep 6"]}})
 AFTERWARDS = job_config(name="after", roles={"main": {"commands": ["echo after"]}})
 
@@ -35,8 +40,9 @@ AFTERWARDS = job_config(name="after", roles={"main": {"commands": ["echo after"]
 class PrivateEngine:
     """A dockerd on a socket of its own, which can be stopped and started again."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, bridge: str) -> None:
         self.root = root
+        self.bridge = bridge
         self.socket = root / "docker.sock"
         self.url = f"unix://{self.socket}"
         self.log = root / "dockerd.log"
@@ -51,7 +57,7 @@ class PrivateEngine:
                     f"--data-root={self.root / 'data'}",
                     f"--exec-root={self.root / 'exec'}",
                     f"--pidfile={self.root / 'docker.pid'}",
-                    "--bridge=none",
+                    f"--bridge={self.bridge}",
                     "--iptables=false",
                     "--ip6tables=false",
                 ],
@@ -96,6 +102,34 @@ class PrivateEngine:
         return docker.DockerClient(base_url=self.url, timeout=60)
 
 
+def free_subnet() -> ipaddress.IPv4Network:
+    """A /24 for the private engine's bridge that the host routes nowhere yet."""
+    taken = host_routes()
+    for candidate in BRIDGE_POOL.subnets(new_prefix=24):
+        if not any(candidate.overlaps(route) for route in taken):
+            return candidate
+    pytest.skip(f"a second Docker engine cannot start here: no free /24 in {BRIDGE_POOL}")
+
+
+@contextlib.contextmanager
+def own_bridge() -> Iterator[str]:
+    """A bridge interface for the private engine (dockerd makes only docker0 itself)."""
+    if shutil.which("ip") is None:
+        pytest.skip("a second Docker engine cannot start here: no `ip` (iproute2) for its bridge")
+    name = f"pgt{uuid.uuid4().hex[:8]}"
+    subnet = free_subnet()
+    made = subprocess.run(["ip", "link", "add", name, "type", "bridge"], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"a second Docker engine cannot start here: no bridge for it ({made.stderr!r})")
+    try:
+        gateway = f"{next(subnet.hosts())}/{subnet.prefixlen}"
+        subprocess.run(["ip", "addr", "add", gateway, "dev", name], check=True)
+        subprocess.run(["ip", "link", "set", name, "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "link", "del", name], capture_output=True)
+
+
 @pytest.fixture
 def engine() -> Iterator[PrivateEngine]:
     if shutil.which("dockerd") is None:
@@ -104,8 +138,10 @@ def engine() -> Iterator[PrivateEngine]:
         pytest.skip("a second Docker engine cannot start here: dockerd needs root")
     root = Path(f"/tmp/pg-dockerd-{uuid.uuid4().hex[:8]}")  # socket paths are short
     root.mkdir()
-    private = PrivateEngine(root)
-    try:
+    with contextlib.ExitStack() as stack:
+        private = PrivateEngine(root, stack.enter_context(own_bridge()))
+        stack.callback(shutil.rmtree, root, ignore_errors=True)
+        stack.callback(private.stop)
         try:
             private.start()
         except RuntimeError as exc:
@@ -116,10 +152,6 @@ def engine() -> Iterator[PrivateEngine]:
         )
         assert loaded.returncode == 0, loaded.stderr
         yield private
-    finally:
-        private.stop()
-        with contextlib.suppress(OSError):
-            shutil.rmtree(root)
 
 
 def test_a_job_survives_a_restart_of_its_docker_engine(
