@@ -241,6 +241,6 @@ def test_a_server_keeps_its_word_through_a_cut_stream_and_an_unreachable_engine(
         # the job's log tells the outage, then what happened meanwhile
         types = [e["type"] for e in event_log(client, outlives)]
         assert types.count("BACKEND_UNREACHABLE") == 1 and types.count("BACKEND_REACHABLE") == 1
-        assert types.index("BACKEND_REACHABLE") < len(types) - 2
+        assert types.index("BACKEND_REACHABLE") < len(types) - 2, types
         assert types[-1] == "JOB_STATE"
         nothing_left(server.owner)

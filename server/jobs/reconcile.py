@@ -82,6 +82,7 @@ class Note:
     message: str
     state: JobState
     attempt: int
+    position: int  # how many transitions the machine had made: it is recorded after those
 
 
 class ServiceMachine(JobMachine):
@@ -143,7 +144,7 @@ class ServiceMachine(JobMachine):
                 return
             self._outage = (text, hidden)
             r.reason = text
-            self._notes.append(Note(BACKEND_UNREACHABLE, event.at, text, r.state, r.attempt))
+            self._note(BACKEND_UNREACHABLE, event.at, text)
             return
         self._outage_over(event.reason or "the backend answers again", event.at)
 
@@ -155,7 +156,11 @@ class ServiceMachine(JobMachine):
         self._outage = None
         if r.reason == text:
             r.reason = hidden
-        self._notes.append(Note(BACKEND_REACHABLE, at, message, r.state, r.attempt))
+        self._note(BACKEND_REACHABLE, at, message)
+
+    def _note(self, kind: str, at: datetime, message: str) -> None:
+        r = self.record
+        self._notes.append(Note(kind, at, message, r.state, r.attempt, len(r.transitions)))
 
     def _view_of(self, event: InstanceEvent) -> InstanceView | None:
         if event.role is None or event.index is None:

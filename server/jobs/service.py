@@ -127,7 +127,7 @@ class _Journal:
         snapshot = machine.snapshot()
         transitions = machine.transitions[self.saved :]
         notes = machine.take_notes() if isinstance(machine, ServiceMachine) else []
-        changes: list[Transition | NewEvent] = [*transitions, *map(_note_event, notes)]
+        changes = _in_order(transitions, self.saved, notes)
         text = snapshot.model_dump_json()
         if not changes and text == self.written:
             return
@@ -587,6 +587,21 @@ def _outage_event(job_id: str, health: BackendHealth) -> BackendOutage:
     return BackendOutage(
         job_id=job_id, attempt=0, over=health.healthy, reason=health.reason, at=utcnow()
     )
+
+
+def _in_order(
+    transitions: Sequence[Transition], first: int, notes: Sequence[Note]
+) -> list[Transition | NewEvent]:
+    """The new transitions (the first being the machine's `first`) and notes, as they were
+    made: each note before the transitions made after it."""
+    changes: list[Transition | NewEvent] = []
+    waiting = sorted(notes, key=lambda note: note.position)
+    for number, transition in enumerate(transitions, start=first):
+        while waiting and waiting[0].position <= number:
+            changes.append(_note_event(waiting.pop(0)))
+        changes.append(transition)
+    changes += map(_note_event, waiting)
+    return changes
 
 
 def _note_event(note: Note) -> NewEvent:
