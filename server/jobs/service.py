@@ -56,11 +56,14 @@ from server.protocol import Issue, JobSpec, parse_job
 from server.protocol.launch_checks import launch_issues
 from server.protocol.render import render_job
 from server.store import Event, Job, JobExists, NameInUse, NewEvent, Store, User
+from server.store.availability import database_unavailable
 
 log = logging.getLogger(__name__)
 
 STOP_WAIT_SECONDS = 5.0  # how long `stop` waits for the stop to be on record before it answers
 HEALTH_INTERVAL = 0.25  # how often the backend's health is looked at (a cheap in-memory read)
+SAVE_RETRY_FIRST = 0.2  # seconds before a write the database refused is made again; doubled
+SAVE_RETRY_MAX = 5.0  # ... up to this
 _ID_TRIES = 5
 
 
@@ -538,13 +541,38 @@ class JobService:
         self, job_id: str, snapshot: MachineSnapshot, changes: Sequence[Transition]
     ) -> list[Event]:
         """Write in a thread; a write under way finishes even when its runner is cancelled
-        (`close` waits for it), so what was written and what the runner saw never part."""
-        write = asyncio.ensure_future(
-            asyncio.to_thread(self.store.save_machine, job_id, snapshot, list(changes))
-        )
-        self._writes.add(write)
-        write.add_done_callback(self._writes.discard)
-        return await asyncio.shield(write)
+        (`close` waits for it), so what was written and what the runner saw never part.
+
+        While the database cannot be used (restarting, unreachable, its disk full) the write is
+        made again with back-off until it can: the runner waits, and the backend's events queue
+        up meanwhile, so nothing is lost and nothing is decided twice."""
+        delay, failing_since = SAVE_RETRY_FIRST, None
+        while True:
+            write = asyncio.ensure_future(
+                asyncio.to_thread(self.store.save_machine, job_id, snapshot, list(changes))
+            )
+            self._writes.add(write)
+            write.add_done_callback(self._writes.discard)
+            try:
+                events = await asyncio.shield(write)
+            except Exception as exc:
+                if not database_unavailable(exc):
+                    raise
+                if failing_since is None:
+                    failing_since = asyncio.get_running_loop().time()
+                    log.warning(
+                        "job %s: the database cannot take its changes (%s); "
+                        "writing them again until it can",
+                        job_id,
+                        str(exc).splitlines()[0],
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, SAVE_RETRY_MAX)
+                continue
+            if failing_since is not None:
+                took = asyncio.get_running_loop().time() - failing_since
+                log.warning("job %s: its changes are written, after %.1f s", job_id, took)
+            return events
 
     async def _publish(self, job_id: str, events: Sequence[Event], state: JobState) -> None:
         if not events:
