@@ -6,20 +6,29 @@ the server is away, and launches made meanwhile wait and then run."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from backends.base import EventKind
+from backends.kubernetes import KubernetesBackend
+from server.events import bus_for
+from server.jobs.service import JobService
+from server.jobs.states import JobState
+from server.store import Store
 from tests.fake_kube_api import FakeKubeAPI
 from tests.test_kubernetes_fake_cluster import (
     Events,
+    _pingpong,
     allowed_by_role,
     backend_on,
     pod_of,
     ps_worker,
+    settings,
 )
 from tests.waiting import until_async
 
@@ -122,3 +131,43 @@ async def test_fake_cluster_a_stop_while_the_server_is_away_deletes_on_its_retur
             assert len(api.pods()) == 3  # nothing could be deleted yet
         await until_async(lambda: api.pods() == [], "the pods deleted on return", 15, 0.1)
         events.close()
+
+
+async def test_fake_cluster_jobs_show_the_api_server_away_and_end_as_they_should(
+    api: FakeKubeAPI, tmp_path: Path, store: Store, db_url: str
+) -> None:
+    bus = bus_for(db_url)
+    service = JobService(store, KubernetesBackend(settings(api, tmp_path)), bus)
+    await service.start()
+    try:
+        user = store.create_user("kate", admin=True)[0]
+        outcome = await service.submit(user, json.dumps(_pingpong()))
+        assert outcome.errors == [] and outcome.job is not None
+        job_id = outcome.job.id
+        names = await asyncio.to_thread(api.wait_for_pods, 3)
+        for number, name in enumerate(names):
+            api.schedule(name, node=f"node-{number}", ip=f"10.2.0.{number + 1}")
+            api.run(name)
+
+        def job() -> Any:
+            return store.get_job(job_id)
+
+        await until_async(lambda: job().state is JobState.RUNNING, "the job running", 15, 0.05)
+        with api.away():
+            told = await until_async(
+                lambda: (
+                    "Kubernetes API server unreachable since" in (job().state_reason or "")
+                    and job()
+                ),
+                "the job telling the outage",
+                15,
+                0.05,
+            )
+            assert told.state is JobState.RUNNING  # nothing is decided for the outage itself
+            for name in names:
+                api.exit(name, 0)  # while the server is away
+        ended = await until_async(lambda: job().state.is_final and job(), "the job ended", 20, 0.1)
+        assert ended.state is JobState.SUCCEEDED
+    finally:
+        await service.close()
+        await bus.close()
