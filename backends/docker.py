@@ -62,6 +62,7 @@ from backends.docker_attempts import (
     recorded_attempt,
     same_ports,
 )
+from backends.docker_exec import DockerExecSession
 from backends.docker_specs import (
     ATTEMPT,
     GPUS,
@@ -80,6 +81,7 @@ from backends.docker_specs import (
     safe,
 )
 from backends.entrypoint import WORK_DIR
+from backends.instance_exec import ExecRequest
 from backends.log_stream import stream_log
 from backends.runtime_env import runtime_env
 from backends.secrets_env import secret_environment, with_secret_variables
@@ -251,6 +253,29 @@ class DockerBackend:
         await asyncio.to_thread(self._forget, attempt_id(job_id, attempt))
 
     # --- launching ---------------------------------------------------------------------------
+
+    def exec_session(self, key: InstanceKey, request: ExecRequest) -> DockerExecSession:
+        """Run a command in the instance's running container (`paigraph exec` and `shell`)."""
+        labels = {
+            OWNER: self.owner,
+            JOB: key.job_id,
+            ATTEMPT: str(key.attempt),
+            ROLE: key.role,
+            INDEX: str(key.index),
+        }
+        try:
+            found = self.engine.containers(labels)
+        except Exception as exc:
+            raise BackendError(f"cannot look up the container of {key}: {exc}") from None
+        if not found:
+            raise UnknownInstance(f"instance {key.role}-{key.index} has no container (any more)")
+        running = [c for c in found if c.status == "running"]
+        if not running:
+            raise BackendError(
+                f"instance {key.role}-{key.index} is not running (its container is "
+                f"{found[-1].status})"
+            )
+        return DockerExecSession(self.engine.api, running[-1].id, request)
 
     def refusal(self, request: LaunchRequest) -> str | None:
         """Why the request can never run on the simulated cluster: it asks more than any node

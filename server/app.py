@@ -23,9 +23,11 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from server.api.auth import Authenticator, is_loopback
 from server.api.context import Runtime, RuntimeSlot
 from server.api.endpoint import GraphQLEndpoint
+from server.api.exec_socket import ExecEndpoint
 from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSubscriptions
 from server.api.schema import schema
 from server.events import bus_for
+from server.exec_frames import PATH as EXEC_PATH
 from server.store import database_url, open_store
 from server.webapp import Assets, app_page, build_dir
 
@@ -153,9 +155,9 @@ def create_app(
     max_subscriptions_per_user: int = MAX_SUBSCRIPTIONS_PER_USER,
     on_stop: Callable[[Store], None] | None = None,
 ) -> Starlette:
-    """The app serving /graphql (GraphiQL in a browser), /healthz (liveness), /health
-    (readiness, with the reason when not ready), and the web UI at / (any other path is one
-    of the UI's own routes).
+    """The app serving /graphql (GraphiQL in a browser), /exec (commands in running instances,
+    server.api.exec_socket), /healthz (liveness), /health (readiness, with the reason when not
+    ready), and the web UI at / (any other path is one of the UI's own routes).
 
     With `service`, its store, bus and backend are used; the app starts the service when it
     starts and closes it when it stops (the caller closes what it built the service from).
@@ -207,6 +209,7 @@ def create_app(
             Route("/health", health_endpoint(slot)),
             Route("/graphql", endpoint, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", endpoint),
+            WebSocketRoute(EXEC_PATH, ExecEndpoint(slot)),
             Mount("/assets", Assets(build_dir())),
             Route("/{path:path}", app_page, methods=["GET", "HEAD"]),
         ],

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from server.cli_help import Typer
 from server.cli_output import console
+from server.exec_commands import register as register_exec_commands
 from server.market_commands import register as register_market_commands
 from server.protocol import (
     Issue,
@@ -399,6 +400,7 @@ def users_add(
 
 
 register_remote_commands(app, _parse_params)
+register_exec_commands(app)
 
 
 @app.command()
