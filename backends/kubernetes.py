@@ -57,6 +57,8 @@ from backends.base import (
     UnknownInstance,
     utcnow,
 )
+from backends.instance_exec import ExecRequest
+from backends.kubernetes_exec import KubernetesExecSession
 from backends.kubernetes_logs import LogBook, hang_up
 from backends.kubernetes_manifests import AttemptBuilder, with_owner
 from backends.kubernetes_names import (
@@ -271,6 +273,21 @@ class KubernetesBackend:
         await asyncio.to_thread(self._forget, attempt_id(job_id, attempt))
 
     # --- launching ---------------------------------------------------------------------------
+
+    def exec_session(self, key: InstanceKey, request: ExecRequest) -> KubernetesExecSession:
+        """Run a command in the instance's main container (`paigraph exec` and `shell`)."""
+        with self._lock:
+            attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
+            instance = attempt.instances.get((key.role, key.index)) if attempt else None
+            if instance is None:
+                raise UnknownInstance(f"instance {key.role}-{key.index} has no pod")
+            if instance.ended or not instance.started:
+                state = "has ended" if instance.ended else "has not started yet"
+                raise BackendError(f"instance {key.role}-{key.index} {state} (pod {instance.pod})")
+            pod = instance.pod
+        return KubernetesExecSession(
+            self.client.configuration, self.namespace, pod, MAIN_CONTAINER, request
+        )
 
     def refusal(self, request: LaunchRequest) -> str | None:
         """Why the cluster can never run the request (an hdfs data URI, a host path...): what

@@ -3,10 +3,11 @@
 It speaks the REST API the official `kubernetes` client uses, on a loopback port: create, get,
 list (label and field selectors), watch (`?watch=true` from a resource version, streamed line
 by line), and delete of pods, services, configmaps and secrets; pod logs (whole, tail, follow);
-events. It validates every object it is given against the official schema of a pinned
-Kubernetes version (`kubernetes-validate`) and refuses an invalid one with 422, as an API
-server would, and deleting an object deletes its dependents (owner references), as the garbage
-collector would.
+exec in a running pod (tests/fake_kube_exec.py: the command runs on this machine); events.
+It validates every object it is given against the official schema of a pinned Kubernetes
+version (`kubernetes-validate`) and refuses an invalid one with 422, as an API server would,
+and deleting an object deletes its dependents (owner references), as the garbage collector
+would.
 
 Nothing schedules or runs pods: the test plays scheduler and kubelet through the methods at the
 bottom (`schedule`, `run`, `exit`, `oom`, `unschedulable`, ...), and every change is streamed to
@@ -38,12 +39,14 @@ import kubernetes_validate
 import kubernetes_validate.utils
 import yaml
 
+from tests.fake_kube_exec import ExecConnection, accept_key, choose_protocol
+
 KUBERNETES_VERSION = "1.33"  # the schema objects are validated against
 TOKEN = "fake-token"
 RESOURCES = {"pods": "Pod", "services": "Service", "configmaps": "ConfigMap", "secrets": "Secret"}
 _PATH = re.compile(
     r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<resource>pods|services|configmaps|secrets|events)"
-    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?$"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log|exec))?$"
 )
 
 
@@ -73,6 +76,7 @@ class FakeKubeAPI:
         self.logs: dict[str, bytearray] = {}
         self.events: list[dict[str, Any]] = []
         self.calls: list[tuple[str, str]] = []
+        self.execs: list[tuple[str, list[str], bool]] = []  # pod, command, tty of each exec
         self.version = 100
         self.lock = threading.Condition()
         self.stopping = False
@@ -490,6 +494,11 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             if match["sub"] == "log":
                 self._record("get", "pods/log")
                 self._log(namespace, name, query)
+            elif match["sub"] == "exec":
+                # API servers from 1.31 ask for both on a websocket exec
+                self._record("get", "pods/exec")
+                self._record("create", "pods/exec")
+                self._exec(namespace, name)
             elif resource == "events":
                 self._record("list", "events")
                 wanted = query.get("fieldSelector", "").removeprefix("involvedObject.name=")
@@ -544,6 +553,36 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
         def _stream_end(self) -> None:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+
+        def _exec(self, namespace: str, name: str) -> None:
+            """The exec websocket of a pod's running main container (tests/fake_kube_exec)."""
+            query = parse_qs(urlsplit(self.path).query)
+            command = query.get("command", [])
+            tty = query.get("tty", ["false"])[-1] == "true"
+            pod = api.get("pods", namespace, name)
+            if pod is None:
+                self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
+                return
+            status = _main_status(pod) or {}
+            if "running" not in status.get("state", {}):
+                message = f"container main is not running in pod {name}"
+                self._send(400, _status(400, "BadRequest", message))
+                return
+            protocol = choose_protocol(self.headers.get("Sec-WebSocket-Protocol", ""))
+            if self.headers.get("Upgrade", "").lower() != "websocket" or protocol is None:
+                self._send(400, _status(400, "BadRequest", "exec needs a websocket upgrade"))
+                return
+            with api.lock:
+                api.execs.append((name, command, tty))
+            self.send_response(101, "Switching Protocols")
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Sec-WebSocket-Accept", accept_key(self.headers["Sec-WebSocket-Key"]))
+            self.send_header("Sec-WebSocket-Protocol", protocol)
+            self.end_headers()
+            self.wfile.flush()
+            ExecConnection(self.connection, protocol, command, tty).serve()
+            self.close_connection = True
 
         def _watch(self, resource: str, namespace: str, query: dict[str, str]) -> None:
             since = int(query.get("resourceVersion") or api.version)

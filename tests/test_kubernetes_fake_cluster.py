@@ -27,6 +27,7 @@ from backends.base import (
     ResourceRequest,
     RoleLaunch,
 )
+from backends.instance_exec import ExecRequest
 from backends.kubernetes import KubernetesBackend
 from backends.kubernetes_settings import KubernetesSettings
 from server.events import bus_for
@@ -526,6 +527,28 @@ async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
             for name in names:
                 api.schedule(name)
                 api.run(name)
+            state = "query($id: ID!) { job(id: $id) { state } }"
+            async with asyncio.timeout(15):
+                while (await graphql(state, id=job_id))["job"]["state"] != "RUNNING":
+                    await asyncio.sleep(0.1)
+            # `paigraph exec` through the server's /exec and the cluster's exec API
+            script = "echo in ps-0; read line; echo got $line >&2; exit 4"
+            executed = await asyncio.to_thread(
+                subprocess.run,
+                [*command[:3], "exec", "--url", url, job_id, "ps", "0", "--", "sh", "-c", script],
+                input="hello\n",
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=60,
+            )
+            assert (executed.returncode, executed.stdout, executed.stderr) == (
+                4,
+                "in ps-0\n",
+                "got hello\n",
+            )
+            assert api.execs[-1][0] == pod_of(api, "ps-0")
+            for name in names:
                 api.exit(name, 0)
             query = "query($id: ID!) { job(id: $id) { state taskRoles { instances { hostIp } } } }"
             async with asyncio.timeout(15):
@@ -536,6 +559,56 @@ async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
             assert len(ips) == 3 and all(ip.startswith("10.") for ip in ips)
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def test_fake_cluster_exec_runs_a_command_in_a_running_pod(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    request = LaunchRequest(job_id="execjob-0000aaaa", job_name="exec", roles=[role("main")])
+    async with backend_on(api, tmp_path) as backend:
+        events = Events(backend)
+        await backend.launch(request)
+        (pod,) = api.wait_for_pods(1)
+        main = key(request, "main", 0)
+        api.schedule(pod)
+        await events.until(lambda: events.of(EventKind.PLACED))
+        with pytest.raises(BackendError, match="has not started yet"):
+            backend.exec_session(main, ExecRequest(command=["true"]))
+        api.run(pod)
+        await events.until(lambda: events.of(EventKind.STARTED))
+
+        def run(request: ExecRequest, stdin: bytes = b"", resize: tuple[int, int] | None = None):
+            session = backend.exec_session(main, request)
+            try:
+                if resize:
+                    session.resize(*resize)
+                if stdin:
+                    session.write(stdin)
+                session.close_stdin()
+                output: dict[int, bytes] = {1: b"", 2: b""}
+                while (chunk := session.read()) is not None:
+                    output[chunk[0]] += chunk[1]
+                return session.exit_code(), output[1], output[2]
+            finally:
+                session.close()
+
+        # output by stream, stdin to its end (v5 closes it alone), the exit code
+        script = "echo out; echo err >&2; wc -l; exit 3"
+        found = await asyncio.to_thread(run, ExecRequest(command=["sh", "-c", script]), b"a\nb\n")
+        assert (found[0], found[1].split(), found[2]) == (3, [b"out", b"2"], b"err\n")
+        assert api.execs[-1] == (pod, ["sh", "-c", script], False)
+
+        # a terminal of the size asked, resized
+        on_tty = ExecRequest(command=["sh", "-c", "stty size; sleep 0.5; stty size"], tty=True)
+        on_tty = on_tty.model_copy(update={"rows": 33, "columns": 101})
+        code, out, _ = await asyncio.to_thread(run, on_tty, resize=(20, 60))
+        assert code == 0 and out.split()[-2:] == [b"20", b"60"]
+
+        api.exit(pod, 0)
+        await events.until(lambda: events.ended())
+        with pytest.raises(BackendError, match="has ended"):
+            backend.exec_session(main, ExecRequest(command=["true"]))
+        events.close()
 
 
 def _pingpong() -> dict[str, Any]:
