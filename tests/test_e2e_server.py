@@ -123,12 +123,16 @@ class Server:
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
 
-    def paigraph(self, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-        """The `paigraph` command pointed at this server, as a user with `token` (or none)."""
+    def paigraph(
+        self, *args: str, token: str | None = None, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """The `paigraph` command pointed at this server, as a user with `token` (or none),
+        reading `stdin` when given."""
         return subprocess.run(
             [sys.executable, "-m", "server.cli", *args],
             env=self.env(**({"PAIGRAPH_TOKEN": token} if token else {})),
             cwd=ROOT,
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=120,

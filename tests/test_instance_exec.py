@@ -7,10 +7,8 @@ entered after its command failed."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
-from subprocess import CompletedProcess
 
 import pexpect
 import pytest
@@ -18,7 +16,8 @@ from websockets.sync.client import connect
 
 from server import exec_frames as frames
 from tests.simulated import IMAGE
-from tests.test_e2e_server import ROOT, Server, instances, job, served, until
+from tests.test_e2e_server import ROOT, Server, instances, job, served
+from tests.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -85,21 +84,8 @@ def running(tmp_path_factory: pytest.TempPathFactory):
         server.paigraph("stop", job_id, token=tokens["ann"])
 
 
-def _paigraph(server: Server, *args: str, token: str, stdin: str = "") -> CompletedProcess[str]:
-    """The `paigraph` command as a user with `token` (none when empty), given `stdin`."""
-    return subprocess.run(
-        [sys.executable, "-m", "server.cli", *args],
-        env=server.env(**({"PAIGRAPH_TOKEN": token} if token else {})),
-        cwd=ROOT,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def _exec(server: Server, token: str, *args: str, stdin: str = "") -> tuple[int, str, str]:
-    done = _paigraph(server, "exec", *args, token=token, stdin=stdin)
+    done = server.paigraph("exec", *args, token=token, stdin=stdin)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -131,7 +117,7 @@ def test_another_user_is_refused(running) -> None:
     assert "belongs to ann" in err and "only its owner or an admin" in err
 
     # without a token, the server asks for one
-    done = _paigraph(server, "exec", job_id, "main", "0", "--", "true", token="")
+    done = server.paigraph("exec", job_id, "main", "0", "--", "true", stdin="")
     assert done.returncode == 255 and "wants a token" in done.stderr
 
 

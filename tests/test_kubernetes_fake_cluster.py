@@ -534,18 +534,12 @@ async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
             # `paigraph exec` through the server's /exec and the cluster's exec API
             script = "echo in ps-0; read line; echo got $line >&2; exit 4"
             executed = await asyncio.to_thread(
-                subprocess.run,
-                [*command[:3], "exec", "--url", url, job_id, "ps", "0", "--", "sh", "-c", script],
-                input="hello\n",
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=60,
+                server.paigraph, "exec", job_id, "ps", "0", "--", "sh", "-c", script, stdin="hi\n"
             )
             assert (executed.returncode, executed.stdout, executed.stderr) == (
                 4,
                 "in ps-0\n",
-                "got hello\n",
+                "got hi\n",
             )
             assert api.execs[-1][0] == pod_of(api, "ps-0")
             for name in names:
@@ -643,6 +637,7 @@ async def test_fake_cluster_the_role_grants_exactly_what_the_backend_uses(tmp_pa
         test_fake_cluster_an_unschedulable_gang_times_out_with_the_reason,
         test_fake_cluster_stop_ends_running_and_waiting_instances,
         test_fake_cluster_a_restarted_backend_adopts_what_runs_and_what_ended,
+        test_fake_cluster_exec_runs_a_command_in_a_running_pod,
     )
     used: set[tuple[str, str]] = set()
     for number, scenario in enumerate(scenarios):
