@@ -10,6 +10,7 @@ import json
 import sys
 import time
 
+import httpx
 import pexpect
 import pytest
 from websockets.sync.client import connect
@@ -21,7 +22,8 @@ from tests.waiting import until
 
 pytestmark = pytest.mark.docker
 
-# `main` runs; `broken` fails, and its debug hook (seed 004's) keeps the container alive
+# `main` runs; `broken` fails, and its debug hook (seed 004's) keeps the container alive; the
+# tensorboard plugin gets `main` (the first role) a port labelled tensorboard
 JOB = {
     "protocolVersion": 2,
     "name": "debuggable",
@@ -54,6 +56,12 @@ JOB = {
             "resourcePerInstance": {"cpu": 1, "memoryMB": 128, "gpu": 0},
             "commands": ["echo the command fails", "exit 3"],
         },
+    },
+    "extras": {
+        "com.microsoft.pai.runtimeplugin": [
+            {"plugin": "ssh", "parameters": {"jobssh": True}},
+            {"plugin": "tensorboard", "parameters": {"port": 6006, "logdir": {"a": "/tmp"}}},
+        ]
     },
 }
 
@@ -203,3 +211,32 @@ def test_a_shell_has_a_terminal_that_follows_resizes_and_takes_ctrl_c(running) -
     finally:
         shell.close()
     assert shell.exitstatus == 5
+
+
+def test_the_tensorboard_port_is_shown_on_the_job_and_published(running) -> None:
+    server, tokens, job_id = running
+    found = instances(job(server.client(tokens["ann"]), job_id))
+    ports = {p["label"]: p["ports"] for p in found["main-0"]["ports"]}
+    assert set(ports) == {"ssh", "http", "tensorboard"}
+    assert "tensorboard" not in {p["label"] for p in found["broken-0"]["ports"]}
+    (port,) = ports["tensorboard"]
+
+    # a server started on it inside the instance answers on the host's port
+    serve = (
+        "echo board > /tmp/index.html; "
+        "httpd -p $PAI_CONTAINER_HOST_tensorboard_PORT_LIST -h /tmp; "
+        "echo $PAI_CONTAINER_HOST_tensorboard_PORT_LIST"
+    )
+    code, out, _ = _exec(server, tokens["ann"], job_id, "main", "0", "--", "sh", "-c", serve)
+    assert (code, out.strip()) == (0, str(port))
+    answer = until(
+        lambda: _get(f"http://127.0.0.1:{port}/index.html"), "the board answering", timeout=10
+    )
+    assert answer == "board\n"
+
+
+def _get(url: str) -> str | None:
+    try:
+        return httpx.get(url, timeout=2).text
+    except httpx.TransportError:
+        return None
