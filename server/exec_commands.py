@@ -14,6 +14,7 @@ from server.remote import DEFAULT_URL, RemoteError
 from server.remote_commands import TokenOption, UrlOption, _client
 
 err = console(stderr=True)
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 JobArgument = Annotated[str, typer.Argument(help="The job's id or name.")]
 RoleArgument = Annotated[str, typer.Argument(help="The task role.")]
@@ -67,6 +68,9 @@ def _run(
     except RemoteError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         return CLIENT_ERROR
+    except KeyboardInterrupt:  # exec only: a shell's terminal is raw, Ctrl-C goes in
+        err.print("interrupted: the connection is closed (the command may still run there)")
+        return INTERRUPTED
 
 
 def _check_instance(job: dict[str, Any], role: str, index: int) -> None:

@@ -63,7 +63,6 @@ class ExecEndpoint:
         except WebSocketDisconnect:
             return
         try:
-            await websocket.send_text(frames.control("started"))
             await _pump(websocket, session)
         finally:
             await asyncio.to_thread(session.close)
@@ -104,6 +103,8 @@ class ExecEndpoint:
                 "not-running", f"job {job.name!r} has ended ({job.state}); its instances are gone"
             )
         key = InstanceKey(job_id=job.id, attempt=job.attempt, role=start.role, index=start.index)
+        request = start.request
+        log.info("exec by %s in %s (tty %s): %s", user.name, key, request.tty, request.command)
         try:
             return await asyncio.to_thread(backend.exec_session, key, start.request)
         except UnknownInstance as exc:
@@ -177,6 +178,10 @@ def _start(text: str) -> _Start:
 async def _pump(websocket: WebSocket, session: ExecSession) -> None:
     """Output to the client and the client's input to the command, until the command ends
     (then its exit code) or the client leaves."""
+    try:
+        await websocket.send_text(frames.control("started"))
+    except (WebSocketDisconnect, RuntimeError):
+        return
     inbound = asyncio.create_task(_forward_input(websocket, session))
     try:
         while True:
@@ -191,6 +196,7 @@ async def _pump(websocket: WebSocket, session: ExecSession) -> None:
     except (WebSocketDisconnect, RuntimeError):
         return  # the client left: nothing to tell
     except BackendError as exc:
+        log.warning("exec session failed: %s", exc)
         await _refuse(websocket, "unavailable", str(exc))
     finally:
         inbound.cancel()
