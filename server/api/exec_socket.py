@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +31,7 @@ from server.api.loopback import local_admin_refusal
 from server.store import User
 
 log = logging.getLogger(__name__)
+_QUEUED_CHUNKS = 64  # output chunks waiting for a slow client before the reader waits too
 
 
 class _Refused(Exception):
@@ -175,6 +179,58 @@ def _start(text: str) -> _Start:
     return _Start(job_id, role, index, request, token.strip() if token else None)
 
 
+class _Workers:
+    """A session's blocking calls on threads of its own: a reader that blocks for as long as
+    the command runs, and one worker for input (a write blocks while the command does not read
+    its stdin). Neither holds a thread of the event loop's shared pool, which the store's
+    queries need. The output queue is bounded: a slow client slows the reader down."""
+
+    def __init__(self, session: ExecSession) -> None:
+        self.session = session
+        self.loop = asyncio.get_running_loop()
+        self.output: asyncio.Queue[tuple[Any, Any]] = asyncio.Queue(maxsize=_QUEUED_CHUNKS)
+        self.closed = threading.Event()
+        self._input = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exec-in")
+        threading.Thread(target=self._read_all, name="exec-out", daemon=True).start()
+
+    def _read_all(self) -> None:
+        """Every chunk of output, then ("exit", code) or ("error", BackendError)."""
+        try:
+            while (chunk := self.session.read()) is not None:
+                if not self._put(chunk):
+                    return
+            end: tuple[Any, Any] = ("exit", self.session.exit_code())
+        except BackendError as exc:
+            end = ("error", exc)
+        except Exception as exc:  # a bug or a broken connection: told, and logged with its trace
+            log.exception("exec: reading the command's output failed")
+            end = ("error", BackendError(f"reading the command's output failed: {exc}"))
+        self._put(end)
+
+    def _put(self, item: tuple[Any, Any]) -> bool:
+        """Queue `item` for the event loop, waiting while the queue is full; False once the
+        session is closed."""
+        try:
+            future = asyncio.run_coroutine_threadsafe(self.output.put(item), self.loop)
+        except RuntimeError:  # the loop has closed
+            return False
+        while not self.closed.is_set():
+            try:
+                future.result(timeout=1)
+                return True
+            except FutureTimeout:
+                continue
+        future.cancel()
+        return False
+
+    async def call(self, method: Any, *args: Any) -> None:
+        await self.loop.run_in_executor(self._input, method, *args)
+
+    def close(self) -> None:
+        self.closed.set()
+        self._input.shutdown(wait=False, cancel_futures=True)
+
+
 async def _pump(websocket: WebSocket, session: ExecSession) -> None:
     """Output to the client and the client's input to the command, until the command ends
     (then its exit code) or the client leaves."""
@@ -182,39 +238,41 @@ async def _pump(websocket: WebSocket, session: ExecSession) -> None:
         await websocket.send_text(frames.control("started"))
     except (WebSocketDisconnect, RuntimeError):
         return
-    inbound = asyncio.create_task(_forward_input(websocket, session))
+    workers = _Workers(session)
+    inbound = asyncio.create_task(_forward_input(websocket, workers))
     try:
         while True:
-            chunk = await asyncio.to_thread(session.read)
-            if chunk is None:
-                break
-            stream, payload = chunk
-            await websocket.send_bytes(frames.data(stream, payload))
-        code = await asyncio.to_thread(session.exit_code)
-        await websocket.send_text(frames.control("exit", code=code))
-        await websocket.close(1000)
+            kind, value = await workers.output.get()
+            if kind == "exit":
+                await websocket.send_text(frames.control("exit", code=value))
+                await websocket.close(1000)
+                return
+            if kind == "error":
+                log.warning("exec session failed: %s", value)
+                await _refuse(websocket, "unavailable", str(value))
+                return
+            await websocket.send_bytes(frames.data(kind, value))
     except (WebSocketDisconnect, RuntimeError):
         return  # the client left: nothing to tell
-    except BackendError as exc:
-        log.warning("exec session failed: %s", exc)
-        await _refuse(websocket, "unavailable", str(exc))
     finally:
+        workers.close()
         inbound.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await inbound
 
 
-async def _forward_input(websocket: WebSocket, session: ExecSession) -> None:
+async def _forward_input(websocket: WebSocket, workers: _Workers) -> None:
     """Stdin, resizes and the end of stdin from the client, as they come."""
+    session = workers.session
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
-            await asyncio.to_thread(session.close)
+            await asyncio.to_thread(session.close)  # not behind a write that blocks
             return
         if message.get("bytes") is not None:
             stream, payload = frames.split_data(message["bytes"])
             if stream == frames.STDIN and payload:
-                await asyncio.to_thread(session.write, payload)
+                await workers.call(session.write, payload)
             continue
         try:
             control = frames.parse_control(message.get("text") or "")
@@ -225,9 +283,9 @@ async def _forward_input(websocket: WebSocket, session: ExecSession) -> None:
         if control["type"] == "resize":
             rows, columns = control.get("rows"), control.get("columns")
             if isinstance(rows, int) and isinstance(columns, int) and rows > 0 and columns > 0:
-                await asyncio.to_thread(session.resize, min(rows, 1000), min(columns, 1000))
+                await workers.call(session.resize, min(rows, 1000), min(columns, 1000))
         elif control["type"] == "eof":
-            await asyncio.to_thread(session.close_stdin)
+            await workers.call(session.close_stdin)
 
 
 async def _refuse(websocket: WebSocket, code: str, message: str) -> None:
