@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import ExitStack
 
 import httpx
 import pexpect
@@ -240,3 +241,23 @@ def _get(url: str) -> str | None:
         return httpx.get(url, timeout=2).text
     except httpx.TransportError:
         return None
+
+
+def test_long_sessions_do_not_hold_up_the_server(running) -> None:
+    """Ten commands that run for a while, at once: each starts at once, and the API answers at
+    once (a session reads and writes on threads of its own, not on the pool the store uses,
+    where ten blocked reads would make every query wait for a command to end)."""
+    server, tokens, job_id = running
+    url = server.url.replace("http", "ws", 1) + frames.PATH
+    headers = {"Authorization": f"Bearer {tokens['ann']}"}
+    start = {"type": "start", "job": job_id, "role": "main", "index": 0, "command": ["sleep", "40"]}
+    with ExitStack() as stack:
+        began = time.monotonic()
+        for _ in range(10):
+            ws = stack.enter_context(connect(url, additional_headers=headers))
+            ws.send(json.dumps(start))
+            assert json.loads(ws.recv(timeout=60))["type"] == "started"
+        assert time.monotonic() - began < 20
+        asked = time.monotonic()
+        assert job(server.client(tokens["ann"]), job_id)["state"] == "RUNNING"
+        assert time.monotonic() - asked < 5
