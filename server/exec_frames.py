@@ -34,6 +34,7 @@ ERROR_CLOSE = {
     "forbidden": 4403,
     "not-found": 4404,
     "not-running": 4409,
+    "too-many-sessions": 4429,
     "unavailable": 4503,
 }
 START_TIMEOUT_SECONDS = 30.0  # a connection that sends no start message in time is closed

@@ -17,6 +17,7 @@ import pytest
 from websockets.sync.client import connect
 
 from server import exec_frames as frames
+from server.api.exec_socket import MAX_SESSIONS_PER_USER
 from tests.simulated import IMAGE
 from tests.test_e2e_server import ROOT, Server, instances, job, served
 from tests.waiting import until
@@ -244,20 +245,30 @@ def _get(url: str) -> str | None:
 
 
 def test_long_sessions_do_not_hold_up_the_server(running) -> None:
-    """Ten commands that run for a while, at once: each starts at once, and the API answers at
-    once (a session reads and writes on threads of its own, not on the pool the store uses,
-    where ten blocked reads would make every query wait for a command to end)."""
+    """Sixteen commands that run for a while, at once: each starts at once, and the API answers
+    at once (a session reads and writes on threads of its own, not on the pool the store uses,
+    where blocked reads would make every query wait for a command to end). Sixteen is the most
+    one user may have open: a seventeenth is refused, another user's is not."""
     server, tokens, job_id = running
     url = server.url.replace("http", "ws", 1) + frames.PATH
-    headers = {"Authorization": f"Bearer {tokens['ann']}"}
     start = {"type": "start", "job": job_id, "role": "main", "index": 0, "command": ["sleep", "40"]}
+
+    def session(token: str) -> dict:
+        ws = stack.enter_context(
+            connect(url, additional_headers={"Authorization": f"Bearer {token}"})
+        )
+        ws.send(json.dumps(start))
+        return json.loads(ws.recv(timeout=60))
+
     with ExitStack() as stack:
         began = time.monotonic()
-        for _ in range(10):
-            ws = stack.enter_context(connect(url, additional_headers=headers))
-            ws.send(json.dumps(start))
-            assert json.loads(ws.recv(timeout=60))["type"] == "started"
-        assert time.monotonic() - began < 20
+        for _ in range(MAX_SESSIONS_PER_USER):
+            assert session(tokens["ann"])["type"] == "started"
+        assert time.monotonic() - began < 30
         asked = time.monotonic()
         assert job(server.client(tokens["ann"]), job_id)["state"] == "RUNNING"
         assert time.monotonic() - asked < 5
+
+        refused = session(tokens["ann"])
+        assert refused["code"] == "too-many-sessions" and "limit 16" in refused["message"]
+        assert session(tokens["root"])["type"] == "started"

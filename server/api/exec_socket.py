@@ -31,6 +31,7 @@ from server.api.loopback import local_admin_refusal
 from server.store import User
 
 log = logging.getLogger(__name__)
+MAX_SESSIONS_PER_USER = 16  # exec sessions one user has open at once, over all connections
 _QUEUED_CHUNKS = 64  # output chunks waiting for a slow client before the reader waits too
 
 
@@ -52,27 +53,55 @@ class _Start:
 class ExecEndpoint:
     """The ASGI websocket app at /exec."""
 
-    def __init__(self, slot: RuntimeSlot) -> None:
+    def __init__(self, slot: RuntimeSlot, max_sessions_per_user: int = MAX_SESSIONS_PER_USER):
         self.slot = slot
+        self.max_sessions_per_user = max_sessions_per_user
+        self._sessions: dict[int, int] = {}  # user id: sessions open (or opening)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         websocket = WebSocket(scope, receive, send)
         offered = scope.get("subprotocols") or []
         await websocket.accept(frames.SUBPROTOCOL if frames.SUBPROTOCOL in offered else None)
+        opened: list[int] = []  # the user whose session this is, once counted
         try:
-            session = await self._open(websocket)
+            session = await self._open(websocket, opened)
         except _Refused as refused:
+            self._release(opened)
             await _refuse(websocket, refused.code, str(refused))
             return
-        except WebSocketDisconnect:
-            return
+        except BaseException:
+            self._release(opened)
+            raise
         try:
             await _pump(websocket, session)
         finally:
+            self._release(opened)
             await asyncio.to_thread(session.close)
 
-    async def _open(self, websocket: WebSocket) -> ExecSession:
-        """Read the start message, check who asks, and start the command."""
+    def _count(self, user: User, opened: list[int]) -> None:
+        """Count a session of `user`; _Refused when they have as many as one user may."""
+        running = self._sessions.get(user.id, 0)
+        if running >= self.max_sessions_per_user:
+            raise _Refused(
+                "too-many-sessions",
+                f"you have {running} exec sessions open, the most one user may "
+                f"(limit {self.max_sessions_per_user}); end one before starting another",
+            )
+        self._sessions[user.id] = running + 1
+        opened.append(user.id)
+
+    def _release(self, opened: list[int]) -> None:
+        for user_id in opened:
+            left = self._sessions.get(user_id, 1) - 1
+            if left > 0:
+                self._sessions[user_id] = left
+            else:
+                self._sessions.pop(user_id, None)
+        opened.clear()
+
+    async def _open(self, websocket: WebSocket, opened: list[int]) -> ExecSession:
+        """Read the start message, check who asks, and start the command (counted in
+        `opened` as a session of its user)."""
         try:
             runtime = self.slot.get()
         except ApiError as exc:
@@ -108,6 +137,7 @@ class ExecEndpoint:
             )
         key = InstanceKey(job_id=job.id, attempt=job.attempt, role=start.role, index=start.index)
         request = start.request
+        self._count(user, opened)
         log.info("exec by %s in %s (tty %s): %s", user.name, key, request.tty, request.command)
         try:
             return await asyncio.to_thread(backend.exec_session, key, start.request)
