@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from server.protocol import (
@@ -159,6 +159,10 @@ def assert_round_trip(answers: Answers) -> None:
         assert again.spec is not None
         assert [(r.name, r.instances) for r in again.spec.task_roles] == [
             (r.name, r.instances) for r in spec.task_roles
+        ]
+        assert again.spec.name == spec.name  # `a.b` is written as a v2 name and comes back
+        assert [(p.type, p.name) for p in again.spec.prerequisites] == [
+            (p.type, p.name) for p in spec.prerequisites
         ]
 
 
@@ -410,12 +414,40 @@ parameters = st.none() | st.dictionaries(
     max_size=3,
 )
 
+# Names the draft and v1 dialects allow and v2 does not, which once failed to write back.
+_DOT_NAMED_DRAFT = {
+    "protocol_version": "v2",
+    "name": "a.b",
+    "type": "job",
+    "prerequisites": [
+        {"protocol_version": "v2", "name": "img", "type": "dockerimage", "uri": "ubuntu"},
+        {"protocol_version": "v2", "name": "~", "type": "data", "uri": ["http://x/y"]},
+    ],
+    "tasks": [
+        {
+            "role": "worker",
+            "dockerimage": "img",
+            "data": "~",
+            "resource": {"resourcePerInstance": {"cpu": 1, "memoryMB": 1024, "gpu": 0}},
+            "command": ["echo hi"],
+        }
+    ],
+}
+_DOT_NAMED_V1 = {
+    "jobName": "a.b",
+    "image": "ubuntu",
+    "taskRoles": [{"name": "worker", "cpuNumber": 1, "memoryMB": 1024, "command": "echo hi"}],
+}
+
 # ------------------------------------------------------------------------------- tests
 
 
 @pytest.mark.shared("corpus")
 @settings(SETTINGS, max_examples=250)
 @given(doc=mutated(yaml_values), how=st.sampled_from(sorted(DUMPERS)), params=parameters)
+@example(doc=_DOT_NAMED_DRAFT, how="yaml", params=None)
+@example(doc={**_DOT_NAMED_DRAFT, "name": "~"}, how="json", params=None)
+@example(doc=_DOT_NAMED_V1, how="json", params=None)
 def test_mutated_configs_get_an_answer_not_an_exception(
     doc: Any, how: str, params: dict[str, Any] | None
 ) -> None:
@@ -427,6 +459,8 @@ def test_mutated_configs_get_an_answer_not_an_exception(
 @pytest.mark.shared("corpus")
 @settings(SETTINGS, max_examples=150)
 @given(doc=mutated(), how=st.sampled_from(sorted(DUMPERS)))
+@example(doc=_DOT_NAMED_DRAFT, how="yaml-flow")
+@example(doc=_DOT_NAMED_V1, how="json-indented")
 def test_accepted_mutations_write_back_to_the_same_v2_job(doc: Any, how: str) -> None:
     result = check_all(_dump(doc, how))
     assume(result.ok)

@@ -22,7 +22,7 @@ from server.protocol.model import (
     Resources,
     TaskRole,
 )
-from server.protocol.prerequisites import V2_NAME, V2_NAME_RULE, read_prerequisite_list
+from server.protocol.prerequisites import read_prerequisite_list
 from server.protocol.rules import (
     MAX_RETRIES,
     RolePaths,
@@ -33,6 +33,7 @@ from server.protocol.rules import (
     too_many_roles,
 )
 from server.protocol.secrets import MASK, mask_secrets
+from server.protocol.v2_names import V2_NAME, V2_NAME_RULE, original_name, rename_references
 
 ROLE_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 ROLE_NAME_RULE = "must match ^[a-zA-Z_][a-zA-Z0-9_]*$ (a letter or _, then letters, digits, _)"
@@ -167,9 +168,10 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
                 )
     if issues.has_errors() or name is None:
         return None
+    prerequisites, roles = _original_prerequisite_names(prerequisites, roles, ours)
     return JobSpec(
         dialect=Dialect.V2,
-        name=name,
+        name=original_name(name, ours.get("displayName")) or name,
         version=version,
         contributor=contributor,
         description=description,
@@ -183,6 +185,27 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         default_deployment=default_deployment,
         extras={k: v for k, v in extras.items() if k != EXTRAS_KEY},
         source=mask_secrets(source, doc),
+    )
+
+
+def _original_prerequisite_names(
+    prerequisites: list[Prerequisite], roles: list[TaskRole], ours: dict[str, Any]
+) -> tuple[list[Prerequisite], list[TaskRole]]:
+    """Give back the draft names (`a.b`) that `extras.paigraph.prerequisiteNames` recorded for
+    prerequisites written under their v2 spelling, in the prerequisites and in the roles."""
+    recorded = ours.get("prerequisiteNames")
+    if not isinstance(recorded, dict):
+        return prerequisites, roles
+    renamed = {
+        p.name: found
+        for p in prerequisites
+        if (found := original_name(p.name, recorded.get(p.name))) is not None
+    }
+    if not renamed:
+        return prerequisites, roles
+    return (
+        [p.model_copy(update={"name": renamed.get(p.name, p.name)}) for p in prerequisites],
+        [rename_references(role, renamed) for role in roles],
     )
 
 

@@ -22,9 +22,8 @@ from server.protocol.model import (
     Requirement,
     StorageRequest,
 )
+from server.protocol.v2_names import V2_NAME, V2_NAME_RULE
 
-V2_NAME = re.compile(r"[a-zA-Z0-9_-]+")
-V2_NAME_RULE = "must match ^[a-zA-Z0-9_-]+$ (letters, digits, _ and -)"
 DRAFT_NAME = re.compile(r"[A-Za-z0-9\-._~]+")
 DRAFT_NAME_RULE = "must match ^[A-Za-z0-9-._~]+$ (letters, digits and -._~)"
 

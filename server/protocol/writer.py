@@ -11,11 +11,14 @@ from typing import Any
 
 from server.protocol.dialect_v2 import DEFAULT_SHM_MB, EXTRAS_KEY
 from server.protocol.model import JobSpec, Prerequisite, PrerequisiteType, TaskRole
+from server.protocol.v2_names import rename_references, v2_name
 from server.protocol.yaml_out import dump_yaml
 
 
 def to_v2_dict(spec: JobSpec) -> dict[str, Any]:
-    doc: dict[str, Any] = {"protocolVersion": 2, "name": spec.name, "type": "job"}
+    renamed = _v2_prerequisite_names(spec)
+    spec = _with_v2_prerequisite_names(spec, renamed)
+    doc: dict[str, Any] = {"protocolVersion": 2, "name": v2_name(spec.name), "type": "job"}
     for key in ("version", "contributor", "description"):
         if getattr(spec, key) is not None:
             doc[key] = getattr(spec, key)
@@ -40,6 +43,10 @@ def to_v2_dict(spec: JobSpec) -> dict[str, Any]:
     doc["defaults"] = defaults
     extras = dict(spec.extras)
     ours = _paigraph_extras(spec)
+    if v2_name(spec.name) != spec.name:
+        ours["displayName"] = spec.name
+    if renamed:
+        ours["prerequisiteNames"] = {new: old for old, new in renamed.items()}
     if ours:
         extras[EXTRAS_KEY] = ours
     if extras:
@@ -87,6 +94,26 @@ def prerequisite_dict(p: Prerequisite) -> dict[str, Any]:
         out["template_variables"] = [{"name": n} for n in p.template_variables]
     out.update(p.plugin_parameters)
     return out
+
+
+def _v2_prerequisite_names(spec: JobSpec) -> dict[str, str]:
+    """Prerequisite names v2 does not allow (draft `a.b`, `~`) -> their v2 spelling."""
+    return {p.name: v2_name(p.name) for p in spec.prerequisites if v2_name(p.name) != p.name}
+
+
+def _with_v2_prerequisite_names(spec: JobSpec, renamed: dict[str, str]) -> JobSpec:
+    """`spec` with its prerequisites renamed, and the roles' references to them too."""
+    if not renamed:
+        return spec
+    return spec.model_copy(
+        update={
+            "prerequisites": [
+                p.model_copy(update={"name": renamed.get(p.name, p.name)})
+                for p in spec.prerequisites
+            ],
+            "task_roles": [rename_references(role, renamed) for role in spec.task_roles],
+        }
+    )
 
 
 def _role(role: TaskRole) -> dict[str, Any]:
