@@ -20,8 +20,9 @@ from server.protocol.model import (
     Resources,
     TaskRole,
 )
-from server.protocol.port_list import read_port_list
+from server.protocol.port_list import PORT_KEYS, read_port_list
 from server.protocol.prerequisites import DRAFT_NAME, DRAFT_NAME_RULE, read_prerequisite_list
+from server.protocol.prerequisites import FIELDS as PREREQUISITE_FIELDS
 from server.protocol.rules import (
     MAX_RETRIES,
     RolePaths,
@@ -68,6 +69,7 @@ _TASK_KEYS = (
     "env",
     "parameters",
 )
+_WRAPPER_KEYS = ("job", "prerequisites")  # the job nested under `job:`, beside prerequisites
 _RESOURCE_KEYS = ("instances", "resourcePerInstance", "portList")
 _PER_INSTANCE_KEYS = ("cpu", "memoryMB", "shmMB", "gpu")
 
@@ -79,7 +81,7 @@ def read_draft(
     job, base = doc, ""
     prerequisites_raw: list[tuple[Any, str]] = []
     if "job" in doc and "tasks" not in doc:
-        f.known_keys(doc, "", ("job", "prerequisites"))
+        f.known_keys(doc, "", _WRAPPER_KEYS)
         job = f.as_mapping(doc["job"], "job") or {}
         base = "job"
         prerequisites_raw += _raw_list(doc, "prerequisites", "", f)
@@ -165,6 +167,20 @@ def read_draft(
         task_roles=roles,
         source=mask_secrets(source, doc),
     )
+
+
+def _fields() -> dict[str, frozenset[str]]:
+    """Every field this dialect reads, by place (`[]` a list's items); the job's own fields
+    may also sit under `job:`, beside the wrapper's `prerequisites`."""
+    places = {
+        "": (*_JOB_KEYS, *_WRAPPER_KEYS),
+        "tasks[]": _TASK_KEYS,
+        "tasks[].resource": _RESOURCE_KEYS,
+        "tasks[].resource.resourcePerInstance": _PER_INSTANCE_KEYS,
+        "tasks[].resource.portList[]": PORT_KEYS,
+        **{f"prerequisites[].{k}".rstrip("."): v for k, v in PREREQUISITE_FIELDS.items()},
+    }
+    return {place: frozenset(keys) for place, keys in places.items()}
 
 
 def _raw_list(obj: dict[str, Any], key: str, base: str, f: Fields) -> list[tuple[Any, str]]:
@@ -321,3 +337,6 @@ def _instances(res: dict[str, Any], path: str, f: Fields, parameters: dict[str, 
             )
             return None
     return f.integer(res, "instances", path, default=1)
+
+
+FIELDS = _fields()

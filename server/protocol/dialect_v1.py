@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from server.protocol.fields import Fields
+from server.protocol.ignored import ANY_OTHER, EXTRAS_FIELDS, IGNORED, extras_warnings
 from server.protocol.issues import Issues, join
 from server.protocol.launch_checks import image_issues
 from server.protocol.model import (
@@ -22,7 +23,7 @@ from server.protocol.model import (
     Resources,
     TaskRole,
 )
-from server.protocol.port_list import read_port_list
+from server.protocol.port_list import PORT_KEYS, read_port_list
 from server.protocol.rules import (
     MAX_RETRIES,
     RolePaths,
@@ -105,10 +106,25 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
             f"must be -2 (always retry), -1 (retry failures without limit) or 0 to "
             f"{MAX_RETRIES}, got {retry}",
         )
+    if isinstance(doc.get("gpuType"), str) and doc["gpuType"]:
+        issues.warn(
+            "gpuType",
+            IGNORED,
+            "`gpuType` picks a GPU model on OpenPAI; paigraph's nodes have no GPU models, so the "
+            "job is placed on any node with enough GPUs",
+        )
     env = f.string_map(doc, "jobEnvs", "")
+    if env and "paiAzRDMA" in env:
+        issues.warn(
+            "jobEnvs.paiAzRDMA",
+            IGNORED,
+            "`paiAzRDMA` gave the container Azure's RDMA devices on OpenPAI; paigraph gives none "
+            "(the variable is still exported as written)",
+        )
     extras = doc.get("extras")
     if extras is not None and f.as_mapping(extras, "extras") is None:
         extras = None
+    extras_warnings(extras or {}, issues, v1=True)
 
     prerequisites: list[Prerequisite] = []
     if image:
@@ -157,6 +173,18 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         extras=extras or {},
         source=mask_secrets(source, doc),
     )
+
+
+def _fields() -> dict[str, frozenset[str]]:
+    """Every field this dialect reads, by place (`[]` a list's items, `*` any other key)."""
+    places = {
+        "": _TOP_KEYS,
+        "jobEnvs": ("paiAzRDMA", ANY_OTHER),
+        "extras": (*EXTRAS_FIELDS, ANY_OTHER),
+        "taskRoles[]": _ROLE_KEYS,
+        "taskRoles[].portList[]": PORT_KEYS,
+    }
+    return {place: frozenset(keys) for place, keys in places.items()}
 
 
 class _V1Fields(Fields):
@@ -243,3 +271,6 @@ def _read_role(
 
 def _has(prerequisites: list[Prerequisite], type_: PrerequisiteType) -> bool:
     return any(p.type == type_ for p in prerequisites)
+
+
+FIELDS = _fields()

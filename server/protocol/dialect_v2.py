@@ -10,6 +10,13 @@ import re
 from typing import Any
 
 from server.protocol.fields import Fields, describe
+from server.protocol.ignored import (
+    ANY_OTHER,
+    EXTRAS_FIELDS,
+    IGNORED,
+    extras_warnings,
+    unread_warnings,
+)
 from server.protocol.issues import Issues, join
 from server.protocol.layout import misplaced_fields, misplaced_message, owner_role
 from server.protocol.model import (
@@ -22,6 +29,7 @@ from server.protocol.model import (
     Resources,
     TaskRole,
 )
+from server.protocol.prerequisites import FIELDS as PREREQUISITE_FIELDS
 from server.protocol.prerequisites import read_prerequisite_list
 from server.protocol.rules import (
     MAX_RETRIES,
@@ -78,6 +86,11 @@ _ROLE_KEYS = (
     "commands",
 )
 _RESOURCE_KEYS = ("cpu", "memoryMB", "gpu", "ports")
+_COMPLETION_KEYS = ("minFailedInstances", "minSucceededInstances")
+_OPTION_KEYS = ("shmMB", "infiniband")
+_DEFAULTS_KEYS = ("virtualCluster", "deployment")
+_DEPLOYMENT_KEYS = ("name", "taskRoles")
+_DEPLOYMENT_ROLE_KEYS = ("preCommands", "postCommands")
 
 
 def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
@@ -107,6 +120,7 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         doc = {k: v for k, v in doc.items() if k != "secrets"}
     secrets = _mapping(doc, "secrets", f)
     extras = _mapping(doc, "extras", f)
+    extras_warnings(extras, issues)
     ours = extras.get(EXTRAS_KEY) if isinstance(extras.get(EXTRAS_KEY), dict) else {}
     retry = f.integer(doc, "jobRetryCount", "", default=0)
     if retry is not None and "jobRetryCount" in doc and not 0 <= retry <= MAX_RETRIES:
@@ -117,6 +131,7 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     prerequisites = _read_prerequisites(doc, f)
     deployments = _read_deployments(doc, f)
     defaults = _mapping(doc, "defaults", f)
+    unread_warnings(defaults, "defaults", _DEFAULTS_KEYS, issues)
     virtual_cluster = f.string(defaults, "virtualCluster", "defaults") or "default"
     default_deployment = f.string(defaults, "deployment", "defaults")
     if default_deployment is not None and default_deployment not in {d.name for d in deployments}:
@@ -188,6 +203,23 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     )
 
 
+def _fields() -> dict[str, frozenset[str]]:
+    """Every field this dialect reads, by place (`*` any role or label, `[]` a list's items)."""
+    places = {
+        "": _TOP_KEYS,
+        "defaults": (*_DEFAULTS_KEYS, ANY_OTHER),
+        "extras": (*EXTRAS_FIELDS, ANY_OTHER),
+        "deployments[]": (*_DEPLOYMENT_KEYS, ANY_OTHER),
+        "deployments[].taskRoles.*": _DEPLOYMENT_ROLE_KEYS,
+        "taskRoles.*": _ROLE_KEYS,
+        "taskRoles.*.completion": _COMPLETION_KEYS,
+        "taskRoles.*.extraContainerOptions": (*_OPTION_KEYS, ANY_OTHER),
+        "taskRoles.*.resourcePerInstance": _RESOURCE_KEYS,
+        **{f"prerequisites[].{k}".rstrip("."): v for k, v in PREREQUISITE_FIELDS.items()},
+    }
+    return {place: frozenset(keys) for place, keys in places.items()}
+
+
 def _original_prerequisite_names(
     prerequisites: list[Prerequisite], roles: list[TaskRole], ours: dict[str, Any]
 ) -> tuple[list[Prerequisite], list[TaskRole]]:
@@ -237,6 +269,7 @@ def _read_deployments(doc: dict[str, Any], f: Fields) -> list[Deployment]:
         obj = f.as_mapping(item, path)
         if obj is None:
             continue
+        unread_warnings(obj, path, _DEPLOYMENT_KEYS, f.issues)
         name = f.string(
             obj, "name", path, required=True, pattern=V2_NAME, rule=V2_NAME_RULE, max_length=255
         )
@@ -252,7 +285,7 @@ def _read_deployments(doc: dict[str, Any], f: Fields) -> list[Deployment]:
             entry_obj = f.as_mapping(entry, entry_path)
             if entry_obj is None:
                 continue
-            f.known_keys(entry_obj, entry_path, ("preCommands", "postCommands"))
+            f.known_keys(entry_obj, entry_path, _DEPLOYMENT_ROLE_KEYS)
             before = f.string_list(entry_obj, "preCommands", entry_path, min_items=1)
             after = f.string_list(entry_obj, "postCommands", entry_path, min_items=1)
             if before:
@@ -348,7 +381,7 @@ def _read_role(
     completion_obj = obj.get("completion") or {}
     if f.as_mapping(completion_obj, completion_path) is None:
         completion_obj = {}
-    f.known_keys(completion_obj, completion_path, ("minFailedInstances", "minSucceededInstances"))
+    f.known_keys(completion_obj, completion_path, _COMPLETION_KEYS)
     # OpenPAI treats null as the default (1 failure; every instance succeeding).
     min_failed = f.integer(
         completion_obj, "minFailedInstances", completion_path, default=1, allow_null=True
@@ -367,11 +400,18 @@ def _read_role(
         options = {}
     shm = f.integer(options, "shmMB", options_path)
     infiniband = f.boolean(options, "infiniband", options_path)
+    if infiniband:
+        f.issues.warn(
+            join(options_path, "infiniband"),
+            IGNORED,
+            "`infiniband: true` asks OpenPAI for an InfiniBand device (rdma/hca) in each "
+            "container; paigraph's backends give none, so the instances run without one",
+        )
     for key in options:
-        if key not in ("shmMB", "infiniband"):
+        if key not in _OPTION_KEYS:
             f.issues.warn(
                 join(options_path, str(key)),
-                "ignored-option",
+                IGNORED,
                 f"extraContainerOptions.{key} is not a known option and is ignored",
             )
 
@@ -475,3 +515,6 @@ def _read_ports(
                 )
             )
     return out
+
+
+FIELDS = _fields()

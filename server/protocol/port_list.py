@@ -13,6 +13,8 @@ from server.protocol.rules import RolePaths, check_unique
 LABEL = re.compile(r"[A-Za-z0-9._~]+")
 LABEL_RULE = "must match ^[A-Za-z0-9._~]+$"
 
+PORT_KEYS = ("label", "beginAt", "portNumber")  # an entry of a `portList`
+
 
 def read_port_list(
     obj: dict[str, Any],
@@ -38,7 +40,7 @@ def read_port_list(
         entry = f.as_mapping(item, item_path)
         if entry is None:
             continue
-        f.known_keys(entry, item_path, ("label", "beginAt", "portNumber"))
+        f.known_keys(entry, item_path, PORT_KEYS)
         f.required(entry, item_path, ("label", "portNumber") if count_required else ("label",))
         label = f.string(entry, "label", item_path, pattern=LABEL, rule=LABEL_RULE)
         begin = f.integer(entry, "beginAt", item_path, default=0, numeric_strings=numeric_strings)

@@ -10,6 +10,11 @@ import re
 from typing import Any
 
 from server.protocol.fields import Fields, describe
+from server.protocol.ignored import (
+    ANY_OTHER,
+    DESCRIPTIVE_PREREQUISITE_FIELDS,
+    prerequisite_warnings,
+)
 from server.protocol.issues import join
 from server.protocol.launch_checks import image_issues
 from server.protocol.model import (
@@ -46,6 +51,19 @@ _PLUGIN_KEYS = {
     "requireStorages",
     "template_variables",
     "failurePolicy",
+}
+
+AUTH_KEYS = ("username", "password", "registryuri")
+CALLBACK_KEYS = ("event", "commands")
+REQUIRE_KEYS = ("name", "template_variables")
+STORAGE_REQUEST_KEYS = ("name", "mountPath")
+# Every field a prerequisite takes, by place ("" the prerequisite itself; "[]" a list's items).
+FIELDS: dict[str, frozenset[str]] = {
+    "": frozenset({*_DOCKERIMAGE_KEYS, *_PLUGIN_KEYS, *DESCRIPTIVE_PREREQUISITE_FIELDS, ANY_OTHER}),
+    "auth": frozenset(AUTH_KEYS),
+    "callbacks[]": frozenset(CALLBACK_KEYS),
+    "require[]": frozenset(REQUIRE_KEYS),
+    "requireStorages[]": frozenset(STORAGE_REQUEST_KEYS),
 }
 
 _TYPES_BY_DIALECT: dict[Dialect, tuple[PrerequisiteType, ...]] = {
@@ -135,6 +153,7 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
     if name is None or type_ is None or uri is None:
         return None
     leftovers = {k: v for k, v in obj.items() if k not in _COMMON_KEYS | _PLUGIN_KEYS}
+    prerequisite_warnings(plugin, leftovers, failure, path, f.issues)
     leftovers.update({k: v for k, v in params.items() if k not in ("callbacks", "requireStorages")})
     return Prerequisite(
         name=name,
@@ -237,8 +256,8 @@ def _read_auth(obj: dict[str, Any], path: str, f: Fields) -> DockerAuth | None:
     auth = f.as_mapping(raw, where)
     if auth is None:
         return None
-    f.known_keys(auth, where, ("username", "password", "registryuri"))
-    values = {k: f.string(auth, k, where) for k in ("username", "password", "registryuri")}
+    f.known_keys(auth, where, AUTH_KEYS)
+    values = {k: f.string(auth, k, where) for k in AUTH_KEYS}
     return DockerAuth(**values)
 
 
@@ -263,7 +282,7 @@ def _read_callbacks(
         cb = f.as_mapping(item, item_path)
         if cb is None:
             continue
-        f.known_keys(cb, item_path, ("event", "commands"))
+        f.known_keys(cb, item_path, CALLBACK_KEYS)
         event = f.string(cb, "event", item_path, required=True)
         commands = f.string_list(cb, "commands", item_path, required=True, min_items=1)
         if event is not None and event not in {e.value for e in CallbackEvent}:
@@ -293,7 +312,7 @@ def _read_require(obj: dict[str, Any], path: str, f: Fields) -> list[Requirement
         entry = f.as_mapping(item, item_path, "a name or a mapping with `name`")
         if entry is None:
             continue
-        f.known_keys(entry, item_path, ("name", "template_variables"))
+        f.known_keys(entry, item_path, REQUIRE_KEYS)
         name = f.string(entry, "name", item_path, required=True)
         values = entry.get("template_variables") or {}
         if f.as_mapping(values, join(item_path, "template_variables")) is None:
@@ -317,7 +336,7 @@ def _read_storages(obj: dict[str, Any], path: str, f: Fields) -> list[StorageReq
         entry = f.as_mapping(item, item_path)
         if entry is None:
             continue
-        f.known_keys(entry, item_path, ("name", "mountPath"))
+        f.known_keys(entry, item_path, STORAGE_REQUEST_KEYS)
         name = f.string(entry, "name", item_path, required=True)
         mount = f.string(entry, "mountPath", item_path)
         if mount is not None and not mount.startswith("/") and "{{" not in mount:
