@@ -28,6 +28,7 @@ LIVE_STATES = frozenset({"WAITING", "STARTING", "RUNNING"})  # a stop still has 
 JOB_FIELDS = """
   id name state stateReason attempt retries virtualCluster
   user { name }
+  warnings { path code message }
   taskRoles {
     name instanceCount
     instances { index attempt state exitCode exitReason node hostIp ports { label ports } }
@@ -129,7 +130,8 @@ class Client:
         data = self.execute(
             "mutation($config: String!, $parameters: JSON) {"
             " submitJob(input: {config: $config, parameters: $parameters}) {"
-            f" job {{ {JOB_FIELDS} }} errors {{ path code message }} }} }}",
+            f" job {{ {JOB_FIELDS} }} errors {{ path code message }}"
+            " warnings { path code message } } }",
             {"config": config, "parameters": parameters},
         )
         return data["submitJob"]

@@ -67,6 +67,8 @@ def register(app: typer.Typer, parse_params: Any) -> None:
                     f"  {escape(where)}: {escape(e['message'])} [dim][{escape(e['code'])}][/dim]"
                 )
             raise typer.Exit(1)
+        for line in warning_lines(result.get("warnings") or []):
+            err.print(line)  # stdout stays the job's id alone, for scripts
         job = result["job"]
         out.print(job["id"])
         if watch:
@@ -213,7 +215,20 @@ def render(job: dict[str, Any]) -> Group:
         for instance in role["instances"]
     )
     title = f"job [bold]{escape(job['name'])}[/bold] ({job['id']})  attempt {job['attempt']}"
-    return job_table(title, job["state"], job.get("stateReason") or "", rows)
+    table = job_table(title, job["state"], job.get("stateReason") or "", rows)
+    warnings = warning_lines(job.get("warnings") or [])
+    return Group(table, *warnings) if warnings else table
+
+
+def warning_lines(warnings: list[dict[str, Any]]) -> list[str]:
+    """Warnings as `validate` prints them: path, what will not happen, code."""
+    lines = []
+    for w in warnings:
+        where = escape(".".join(w["path"]) or "(document)")
+        code = escape(f"[{w['code']}]")
+        what = escape(w["message"])
+        lines.append(f"  [yellow]warning[/yellow] {where}: {what} [dim]{code}[/dim]")
+    return lines
 
 
 def _watch(client: Client, job: dict[str, Any]) -> int:

@@ -49,6 +49,9 @@ class SubmitJobInput:
 class SubmitJobPayload:
     job: Job | None
     errors: list[UserError]
+    warnings: list[UserError] = strawberry.field(
+        description="Fields that have no effect on this backend; kept with the job as well."
+    )
 
 
 @strawberry.input
@@ -93,7 +96,7 @@ class Mutation:
     async def submit_job(self, info: Info, input: SubmitJobInput) -> SubmitJobPayload:
         parameters = json_object(input.parameters, "parameters")
         if isinstance(parameters, UserError):
-            return SubmitJobPayload(job=None, errors=[parameters])
+            return SubmitJobPayload(job=None, errors=[parameters], warnings=[])
         outcome = await info.context.service.submit(
             info.context.viewer, input.config, parameters, input.virtual_cluster
         )
@@ -103,6 +106,7 @@ class Mutation:
         return SubmitJobPayload(
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
             errors=[UserError.from_problem(p) for p in outcome.errors],
+            warnings=[UserError.from_problem(p) for p in outcome.warnings],
         )
 
     @strawberry.mutation(description="Stop a job; only its owner or an admin may.")

@@ -390,6 +390,11 @@ class Job(Node):
     key: strawberry.Private[str]
     owner_id: strawberry.Private[int]
     last_sequence: strawberry.Private[int] = 0
+    warnings: list[UserError] = strawberry.field(
+        default_factory=list,
+        description="Fields the job was submitted with that have no effect on this backend "
+        "(path, code, what will not happen), as `submitJob` reported them.",
+    )
 
     @classmethod
     def from_value(cls, job: StoredJob) -> Job:
@@ -407,6 +412,9 @@ class Job(Node):
             key=job.id,
             owner_id=job.owner_id,
             last_sequence=job.last_sequence,
+            warnings=[
+                UserError(path=list(w.path), code=w.code, message=w.message) for w in job.warnings
+            ],
         )
 
     @strawberry.field(

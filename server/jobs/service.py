@@ -55,7 +55,7 @@ from server.marketplace.references import ANONYMOUS, ReferenceResolver
 from server.protocol import Issue, JobSpec, parse_job
 from server.protocol.launch_checks import launch_issues
 from server.protocol.render import render_job
-from server.store import Event, Job, JobExists, NameInUse, NewEvent, Store, User
+from server.store import Event, Job, JobExists, JobWarning, NameInUse, NewEvent, Store, User
 from server.store.availability import database_unavailable
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,7 @@ class SubmitOutcome:
     job: Job | None  # as stored: WAITING right after the submission
     errors: list[Problem]
     item_ids: frozenset[str] = frozenset()  # the marketplace items the job uses
+    warnings: list[Problem] = field(default_factory=list)  # kept with the job too
 
 
 @dataclass(frozen=True)
@@ -300,14 +301,15 @@ class JobService:
         )
         spec = outcome.spec
         if spec is None:
-            return SubmitOutcome(job=None, errors=outcome.errors)
+            return SubmitOutcome(job=None, errors=outcome.errors, warnings=outcome.warnings)
         vc = spec.virtual_cluster
         problem = await self._check_vc(user, vc)  # may the user use it, before can it run
         if problem is None:
             problem = await asyncio.to_thread(self._unrunnable, spec)
         if problem is not None:
-            return SubmitOutcome(job=None, errors=[problem])
+            return SubmitOutcome(job=None, errors=[problem], warnings=outcome.warnings)
         policy = job_policy(spec)
+        warnings = [JobWarning(tuple(w.path), w.code, w.message) for w in outcome.warnings]
         for _ in range(_ID_TRIES):
             machine = ServiceMachine(policy, new_job_id(spec.name))
             try:
@@ -317,6 +319,7 @@ class JobService:
                     machine.snapshot(),
                     owner_id=user.id,
                     virtual_cluster=vc,
+                    warnings=warnings,
                 )
             except NameInUse as exc:
                 return SubmitOutcome(job=None, errors=[Problem(["name"], "name-in-use", str(exc))])
@@ -327,7 +330,9 @@ class JobService:
             raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
         await self._publish(job.id, events, machine.state)
         self._run(spec, machine, user.name, Resumption(machine, fresh=True))
-        return SubmitOutcome(job=job, errors=[], item_ids=outcome.item_ids)
+        return SubmitOutcome(
+            job=job, errors=[], item_ids=outcome.item_ids, warnings=outcome.warnings
+        )
 
     async def stop(self, user: User, job_id: str) -> StopOutcome:
         """Ask the job to stop; answers once the stop is on record (or after a few seconds).

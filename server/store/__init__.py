@@ -26,6 +26,7 @@ from server.store.values import (
     JobCursor,
     JobFilter,
     JobPage,
+    JobWarning,
     NewEvent,
     User,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "JobExists",
     "JobFilter",
     "JobPage",
+    "JobWarning",
     "NameInUse",
     "NewEvent",
     "Store",

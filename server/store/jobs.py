@@ -33,6 +33,7 @@ from server.store.values import (
     JobCursor,
     JobFilter,
     JobPage,
+    JobWarning,
     NewEvent,
 )
 
@@ -52,6 +53,7 @@ _JOB_COLUMNS = (
     JobRow.attempt,
     JobRow.retries,
     JobRow.last_sequence,
+    JobRow.warnings,
 )
 _INSTANCE_COLUMNS = (
     InstanceRow.job_id,
@@ -117,6 +119,7 @@ class JobStore(Repository):
         owner_id: int,
         virtual_cluster: str | None = None,
         config: str | None = None,
+        warnings: Sequence[JobWarning] = (),
     ) -> tuple[Job, list[Event]]:
         """Store a new job (id, state and instances from `snapshot`) and its first events.
 
@@ -137,6 +140,9 @@ class JobStore(Repository):
             "spec": spec.model_dump_json(),
             "last_sequence": 0,
             "updated_at": now,
+            "warnings": [
+                {"path": list(w.path), "code": w.code, "message": w.message} for w in warnings
+            ],
         }
         try:
             with self._write() as session:
@@ -537,6 +543,7 @@ def _job(row: Row[Any]) -> Job:
         attempt,
         retries,
         last,
+        warnings,
     ) = row
     return Job(
         id=job_id,
@@ -552,6 +559,10 @@ def _job(row: Row[Any]) -> Job:
         attempt=attempt,
         retries=retries,
         last_sequence=last,
+        warnings=tuple(
+            JobWarning(path=tuple(w["path"]), code=w["code"], message=w["message"])
+            for w in warnings or ()
+        ),
     )
 
 

@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlmodel import Field, SQLModel
 
@@ -125,6 +126,10 @@ class JobRow(SQLModel, table=True):
     machine: str = Field(sa_type=Text)  # MachineSnapshot JSON
     last_sequence: int = Field(default=0, sa_type=Integer)
     updated_at: datetime = Field(sa_type=UTCDateTime)
+    # [{path, code, message}]: fields submitted that have no effect on this backend
+    warnings: list[dict[str, object]] = Field(
+        default_factory=list, sa_type=JSON, sa_column_kwargs={"server_default": text("'[]'")}
+    )
 
 
 class InstanceRow(SQLModel, table=True):

@@ -29,6 +29,15 @@ class User:
 
 
 @dataclass(frozen=True, slots=True)
+class JobWarning:
+    """A warning kept with a job: where in its config (path segments), a code, what it means."""
+
+    path: tuple[str, ...]
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A job's row without its large documents (config, spec, machine: ask for them)."""
 
@@ -45,6 +54,8 @@ class Job:
     attempt: int
     retries: int
     last_sequence: int  # the sequence of the job's newest event
+    # fields it was submitted with that have no effect here, as (path, code, message)
+    warnings: tuple[JobWarning, ...] = ()
 
     @property
     def cursor(self) -> JobCursor:

@@ -1,0 +1,85 @@
+"""A job submitted with fields that have no effect keeps its warnings: `paigraph submit` says
+them, and the job shows them (GraphQL `Job.warnings`, `paigraph status`), after a restart too.
+A real `paigraph serve` on the Docker backend."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.simulated import job_config
+from tests.test_e2e_server import final_job, served
+
+pytestmark = pytest.mark.docker
+
+HIVED = "`extras.hivedScheduler` is OpenPAI's HiveD scheduler"
+WARNED_JOB = json.loads(
+    job_config(
+        name="warned",
+        roles={"main": {"commands": ["echo done"]}},
+        extras={"hivedScheduler": {"jobPriorityClass": "prod"}},
+    )
+)
+WARNED_JOB["taskRoles"]["main"]["extraContainerOptions"] = {"infiniband": True}
+
+WARNINGS = """query($id: ID!) { job(id: $id) { name state warnings { path code message } } }"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite"])
+def test_a_submitted_job_keeps_and_shows_its_warnings(kind: str, tmp_path: Path) -> None:
+    config = tmp_path / "warned.json"
+    config.write_text(json.dumps(WARNED_JOB))
+    with served(kind, tmp_path) as server:
+        added = server.paigraph("users", "add", "ann")
+        assert added.returncode == 0, added.stderr
+        token = added.stdout.strip()
+        server.start()
+
+        submitted = server.paigraph("submit", str(config), token=token)
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = submitted.stdout.strip()  # stdout is the id alone; the warnings go to stderr
+        assert "warning extras.hivedScheduler:" in submitted.stderr
+        assert "taskRoles.main.extraContainerOptions.infiniband:" in submitted.stderr
+
+        client = server.client(token)
+        assert final_job(client, job_id)["state"] == "SUCCEEDED"  # warned, and it still runs
+        shown = client.execute(WARNINGS, {"id": job_id})["job"]["warnings"]
+        assert sorted((w["path"], w["code"]) for w in shown) == [
+            (["extras", "hivedScheduler"], "ignored"),
+            (["taskRoles", "main", "extraContainerOptions", "infiniband"], "ignored"),
+        ]
+        assert any(HIVED in w["message"] for w in shown)
+
+        server.kill()
+        server.start()  # kept with the job, not recomputed
+        again = client.execute(WARNINGS, {"id": job_id})["job"]["warnings"]
+        assert again == shown
+        status = server.paigraph("status", job_id, token=token)
+        assert status.returncode == 0, status.stderr
+        text = " ".join(status.stdout.split())
+        assert "warning extras.hivedScheduler:" in text
+        assert HIVED in text
+        assert "[ignored]" in text
+
+
+@pytest.mark.parametrize("kind", ["sqlite"])
+def test_the_submit_payload_carries_the_warnings(kind: str, tmp_path: Path) -> None:
+    with served(kind, tmp_path) as server:
+        added = server.paigraph("users", "add", "ann")
+        token = added.stdout.strip()
+        server.start()
+        payload = server.client(token).execute(
+            "mutation($config: String!) { submitJob(input: {config: $config}) {"
+            " job { id warnings { path } } errors { path } warnings { path code message } } }",
+            {"config": json.dumps(WARNED_JOB)},
+        )["submitJob"]
+        assert payload["errors"] == []
+        paths = sorted(w["path"] for w in payload["warnings"])
+        assert paths == [
+            ["extras", "hivedScheduler"],
+            ["taskRoles", "main", "extraContainerOptions", "infiniband"],
+        ]
+        assert sorted(w["path"] for w in payload["job"]["warnings"]) == paths
+        final_job(server.client(token), payload["job"]["id"])
