@@ -56,6 +56,9 @@ class Material(_Value):
     kind: Fetch
     uris: list[str] = Field(default_factory=list)
     read_only: bool = False
+    # failurePolicy: ignore: when it cannot be fetched, the instance starts without it (the
+    # backend says so on the instance's PLACED event) instead of failing to start
+    optional: bool = False
 
 
 class StorageMount(_Value):

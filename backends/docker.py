@@ -46,6 +46,7 @@ from backends.base import (
     LaunchRefused,
     LaunchRequest,
     LogChunk,
+    Material,
     Placement,
     RoleLaunch,
     UnknownInstance,
@@ -287,6 +288,8 @@ class DockerBackend:
             return never
         for role in request.roles:
             for material in role.materials:
+                if material.optional:
+                    continue  # one that cannot be served is skipped at start, with a note
                 try:
                     self.materials.check(
                         material.name,
@@ -445,7 +448,7 @@ class DockerBackend:
         request = attempt.request
         order = gang_order(request)
         try:
-            mounts = self._materialize(request)
+            mounts, skipped = self._materialize(request)
             network_name, addresses = self._gang_network(attempt)
         except EngineUnreachable as exc:
             self._requeue(attempt, exc)
@@ -490,7 +493,7 @@ class DockerBackend:
         for role, index in order:
             instance = attempt.instances[(role.name, index)]
             if not instance.ended:
-                self._emit_placed(instance, role)
+                self._emit_placed(instance, role, skipped.get(role.name, []))
         self._open_gates(started)
         # every container may have failed to start: then the network is not needed any more
         self._cleanup_if_done(attempt)
@@ -708,29 +711,43 @@ class DockerBackend:
 
     def _materialize(
         self, request: LaunchRequest, roles: list[RoleLaunch] | None = None
-    ) -> dict[tuple[str, str], BindMount]:
+    ) -> tuple[dict[tuple[str, str], BindMount], dict[str, list[str]]]:
+        """The materials' mounts by (role, name), and per role what was skipped: an optional
+        material (failurePolicy: ignore) that cannot be fetched is left out, with a note."""
         mounts: dict[tuple[str, str], BindMount] = {}
+        skipped: dict[str, list[str]] = {}
         for role in request.roles if roles is None else roles:
             for material in role.materials:
-                mount = self.materials.materialize(
-                    material.name,
-                    _FETCH_KIND[material.kind],
-                    material.uris,
-                    owner=request.user,
-                    read_only=material.read_only,
-                    progress=lambda _name, message: self.progress(message),
-                )
+                try:
+                    mount = self.materials.materialize(
+                        material.name,
+                        _FETCH_KIND[material.kind],
+                        material.uris,
+                        owner=request.user,
+                        read_only=material.read_only,
+                        progress=lambda _name, message: self.progress(message),
+                    )
+                except MaterialError as exc:
+                    if not material.optional:
+                        raise
+                    log.warning("%s: %s (failurePolicy: ignore)", request.job_id, exc)
+                    skipped.setdefault(role.name, []).append(skipped_note(material, exc))
+                    continue
                 mounts[(role.name, material.name)] = BindMount(
                     str(mount.host_path),
                     f"{WORK_DIR}/{material.name}",
                     read_only=mount.read_only or material.read_only,
                     checked=True,
                 )
-        return mounts
+        return mounts, skipped
 
-    def _emit_placed(self, instance: Instance, role: RoleLaunch) -> None:
-        """PLACED, with what was clipped to fit this machine as its reason."""
-        reason = self._host.clipping_note(role)
+    def _emit_placed(
+        self, instance: Instance, role: RoleLaunch, skipped: list[str] | None = None
+    ) -> None:
+        """PLACED, with what was clipped to fit this machine and the optional materials it
+        starts without as its reason."""
+        notes = [self._host.clipping_note(role), *(skipped or [])]
+        reason = "; ".join(note for note in notes if note) or None
         self._emit(
             self._event(instance, EventKind.PLACED, reason=reason, placement=instance.placement)
         )
@@ -858,7 +875,7 @@ class DockerBackend:
         role = request.role(key.role)
         slot = placed.slots[0]
         try:
-            mounts = self._materialize(request, [role])
+            mounts, skipped = self._materialize(request, [role])
             network, address = self._network_for(attempt, gang_position(request, key))
         except EngineUnreachable as exc:
             self._requeue_relaunch(attempt, instance, exc)
@@ -892,7 +909,7 @@ class DockerBackend:
                 self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
                 break
         if not instance.ended:
-            self._emit_placed(instance, role)
+            self._emit_placed(instance, role, skipped.get(role.name, []))
             self._open_gates([instance])
         self._cleanup_if_done(attempt)
 
@@ -1420,3 +1437,15 @@ class DockerBackend:
             return
         with contextlib.suppress(RuntimeError):  # the loop is closing
             self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+
+
+def skipped_note(material: Material, error: Exception) -> str:
+    """What the instance's PLACED event says of an optional material it starts without."""
+    return (
+        f"warning: {_KIND_WORDS[material.kind]} prerequisite {material.name!r} could not be "
+        f"fetched ({error}); its failurePolicy is ignore, so the instance starts without "
+        f"{WORK_DIR}/{material.name}"
+    )
+
+
+_KIND_WORDS = {Fetch.DOWNLOAD: "data", Fetch.CLONE: "script", Fetch.MOUNT: "storage"}

@@ -131,7 +131,11 @@ def container_spec(
         mounts=[
             BindMount(str(runtime_dir), RUNTIME_DIR, read_only=True),
             BindMount(str(writable_dir), RUN_DIR),
-            *(mounts.get((role.name, m.name)) for m in role.materials),
+            *(
+                mounts[(role.name, m.name)]
+                for m in role.materials
+                if (role.name, m.name) in mounts  # not an optional one that was skipped
+            ),
             *(
                 BindMount(s.source, s.target, read_only=s.read_only, volume=s.volume)
                 for s in role.storages

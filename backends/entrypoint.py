@@ -117,6 +117,9 @@ def _check_material(material: Material, work_dir: str) -> str:
         f"prerequisite {material.name!r} ({material.kind.value}{source}) is not in place:"
         f" {path} is missing"
     )
+    if material.optional:  # failurePolicy: ignore: start without it, and say so in the log
+        note = f"warning: {missing}; its failurePolicy is ignore, so the commands run without it"
+        return f"[ -d {shlex.quote(path)} ] || say {shlex.quote(note)}"
     return f"[ -d {shlex.quote(path)} ] || fail_setup {shlex.quote(missing)}"
 
 

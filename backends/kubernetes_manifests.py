@@ -398,7 +398,7 @@ class AttemptBuilder:
         if self.settings.host_network:
             lines += _port_check(ports)
         for material in fetched:
-            lines += _fetch(material)
+            lines += _optional(material) if material.optional else _fetch(material)
         container: dict[str, Any] = {
             "name": PREPARE_CONTAINER,
             "image": self.settings.init_image,
@@ -735,6 +735,15 @@ def _fetch(material: Material) -> list[str]:
         missing = f"script {material.name}: {_shown(url)} has no ref {ref}"
         lines.append(f"git -C {q(target)} checkout -q {q(ref)} || {{ say {q(missing)}; exit 1; }}")
     return lines
+
+
+def _optional(material: Material) -> list[str]:
+    """A fetch with failurePolicy: ignore: when it fails, the instance starts without it."""
+    note = (
+        f"warning: prerequisite {material.name} could not be fetched; its failurePolicy is "
+        "ignore, so the instance starts without it"
+    )
+    return ["(", *_fetch(material), f") || say {shlex.quote(note)}"]
 
 
 def with_owner(obj: dict[str, Any], service_uid: str) -> dict[str, Any]:

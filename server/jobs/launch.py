@@ -171,7 +171,8 @@ def _materials(spec: JobSpec, role: TaskRole) -> list[Material]:
         uris = [u for u in found.uri if u.strip()]
         if kind is not Fetch.MOUNT and not uris:
             continue  # nothing to fetch: a prerequisite used only through its callbacks
-        materials.append(Material(name=found.name, kind=kind, uris=uris))
+        optional = kind is not Fetch.MOUNT and found.failure_policy == "ignore"
+        materials.append(Material(name=found.name, kind=kind, uris=uris, optional=optional))
     return materials
 
 
