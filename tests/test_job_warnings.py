@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser_support import Api, browser_page, chromium, need_browser_and_build
 from tests.simulated import job_config
 from tests.test_e2e_server import final_job, served
 
@@ -65,7 +66,7 @@ def test_a_submitted_job_keeps_and_shows_its_warnings(kind: str, tmp_path: Path)
 
 
 @pytest.mark.parametrize("kind", ["sqlite"])
-def test_the_submit_payload_carries_the_warnings(kind: str, tmp_path: Path) -> None:
+def test_the_submit_and_resolve_payloads_carry_the_warnings(kind: str, tmp_path: Path) -> None:
     with served(kind, tmp_path) as server:
         added = server.paigraph("users", "add", "ann")
         token = added.stdout.strip()
@@ -83,3 +84,29 @@ def test_the_submit_payload_carries_the_warnings(kind: str, tmp_path: Path) -> N
         ]
         assert sorted(w["path"] for w in payload["job"]["warnings"]) == paths
         final_job(server.client(token), payload["job"]["id"])
+        resolved = server.client(token).execute(
+            "mutation($config: String!) { resolveJob(input: {config: $config}) {"
+            " errors { path } warnings { path code } } }",
+            {"config": json.dumps(WARNED_JOB)},
+        )["resolveJob"]
+        assert resolved["errors"] == []
+        assert sorted(w["path"] for w in resolved["warnings"]) == paths
+
+
+@pytest.mark.browser
+def test_the_job_page_shows_the_warnings(tmp_path: Path) -> None:
+    need_browser_and_build()
+    with served("sqlite", tmp_path) as server:
+        token = server.paigraph("users", "add", "ann").stdout.strip()
+        server.start()
+        api = Api(server.url, token)
+        job_id = api.submit(json.dumps(WARNED_JOB))
+        api.wait(job_id, lambda job: job["state"] == "SUCCEEDED")
+        with chromium() as browser, browser_page(browser, server.url, token) as (page, _):
+            page.goto(f"/jobs/{job_id}")
+            shown = page.get_by_test_id("warnings")
+            shown.wait_for()
+            text = shown.inner_text()
+            assert "extras.hivedScheduler" in text and HIVED in text
+            assert "taskRoles.main.extraContainerOptions.infiniband" in text
+            assert text.count("[ignored]") == 2

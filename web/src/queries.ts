@@ -66,6 +66,11 @@ export const JobDetailFragment = graphql(`
     virtualCluster
     state
     stateReason
+    warnings {
+      path
+      code
+      message
+    }
     submittedAt
     startedAt
     completedAt

@@ -140,6 +140,16 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
         <dt>Status</dt>
         <dd data-testid="reason">{completionInWords(state, reason) || "—"}</dd>
       </dl>
+      {job.warnings.length > 0 && (
+        <ul className="warnings" data-testid="warnings" aria-label="Warnings">
+          {job.warnings.map((warning) => (
+            <li key={warning.path.join(".") + warning.code}>
+              <code>{warning.path.join(".")}</code>: {warning.message}{" "}
+              <span className="muted">[{warning.code}]</span>
+            </li>
+          ))}
+        </ul>
+      )}
       <Actions job={job} canStop={canStop} ownerOnlyNote={!canStop && !isFinal(state)} />
       {job.taskRoles.map((role) => (
         <section key={role.name} className="role" data-role={role.name}>
