@@ -38,7 +38,11 @@ _PREREQUISITE = {
     "prerequisites[].contributor": (HONOURED, "shown with the prerequisite"),
     "prerequisites[].description": (HONOURED, "shown with the prerequisite"),
     "prerequisites[].usage": (HONOURED, "how to use a script (the 2018 template store); kept"),
-    "prerequisites[].auth": (HONOURED, "registry credentials of a dockerimage, used to pull it"),
+    "prerequisites[].auth": (
+        HONOURED,
+        "registry credentials of a dockerimage: a pull secret on Kubernetes, a login before "
+        "pulling on the simulator",
+    ),
     "prerequisites[].auth.username": (HONOURED, "registry user"),
     "prerequisites[].auth.password": (HONOURED, "registry password, usually `<% $secrets.x %>`"),
     "prerequisites[].auth.registryuri": (HONOURED, "the registry to log in to"),
@@ -174,7 +178,7 @@ OUTCOMES: dict[str, dict[str, tuple[str, str]]] = {
     "v1": {
         "jobName": (HONOURED, "the job's name; `.` is kept (see Names)"),
         "image": (HONOURED, "the image every role runs in"),
-        "authFile": (HONOURED, "registry credentials for the image"),
+        "authFile": (HONOURED, "registry credentials for the image, read as `auth` is"),
         "dataDir": (HONOURED, "exported as PAI_DATA_DIR"),
         "outputDir": (HONOURED, "exported as PAI_OUTPUT_DIR"),
         "codeDir": (HONOURED, "exported as PAI_CODE_DIR"),
