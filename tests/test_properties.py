@@ -439,6 +439,22 @@ _DOT_NAMED_V1 = {
     "taskRoles": [{"name": "worker", "cpuNumber": 1, "memoryMB": 1024, "command": "echo hi"}],
 }
 
+# A runtime plugin whose name is not a string, which once raised while warning about it.
+_PLUGIN_NAMED_BY_A_LIST = {
+    "protocolVersion": 2,
+    "name": "plugins",
+    "type": "job",
+    "prerequisites": [{"type": "dockerimage", "uri": "ubuntu", "name": "img"}],
+    "taskRoles": {
+        "main": {
+            "dockerImage": "img",
+            "resourcePerInstance": {"gpu": 0, "cpu": 1, "memoryMB": 1024},
+            "commands": ["echo hi"],
+        }
+    },
+    "extras": {"com.microsoft.pai.runtimeplugin": [{"plugin": [], "parameters": {}}]},
+}
+
 # ------------------------------------------------------------------------------- tests
 
 
@@ -460,6 +476,7 @@ def test_mutated_configs_get_an_answer_not_an_exception(
 @settings(SETTINGS, max_examples=150)
 @given(doc=mutated(), how=st.sampled_from(sorted(DUMPERS)))
 @example(doc=_DOT_NAMED_DRAFT, how="yaml-flow")
+@example(doc=_PLUGIN_NAMED_BY_A_LIST, how="json")
 @example(doc=_DOT_NAMED_V1, how="json-indented")
 def test_accepted_mutations_write_back_to_the_same_v2_job(doc: Any, how: str) -> None:
     result = check_all(_dump(doc, how))

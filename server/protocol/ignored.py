@@ -95,7 +95,9 @@ def _runtime_plugin_warnings(entries: Any, path: str, issues: Issues) -> None:
         return
     for i, entry in enumerate(entries):
         name = entry.get("plugin") if isinstance(entry, dict) else None
-        if name == "cmd" and entry.get("failurePolicy") == "ignore":
+        if not isinstance(name, str):  # a list, a number...: no plugin paigraph knows
+            name = None
+        if name == "cmd" and isinstance(entry, dict) and entry.get("failurePolicy") == "ignore":
             issues.warn(join(join(path, i), "failurePolicy"), IGNORED, _CMD_FAILURE_POLICY)
         if name in RUNTIME_PLUGINS:
             continue
