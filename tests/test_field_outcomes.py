@@ -76,8 +76,8 @@ _EXTRAS = {
     "extras": (HONOURED, "the keys below; anything else is kept and warned about"),
     "extras.com.microsoft.pai.runtimeplugin": (
         HONOURED,
-        "runtime plugins: `cmd` runs, `ssh` and `tensorboard` are set up by the backend; any "
-        "other plugin is warned about",
+        "runtime plugins: `cmd` runs; `ssh`, `sshd` and `tensorboard` are warned about, saying "
+        "what paigraph does instead; any other plugin is warned about",
     ),
     "extras.gangAllocation": (HONOURED, "false: instances start one by one, retried alone"),
     "extras.storages": (HONOURED, "admin-defined storages mounted in every role"),
@@ -319,7 +319,14 @@ PROBES: dict[str, dict[str, Probe]] = {
 _RUNTIME_PLUGIN = "com.microsoft.pai.runtimeplugin"
 VALUES: dict[str, tuple[str, str]] = {
     f"extras.{_RUNTIME_PLUGIN}[].plugin: cmd": (HONOURED, "its commands run"),
-    f"extras.{_RUNTIME_PLUGIN}[].plugin: ssh, tensorboard": (HONOURED, "set up by the backend"),
+    f"extras.{_RUNTIME_PLUGIN}[].plugin: ssh, sshd": (
+        WARNED,
+        "no SSH server is started; `paigraph shell` and `exec` get into an instance",
+    ),
+    f"extras.{_RUNTIME_PLUGIN}[].plugin: tensorboard": (
+        WARNED,
+        "its port is allocated and published; TensorBoard itself is not started",
+    ),
     f"extras.{_RUNTIME_PLUGIN}[].plugin: teamwise_storage": (
         WARNED,
         "deprecated in OpenPAI; list the storages under extras.storages",
@@ -362,15 +369,17 @@ VALUE_PROBES: dict[str, tuple[Probe, str | None]] = {
         _plugins([{"plugin": "cmd", "parameters": {"preCommands": ["true"]}}]),
         None,
     ),
-    f"extras.{_RUNTIME_PLUGIN}[].plugin: ssh, tensorboard": (
-        _plugins([{"plugin": "ssh", "parameters": {"jobssh": True}}, {"plugin": "tensorboard"}]),
-        None,
+    # warned about at the entry, with codes of their own (see OWN_CODES)
+    f"extras.{_RUNTIME_PLUGIN}[].plugin: ssh, sshd": (
+        _plugins([{"plugin": "ssh", "parameters": {"jobssh": True}}]),
+        "",
     ),
+    f"extras.{_RUNTIME_PLUGIN}[].plugin: tensorboard": (_plugins([{"plugin": "tensorboard"}]), ""),
     f"extras.{_RUNTIME_PLUGIN}[].plugin: teamwise_storage": (
         _plugins([{"plugin": "teamwise_storage"}]),
         "plugin",
     ),
-    f"extras.{_RUNTIME_PLUGIN}[].plugin: any other": (_plugins([{"plugin": "sshd"}]), "plugin"),
+    f"extras.{_RUNTIME_PLUGIN}[].plugin: any other": (_plugins([{"plugin": "mpi"}]), "plugin"),
     f"extras.{_RUNTIME_PLUGIN}[].failurePolicy: ignore (cmd)": (
         _plugins([{"plugin": "cmd", "failurePolicy": "ignore", "parameters": {}}]),
         "failurePolicy",
@@ -397,10 +406,17 @@ def _containers(dialect: str) -> set[str]:
     return {re.sub(r"\[\]$", "", place) for place in PARSERS[dialect].FIELDS if place}
 
 
-def _ignored(doc: dict[str, Any]) -> list[str]:
+# Values warned about with a code of their own, saying what paigraph does instead
+OWN_CODES = {
+    f"extras.{_RUNTIME_PLUGIN}[].plugin: ssh, sshd": "ssh-plugin-no-sshd",
+    f"extras.{_RUNTIME_PLUGIN}[].plugin: tensorboard": "tensorboard-not-started",
+}
+
+
+def _ignored(doc: dict[str, Any], codes: tuple[str, ...] = (IGNORED, "obsolete")) -> list[str]:
     result = parse_job(json.dumps(doc))
     assert result.ok, result.errors
-    return [w.path for w in result.warnings if w.code in (IGNORED, "obsolete")]
+    return [w.path for w in result.warnings if w.code in codes]
 
 
 # ----------------------------------------------------------------------------- the tests
@@ -439,8 +455,9 @@ def test_plugins_paigraph_does_not_run_are_warned_about_and_the_others_not(value
     probe, warned_field = VALUE_PROBES[value]
     doc = copy.deepcopy(BASES["v2"])
     path = probe(doc)
-    expected = [] if warned_field is None else [f"{path}.{warned_field}"]
-    assert _ignored(doc) == expected
+    expected = [] if warned_field is None else [f"{path}.{warned_field}".rstrip(".")]
+    own = OWN_CODES.get(value)
+    assert _ignored(doc, (own,) if own else (IGNORED, "obsolete")) == expected
     assert (VALUES[value][0] == WARNED) == (warned_field is not None)
 
 

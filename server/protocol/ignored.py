@@ -18,9 +18,14 @@ RUNTIME_PLUGIN = "com.microsoft.pai.runtimeplugin"
 
 # Runtime plugins paigraph runs: `cmd` here (server.jobs.launch); `ssh` and `tensorboard`, which
 # set up an instance's services, are the backends'. Every other plugin is ignored with a warning.
-RUNTIME_PLUGINS = frozenset({"cmd", "ssh", "tensorboard"})
-# Plugins a prerequisite may name: the cmd plugin (short or long), and pvc_storage (seed 004).
-PREREQUISITE_PLUGINS = frozenset({"cmd", f"{RUNTIME_PLUGIN}.cmd", "pvc_storage"})
+# (ssh, sshd and tensorboard are warned about by server.protocol.runtime_plugins, saying what
+# paigraph does instead.)
+RUNTIME_PLUGINS = frozenset({"cmd", "ssh", "sshd", "tensorboard"})
+# Plugins a prerequisite may name: the cmd plugin (short or long), a runtime plugin by its long
+# name (seed 004's form), and pvc_storage (seed 004).
+PREREQUISITE_PLUGINS = frozenset(
+    {"cmd", "pvc_storage", *(f"{RUNTIME_PLUGIN}.{name}" for name in RUNTIME_PLUGINS)}
+)
 
 # What a prerequisite may say about itself for people (the 2018 template store's `usage` of a
 # script): kept and shown with it, never warned about.
