@@ -46,6 +46,7 @@ class Fetch(StrEnum):
 
     DOWNLOAD = "download"  # data: each URI downloaded into <workdir>/<name>/
     CLONE = "clone"  # script: a git repository (repo@commit) cloned into <workdir>/<name>/
+    # (or each of a list into <workdir>/<name>/<repository name>/, see Material.per_repository)
     MOUNT = "mount"  # storage / output: a host directory or volume mounted at <workdir>/<name>/
 
 
@@ -56,6 +57,7 @@ class Material(_Value):
     kind: Fetch
     uris: list[str] = Field(default_factory=list)
     read_only: bool = False
+    per_repository: bool = False  # clone: each repository at <workdir>/<name>/<repository name>/
 
 
 class StorageMount(_Value):

@@ -253,6 +253,7 @@ class DockerBackend:
                         _FETCH_KIND[material.kind],
                         material.uris,
                         owner=request.user,
+                        per_repository=material.per_repository,
                     )
                 except UnservableMaterial as exc:
                     return str(exc)
@@ -608,6 +609,7 @@ class DockerBackend:
                     material.uris,
                     owner=request.user,
                     read_only=material.read_only,
+                    per_repository=material.per_repository,
                     progress=lambda _name, message: self.progress(message),
                 )
                 mounts[(role.name, material.name)] = BindMount(

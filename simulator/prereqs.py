@@ -14,7 +14,11 @@ What a URI may be, per kind:
 - clone (script): `REPO`, `REPO@REF` or `REPO#REF`, where REPO is `https://`, `http://`, `git://`,
   `file://` (allowed roots), a bare `/abs/path` (allowed roots), or scheme-less `host/path`
   (meaning https). REF is a commit (full or abbreviated), a tag or a branch; use `#` for a ref
-  that contains `/`. Without a ref, the repository's HEAD at launch time is used.
+  that contains `/`. Without a ref, the repository's HEAD at launch time is used. A prerequisite
+  whose `uri` is one string is one repository checked out at /work/<name>/ itself; one whose
+  `uri` is a list (the seed's form) has each repository checked out at
+  /work/<name>/<repository name>/ (the last segment of its path without `.git`, as `git clone`
+  names it), so two repositories of one name are refused.
 - mount (storage / output): nothing (a persistent directory of the job's owner,
   `<storage_dir>/users/<owner>/<name>`), a bare storage name (`<storage_dir>/users/<owner>/<that
   name>`, so one user's prerequisites and jobs can share one; another user's of the same name is
@@ -253,7 +257,13 @@ class MaterialStore:
     # --- the two entry points ----------------------------------------------------------------
 
     def check(
-        self, name: str, kind: MaterialKind | str, uris: Sequence[str], *, owner: str = ""
+        self,
+        name: str,
+        kind: MaterialKind | str,
+        uris: Sequence[str],
+        *,
+        owner: str = "",
+        per_repository: bool = False,
     ) -> None:
         """Refuse, without touching the network or disk, what can never be served here."""
         kind = MaterialKind(kind)
@@ -261,7 +271,10 @@ class MaterialStore:
         if kind is MaterialKind.DOWNLOAD:
             self._sources(name, uris)
         elif kind is MaterialKind.CLONE:
-            self._repo(name, uris)
+            if per_repository:
+                self._repos(name, uris)
+            else:
+                self._repo(name, uris)
         else:
             self._mount_target(name, uris, owner)
 
@@ -273,18 +286,23 @@ class MaterialStore:
         *,
         owner: str = "",
         read_only: bool = False,
+        per_repository: bool = False,
         progress: Progress | None = None,
     ) -> Mount:
         """Fetch (or reuse) the prerequisite and return the host directory to mount.
 
         Downloads, clones and directories under the allowed roots are always mounted read-only;
         `read_only` applies to the storages of `owner` (the job's user), which are theirs alone.
+        `per_repository` (a script whose `uri` is a list) puts each repository in a directory of
+        its name inside the one mounted.
         """
         kind = MaterialKind(kind)
         check_name(name)
         report = progress or (lambda _name, _message: None)
         if kind is MaterialKind.DOWNLOAD:
             return Mount(self._materialize_download(name, uris, report), read_only=True)
+        if kind is MaterialKind.CLONE and per_repository:
+            return Mount(self._materialize_repositories(name, uris, report), read_only=True)
         if kind is MaterialKind.CLONE:
             return Mount(self._materialize_clone(name, uris, report), read_only=True)
         target = self._mount_target(name, uris, owner)
@@ -393,6 +411,25 @@ class MaterialStore:
         if spec.url.startswith("/") or spec.url.lower().startswith("file://"):
             spec = RepoSpec(url=self._local(name, spec.url).as_uri(), ref=spec.ref)
         return spec
+
+    def _repos(self, name: str, uris: Sequence[str]) -> list[tuple[str, RepoSpec]]:
+        """(directory name, repository) of each entry of a script's `uri` list."""
+        if not uris:
+            raise UnservableMaterial(
+                f"prerequisite {name!r}: a script prerequisite needs at least one repository"
+            )
+        found: dict[str, tuple[str, RepoSpec]] = {}
+        for uri in uris:
+            spec = self._repo(name, [uri])
+            directory = repository_name(spec.url)
+            check_name(directory, f"prerequisite {name!r}: repository name")
+            if directory in found:
+                raise UnservableMaterial(
+                    f"prerequisite {name!r}: {shown(found[directory][0])} and {shown(uri)} "
+                    f"would both be checked out at {name}/{directory}"
+                )
+            found[directory] = (uri, spec)
+        return [(directory, spec) for directory, (_, spec) in found.items()]
 
     def _mount_target(self, name: str, uris: Sequence[str], owner: str) -> Path:
         if len(uris) > 1:
@@ -616,6 +653,34 @@ class MaterialStore:
             on_hit=lambda: report(name, f"{noun} is cached at {commit[:12]}"),
         )
 
+    def _materialize_repositories(self, name: str, uris: Sequence[str], report: Progress) -> Path:
+        """Each repository of the list at its commit, in a directory of its name; the whole is
+        cached under the list of (repository, commit), so a new commit of one gives a new entry."""
+        repos = [
+            (directory, spec, self._resolve(name, spec))
+            for directory, spec in self._repos(name, uris)
+        ]
+        key = _key("repositories", [(d, s.url, c) for d, s, c in repos])
+        noun = f"script {name!r}"
+        at = ", ".join(f"{d} at {c[:12]}" for d, _, c in repos)
+
+        def fill(work: Path) -> None:
+            for directory, spec, commit in repos:
+                report(name, f"cloning {noun} from {shown(spec.url)} at {commit[:12]}")
+                target = work / directory
+                target.mkdir(mode=0o755)
+                self._checkout(name, spec, commit, target)
+            report(name, f"{noun} is ready ({at})")
+
+        return self._cached(
+            name,
+            MaterialKind.CLONE,
+            key,
+            fill,
+            on_wait=lambda: report(name, f"waiting for another clone of {noun}"),
+            on_hit=lambda: report(name, f"{noun} is cached ({at})"),
+        )
+
     def _check_remote(self, name: str, spec: RepoSpec) -> None:
         """Refuse a repository on an address the fetch policy does not allow, as downloads are.
 
@@ -728,6 +793,13 @@ class MaterialStore:
 
 
 # --- small pieces ----------------------------------------------------------------------------
+
+
+def repository_name(url: str) -> str:
+    """The directory `git clone URL` would make: the last path segment without `.git`."""
+    path = urlsplit(url).path if _SCHEME.match(url) else url
+    last = unquote(path.rstrip("/").rsplit("/", 1)[-1])
+    return last[: -len(".git")] if last.endswith(".git") and len(last) > 4 else last
 
 
 def _entry_name(segment: str) -> str:

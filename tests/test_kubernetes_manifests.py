@@ -265,6 +265,22 @@ def test_data_and_scripts_are_fetched_by_an_init_container() -> None:
     )
 
 
+def test_a_list_of_repositories_is_cloned_each_under_the_script_name() -> None:
+    doc = copy.deepcopy(V2_JOB)
+    doc["prerequisites"][2]["uri"] = [
+        "https://github.com/MaggieQi/benchmarks@8482093",
+        "https://example.org/team/models.git",
+    ]
+    (prepare,) = by_name(build(request_of(doc)))["worker-0"]["spec"]["initContainers"]
+    script = prepare["command"][-1]
+    assert "git clone -q https://github.com/MaggieQi/benchmarks /work/bench/benchmarks" in script
+    assert "git -C /work/bench/benchmarks checkout -q 8482093" in script
+    assert "git clone -q https://example.org/team/models.git /work/bench/models" in script
+    doc["prerequisites"][2]["uri"] = ["https://a.org/x/models", "https://b.org/y/models.git"]
+    with pytest.raises(LaunchRefused, match=r"would both be checked out at bench/models"):
+        build(request_of(doc))
+
+
 def test_what_kubernetes_cannot_serve_is_refused_naming_role_and_prerequisite() -> None:
     doc = copy.deepcopy(V2_JOB)
     doc["prerequisites"][1]["uri"] = ["hdfs://namenode:9000/cifar"]

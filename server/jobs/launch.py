@@ -171,7 +171,10 @@ def _materials(spec: JobSpec, role: TaskRole) -> list[Material]:
         uris = [u for u in found.uri if u.strip()]
         if kind is not Fetch.MOUNT and not uris:
             continue  # nothing to fetch: a prerequisite used only through its callbacks
-        materials.append(Material(name=found.name, kind=kind, uris=uris))
+        per_repository = kind is Fetch.CLONE and found.uri_list
+        materials.append(
+            Material(name=found.name, kind=kind, uris=uris, per_repository=per_repository)
+        )
     return materials
 
 

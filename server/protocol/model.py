@@ -82,6 +82,9 @@ class Prerequisite(_Model):
     name: str
     type: PrerequisiteType
     uri: list[str] = Field(default_factory=list)
+    # `uri` was written as a list: a script's repositories are then each checked out at
+    # <name>/<repository name>/ (the seed's layout) instead of one repository at <name>/.
+    uri_list: bool = False
     version: str | None = None
     contributor: str | None = None
     description: str | None = None

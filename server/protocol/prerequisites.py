@@ -141,6 +141,7 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
         name=name,
         type=type_,
         uri=uri,
+        uri_list=isinstance(obj.get("uri"), list),
         version=version,
         contributor=contributor,
         description=description,
@@ -215,13 +216,21 @@ def _read_uri(
             where, "type", f"a data prerequisite's uri must be a list, got {describe(raw)}"
         )
         return None
-    if (
-        dialect is Dialect.V2
-        and type_ in (PrerequisiteType.SCRIPT, PrerequisiteType.OUTPUT)
-        and not isinstance(raw, str)
-    ):
+    if dialect is Dialect.V2 and type_ is PrerequisiteType.OUTPUT and not isinstance(raw, str):
         f.issues.error(
             where, "type", f"a {type_} prerequisite's uri must be a string, got {describe(raw)}"
+        )
+        return None
+    if (
+        dialect is Dialect.V2
+        and type_ is PrerequisiteType.SCRIPT
+        and not isinstance(raw, str | list)
+    ):
+        f.issues.error(
+            where,
+            "type",
+            "a script prerequisite's uri must be a string (one repository) or a list of "
+            f"repositories, got {describe(raw)}",
         )
         return None
     if isinstance(raw, str):
