@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.test_e2e_server import Server, served
 
@@ -35,6 +36,15 @@ def server(tmp_path_factory: pytest.TempPathFactory, files: Path) -> Iterator[Se
         started.settings["PAIGRAPH_SIMULATOR_CONFIG"] = str(settings)
         started.start()
         yield started
+
+
+@pytest.fixture(scope="module")
+def tokens(server: Server) -> dict[str, str]:
+    """An admin and two users, alice and bob, each with a token."""
+    return {
+        name: paigraph(server, "users", "add", name, *flags).strip()
+        for name, flags in (("root", ["--admin"]), ("alice", []), ("bob", []))
+    }
 
 
 def paigraph(server: Server, *args: str, token: str | None = None) -> str:
@@ -110,7 +120,9 @@ tasks:
       resourcePerInstance: {{ cpu: 1, memoryMB: 256, gpu: 0 }}
     command:
       - export PYTHONPATH=$PAI_WORK_DIR/$$script$$/benchmarks/scripts/tf_cnn_benchmarks:$PYTHONPATH
-      - sh $$script$$/benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.sh --model=$$model$$ --batch_size=$$batchsize$$
+      - >-
+        sh $$script$$/benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.sh
+        --model=$$model$$ --batch_size=$$batchsize$$
       - sh $PAI_WORK_DIR/$$script$$/models/run.sh
       - ls $$script$$
 
@@ -135,7 +147,7 @@ prerequisites:
 
 
 def test_seed_000_cifar10_clones_each_repository_at_its_commit_under_the_script_name(
-    server: Server, files: Path, tmp_path: Path
+    server: Server, tokens: dict[str, str], files: Path, tmp_path: Path
 ) -> None:
     benchmarks_commit, _ = repository(
         files / "MaggieQi" / "benchmarks",
@@ -158,8 +170,8 @@ def test_seed_000_cifar10_clones_each_repository_at_its_commit_under_the_script_
             models_commit=models_commit[:10],
         )
     )
-    job_id, _ = watched(server, job)
-    lines = logs(server, job_id, "worker", 0).splitlines()
+    job_id, _ = watched(server, job, token=tokens["alice"])
+    lines = logs(server, job_id, "worker", 0, token=tokens["alice"]).splitlines()
     assert "benchmarks at the pinned commit: --model=resnet20 --batch_size=32" in lines
     assert (
         "PYTHONPATH=/work/tensorflow_cnnbenchmarks/benchmarks/scripts/tf_cnn_benchmarks:" in lines
@@ -167,3 +179,162 @@ def test_seed_000_cifar10_clones_each_repository_at_its_commit_under_the_script_
     assert "models at the pinned commit" in lines
     listed = lines[lines.index("models at the pinned commit") + 1 :]
     assert listed[:2] == ["benchmarks", "models"]
+
+
+# --- seed 004: storage plugin items ---------------------------------------------------------
+
+CONFIGNFS_PVC = """\
+name: confignfs_pvc
+plugin: pvc_storage
+plugin_params:
+  name: confignfs
+  mountPath: "{{ mountPath }}"
+template_variables:
+  - name: mountPath
+"""
+
+IMAGENET = """\
+name: {name}
+require:
+  - name: marketplace://name/confignfs_pvc
+    template_variables:
+      mountPath: /mnt/confignfs_pvc
+plugin: cmd
+plugin_params:
+  callbacks:
+    - event: taskStarts
+      commands:
+        - mkdir -p {{{{ dataPath }}}}
+        - cp -r /mnt/confignfs_pvc/imagenet/{part}* {{{{ dataPath }}}}
+template_variables:
+  - name: dataPath
+"""
+
+IMAGENET_JOB = """\
+protocolVersion: 2
+name: {name}
+type: job
+prerequisites:
+  - type: dockerimage
+    uri: '{image}'
+    name: docker_image_0
+taskRoles:
+  taskrole:
+    instances: 2
+    completion:
+      minFailedInstances: 1
+    taskRetryCount: 0
+    prerequisites:
+      - {name}
+    dockerImage: docker_image_0
+    resourcePerInstance:
+      gpu: 0
+      cpu: 1
+      memoryMB: 256
+    commands:
+      - sleep 0s
+      - find /dataset/{name} -type f | sort
+      - find /dataset/{name} -type f | sort | xargs cat
+defaults:
+  virtualCluster: default
+extras:
+  reference_prerequisites:
+    - name: {name}
+      require:
+        - name: marketplace://name/{name}
+          template_variables:
+            dataPath: /dataset/{name}
+"""
+
+
+@pytest.fixture(scope="module")
+def imagenet_items(
+    server: Server, tokens: dict[str, str], files: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The storage `confignfs` (a small imagenet tree, alice may use it, bob may not) and the
+    seed's three marketplace items, published by the admin."""
+    tree = files / "confignfs" / "imagenet"
+    for part in ("train", "validation"):
+        (tree / part).mkdir(parents=True)
+        (tree / part / "n01440764.txt").write_text(f"tench, {part}\n")
+    paigraph(
+        server,
+        "storages", "add", "confignfs", "--path", str(files / "confignfs"),
+        "--read-only", "--user", "alice",
+        "--db", server.db_url,
+    )  # fmt: skip
+    items = tmp_path_factory.mktemp("items")
+    (items / "confignfs_pvc.yaml").write_text(CONFIGNFS_PVC)
+    (items / "imagenet.yaml").write_text(IMAGENET.format(name="imagenet", part=""))
+    (items / "imagenet_only_validation.yaml").write_text(
+        IMAGENET.format(name="imagenet_only_validation", part="validation/")
+    )
+    for item in ("confignfs_pvc", "imagenet", "imagenet_only_validation"):
+        paigraph(server, "market", "publish", str(items / f"{item}.yaml"), token=tokens["root"])
+    return items
+
+
+@pytest.mark.parametrize(
+    ("name", "found"),
+    [
+        (
+            "imagenet",
+            [
+                "/dataset/imagenet/train/n01440764.txt",
+                "/dataset/imagenet/validation/n01440764.txt",
+            ],
+        ),
+        ("imagenet_only_validation", ["/dataset/imagenet_only_validation/n01440764.txt"]),
+    ],
+)
+def test_seed_004_storage_items_mount_the_storage_for_a_user_allowed_to_use_it(
+    server: Server,
+    tokens: dict[str, str],
+    imagenet_items: Path,
+    tmp_path: Path,
+    name: str,
+    found: list[str],
+) -> None:
+    job = tmp_path / f"{name}.yaml"
+    job.write_text(IMAGENET_JOB.format(name=name, image=IMAGE))
+    job_id, _ = watched(server, job, token=tokens["alice"])
+    for index in (0, 1):
+        lines = logs(server, job_id, "taskrole", index, token=tokens["alice"]).splitlines()
+        assert [line for line in lines if line.startswith("/dataset/")] == found
+        assert "tench, validation" in lines
+
+    refused = server.paigraph("submit", str(job), token=tokens["bob"])
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    said = refused.stdout + refused.stderr
+    assert "no permission to use storage 'confignfs' (prerequisite 'confignfs_pvc')" in said, said
+    payload = server.client(tokens["bob"]).submit(job.read_text(), {})
+    assert [(e["code"], e["path"]) for e in payload["errors"]] == [
+        ("storage-forbidden", ["extras", "reference_prerequisites", "0", "require", "0"])
+    ]
+
+
+def test_seed_004_a_resolved_storage_item_reads_back_the_same(
+    server: Server, tokens: dict[str, str], imagenet_items: Path, tmp_path: Path
+) -> None:
+    job = tmp_path / "imagenet.yaml"
+    job.write_text(IMAGENET_JOB.format(name="imagenet", image=IMAGE))
+    answer = server.client(tokens["alice"]).execute(
+        "mutation($config: String!) { resolveJob(input: {config: $config}) {"
+        " job { config } errors { path code message } } }",
+        {"config": job.read_text()},
+    )["resolveJob"]
+    assert answer["errors"] == []
+    resolved = tmp_path / "resolved.yaml"
+    resolved.write_text(answer["job"]["config"])
+    (storage_item,) = [
+        p
+        for p in yaml.safe_load(resolved.read_text())["prerequisites"]
+        if p["name"] == "confignfs_pvc"
+    ]
+    assert storage_item["requireStorages"] == [
+        {"name": "confignfs", "mountPath": "/mnt/confignfs_pvc"}
+    ]
+    assert paigraph(server, "validate", str(resolved)).startswith("OK")
+    job_id, _ = watched(server, resolved, token=tokens["alice"])
+    lines = logs(server, job_id, "taskrole", 0, token=tokens["alice"]).splitlines()
+    assert "/dataset/imagenet/train/n01440764.txt" in lines
