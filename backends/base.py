@@ -58,6 +58,8 @@ class Material(_Value):
     uris: list[str] = Field(default_factory=list)
     read_only: bool = False
     per_repository: bool = False  # clone: each repository at <workdir>/<name>/<repository name>/
+    # download: a local directory given as the one URI is <workdir>/<name>/ itself (v1 codeDir)
+    as_directory: bool = False
 
 
 class StorageMount(_Value):

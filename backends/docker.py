@@ -610,6 +610,7 @@ class DockerBackend:
                     owner=request.user,
                     read_only=material.read_only,
                     per_repository=material.per_repository,
+                    as_directory=material.as_directory,
                     progress=lambda _name, message: self.progress(message),
                 )
                 mounts[(role.name, material.name)] = BindMount(

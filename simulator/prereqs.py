@@ -287,6 +287,7 @@ class MaterialStore:
         owner: str = "",
         read_only: bool = False,
         per_repository: bool = False,
+        as_directory: bool = False,
         progress: Progress | None = None,
     ) -> Mount:
         """Fetch (or reuse) the prerequisite and return the host directory to mount.
@@ -294,13 +295,15 @@ class MaterialStore:
         Downloads, clones and directories under the allowed roots are always mounted read-only;
         `read_only` applies to the storages of `owner` (the job's user), which are theirs alone.
         `per_repository` (a script whose `uri` is a list) puts each repository in a directory of
-        its name inside the one mounted.
+        its name inside the one mounted. `as_directory` (a v1 codeDir) makes a local directory
+        given as the one URI the mounted directory itself rather than an entry in it.
         """
         kind = MaterialKind(kind)
         check_name(name)
         report = progress or (lambda _name, _message: None)
         if kind is MaterialKind.DOWNLOAD:
-            return Mount(self._materialize_download(name, uris, report), read_only=True)
+            whole = as_directory and len(uris) == 1
+            return Mount(self._materialize_download(name, uris, report, whole), read_only=True)
         if kind is MaterialKind.CLONE and per_repository:
             return Mount(self._materialize_repositories(name, uris, report), read_only=True)
         if kind is MaterialKind.CLONE:
@@ -519,10 +522,13 @@ class MaterialStore:
 
     # --- data --------------------------------------------------------------------------------
 
-    def _materialize_download(self, name: str, uris: Sequence[str], report: Progress) -> Path:
+    def _materialize_download(
+        self, name: str, uris: Sequence[str], report: Progress, whole: bool = False
+    ) -> Path:
         sources = self._sources(name, uris)
         stamps = [_fingerprint(s.path) if s.path else None for s in sources]
-        key = _key(MaterialKind.DOWNLOAD.value, list(uris), stamps)
+        whole = whole and sources[0].path is not None and sources[0].path.is_dir()
+        key = _key(MaterialKind.DOWNLOAD.value, list(uris), stamps, *(["whole"] if whole else []))
         noun = f"data {name!r}"
 
         def fill(work: Path) -> None:
@@ -534,7 +540,7 @@ class MaterialStore:
                 headers={"Accept-Encoding": "identity"},  # the bytes as published
             ) as client:
                 for source in sources:
-                    target = work / source.entry
+                    target = work if whole else work / source.entry
                     if source.url is not None:
                         self._fetch_url(client, name, source.url, target, budget, report)
                     else:
@@ -624,7 +630,7 @@ class MaterialStore:
         report(name, f"copying data {name!r} ({_human(size)}) from {source}")
         try:
             if source.is_dir():
-                shutil.copytree(source, target, symlinks=True)
+                shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
             else:
                 shutil.copy2(source, target)
         except OSError as exc:

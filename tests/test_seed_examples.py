@@ -338,3 +338,89 @@ def test_seed_004_a_resolved_storage_item_reads_back_the_same(
     job_id, _ = watched(server, resolved, token=tokens["alice"])
     lines = logs(server, job_id, "taskrole", 0, token=tokens["alice"]).splitlines()
     assert "/dataset/imagenet/train/n01440764.txt" in lines
+
+
+# --- seed 003: a v1 job's codeDir, dataDir and outputDir -------------------------------------
+
+TF_DISTRIBUTED = """\
+{{
+  "jobName": "tensorflow-distributed-jobguid",
+  "image": "{image}",
+  "dataDir": "$PAI_DEFAULT_FS_URI/path/$PAI_JOB_NAME/data",
+  "codeDir": "$PAI_DEFAULT_FS_URI{files}/$PAI_USER_NAME/${{PAI_JOB_NAME}}/code",
+  "virtualCluster": "default",
+  "taskRoles": [
+    {{
+      "name": "ps_server",
+      "taskNumber": 1,
+      "cpuNumber": 1,
+      "memoryMB": 256,
+      "gpuNumber": 0,
+      "portList": [
+        {{"label": "http", "beginAt": 0, "portNumber": 1}},
+        {{"label": "ssh", "beginAt": 0, "portNumber": 1}}
+      ],
+      "command": "{ps_command}",
+      "minSucceededTaskCount": null
+    }},
+    {{
+      "name": "worker",
+      "taskNumber": 2,
+      "cpuNumber": 1,
+      "memoryMB": 256,
+      "gpuNumber": 0,
+      "portList": [
+        {{"label": "http", "beginAt": 0, "portNumber": 1}},
+        {{"label": "ssh", "beginAt": 0, "portNumber": 1}}
+      ],
+      "command": "{worker_command}",
+      "minSucceededTaskCount": 2
+    }}
+  ],
+  "retryCount": 0,
+  "jobEnvs": {{"batch_size": 32, "job_model": "resnet20"}}
+}}
+"""
+COMMAND = (
+    "sh code/tf_cnn_benchmarks.sh --batch_size=$batch_size --model=$job_model "
+    "--data_dir=$PAI_DATA_DIR --train_dir=$PAI_OUTPUT_DIR "
+    "--task_index=$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX --job_name={}"
+    " && if touch code/new 2>/dev/null; then echo code is writable; exit 3; fi"
+)
+
+
+def tf_distributed(files: Path) -> str:
+    return TF_DISTRIBUTED.format(
+        image=IMAGE,
+        files=files,
+        ps_command=COMMAND.format("ps"),
+        worker_command=COMMAND.format("worker"),
+    )
+
+
+def test_seed_003_v1_codedir_is_copied_into_the_container_with_its_locations_expanded(
+    server: Server, tokens: dict[str, str], files: Path, tmp_path: Path
+) -> None:
+    code = files / "alice" / "tensorflow-distributed-jobguid" / "code"
+    code.mkdir(parents=True)
+    (code / "tf_cnn_benchmarks.sh").write_text('echo "tf_cnn_benchmarks from codeDir: $*"\n')
+    job = tmp_path / "tf.json"
+    job.write_text(tf_distributed(files))
+    job_id, _ = watched(server, job, token=tokens["alice"])
+    said = logs(server, job_id, "worker", 1, token=tokens["alice"]).splitlines()
+    assert (
+        "tf_cnn_benchmarks from codeDir: --batch_size=32 --model=resnet20 "
+        "--data_dir=/path/tensorflow-distributed-jobguid/data "
+        "--train_dir=/Output/tensorflow-distributed-jobguid --task_index=1 --job_name=worker"
+    ) in said
+
+    # an hdfs codeDir cannot be copied here: refused at submission, naming the field
+    job.write_text(tf_distributed(files).replace("$PAI_DEFAULT_FS_URI", "hdfs://namenode:9000"))
+    payload = server.client(tokens["alice"]).submit(job.read_text(), {})
+    assert payload["job"] is None
+    ((error),) = payload["errors"]
+    assert (error["path"], error["code"]) == (["codeDir"], "not-runnable")
+    assert error["message"].startswith(
+        f"hdfs://namenode:9000{files}/alice/tensorflow-distributed-jobguid/code cannot be copied "
+        "into the container: there is no hdfs file system here"
+    )

@@ -348,9 +348,7 @@ def _read_storages(obj: dict[str, Any], path: str, f: Fields) -> list[StorageReq
     return out
 
 
-def _read_pvc_storage(
-    params: dict[str, Any], path: str, f: Fields
-) -> list[StorageRequest] | None:
+def _read_pvc_storage(params: dict[str, Any], path: str, f: Fields) -> list[StorageRequest] | None:
     """A pvc_storage item's `plugin_params: {name, mountPath}`, both required."""
     where = join(path, "plugin_params")
     name = f.string(params, "name", where, required=True)
