@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
+from backends import docker_pull
 from backends import docker_records as records
 from backends.base import (
     BackendError,
@@ -275,27 +276,32 @@ class DockerBackend:
                 raise LaunchRefused(f"attempt {request.attempt} of job {request.job_id} exists")
             records.write_launch(directory, request)
             self._attempts[attempt.id] = attempt
-        missing = sorted({r.image for r in request.roles if not self._image_ready(r.image)})
-        if missing:
-            reason = (
-                f"image {missing[0]!r} is not on this machine and the simulator does not pull "
-                "images (build it locally, e.g. with docker build or docker import)"
-            )
+        reason = self._missing_image(request)
+        if reason:
             self._end_all(attempt, EventKind.START_FAILED, reason)
             return
         with self._lock:
             self._queue.append(attempt.id)
         self._schedule()
 
-    def _image_ready(self, image: str) -> bool:
-        if self.engine.image_exists(image):
-            return True
-        if self.settings.image_pull:
-            with contextlib.suppress(Exception):
-                self.progress(f"pulling image {image}")
-                self.engine.client.images.pull(image)
-                return True
-        return False
+    def _missing_image(self, request: LaunchRequest) -> str | None:
+        """Why an image of the request is not here, after pulling the missing ones (logged in
+        with their dockerimage's auth) when `image_pull` allows it; None when all are."""
+        for role in sorted(request.roles, key=lambda r: r.image):
+            if self.engine.image_exists(role.image):
+                continue
+            if not self.settings.image_pull:
+                return (
+                    f"image {role.image!r} is not on this machine and the simulator does not "
+                    "pull images (build it locally, e.g. with docker build or docker import, or "
+                    "set image_pull: true)"
+                )
+            try:
+                auth = docker_pull.auth_config(role, request.secrets)
+                docker_pull.pull(self.engine.client, role.image, auth, self.progress)
+            except docker_pull.PullFailed as exc:
+                return str(exc)
+        return None
 
     def _schedule(self) -> None:
         """Place every queued attempt that fits now, in arrival order (gang: all or none).
