@@ -90,6 +90,9 @@ class ImageAuth(_Value):
     registry: str = ""  # e.g. registry.example.org:5000; empty: the registry of the image name
     username: str = ""
     password: str = Field(default="", repr=False)
+    # v1 authFile: a file whose first three lines are the registry, username and password,
+    # read only when the image is pulled (a local path under the simulator's allowed roots)
+    file: str = ""
 
 
 class RoleLaunch(_Value):

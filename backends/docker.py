@@ -297,11 +297,15 @@ class DockerBackend:
                     "set image_pull: true)"
                 )
             try:
-                auth = docker_pull.auth_config(role, request.secrets)
+                auth = docker_pull.auth_config(role, request.secrets, self._auth_file)
                 docker_pull.pull(self.engine.client, role.image, auth, self.progress)
-            except docker_pull.PullFailed as exc:
+            except (docker_pull.PullFailed, MaterialError) as exc:
                 return str(exc)
         return None
+
+    def _auth_file(self, location: str) -> str:
+        """A v1 authFile, read only under the allowed file roots as local prerequisites are."""
+        return self.materials.read_local_text("authFile", location)
 
     def _schedule(self) -> None:
         """Place every queued attempt that fits now, in arrival order (gang: all or none).

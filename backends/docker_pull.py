@@ -30,11 +30,16 @@ class MissingSecret(PullFailed):
     """The auth refers to a secret the job does not define (gone after a server restart)."""
 
 
-def auth_config(role: RoleLaunch, secrets: Mapping[str, str]) -> dict[str, str] | None:
-    """What the Docker SDK takes as `auth_config` for the role's image, secrets filled in."""
+def auth_config(
+    role: RoleLaunch, secrets: Mapping[str, str], read_file: Callable[[str], str]
+) -> dict[str, str] | None:
+    """What the Docker SDK takes as `auth_config` for the role's image, secrets filled in, or
+    read from a v1 authFile with `read_file`."""
     auth = role.image_auth
     if auth is None:
         return None
+    if auth.file:
+        return _from_auth_file(auth.file, read_file(auth.file))
     config = {
         "username": _rendered(role, auth, "username", secrets),
         "password": _rendered(role, auth, "password", secrets),
@@ -71,6 +76,19 @@ def masked(text: str, auth: Mapping[str, str] | None) -> str:
     """`text` with the password (when there is one) replaced by a mask."""
     password = (auth or {}).get("password")
     return text.replace(password, MASK) if password else text
+
+
+def _from_auth_file(location: str, text: str) -> dict[str, str]:
+    """OpenPAI's v1 authFile: the registry server, the username and the password, one a line
+    (`docker.io` for Docker Hub)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) < 3:
+        raise PullFailed(
+            f"authFile {location}: needs three lines (registry server, username, password), "
+            f"has {len(lines)}"
+        )
+    registry, username, password = lines[:3]
+    return {"username": username, "password": password, "serveraddress": registry}
 
 
 def _rendered(role: RoleLaunch, auth: ImageAuth, what: str, secrets: Mapping[str, str]) -> str:

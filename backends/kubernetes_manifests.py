@@ -482,6 +482,12 @@ class AttemptBuilder:
 
     def _check_role(self, role: RoleLaunch) -> None:
         where = f"task role {role.name!r}"
+        if role.image_auth is not None and role.image_auth.file:
+            raise LaunchRefused(
+                f"{where}: authFile {role.image_auth.file} is a file on the server's machine, "
+                "which the cluster cannot read; give the registry credentials as a dockerimage's "
+                "auth (protocol v2) instead"
+            )
         for material in role.materials:
             try:
                 check_name(material.name)

@@ -321,6 +321,19 @@ class MaterialStore:
             raise MaterialError(f"prerequisite {name!r}: cannot create {target}: {exc}") from exc
         return Mount(target, read_only=read_only)
 
+    def read_local_text(self, what: str, uri: str, limit: int = 64 << 10) -> str:
+        """A small text file named by a `file://` URI or bare path under the allowed roots (a
+        v1 authFile); `what` names it in errors."""
+        path = self._local(what, uri)
+        try:
+            with path.open("rb") as file:
+                data = file.read(limit + 1)
+        except OSError as exc:
+            raise MaterialError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+        if len(data) > limit:
+            raise MaterialError(f"{what}: {path} is larger than {_human(limit)}")
+        return data.decode("utf-8", errors="replace")
+
     def still_where_checked(self, mount: Mount) -> bool:
         """Whether the directory about to be mounted is still the one checked: its path has no
         symlink (Docker would follow one swapped in since the check) and still resolves inside

@@ -787,3 +787,61 @@ async def test_a_pull_logs_in_with_the_dockerimage_auth_which_is_masked_everywhe
         for name in (private, refused):
             with contextlib.suppress(docker.errors.ImageNotFound):
                 client.images.remove(name)
+
+
+async def test_a_v1_auth_file_gives_the_pull_its_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "registry-auth").write_text("docker.io\nalice\nfile-Pa55\n")
+    (files / "short").write_text("docker.io\nalice\n")
+    private = f"team/private-{uuid.uuid4().hex[:8]}:1"
+    good = job(
+        role("main", ["true"], image=private, image_auth=ImageAuth(file=f"{files}/registry-auth"))
+    )
+    short = job(
+        role("main", ["true"], image=private + "x", image_auth=ImageAuth(file=f"{files}/short"))
+    )
+    outside = job(
+        role("main", ["true"], image=private + "y", image_auth=ImageAuth(file="/etc/passwd"))
+    )
+    client = docker.from_env()
+    try:
+        async with backend(tmp_path / "state", image_pull=True, allowed_file_roots=[files]) as sim:
+            spy = PullSpy(sim.engine.client)
+            monkeypatch.setattr(
+                docker.models.images.ImageCollection,
+                "pull",
+                lambda _images, repository, **kwargs: spy(repository, **kwargs),
+            )
+            events = Collector(sim)
+            for request in (good, short, outside):
+                await sim.launch(request)
+            [ran] = (await events.all_ended(good)).values()
+            assert (ran.kind, ran.exit_code) == (EventKind.EXITED, 0), ran.reason
+            assert spy.calls == [
+                (
+                    private,
+                    {
+                        "auth_config": {
+                            "username": "alice",
+                            "password": "file-Pa55",
+                            "serveraddress": "docker.io",
+                        }
+                    },
+                )
+            ]
+            [few] = (await events.all_ended(short)).values()
+            assert few.kind is EventKind.START_FAILED
+            assert few.reason == (
+                f"authFile {files}/short: needs three lines (registry server, username, "
+                "password), has 2"
+            )
+            [refused] = (await events.all_ended(outside)).values()
+            assert refused.kind is EventKind.START_FAILED
+            assert "/etc/passwd is outside the allowed roots" in (refused.reason or "")
+            assert len(spy.calls) == 1  # nothing pulled without its credentials
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.images.remove(private)

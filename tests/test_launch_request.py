@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.base import Fetch
+from backends.base import Fetch, ImageAuth
 from server.jobs.launch import NotRunnable, launch_request
 from server.protocol import resolve_job
 
@@ -175,3 +175,20 @@ def test_data_and_scripts_listed_among_a_roles_prerequisites_are_fetched_too() -
         ("code", Fetch.CLONE, ["https://example.test/code.git@abc123"]),
     ]
     assert [m.name for m in _request(text).role("trainer").materials] == ["mnist", "code", "models"]
+
+
+def test_a_v1_auth_file_is_the_image_auth_of_every_role() -> None:
+    text = V1_DIRS.format(code="/src").replace(
+        '"virtualCluster"',
+        '"authFile": "$PAI_DEFAULT_FS_URI/auth/$PAI_USER_NAME", "virtualCluster"',
+    )
+    result = resolve_job(text)
+    assert result.spec is not None, result.errors
+    request = launch_request(result.spec, job_id="j", user="alice")
+    assert request.role("main").image_auth == ImageAuth(file="/auth/alice")
+    hdfs = resolve_job(text.replace("$PAI_DEFAULT_FS_URI", "hdfs://nn"))
+    assert hdfs.spec is not None
+    with pytest.raises(NotRunnable) as err:
+        launch_request(hdfs.spec, job_id="j", user="alice")
+    assert err.value.path == "authFile"
+    assert err.value.message.startswith("hdfs://nn/auth/alice cannot be read here")

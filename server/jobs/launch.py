@@ -56,6 +56,9 @@ def launch_request(
             roles = [
                 r.model_copy(update={"materials": [*r.materials, locations.code]}) for r in roles
             ]
+        if locations.auth_file is not None:
+            auth = ImageAuth(file=locations.auth_file)
+            roles = [r.model_copy(update={"image_auth": auth}) for r in roles]
     return LaunchRequest(
         job_id=job_id,
         job_name=spec.name,

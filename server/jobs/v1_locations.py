@@ -4,7 +4,8 @@ OpenPAI expanded `$PAI_DEFAULT_FS_URI`, `$PAI_JOB_NAME` and `$PAI_USER_NAME` in 
 before exporting them as PAI_DATA_DIR, PAI_OUTPUT_DIR and PAI_CODE_DIR, used
 `$PAI_DEFAULT_FS_URI/Output/$jobName` when outputDir was not given, and copied codeDir into the
 container ("created in your job container local environment") where the commands find it as
-`code/`. Data and output stay locations the job's own code reads and writes.
+`code/`. Data and output stay locations the job's own code reads and writes. authFile names
+the file holding the image's registry, username and password, read when the image is pulled.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class V1Locations:
 
     env: dict[str, str] = field(default_factory=dict)
     code: Material | None = None
+    auth_file: str | None = None  # authFile, expanded: read for the image's credentials
 
 
 def job_variables(spec: JobSpec, user: str) -> dict[str, str]:
@@ -74,7 +76,25 @@ def v1_locations(spec: JobSpec, user: str) -> V1Locations:
         env[variable] = expand(value, variables)
         if key == "codeDir":
             code = _code(env[variable])
-    return V1Locations(env=env, code=code)
+    auth_file = expand(spec.auth_file, variables) if spec.auth_file else None
+    if auth_file is not None:
+        _check_local("authFile", auth_file, "read")
+    return V1Locations(env=env, code=code, auth_file=auth_file)
+
+
+def _check_local(path: str, location: str, doing: str) -> None:
+    """A location this machine can read: a local path (bare or file://) only."""
+    match = _SCHEME.match(location)
+    scheme = match.group(1).lower() if match else None
+    if (scheme is None and location.startswith("/")) or scheme == "file":
+        return
+    if scheme is None:
+        raise NotRunnable(path, f"{location!r} is not an absolute path")
+    raise NotRunnable(
+        path,
+        f"{location} cannot be {doing} here: there is no {scheme} file system; give a file on "
+        "this machine (under the simulator's allowed_file_roots)",
+    )
 
 
 def _code(location: str) -> Material:
