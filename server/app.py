@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,9 +23,11 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from server.api.auth import Authenticator, is_loopback
 from server.api.context import Runtime, RuntimeSlot
 from server.api.endpoint import GraphQLEndpoint
+from server.api.exec_socket import ExecEndpoint
 from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSubscriptions
 from server.api.schema import schema
 from server.events import bus_for
+from server.exec_frames import PATH as EXEC_PATH
 from server.store import database_url, open_store
 from server.webapp import Assets, app_page, build_dir
 
@@ -111,7 +113,36 @@ def tune_collector() -> None:
 
 
 async def healthz(_: Request) -> JSONResponse:
+    """Liveness: the process answers. It stays 200 while the backend's engine is away (a
+    restart of paigraph would not bring the engine back); /health says that."""
     return JSONResponse({"status": "ok"})
+
+
+def health_endpoint(slot: RuntimeSlot) -> Callable[[Request], Awaitable[JSONResponse]]:
+    """Readiness: 200 when the server runs jobs normally; 503 with the reason when it cannot
+    (starting or stopping, or the backend's engine unreachable: jobs wait meanwhile)."""
+
+    async def health(_: Request) -> JSONResponse:
+        runtime = slot.current
+        if runtime is None:
+            return JSONResponse(
+                {"status": "unavailable", "reason": "the server is starting or stopping"}, 503
+            )
+        body: dict[str, object] = {"status": "ok", "backend": runtime.backend_name}
+        if runtime.service is None:
+            return JSONResponse(body)
+        state = runtime.service.health()
+        if state.healthy:
+            return JSONResponse(body)
+        body |= {
+            "status": "unavailable",
+            "reason": state.reason,
+            "since": state.since.isoformat() if state.since else None,
+            "detail": state.detail,
+        }
+        return JSONResponse(body, 503)
+
+    return health
 
 
 def create_app(
@@ -124,8 +155,9 @@ def create_app(
     max_subscriptions_per_user: int = MAX_SUBSCRIPTIONS_PER_USER,
     on_stop: Callable[[Store], None] | None = None,
 ) -> Starlette:
-    """The app serving /graphql (GraphiQL in a browser), /healthz, and the web UI at / (any
-    other path is one of the UI's own routes).
+    """The app serving /graphql (GraphiQL in a browser), /exec (commands in running instances,
+    server.api.exec_socket), /healthz (liveness), /health (readiness, with the reason when not
+    ready), and the web UI at / (any other path is one of the UI's own routes).
 
     With `service`, its store, bus and backend are used; the app starts the service when it
     starts and closes it when it stops (the caller closes what it built the service from).
@@ -174,8 +206,10 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/healthz", healthz),
+            Route("/health", health_endpoint(slot)),
             Route("/graphql", endpoint, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", endpoint),
+            WebSocketRoute(EXEC_PATH, ExecEndpoint(slot)),
             Mount("/assets", Assets(build_dir())),
             Route("/{path:path}", app_page, methods=["GET", "HEAD"]),
         ],

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from server.cli_help import Typer
 from server.cli_output import console
+from server.exec_commands import register as register_exec_commands
 from server.market_commands import register as register_market_commands
 from server.protocol import (
     Issue,
@@ -399,6 +400,7 @@ def users_add(
 
 
 register_remote_commands(app, _parse_params)
+register_exec_commands(app)
 
 
 @app.command()
@@ -416,12 +418,19 @@ def doctor(
         list[str] | None,
         typer.Option("--image", help="Also check that this image is on the engine (repeatable)."),
     ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url", envvar="PAIGRAPH_URL", metavar="URL", help="The paigraph server to ask."
+        ),
+    ] = None,
 ) -> None:
-    """Check the Docker engine, the port range, the state directory, the database and the
-    images the examples need; say what to do about each problem. Exit 0 when all is well."""
+    """Check the Docker engine, the port range, the state directory, the database, the
+    images the examples need and the running server's health; say what to do about each
+    problem. Exit 0 when all is well."""
     from server.doctor import diagnose, report
 
-    findings = diagnose(db=db, config=config, images=image or [])
+    findings = diagnose(db=db, config=config, images=image or [], url=url)
     out.print(report(findings))
     problems = sum(not finding.ok for finding in findings)
     if problems:

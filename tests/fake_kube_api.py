@@ -3,10 +3,11 @@
 It speaks the REST API the official `kubernetes` client uses, on a loopback port: create, get,
 list (label and field selectors), watch (`?watch=true` from a resource version, streamed line
 by line), and delete of pods, services, configmaps and secrets; pod logs (whole, tail, follow);
-events. It validates every object it is given against the official schema of a pinned
-Kubernetes version (`kubernetes-validate`) and refuses an invalid one with 422, as an API
-server would, and deleting an object deletes its dependents (owner references), as the garbage
-collector would.
+exec in a running pod (tests/fake_kube_exec.py: the command runs on this machine); events.
+It validates every object it is given against the official schema of a pinned Kubernetes
+version (`kubernetes-validate`) and refuses an invalid one with 422, as an API server would,
+and deleting an object deletes its dependents (owner references), as the garbage collector
+would.
 
 Nothing schedules or runs pods: the test plays scheduler and kubelet through the methods at the
 bottom (`schedule`, `run`, `exit`, `oom`, `unschedulable`, ...), and every change is streamed to
@@ -22,10 +23,11 @@ import copy
 import functools
 import json
 import re
+import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,12 +39,14 @@ import kubernetes_validate
 import kubernetes_validate.utils
 import yaml
 
+from tests.fake_kube_exec import ExecConnection, accept_key, choose_protocol
+
 KUBERNETES_VERSION = "1.33"  # the schema objects are validated against
 TOKEN = "fake-token"
 RESOURCES = {"pods": "Pod", "services": "Service", "configmaps": "ConfigMap", "secrets": "Secret"}
 _PATH = re.compile(
     r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<resource>pods|services|configmaps|secrets|events)"
-    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?$"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log|exec))?$"
 )
 
 
@@ -72,9 +76,14 @@ class FakeKubeAPI:
         self.logs: dict[str, bytearray] = {}
         self.events: list[dict[str, Any]] = []
         self.calls: list[tuple[str, str]] = []
+        self.execs: list[tuple[str, list[str], bool]] = []  # pod, command, tty of each exec
         self.version = 100
         self.lock = threading.Condition()
         self.stopping = False
+        # faults the test injects (see `away`, `break_watches`, `expire_watches`)
+        self.answering = True
+        self.watch_epoch = 0  # a watch ends, cut off, when this moves on
+        self.compacted = 0  # watches from a resource version before this get 410 Gone
         self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -94,6 +103,35 @@ class FakeKubeAPI:
             self.lock.notify_all()
         self.server.shutdown()
         self.server.server_close()
+
+    # --- faults ------------------------------------------------------------------------------
+
+    def break_watches(self) -> None:
+        """Cut every open watch stream mid-way, as a dropped connection does."""
+        with self.lock:
+            self.watch_epoch += 1
+            self.lock.notify_all()
+
+    def expire_watches(self) -> None:
+        """Compact the history: open watches end with a 410 Gone ERROR event and a watch from
+        any resource version seen so far is answered the same, as after etcd compaction."""
+        with self.lock:
+            self.version += 1
+            self.compacted = self.version
+            self.lock.notify_all()
+
+    @contextmanager
+    def away(self) -> Iterator[None]:
+        """The API server goes away: open watches are cut and every request is dropped without
+        an answer until the block ends. The pods go on meanwhile (the test may end them)."""
+        with self.lock:
+            self.answering = False
+        self.break_watches()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.answering = True
 
     def kubeconfig(self, path: Path, namespace: str = "jobs") -> Path:
         """A kubeconfig file pointing at this server, with a bearer token."""
@@ -392,6 +430,12 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
+        def handle_one_request(self) -> None:
+            if not api.answering:
+                self.close_connection = True  # hang up before reading: no answer at all
+                return
+            super().handle_one_request()
+
         def _send(self, code: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
             self.send_response(code)
@@ -450,6 +494,11 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             if match["sub"] == "log":
                 self._record("get", "pods/log")
                 self._log(namespace, name, query)
+            elif match["sub"] == "exec":
+                # API servers from 1.31 ask for both on a websocket exec
+                self._record("get", "pods/exec")
+                self._record("create", "pods/exec")
+                self._exec(namespace, name)
             elif resource == "events":
                 self._record("list", "events")
                 wanted = query.get("fieldSelector", "").removeprefix("involvedObject.name=")
@@ -505,15 +554,55 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 
+        def _exec(self, namespace: str, name: str) -> None:
+            """The exec websocket of a pod's running main container (tests/fake_kube_exec)."""
+            query = parse_qs(urlsplit(self.path).query)
+            command = query.get("command", [])
+            tty = query.get("tty", ["false"])[-1] == "true"
+            pod = api.get("pods", namespace, name)
+            if pod is None:
+                self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
+                return
+            status = _main_status(pod) or {}
+            if "running" not in status.get("state", {}):
+                message = f"container main is not running in pod {name}"
+                self._send(400, _status(400, "BadRequest", message))
+                return
+            protocol = choose_protocol(self.headers.get("Sec-WebSocket-Protocol", ""))
+            if self.headers.get("Upgrade", "").lower() != "websocket" or protocol is None:
+                self._send(400, _status(400, "BadRequest", "exec needs a websocket upgrade"))
+                return
+            with api.lock:
+                api.execs.append((name, command, tty))
+            self.send_response(101, "Switching Protocols")
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Sec-WebSocket-Accept", accept_key(self.headers["Sec-WebSocket-Key"]))
+            self.send_header("Sec-WebSocket-Protocol", protocol)
+            self.end_headers()
+            self.wfile.flush()
+            ExecConnection(self.connection, protocol, command, tty).serve()
+            self.close_connection = True
+
         def _watch(self, resource: str, namespace: str, query: dict[str, str]) -> None:
             since = int(query.get("resourceVersion") or api.version)
             selector = query.get("labelSelector", "")
             deadline = time.monotonic() + float(query.get("timeoutSeconds") or 300)
             self._stream_start()
             position = 0
+            with api.lock:
+                epoch = api.watch_epoch
             try:
                 while True:
                     with api.lock:
+                        if api.watch_epoch != epoch:
+                            self.connection.shutdown(socket.SHUT_RDWR)  # cut, no end chunk
+                            return
+                        if since < api.compacted:
+                            gone = _status(410, "Expired", "too old resource version")
+                            event = {"type": "ERROR", "object": gone}
+                            self._chunk(json.dumps(event).encode() + b"\n")
+                            break
                         fresh = [h for h in api.history[position:]]
                         position = len(api.history)
                         if not fresh:
@@ -582,15 +671,3 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 return
 
     return Handler
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10.0, every: float = 0.05) -> Any:
-    """Call `check` until it returns something truthy; that value, or TimeoutError."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not true after {timeout} s")
-        time.sleep(every)

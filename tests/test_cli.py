@@ -92,7 +92,8 @@ def test_the_corpus_files_used_here_exist() -> None:
 def test_validate_says_ok_and_names_the_dialect(path: Path, dialect: str) -> None:
     code, out, _err = run("validate", path)
     assert code == 0, out
-    (line,) = [line for line in out.splitlines() if line.strip()]
+    # warnings (the hello-world job's ssh plugin has one) follow on lines of their own
+    (line,) = [line for line in out.splitlines() if line.strip() and "warning" not in line]
     assert line.startswith("OK")
     assert str(path) in line
     assert dialect in line

@@ -21,6 +21,7 @@ from server.protocol.loader import DEFAULT_MAX_BYTES, LoadError, load_document
 from server.protocol.model import DIALECT_TITLES, Dialect, JobSpec, Prerequisite
 from server.protocol.prerequisites import COMPONENT_TYPES, read_prerequisite
 from server.protocol.render import render_job
+from server.protocol.runtime_plugins import apply_runtime_plugins
 
 
 class Kind(StrEnum):
@@ -106,6 +107,8 @@ def parse_document(
         result.spec = result.spec.model_copy(
             update={"parameters": {**result.spec.parameters, **parameters}}
         )
+    if result.spec is not None:
+        result.spec = apply_runtime_plugins(result.spec, issues)
     if result.spec is None and result.component is None:
         issues.ensure_error(0, "", "this document")
     result.issues = issues.items
