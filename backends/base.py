@@ -46,6 +46,7 @@ class Fetch(StrEnum):
 
     DOWNLOAD = "download"  # data: each URI downloaded into <workdir>/<name>/
     CLONE = "clone"  # script: a git repository (repo@commit) cloned into <workdir>/<name>/
+    # (or each of a list into <workdir>/<name>/<repository name>/, see Material.per_repository)
     MOUNT = "mount"  # storage / output: a host directory or volume mounted at <workdir>/<name>/
 
 
@@ -59,6 +60,9 @@ class Material(_Value):
     # failurePolicy: ignore: when it cannot be fetched, the instance starts without it (the
     # backend says so on the instance's PLACED event) instead of failing to start
     optional: bool = False
+    per_repository: bool = False  # clone: each repository at <workdir>/<name>/<repository name>/
+    # download: a local directory given as the one URI is <workdir>/<name>/ itself (v1 codeDir)
+    as_directory: bool = False
 
 
 class StorageMount(_Value):
@@ -89,6 +93,9 @@ class ImageAuth(_Value):
     registry: str = ""  # e.g. registry.example.org:5000; empty: the registry of the image name
     username: str = ""
     password: str = Field(default="", repr=False)
+    # v1 authFile: a file whose first three lines are the registry, username and password,
+    # read only when the image is pulled (a local path under the simulator's allowed roots)
+    file: str = ""
 
 
 class RoleLaunch(_Value):

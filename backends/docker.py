@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
+from backends import docker_pull
 from backends import docker_records as records
 from backends.base import (
     BackendError,
@@ -296,6 +297,7 @@ class DockerBackend:
                         _FETCH_KIND[material.kind],
                         material.uris,
                         owner=request.user,
+                        per_repository=material.per_repository,
                     )
                 except UnservableMaterial as exc:
                     return str(exc)
@@ -324,41 +326,49 @@ class DockerBackend:
         self._schedule()
 
     def _images_ready(self, attempt: Attempt) -> bool:
-        """Whether the attempt's images are here (checked once); when one is missing the
-        attempt fails to start, saying which. An engine that does not answer leaves the check
-        for later: the attempt is then queued and checked when it is placed."""
+        """Whether the attempt's images are here (checked once, after pulling the missing ones
+        when `image_pull` allows it); when one is missing the attempt fails to start, saying
+        which. An engine that does not answer leaves the check for later: the attempt is then
+        queued and checked when it is placed."""
         if attempt.images_checked:
             return True
-        request = attempt.request
         try:
-            missing = sorted({r.image for r in request.roles if not self._image_ready(r.image)})
+            reason = self._missing_image(attempt.request)
         except EngineUnreachable as exc:
             self._unreachable(exc, f"{attempt.id} waits for the engine to check its images")
             return True
-        if missing:
+        if reason:
             with self._lock:
                 if attempt.id in self._queue:
                     self._queue.remove(attempt.id)
-            reason = (
-                f"image {missing[0]!r} is not on this machine and the simulator does not pull "
-                "images (build it locally, e.g. with docker build or docker import)"
-            )
             self._end_all(attempt, EventKind.START_FAILED, reason)
             return False
         attempt.images_checked = True
         return True
 
-    def _image_ready(self, image: str) -> bool:
-        if self.engine.image_exists(image):
-            return True
-        if self.settings.image_pull:
+    def _missing_image(self, request: LaunchRequest) -> str | None:
+        """Why an image of the request is not here, after pulling the missing ones (logged in
+        with their dockerimage's auth) when `image_pull` allows it; None when all are."""
+        for role in sorted(request.roles, key=lambda r: r.image):
+            if self.engine.image_exists(role.image):
+                continue
+            if not self.settings.image_pull:
+                return (
+                    f"image {role.image!r} is not on this machine and the simulator does not "
+                    "pull images (build it locally, e.g. with docker build or docker import, or "
+                    "set image_pull: true)"
+                )
             try:
-                self.progress(f"pulling image {image}")
-                self.engine.client.images.pull(image)
-                return True
-            except Exception as exc:  # the SDK raises many kinds; each means "not pulled"
-                log.warning("pulling image %s failed (%s); it counts as missing", image, exc)
-        return False
+                auth = docker_pull.auth_config(role, request.secrets, self._auth_file)
+                docker_pull.pull(self.engine.client, role.image, auth, self.progress)
+            except (docker_pull.PullFailed, MaterialError) as exc:
+                log.warning("%s", exc)  # the reason names the image and never a credential
+                return str(exc)
+        return None
+
+    def _auth_file(self, location: str) -> str:
+        """A v1 authFile, read only under the allowed file roots as local prerequisites are."""
+        return self.materials.read_local_text("authFile", location)
 
     def _schedule(self) -> None:
         """Place every queued attempt that fits now, in arrival order (gang: all or none).
@@ -725,6 +735,8 @@ class DockerBackend:
                         material.uris,
                         owner=request.user,
                         read_only=material.read_only,
+                        per_repository=material.per_repository,
+                        as_directory=material.as_directory,
                         progress=lambda _name, message: self.progress(message),
                     )
                 except MaterialError as exc:

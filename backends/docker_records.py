@@ -37,10 +37,12 @@ from backends.docker_specs import safe
 from backends.entrypoint import MARKER, entrypoint_script
 from backends.log_files import LogFile
 from backends.runtime_env import shell_env_file
+from backends.secrets_env import SECRET_REF
 
 log = logging.getLogger(__name__)
 
 _LAUNCH = "launch.json"
+MASKED_PASSWORD = "<masked>"  # a registry password in the launch record
 _NETWORK = "network.json"
 _EXIT = "exit.json"
 _RUN = "relaunch.json"
@@ -81,8 +83,19 @@ def writable_dir(instance_dir: Path) -> Path:
 
 
 def write_launch(attempt_dir: Path, request: LaunchRequest) -> None:
+    """Keep the request for a restart: without its secrets, and with a registry password
+    written in the job itself (not a `<% $secrets.x %>` reference) masked."""
     attempt_dir.mkdir(parents=True, exist_ok=True)
-    host_files.write_atomic(attempt_dir / _LAUNCH, request.model_dump_json(exclude={"secrets"}))
+    roles = []
+    for role in request.roles:
+        auth = role.image_auth
+        if auth is not None and auth.password and not SECRET_REF.fullmatch(auth.password.strip()):
+            role = role.model_copy(
+                update={"image_auth": auth.model_copy(update={"password": MASKED_PASSWORD})}
+            )
+        roles.append(role)
+    kept = request.model_copy(update={"roles": roles})
+    host_files.write_atomic(attempt_dir / _LAUNCH, kept.model_dump_json(exclude={"secrets"}))
 
 
 def recorded_launches(attempts_dir: Path) -> list[tuple[Path, LaunchRequest]]:

@@ -88,7 +88,7 @@ from backends.kubernetes_ports import duplicates, instance_ports
 from backends.kubernetes_settings import KubernetesSettings
 from backends.runtime_env import runtime_env, shell_env_file
 from backends.secrets_env import SECRET_KEY, SECRET_REF, with_secret_references
-from simulator.prereqs import UnservableMaterial, check_name, parse_repo
+from simulator.prereqs import UnservableMaterial, check_name, parse_repo, repository_name
 
 PLACEHOLDER_UID = "<uid of the Service, set by the cluster when it is created>"
 CONFIG_DIR = "/usr/local/pai-config"  # the ConfigMap's files, read-only
@@ -482,13 +482,19 @@ class AttemptBuilder:
 
     def _check_role(self, role: RoleLaunch) -> None:
         where = f"task role {role.name!r}"
+        if role.image_auth is not None and role.image_auth.file:
+            raise LaunchRefused(
+                f"{where}: authFile {role.image_auth.file} is a file on the server's machine, "
+                "which the cluster cannot read; give the registry credentials as a dockerimage's "
+                "auth (protocol v2) instead"
+            )
         for material in role.materials:
             try:
                 check_name(material.name)
                 if material.kind is Fetch.DOWNLOAD:
                     _download_entries(material)
                 elif material.kind is Fetch.CLONE:
-                    _repo(material)
+                    _repos(material)
                 else:
                     _claim_of(role, material)
             except UnservableMaterial as exc:
@@ -640,19 +646,42 @@ def _download_entries(material: Material) -> list[tuple[str, str]]:
     return list(entries.items())
 
 
-def _repo(material: Material) -> tuple[str, str | None]:
-    if len(material.uris) != 1:
+def _repos(material: Material) -> list[tuple[str, str, str | None]]:
+    """(directory under the work dir, url, ref) of each repository of a script prerequisite:
+    one at <name>/, or each of a list at <name>/<repository name>/."""
+    if not material.per_repository:
+        if len(material.uris) != 1:
+            raise UnservableMaterial(
+                f"prerequisite {material.name!r}: a script prerequisite takes exactly one "
+                f"repository (got {len(material.uris)})"
+            )
+        return [(material.name, *_repo(material, material.uris[0]))]
+    if not material.uris:
         raise UnservableMaterial(
-            f"prerequisite {material.name!r}: a script prerequisite takes exactly one "
-            f"repository (got {len(material.uris)})"
+            f"prerequisite {material.name!r}: a script prerequisite needs at least one repository"
         )
-    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", material.uris[0].strip())
+    found: dict[str, tuple[str, str, str | None]] = {}
+    for uri in material.uris:
+        url, ref = _repo(material, uri)
+        directory = repository_name(url)
+        check_name(directory, f"prerequisite {material.name!r}: repository name")
+        if directory in found:
+            raise UnservableMaterial(
+                f"prerequisite {material.name!r}: {_shown(found[directory][1])} and "
+                f"{_shown(url)} would both be checked out at {material.name}/{directory}"
+            )
+        found[directory] = (f"{material.name}/{directory}", url, ref)
+    return list(found.values())
+
+
+def _repo(material: Material, uri: str) -> tuple[str, str | None]:
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", uri.strip())
     if scheme and scheme.group(1).lower() not in ("http", "https", "git"):
         raise UnservableMaterial(
-            f"prerequisite {material.name!r}: {_shown(material.uris[0])} cannot be cloned on "
+            f"prerequisite {material.name!r}: {_shown(uri)} cannot be cloned on "
             "Kubernetes (the init container clones http, https and git repositories)"
         )
-    spec = parse_repo(material.name, material.uris[0])
+    spec = parse_repo(material.name, uri)
     if spec.url.startswith("/") or spec.url.lower().startswith("file:"):
         raise UnservableMaterial(
             f"prerequisite {material.name!r}: {spec.url} is a path on this machine, which the "
@@ -725,15 +754,19 @@ def _fetch(material: Material) -> list[str]:
             failed = f"data {material.name}: cannot download {_shown(url)}"
             lines.append(f"wget -q -O {q(entry)} {q(url)} || {{ say {q(failed)}; exit 1; }}")
         return lines
-    url, ref = _repo(material)
-    failed = f"script {material.name}: cannot clone {_shown(url)}"
-    lines = [
-        f"say {q(f'script {material.name}: cloning {_shown(url)} into {target}')}",
-        f"git clone -q {q(url)} {q(target)} || {{ say {q(failed)}; exit 1; }}",
-    ]
-    if ref:
-        missing = f"script {material.name}: {_shown(url)} has no ref {ref}"
-        lines.append(f"git -C {q(target)} checkout -q {q(ref)} || {{ say {q(missing)}; exit 1; }}")
+    lines = []
+    for directory, url, ref in _repos(material):
+        target = f"{WORK_DIR}/{directory}"
+        failed = f"script {material.name}: cannot clone {_shown(url)}"
+        lines += [
+            f"say {q(f'script {material.name}: cloning {_shown(url)} into {target}')}",
+            f"git clone -q {q(url)} {q(target)} || {{ say {q(failed)}; exit 1; }}",
+        ]
+        if ref:
+            missing = f"script {material.name}: {_shown(url)} has no ref {ref}"
+            lines.append(
+                f"git -C {q(target)} checkout -q {q(ref)} || {{ say {q(missing)}; exit 1; }}"
+            )
     return lines
 
 

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from backends.base import LaunchRequest, Placement, PortRequest, RoleLaunch
 from backends.entrypoint import WORK_DIR
 
+DEFAULT_FS_URI = ""  # PAI_DEFAULT_FS_URI: empty, as OpenPAI on Kubernetes exported it
+
 DEFAULT_PORT_LABELS = ("ssh", "http")  # every instance gets one of each unless the role asks
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -148,7 +150,7 @@ def _job_variables(request: LaunchRequest) -> dict[str, str]:
         "PAI_FRAMEWORK_NAME": f"{request.user}~{request.job_name}",
         "PAI_JOB_NAME": request.job_name,
         "PAI_USER_NAME": request.user,
-        "PAI_DEFAULT_FS_URI": "",
+        "PAI_DEFAULT_FS_URI": DEFAULT_FS_URI,
         "PAI_TASK_ROLE_COUNT": roles,
         "PAI_TASK_ROLE_LIST": names,
         "PAI_VIRTUAL_CLUSTER": request.virtual_cluster,

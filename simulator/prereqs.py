@@ -14,7 +14,11 @@ What a URI may be, per kind:
 - clone (script): `REPO`, `REPO@REF` or `REPO#REF`, where REPO is `https://`, `http://`, `git://`,
   `file://` (allowed roots), a bare `/abs/path` (allowed roots), or scheme-less `host/path`
   (meaning https). REF is a commit (full or abbreviated), a tag or a branch; use `#` for a ref
-  that contains `/`. Without a ref, the repository's HEAD at launch time is used.
+  that contains `/`. Without a ref, the repository's HEAD at launch time is used. A prerequisite
+  whose `uri` is one string is one repository checked out at /work/<name>/ itself; one whose
+  `uri` is a list (the seed's form) has each repository checked out at
+  /work/<name>/<repository name>/ (the last segment of its path without `.git`, as `git clone`
+  names it), so two repositories of one name are refused.
 - mount (storage / output): nothing (a persistent directory of the job's owner,
   `<storage_dir>/users/<owner>/<name>`), a bare storage name (`<storage_dir>/users/<owner>/<that
   name>`, so one user's prerequisites and jobs can share one; another user's of the same name is
@@ -253,7 +257,13 @@ class MaterialStore:
     # --- the two entry points ----------------------------------------------------------------
 
     def check(
-        self, name: str, kind: MaterialKind | str, uris: Sequence[str], *, owner: str = ""
+        self,
+        name: str,
+        kind: MaterialKind | str,
+        uris: Sequence[str],
+        *,
+        owner: str = "",
+        per_repository: bool = False,
     ) -> None:
         """Refuse, without touching the network or disk, what can never be served here."""
         kind = MaterialKind(kind)
@@ -261,7 +271,10 @@ class MaterialStore:
         if kind is MaterialKind.DOWNLOAD:
             self._sources(name, uris)
         elif kind is MaterialKind.CLONE:
-            self._repo(name, uris)
+            if per_repository:
+                self._repos(name, uris)
+            else:
+                self._repo(name, uris)
         else:
             self._mount_target(name, uris, owner)
 
@@ -273,18 +286,26 @@ class MaterialStore:
         *,
         owner: str = "",
         read_only: bool = False,
+        per_repository: bool = False,
+        as_directory: bool = False,
         progress: Progress | None = None,
     ) -> Mount:
         """Fetch (or reuse) the prerequisite and return the host directory to mount.
 
         Downloads, clones and directories under the allowed roots are always mounted read-only;
         `read_only` applies to the storages of `owner` (the job's user), which are theirs alone.
+        `per_repository` (a script whose `uri` is a list) puts each repository in a directory of
+        its name inside the one mounted. `as_directory` (a v1 codeDir) makes a local directory
+        given as the one URI the mounted directory itself rather than an entry in it.
         """
         kind = MaterialKind(kind)
         check_name(name)
         report = progress or (lambda _name, _message: None)
         if kind is MaterialKind.DOWNLOAD:
-            return Mount(self._materialize_download(name, uris, report), read_only=True)
+            whole = as_directory and len(uris) == 1
+            return Mount(self._materialize_download(name, uris, report, whole), read_only=True)
+        if kind is MaterialKind.CLONE and per_repository:
+            return Mount(self._materialize_repositories(name, uris, report), read_only=True)
         if kind is MaterialKind.CLONE:
             return Mount(self._materialize_clone(name, uris, report), read_only=True)
         target = self._mount_target(name, uris, owner)
@@ -299,6 +320,19 @@ class MaterialStore:
         except OSError as exc:
             raise MaterialError(f"prerequisite {name!r}: cannot create {target}: {exc}") from exc
         return Mount(target, read_only=read_only)
+
+    def read_local_text(self, what: str, uri: str, limit: int = 64 << 10) -> str:
+        """A small text file named by a `file://` URI or bare path under the allowed roots (a
+        v1 authFile); `what` names it in errors."""
+        path = self._local(what, uri)
+        try:
+            with path.open("rb") as file:
+                data = file.read(limit + 1)
+        except OSError as exc:
+            raise MaterialError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+        if len(data) > limit:
+            raise MaterialError(f"{what}: {path} is larger than {_human(limit)}")
+        return data.decode("utf-8", errors="replace")
 
     def still_where_checked(self, mount: Mount) -> bool:
         """Whether the directory about to be mounted is still the one checked: its path has no
@@ -394,6 +428,25 @@ class MaterialStore:
             spec = RepoSpec(url=self._local(name, spec.url).as_uri(), ref=spec.ref)
         return spec
 
+    def _repos(self, name: str, uris: Sequence[str]) -> list[tuple[str, RepoSpec]]:
+        """(directory name, repository) of each entry of a script's `uri` list."""
+        if not uris:
+            raise UnservableMaterial(
+                f"prerequisite {name!r}: a script prerequisite needs at least one repository"
+            )
+        found: dict[str, tuple[str, RepoSpec]] = {}
+        for uri in uris:
+            spec = self._repo(name, [uri])
+            directory = repository_name(spec.url)
+            check_name(directory, f"prerequisite {name!r}: repository name")
+            if directory in found:
+                raise UnservableMaterial(
+                    f"prerequisite {name!r}: {shown(found[directory][0])} and {shown(uri)} "
+                    f"would both be checked out at {name}/{directory}"
+                )
+            found[directory] = (uri, spec)
+        return [(directory, spec) for directory, (_, spec) in found.items()]
+
     def _mount_target(self, name: str, uris: Sequence[str], owner: str) -> Path:
         if len(uris) > 1:
             raise UnservableMaterial(
@@ -482,10 +535,13 @@ class MaterialStore:
 
     # --- data --------------------------------------------------------------------------------
 
-    def _materialize_download(self, name: str, uris: Sequence[str], report: Progress) -> Path:
+    def _materialize_download(
+        self, name: str, uris: Sequence[str], report: Progress, whole: bool = False
+    ) -> Path:
         sources = self._sources(name, uris)
         stamps = [_fingerprint(s.path) if s.path else None for s in sources]
-        key = _key(MaterialKind.DOWNLOAD.value, list(uris), stamps)
+        whole = whole and sources[0].path is not None and sources[0].path.is_dir()
+        key = _key(MaterialKind.DOWNLOAD.value, list(uris), stamps, *(["whole"] if whole else []))
         noun = f"data {name!r}"
 
         def fill(work: Path) -> None:
@@ -497,7 +553,7 @@ class MaterialStore:
                 headers={"Accept-Encoding": "identity"},  # the bytes as published
             ) as client:
                 for source in sources:
-                    target = work / source.entry
+                    target = work if whole else work / source.entry
                     if source.url is not None:
                         self._fetch_url(client, name, source.url, target, budget, report)
                     else:
@@ -587,7 +643,7 @@ class MaterialStore:
         report(name, f"copying data {name!r} ({_human(size)}) from {source}")
         try:
             if source.is_dir():
-                shutil.copytree(source, target, symlinks=True)
+                shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
             else:
                 shutil.copy2(source, target)
         except OSError as exc:
@@ -614,6 +670,34 @@ class MaterialStore:
             fill,
             on_wait=lambda: report(name, f"waiting for another clone of {noun}"),
             on_hit=lambda: report(name, f"{noun} is cached at {commit[:12]}"),
+        )
+
+    def _materialize_repositories(self, name: str, uris: Sequence[str], report: Progress) -> Path:
+        """Each repository of the list at its commit, in a directory of its name; the whole is
+        cached under the list of (repository, commit), so a new commit of one gives a new entry."""
+        repos = [
+            (directory, spec, self._resolve(name, spec))
+            for directory, spec in self._repos(name, uris)
+        ]
+        key = _key("repositories", [(d, s.url, c) for d, s, c in repos])
+        noun = f"script {name!r}"
+        at = ", ".join(f"{d} at {c[:12]}" for d, _, c in repos)
+
+        def fill(work: Path) -> None:
+            for directory, spec, commit in repos:
+                report(name, f"cloning {noun} from {shown(spec.url)} at {commit[:12]}")
+                target = work / directory
+                target.mkdir(mode=0o755)
+                self._checkout(name, spec, commit, target)
+            report(name, f"{noun} is ready ({at})")
+
+        return self._cached(
+            name,
+            MaterialKind.CLONE,
+            key,
+            fill,
+            on_wait=lambda: report(name, f"waiting for another clone of {noun}"),
+            on_hit=lambda: report(name, f"{noun} is cached ({at})"),
         )
 
     def _check_remote(self, name: str, spec: RepoSpec) -> None:
@@ -728,6 +812,13 @@ class MaterialStore:
 
 
 # --- small pieces ----------------------------------------------------------------------------
+
+
+def repository_name(url: str) -> str:
+    """The directory `git clone URL` would make: the last path segment without `.git`."""
+    path = urlsplit(url).path if _SCHEME.match(url) else url
+    last = unquote(path.rstrip("/").rsplit("/", 1)[-1])
+    return last[: -len(".git")] if last.endswith(".git") and len(last) > 4 else last
 
 
 def _entry_name(segment: str) -> str:

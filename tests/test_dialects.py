@@ -244,3 +244,24 @@ plugin_params:
     assert result.component is not None
     assert result.component.type is PrerequisiteType.PLUGIN
     assert result.component.callbacks[0].commands == ["apt update", "apt install -y wget"]
+
+
+def test_a_script_given_a_list_of_repositories_keeps_it_through_v2() -> None:
+    from server.protocol import to_v2_yaml
+
+    job = draft()
+    job["prerequisites"] = [
+        *job["prerequisites"],
+        {"name": "two", "type": "script", "uri": ["https://h/a/one@v1", "https://h/b/two.git"]},
+        {"name": "single", "type": "script", "uri": "https://h/a/one@v1"},
+    ]
+    spec = parse_job(as_yaml(job)).spec
+    assert spec is not None
+    written = yaml.safe_load(to_v2_yaml(spec))
+    scripts = {p["name"]: p["uri"] for p in written["prerequisites"] if p["type"] == "script"}
+    assert scripts["two"] == ["https://h/a/one@v1", "https://h/b/two.git"]
+    assert scripts["single"] == "https://h/a/one@v1"
+    again = parse_job(to_v2_yaml(spec)).spec
+    assert again is not None
+    assert again.prerequisite("two", PrerequisiteType.SCRIPT).uri_list
+    assert not again.prerequisite("single", PrerequisiteType.SCRIPT).uri_list

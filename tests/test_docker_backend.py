@@ -7,6 +7,7 @@ import contextlib
 import socket
 import subprocess
 import threading
+import uuid
 from collections import defaultdict
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +22,7 @@ from backends.base import (
     EventKind,
     Fetch,
     Hooks,
+    ImageAuth,
     InstanceKey,
     InstanceStatus,
     LaunchRefused,
@@ -28,7 +30,7 @@ from backends.base import (
     UnknownInstance,
 )
 from simulator.containers import OWNER
-from tests.simulated import Collector, backend, job, leftovers, log_text, role
+from tests.simulated import IMAGE, Collector, backend, job, leftovers, log_text, role
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -699,3 +701,147 @@ async def test_a_port_lost_on_every_try_fails_the_start_naming_the_port(
         )
         await sim.forget(request.job_id, 1)
         events.close()
+
+
+class PullSpy:
+    """Stands in for the Docker SDK's `ImageCollection.pull` (the boundary where the engine is
+    asked to pull): records what it was given, then either makes the image exist by tagging the test
+    image with its name (as a pull from a registry would) or fails as a registry refusing."""
+
+    def __init__(self, client: docker.DockerClient, refuse: str | None = None) -> None:
+        self.client = client
+        self.refuse = refuse
+        self.calls: list[tuple[str, dict[str, object]]] = []
+
+    def __call__(self, repository: str, **kwargs: object) -> object:
+        self.calls.append((repository, kwargs))
+        if self.refuse is not None:
+            raise docker.errors.APIError("pull refused", explanation=self.refuse)
+        name, _, tag = repository.rpartition(":")
+        image = self.client.images.get(IMAGE)
+        image.tag(name, tag)
+        return self.client.images.get(repository)
+
+
+async def test_a_pull_logs_in_with_the_dockerimage_auth_which_is_masked_everywhere_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    private = f"registry.example.org:5000/team/private-{uuid.uuid4().hex[:8]}:1"
+    refused = f"registry.example.org:5000/team/refused-{uuid.uuid4().hex[:8]}:1"
+    auth = ImageAuth(
+        registry="registry.example.org:5000",
+        username="alice",
+        password="<% $secrets.registry_password %>",
+    )
+    secrets = {"registry_password": "s3cret-Pa55"}
+    pulled = job(
+        role("main", ["echo pulled and ran"], image=private, image_auth=auth), secrets=secrets
+    )
+    literal = auth.model_copy(update={"password": "s3cret-Pa55"})
+    refusing = job(role("main", ["true"], image=refused, image_auth=literal))
+    progress: list[str] = []
+    client = docker.from_env()
+    try:
+        async with backend(tmp_path, image_pull=True) as sim:
+            sim.progress = progress.append
+            spy = PullSpy(sim.engine.client)
+            monkeypatch.setattr(
+                docker.models.images.ImageCollection,
+                "pull",
+                lambda _images, repository, **kwargs: spy(repository, **kwargs),
+            )
+            events = Collector(sim)
+            await sim.launch(pulled)
+            [end] = (await events.all_ended(pulled)).values()
+            assert (end.kind, end.exit_code) == (EventKind.EXITED, 0), end.reason
+            assert "pulled and ran" in await log_text(sim, end.key)
+            assert spy.calls == [
+                (
+                    private,
+                    {
+                        "auth_config": {
+                            "username": "alice",
+                            "password": "s3cret-Pa55",
+                            "serveraddress": "registry.example.org:5000",
+                        }
+                    },
+                )
+            ]
+
+            spy.refuse = "unauthorized: user alice with password s3cret-Pa55 is not allowed"
+            await sim.launch(refusing)
+            [failed] = (await events.all_ended(refusing)).values()
+            assert failed.kind is EventKind.START_FAILED
+            assert failed.reason == (
+                f"image {refused!r} could not be pulled as alice: unauthorized: user alice with "
+                "password *** is not allowed"
+            )
+            assert spy.calls[-1][1]["auth_config"]["password"] == "s3cret-Pa55"  # type: ignore[index]
+        assert f"pulling image {private} as alice" in progress
+        said = [*progress, *(e.reason or "" for e in events.events)]
+        assert not [line for line in said if "s3cret" in line]
+        kept = [p for p in tmp_path.rglob("*") if p.is_file()]
+        assert kept, "the backend keeps files of its attempts"
+        assert not [p for p in kept if b"s3cret" in p.read_bytes()]
+    finally:
+        for name in (private, refused):
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                client.images.remove(name)
+
+
+async def test_a_v1_auth_file_gives_the_pull_its_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "registry-auth").write_text("docker.io\nalice\nfile-Pa55\n")
+    (files / "short").write_text("docker.io\nalice\n")
+    private = f"team/private-{uuid.uuid4().hex[:8]}:1"
+    good = job(
+        role("main", ["true"], image=private, image_auth=ImageAuth(file=f"{files}/registry-auth"))
+    )
+    short = job(
+        role("main", ["true"], image=private + "x", image_auth=ImageAuth(file=f"{files}/short"))
+    )
+    outside = job(
+        role("main", ["true"], image=private + "y", image_auth=ImageAuth(file="/etc/passwd"))
+    )
+    client = docker.from_env()
+    try:
+        async with backend(tmp_path / "state", image_pull=True, allowed_file_roots=[files]) as sim:
+            spy = PullSpy(sim.engine.client)
+            monkeypatch.setattr(
+                docker.models.images.ImageCollection,
+                "pull",
+                lambda _images, repository, **kwargs: spy(repository, **kwargs),
+            )
+            events = Collector(sim)
+            for request in (good, short, outside):
+                await sim.launch(request)
+            [ran] = (await events.all_ended(good)).values()
+            assert (ran.kind, ran.exit_code) == (EventKind.EXITED, 0), ran.reason
+            assert spy.calls == [
+                (
+                    private,
+                    {
+                        "auth_config": {
+                            "username": "alice",
+                            "password": "file-Pa55",
+                            "serveraddress": "docker.io",
+                        }
+                    },
+                )
+            ]
+            [few] = (await events.all_ended(short)).values()
+            assert few.kind is EventKind.START_FAILED
+            assert few.reason == (
+                f"authFile {files}/short: needs three lines (registry server, username, "
+                "password), has 2"
+            )
+            [refused] = (await events.all_ended(outside)).values()
+            assert refused.kind is EventKind.START_FAILED
+            assert "/etc/passwd is outside the allowed roots" in (refused.reason or "")
+            assert len(spy.calls) == 1  # nothing pulled without its credentials
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.images.remove(private)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.base import Fetch
+from backends.base import Fetch, ImageAuth
 from server.jobs.launch import NotRunnable, launch_request
 from server.protocol import resolve_job
 
@@ -99,13 +99,55 @@ def test_cmd_callbacks_become_hooks_in_plugin_order_and_reverse_after() -> None:
     assert request.role("evaluator").hooks.on_start == ["echo extras-start"]
 
 
-def test_v1_directories_are_exported_never_fetched() -> None:
+def test_v1_data_and_output_are_exported_never_fetched() -> None:
     text = """{"jobName": "old", "image": "paigraph/busybox:test", "dataDir": "hdfs://nn/data",
       "taskRoles": [{"name": "main", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 256,
       "command": "true"}]}"""
     request = _request(text)
     assert request.env["PAI_DATA_DIR"] == "hdfs://nn/data"
+    assert request.env["PAI_OUTPUT_DIR"] == "/Output/old"  # $PAI_DEFAULT_FS_URI/Output/$jobName
     assert request.role("main").materials == []
+
+
+V1_DIRS = """{{"jobName": "old", "image": "paigraph/busybox:test", "virtualCluster": "research",
+  "dataDir": "$PAI_DEFAULT_FS_URI/data/$PAI_USER_NAME/${{PAI_JOB_NAME}}_$PAI_JOB_NAME_X",
+  "outputDir": "$PAI_DEFAULT_FS_URI/out/$PAI_USERNAME/$PAI_JOB_VC_NAME/$PAI_TASK_INDEX",
+  "codeDir": "{code}",
+  "taskRoles": [{{"name": "main", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 256,
+  "command": "true"}}]}}"""
+
+
+def test_v1_locations_expand_the_job_variables_and_codedir_is_copied_to_code() -> None:
+    result = resolve_job(V1_DIRS.format(code="https://example.org/src/train.py"))
+    assert result.spec is not None, result.errors
+    request = launch_request(result.spec, job_id="j", user="alice")
+    # whole names only; a variable with one value per instance stays for the shell
+    assert request.env["PAI_DATA_DIR"] == "/data/alice/old_$PAI_JOB_NAME_X"
+    assert request.env["PAI_OUTPUT_DIR"] == "/out/alice/research/$PAI_TASK_INDEX"
+    assert request.env["PAI_CODE_DIR"] == "https://example.org/src/train.py"
+    ((code),) = request.role("main").materials
+    assert (code.name, code.kind, code.uris, code.as_directory) == (
+        "code",
+        Fetch.DOWNLOAD,
+        ["https://example.org/src/train.py"],
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        ("hdfs://nn/code", "hdfs://nn/code cannot be copied into the container: there is no hdfs"),
+        ("code/here", "'code/here' is neither a URL nor an absolute path"),
+    ],
+)
+def test_a_v1_codedir_that_cannot_be_copied_is_not_runnable(code: str, message: str) -> None:
+    result = resolve_job(V1_DIRS.format(code=code))
+    assert result.spec is not None, result.errors
+    with pytest.raises(NotRunnable) as err:
+        launch_request(result.spec, job_id="j", user="alice")
+    assert err.value.path == "codeDir"
+    assert err.value.message.startswith(message)
 
 
 def test_a_marketplace_image_reference_is_not_runnable_without_the_service() -> None:
@@ -133,3 +175,20 @@ def test_data_and_scripts_listed_among_a_roles_prerequisites_are_fetched_too() -
         ("code", Fetch.CLONE, ["https://example.test/code.git@abc123"]),
     ]
     assert [m.name for m in _request(text).role("trainer").materials] == ["mnist", "code", "models"]
+
+
+def test_a_v1_auth_file_is_the_image_auth_of_every_role() -> None:
+    text = V1_DIRS.format(code="/src").replace(
+        '"virtualCluster"',
+        '"authFile": "$PAI_DEFAULT_FS_URI/auth/$PAI_USER_NAME", "virtualCluster"',
+    )
+    result = resolve_job(text)
+    assert result.spec is not None, result.errors
+    request = launch_request(result.spec, job_id="j", user="alice")
+    assert request.role("main").image_auth == ImageAuth(file="/auth/alice")
+    hdfs = resolve_job(text.replace("$PAI_DEFAULT_FS_URI", "hdfs://nn"))
+    assert hdfs.spec is not None
+    with pytest.raises(NotRunnable) as err:
+        launch_request(hdfs.spec, job_id="j", user="alice")
+    assert err.value.path == "authFile"
+    assert err.value.message.startswith("hdfs://nn/auth/alice cannot be read here")

@@ -27,6 +27,8 @@ import pytest
 import yaml
 
 from backends.docker import DockerBackend
+from backends.kubernetes_manifests import AttemptBuilder
+from backends.kubernetes_settings import KubernetesSettings
 from server.app import create_app
 from server.events import bus_for
 from server.jobs.launch import launch_request
@@ -647,6 +649,55 @@ def test_required_storages_need_a_definition_and_a_permission(tmp_path: Path) ->
     undefined = resolve(job(prerequisites=["marketplace://name/undefined_store"]), market, CARL)
     assert errors_of(undefined) == [("taskRoles.main.prerequisites[0]", "storage-undefined")]
     assert "'nowhere'" in only_error(undefined)
+
+
+def test_a_pvc_storage_item_mounts_its_claim_for_every_instance_of_the_roles_using_it() -> None:
+    """Seed 004's `plugin: pvc_storage` item, required by a cmd item with its mountPath filled
+    in: checked like requireStorages, and on Kubernetes the claim of that name."""
+    market = Marketplace()
+    market.define("confignfs", "confignfs", StorageMode.READ_ONLY, volume=True, users=("carl",))
+    market.publish(
+        {
+            "name": "confignfs_pvc",
+            "plugin": "pvc_storage",
+            "plugin_params": {"name": "confignfs", "mountPath": "{{ mountPath }}"},
+            "template_variables": [{"name": "mountPath"}],
+        }
+    )
+    market.publish(
+        {
+            **cmd("imagenet", "cp -r /mnt/confignfs_pvc/imagenet/* /dataset/imagenet"),
+            "require": [
+                {
+                    "name": "marketplace://name/confignfs_pvc",
+                    "template_variables": {"mountPath": "/mnt/confignfs_pvc"},
+                }
+            ],
+        }
+    )
+    spec = job(prerequisites=["marketplace://name/imagenet"], instances=3)
+    denied = resolve(spec, market, BOB)
+    assert errors_of(denied) == [("taskRoles.main.prerequisites[0]", "storage-forbidden")]
+    assert only_error(denied).startswith(
+        "no permission to use storage 'confignfs' (prerequisite 'confignfs_pvc')"
+    )
+
+    allowed = resolve(spec, market, CARL)
+    assert allowed.spec is not None
+    request = launch_request(allowed.spec, job_id="imagenet-0a1b2c3d")
+    objects = AttemptBuilder(request, KubernetesSettings(namespace="jobs"), "jobs").objects()
+    assert len(objects.pods) == 3
+    for pod in objects.pods:
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]
+            for v in pod["spec"]["volumes"]
+            if "persistentVolumeClaim" in v
+        }
+        assert [c["claimName"] for c in claims.values()] == ["confignfs"]
+        (volume,) = claims
+        (container,) = pod["spec"]["containers"]
+        mounted = [m for m in container["volumeMounts"] if m["name"] == volume]
+        assert mounted == [{"name": volume, "mountPath": "/mnt/confignfs_pvc", "readOnly": True}]
 
 
 def test_required_storages_are_merged_with_the_jobs_own(tmp_path: Path) -> None:

@@ -640,6 +640,31 @@ def test_clone_checks_out_the_asked_commit_and_caches_it(
     assert messages == [f"script 'code' is cached at {first[:12]}"]
 
 
+def test_a_list_of_repositories_is_checked_out_each_in_a_directory_of_its_name(
+    store: MaterialStore, repo: tuple[Path, str, str], allowed: Path
+) -> None:
+    path, first, second = repo
+    bare = allowed / "tools.git"
+    git(allowed, "clone", "--quiet", "--bare", str(path), str(bare))
+    uris = [f"{path.as_uri()}@{first}", f"{bare}@{second[:8]}"]
+    store.check("code", MaterialKind.CLONE, uris, per_repository=True)
+    mount = store.materialize("code", MaterialKind.CLONE, uris, per_repository=True)
+    assert sorted(p.name for p in mount.host_path.iterdir()) == ["bench", "tools"]
+    assert (mount.host_path / "bench" / "run.sh").read_text() == "one"
+    assert (mount.host_path / "tools" / "run.sh").read_text() == "two"
+    one = store.materialize("code", MaterialKind.CLONE, uris[:1], per_repository=True)
+    assert [p.name for p in one.host_path.iterdir()] == ["bench"]  # a list of one: the same
+    with pytest.raises(UnservableMaterial) as err:
+        store.check(
+            "code", MaterialKind.CLONE, [str(path), f"{bare}/../bench"], per_repository=True
+        )
+    assert str(err.value) == (
+        f"prerequisite 'code': {path} and {bare}/../bench would both be checked out at code/bench"
+    )
+    with pytest.raises(UnservableMaterial, match="needs at least one repository"):
+        store.check("code", MaterialKind.CLONE, [], per_repository=True)
+
+
 def test_clone_errors_name_the_prerequisite_repository_and_cause(
     store: MaterialStore, repo: tuple[Path, str, str], allowed: Path
 ) -> None:

@@ -21,7 +21,9 @@ from backends.base import (
     StorageMount,
 )
 from backends.entrypoint import WORK_DIR
+from server.jobs.not_runnable import NotRunnable
 from server.jobs.policy import effective_completion
+from server.jobs.v1_locations import v1_locations
 from server.protocol.model import (
     CallbackEvent,
     Dialect,
@@ -32,16 +34,9 @@ from server.protocol.model import (
 )
 from server.protocol.rules import is_reference
 
+__all__ = ["NotRunnable", "launch_request"]
+
 RUNTIME_PLUGIN = "com.microsoft.pai.runtimeplugin"
-
-
-class NotRunnable(ValueError):
-    """The job is valid but cannot run as it is; `path` names the field."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
 
 
 def launch_request(
@@ -53,6 +48,17 @@ def launch_request(
 ) -> LaunchRequest:
     """The attempt `attempt` of `spec` (already rendered) as a backend sees it."""
     roles = [_role(spec, role) for role in spec.task_roles]
+    env = dict(spec.env)
+    if spec.dialect is Dialect.V1:
+        locations = v1_locations(spec, user)
+        env.update(locations.env)
+        if locations.code is not None:
+            roles = [
+                r.model_copy(update={"materials": [*r.materials, locations.code]}) for r in roles
+            ]
+        if locations.auth_file is not None:
+            auth = ImageAuth(file=locations.auth_file)
+            roles = [r.model_copy(update={"image_auth": auth}) for r in roles]
     return LaunchRequest(
         job_id=job_id,
         job_name=spec.name,
@@ -60,7 +66,7 @@ def launch_request(
         virtual_cluster=spec.virtual_cluster,
         attempt=attempt,
         roles=roles,
-        env=dict(spec.env),
+        env=env,
         secrets={k: str(v) for k, v in spec.secrets.items()},
     )
 
@@ -172,7 +178,16 @@ def _materials(spec: JobSpec, role: TaskRole) -> list[Material]:
         if kind is not Fetch.MOUNT and not uris:
             continue  # nothing to fetch: a prerequisite used only through its callbacks
         optional = kind is not Fetch.MOUNT and found.failure_policy == "ignore"
-        materials.append(Material(name=found.name, kind=kind, uris=uris, optional=optional))
+        per_repository = kind is Fetch.CLONE and found.uri_list
+        materials.append(
+            Material(
+                name=found.name,
+                kind=kind,
+                uris=uris,
+                optional=optional,
+                per_repository=per_repository,
+            )
+        )
     return materials
 
 

@@ -254,17 +254,21 @@ class JobService:
                 return ResolveOutcome(None, errors + unlaunchable, warnings, item_ids)
             if virtual_cluster and virtual_cluster != spec.virtual_cluster:
                 spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
-            problem = self._unrunnable(spec, ask_backend=ask_backend)
+            user = viewer.name if viewer is not None else "default"
+            problem = self._unrunnable(spec, ask_backend=ask_backend, user=user)
             if problem is not None:
                 errors.append(problem)
                 spec = None
         return ResolveOutcome(spec=spec, errors=errors, warnings=warnings, item_ids=item_ids)
 
-    def _unrunnable(self, spec: JobSpec, *, ask_backend: bool = True) -> Problem | None:
+    def _unrunnable(
+        self, spec: JobSpec, *, ask_backend: bool = True, user: str = "default"
+    ) -> Problem | None:
         """Why the job cannot run as it is (`not-runnable`), or can never run on this
-        backend (`refused`: bigger than any node, data it cannot fetch...), if so."""
+        backend (`refused`: bigger than any node, data it cannot fetch...), if so; as `user`
+        would run it (a v1 codeDir may name `$PAI_USER_NAME`)."""
         try:
-            request = launch_request(spec, job_id="dry-run")
+            request = launch_request(spec, job_id="dry-run", user=user)
         except NotRunnable as exc:
             return Problem.from_issue(Issue(exc.path, "not-runnable", exc.message))
         if ask_backend and isinstance(self.backend, ChecksLaunches):
@@ -305,7 +309,7 @@ class JobService:
         vc = spec.virtual_cluster
         problem = await self._check_vc(user, vc)  # may the user use it, before can it run
         if problem is None:
-            problem = await asyncio.to_thread(self._unrunnable, spec)
+            problem = await asyncio.to_thread(self._unrunnable, spec, user=user.name)
         if problem is not None:
             return SubmitOutcome(job=None, errors=[problem], warnings=outcome.warnings)
         policy = job_policy(spec)

@@ -166,6 +166,7 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         virtual_cluster=doc.get("virtualCluster") or "default",
         retry_count=retry or 0,
         gpu_type=doc.get("gpuType") or None,
+        auth_file=doc.get("authFile") or None,
         parameters=dict(env or {}),
         prerequisites=prerequisites,
         task_roles=roles,

@@ -82,6 +82,9 @@ class Prerequisite(_Model):
     name: str
     type: PrerequisiteType
     uri: list[str] = Field(default_factory=list)
+    # `uri` was written as a list: a script's repositories are then each checked out at
+    # <name>/<repository name>/ (the seed's layout) instead of one repository at <name>/.
+    uri_list: bool = False
     version: str | None = None
     contributor: str | None = None
     description: str | None = None
@@ -167,6 +170,7 @@ class JobSpec(_Model):
     # -2: always retry (even on success); -1: retry failures without limit; N: up to N retries.
     retry_count: int = 0
     gpu_type: str | None = None
+    auth_file: str | None = None  # v1 authFile: registry, username and password, one a line
     parameters: dict[str, Any] = Field(default_factory=dict)
     secrets: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)
     prerequisites: list[Prerequisite] = Field(default_factory=list)

@@ -32,6 +32,11 @@ from server.protocol.v2_names import V2_NAME, V2_NAME_RULE
 DRAFT_NAME = re.compile(r"[A-Za-z0-9\-._~]+")
 DRAFT_NAME_RULE = "must match ^[A-Za-z0-9-._~]+$ (letters, digits and -._~)"
 
+PVC_STORAGE = "pvc_storage"
+"""Seed 004's storage plugin: `plugin_params: {name, mountPath}` mounts the storage `name` at
+`mountPath`. It is read as the item's `requireStorages` (and written back as such), so that it is
+checked, merged and mounted as those are."""
+
 _COMMON_KEYS = {
     "protocolVersion",
     "protocol_version",
@@ -140,7 +145,11 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
     params = params or {}
     callbacks = _read_callbacks(obj, params, path, f)
     require = _read_require(obj, path, f)
-    storages = _read_storages(obj if "requireStorages" in obj else params, path, f)
+    if plugin == PVC_STORAGE and "requireStorages" not in obj:
+        storages = _read_pvc_storage(params, path, f)
+        params = {k: v for k, v in params.items() if k not in ("name", "mountPath")}
+    else:
+        storages = _read_storages(obj if "requireStorages" in obj else params, path, f)
     variables = _read_template_variables(obj, path, f)
     failure = obj.get("failurePolicy")
     if failure is not None and failure not in ("fail", "ignore"):
@@ -159,6 +168,7 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
         name=name,
         type=type_,
         uri=uri,
+        uri_list=isinstance(obj.get("uri"), list),
         version=version,
         contributor=contributor,
         description=description,
@@ -233,13 +243,21 @@ def _read_uri(
             where, "type", f"a data prerequisite's uri must be a list, got {describe(raw)}"
         )
         return None
-    if (
-        dialect is Dialect.V2
-        and type_ in (PrerequisiteType.SCRIPT, PrerequisiteType.OUTPUT)
-        and not isinstance(raw, str)
-    ):
+    if dialect is Dialect.V2 and type_ is PrerequisiteType.OUTPUT and not isinstance(raw, str):
         f.issues.error(
             where, "type", f"a {type_} prerequisite's uri must be a string, got {describe(raw)}"
+        )
+        return None
+    if (
+        dialect is Dialect.V2
+        and type_ is PrerequisiteType.SCRIPT
+        and not isinstance(raw, str | list)
+    ):
+        f.issues.error(
+            where,
+            "type",
+            "a script prerequisite's uri must be a string (one repository) or a list of "
+            f"repositories, got {describe(raw)}",
         )
         return None
     if isinstance(raw, str):
@@ -346,6 +364,19 @@ def _read_storages(obj: dict[str, Any], path: str, f: Fields) -> list[StorageReq
         if name is not None:
             out.append(StorageRequest(name=name, mount_path=mount))
     return out
+
+
+def _read_pvc_storage(params: dict[str, Any], path: str, f: Fields) -> list[StorageRequest] | None:
+    """A pvc_storage item's `plugin_params: {name, mountPath}`, both required."""
+    where = join(path, "plugin_params")
+    name = f.string(params, "name", where, required=True)
+    mount = f.string(params, "mountPath", where, required=True)
+    if mount is not None and not mount.startswith("/") and "{{" not in mount:
+        f.issues.error(join(where, "mountPath"), "path", "mountPath must be an absolute path")
+        return None
+    if name is None or mount is None:
+        return None
+    return [StorageRequest(name=name, mount_path=mount)]
 
 
 def _read_template_variables(obj: dict[str, Any], path: str, f: Fields) -> list[str] | None:

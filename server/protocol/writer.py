@@ -69,9 +69,10 @@ def prerequisite_dict(p: Prerequisite) -> dict[str, Any]:
         if value is not None:
             out["failurePolicy" if key == "failure_policy" else key] = value
     if p.uri:
-        out["uri"] = (
-            list(p.uri) if p.type in (PrerequisiteType.DATA, PrerequisiteType.STORAGE) else p.uri[0]
+        listed = p.type in (PrerequisiteType.DATA, PrerequisiteType.STORAGE) or (
+            p.type is PrerequisiteType.SCRIPT and p.uri_list
         )
+        out["uri"] = list(p.uri) if listed else p.uri[0]
     if p.auth is not None:
         out["auth"] = p.auth.model_dump(exclude_none=True)
     if p.require:

@@ -1,0 +1,117 @@
+"""v1's dataDir, outputDir and codeDir as OpenPAI's v1 runtime gave them to a job.
+
+OpenPAI expanded `$PAI_DEFAULT_FS_URI`, `$PAI_JOB_NAME` and `$PAI_USER_NAME` in these fields
+before exporting them as PAI_DATA_DIR, PAI_OUTPUT_DIR and PAI_CODE_DIR, used
+`$PAI_DEFAULT_FS_URI/Output/$jobName` when outputDir was not given, and copied codeDir into the
+container ("created in your job container local environment") where the commands find it as
+`code/`. Data and output stay locations the job's own code reads and writes. authFile names
+the file holding the image's registry, username and password, read when the image is pulled.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from backends.base import Fetch, Material
+from backends.runtime_env import DEFAULT_FS_URI
+from server.jobs.not_runnable import NotRunnable
+from server.protocol.model import JobSpec, PrerequisiteType
+
+CODE = "code"  # codeDir is copied to $PAI_WORK_DIR/code
+_FIELDS = (
+    ("dataDir", "PAI_DATA_DIR", PrerequisiteType.DATA),
+    ("outputDir", "PAI_OUTPUT_DIR", PrerequisiteType.OUTPUT),
+    ("codeDir", "PAI_CODE_DIR", PrerequisiteType.SCRIPT),
+)
+_VARIABLE = re.compile(r"\$(?:\{(PAI_\w+)\}|(PAI_\w+))")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_COPIED = ("http", "https", "file")
+
+
+@dataclass(frozen=True)
+class V1Locations:
+    """The job's PAI_*_DIR variables, and the material that copies codeDir in, if any."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    code: Material | None = None
+    auth_file: str | None = None  # authFile, expanded: read for the image's credentials
+
+
+def job_variables(spec: JobSpec, user: str) -> dict[str, str]:
+    """The variables with one value for the whole job, known before it is placed."""
+    return {
+        "PAI_DEFAULT_FS_URI": DEFAULT_FS_URI,
+        "PAI_JOB_NAME": spec.name,
+        "PAI_USER_NAME": user,
+        "PAI_USERNAME": user,
+        "PAI_JOB_VC_NAME": spec.virtual_cluster,
+        "PAI_VIRTUAL_CLUSTER": spec.virtual_cluster,
+    }
+
+
+def expand(value: str, variables: dict[str, str]) -> str:
+    """`$PAI_X` / `${PAI_X}` replaced by its value; a name not in `variables` stays as written
+    (a whole name only: `$PAI_JOB_NAME_2` is not `$PAI_JOB_NAME` followed by `_2`)."""
+
+    def value_of(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return variables.get(name, match.group(0))
+
+    return _VARIABLE.sub(value_of, value)
+
+
+def v1_locations(spec: JobSpec, user: str) -> V1Locations:
+    """dataDir, outputDir (or its default) and codeDir of a v1 job, expanded."""
+    variables = job_variables(spec, user)
+    env: dict[str, str] = {}
+    code: Material | None = None
+    for key, variable, type_ in _FIELDS:
+        found = spec.prerequisite("default", type_)
+        value = found.uri[0] if found is not None and found.uri else ""
+        if not value and key == "outputDir":
+            value = f"{DEFAULT_FS_URI}/Output/{spec.name}"
+        if not value:
+            continue
+        env[variable] = expand(value, variables)
+        if key == "codeDir":
+            code = _code(env[variable])
+    auth_file = expand(spec.auth_file, variables) if spec.auth_file else None
+    if auth_file is not None:
+        _check_local("authFile", auth_file, "read")
+    return V1Locations(env=env, code=code, auth_file=auth_file)
+
+
+def _check_local(path: str, location: str, doing: str) -> None:
+    """A location this machine can read: a local path (bare or file://) only."""
+    match = _SCHEME.match(location)
+    scheme = match.group(1).lower() if match else None
+    if (scheme is None and location.startswith("/")) or scheme == "file":
+        return
+    if scheme is None:
+        raise NotRunnable(path, f"{location!r} is not an absolute path")
+    raise NotRunnable(
+        path,
+        f"{location} cannot be {doing} here: there is no {scheme} file system; give a file on "
+        "this machine (under the simulator's allowed_file_roots)",
+    )
+
+
+def _code(location: str) -> Material:
+    """codeDir copied into the container: an http(s) file, or a local directory's contents."""
+    match = _SCHEME.match(location)
+    scheme = match.group(1).lower() if match else None
+    if scheme is None and not location.startswith("/"):
+        raise NotRunnable(
+            "codeDir",
+            f"{location!r} is neither a URL nor an absolute path; give an http(s) URL or a "
+            "directory on this machine",
+        )
+    if scheme is not None and scheme not in _COPIED:
+        raise NotRunnable(
+            "codeDir",
+            f"{location} cannot be copied into the container: there is no {scheme} file system "
+            "here; give an http(s) URL or a directory on this machine (under the simulator's "
+            "allowed_file_roots)",
+        )
+    return Material(name=CODE, kind=Fetch.DOWNLOAD, uris=[location], as_directory=True)
