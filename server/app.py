@@ -24,7 +24,7 @@ from server.api.auth import Authenticator, is_loopback
 from server.api.context import Runtime, RuntimeSlot
 from server.api.endpoint import GraphQLEndpoint
 from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSubscriptions
-from server.api.schema import schema
+from server.api.schema import executor_setting, schema_for
 from server.events import bus_for
 from server.store import database_url, open_store
 from server.webapp import Assets, app_page, build_dir
@@ -123,6 +123,7 @@ def create_app(
     max_body: int = MAX_BODY_BYTES,
     max_subscriptions_per_user: int = MAX_SUBSCRIPTIONS_PER_USER,
     on_stop: Callable[[Store], None] | None = None,
+    executor: str | None = None,
 ) -> Starlette:
     """The app serving /graphql (GraphiQL in a browser), /healthz, and the web UI at / (any
     other path is one of the UI's own routes).
@@ -137,8 +138,10 @@ def create_app(
     `max_body` bounds a request body and a websocket message; `max_subscriptions_per_user`
     the operations one user runs at once over all their websockets. `on_stop` is called with
     the store when the server stops, before anything is closed (`paigraph serve` says there
-    what keeps running).
+    what keeps running). `executor` is `fast` or `standard` (else $PAIGRAPH_EXECUTOR, else
+    `fast`; see server.api.schema): ValueError for anything else.
     """
+    schema = schema_for(executor_setting(executor))
     slot = RuntimeSlot()
     loopback = is_loopback(host)
     subscriptions = UserSubscriptions(max_subscriptions_per_user)

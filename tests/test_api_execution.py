@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import strawberry
 
-from server.api.execution import FastExecutionContext, shared_value
+from server.api.execution import FastExecutionContext
+from server.api.shared_values import shared_value
 
 
 @strawberry.enum

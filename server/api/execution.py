@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from graphql import (
     ExecutionResult,
@@ -59,10 +59,11 @@ from graphql.pyutils import AwaitableOrValue, Path, Undefined, gather_with_cance
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.types.field import StrawberryField
 
+from server.api.shared_values import SHARED_VALUE
+
 STRAWBERRY_FIELD = "strawberry-definition"
 _SLOW = object()  # "not completed here: take graphql-core's path"
 _LISTS = (list, tuple)
-T = TypeVar("T")
 
 
 def _coerce(leaf: GraphQLLeafType, value: Any) -> Any:
@@ -292,19 +293,6 @@ def origin_class(object_type: GraphQLObjectType) -> type | None:
     definition = object_type.extensions.get(STRAWBERRY_FIELD)
     origin = getattr(definition, "origin", None)
     return origin if isinstance(origin, type) else None
-
-
-SHARED_VALUE = "__paigraph_shared_value__"
-
-
-def shared_value(cls: type[T]) -> type[T]:
-    """Mark a GraphQL object type whose values are never changed once made. Completing such
-    a value with a selection of attribute fields is then a function of the value and the
-    selection alone, and is done once: an event fanned out to a thousand subscribers of the
-    same query (one value, one parsed document) is turned into its result once, not a
-    thousand times."""
-    setattr(cls, SHARED_VALUE, True)
-    return cls
 
 
 class _Completions:
