@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import strawberry
 from graphql import GraphQLError
-from strawberry.types import ExecutionContext
+from strawberry.types import ExecutionContext, ExecutionResult
+from strawberry.types.graphql import OperationType
 
 from server.api.errors import should_mask
 from server.api.limits import schema_extensions
@@ -37,6 +39,23 @@ EXECUTORS = (FAST, STANDARD)
 
 
 class Schema(strawberry.Schema):
+    async def execute(
+        self,
+        query: str | None,
+        *args: Any,
+        allowed_operation_types: Iterable[OperationType] | None = None,
+        **kwargs: Any,
+    ) -> ExecutionResult:
+        """A single result (an HTTP request): never a subscription, which strawberry would
+        run into a masked "Unexpected error."; asked for one, it raises
+        InvalidOperationTypeError, which the endpoint answers with 400 (server.api.endpoint).
+        Subscriptions are served over the websocket (`subscribe`)."""
+        if allowed_operation_types is None:
+            allowed = {OperationType.QUERY, OperationType.MUTATION}
+        else:
+            allowed = set(allowed_operation_types) - {OperationType.SUBSCRIPTION}
+        return await super().execute(query, *args, allowed_operation_types=allowed, **kwargs)
+
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
     ) -> None:
