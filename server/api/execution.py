@@ -296,7 +296,8 @@ def origin_class(object_type: GraphQLObjectType) -> type | None:
 
 
 class _Completions:
-    """Results of completing shared values, by (value, field nodes); the newest kept."""
+    """Results of completing shared values, by (value, the field nodes collected from the
+    selection); the newest kept."""
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
@@ -549,7 +550,9 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         plan = self._plan(object_type, fields)
         if not all(type(read) is LeafRead for _, _, read in plan):
             return _SLOW
-        nodes = tuple(d.node for d in details)
+        # Keyed by the field nodes actually collected, not the field's own: one document with
+        # `@include(if: $v)` on a fragment collects different fields for different variables.
+        nodes = tuple(d.node for _, collected, _ in plan for d in collected)
         done = _COMPLETIONS.get(value, nodes)
         if done is None:
             done = {}
