@@ -455,7 +455,10 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         try:
             for response_name, details, read in self._plan(parent_type, grouped_field_set):
                 if type(read) is LeafRead:
-                    result = read.complete(source_value)
+                    try:
+                        result = read.complete(source_value)
+                    except Exception:  # graphql-core's path reads again, erring at the field
+                        result = _SLOW
                     if result is not _SLOW:
                         results[response_name] = result
                         continue
@@ -494,7 +497,10 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
     ) -> Any:
         """The field's list completed in place; errors handled as graphql-core handles them
         for a field (a null here, or raised on to the parent when the field is non-null)."""
-        value = read.read(source, read.attribute)
+        try:
+            value = read.read(source, read.attribute)
+        except Exception:  # graphql-core's path reads again and reports it at this field
+            return _SLOW
         if type(value) not in _LISTS:
             return _SLOW
         try:
@@ -557,7 +563,10 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         if done is None:
             done = {}
             for response_name, _, read in plan:
-                completed = read.complete(value)  # type: ignore[union-attr]
+                try:
+                    completed = read.complete(value)  # type: ignore[union-attr]
+                except Exception:  # the general way reports it at the field that raised
+                    return _SLOW
                 if completed is _SLOW:
                     return _SLOW
                 done[response_name] = completed
