@@ -41,9 +41,15 @@ class World:
     finished_job: str  # its global id
 
 
-def populate(store: Store) -> tuple[str, str, dict[str, list[Any]], list[str]]:
-    """Users, jobs in each phase, their events; the admin's token, ann's, and values."""
-    _, admin_token = store.create_user("root", admin=True)
+def populate(
+    store: Store, more_running: int = 0
+) -> tuple[str, str, dict[str, list[Any]], list[str]]:
+    """Users, jobs in each phase, their events, and `more_running` running jobs of the admin
+    (older than the others); the admin's token, ann's, and values for arguments."""
+    root, admin_token = store.create_user("root", admin=True)
+    for n in range(more_running):
+        job, machine = submit(store, root.id, f"page{n}", T0 - timedelta(hours=1, minutes=n))
+        place_and_start(store, job.id, machine, T0 - timedelta(minutes=59 + n))
     ann, ann_token = store.create_user("ann")
     bob, _ = store.create_user("bob")
     ids = []
@@ -105,13 +111,13 @@ async def more_cursors(client: httpx.AsyncClient, token: str) -> list[str]:
 
 
 @asynccontextmanager
-async def two_executors(folder: Path) -> AsyncIterator[World]:
-    """The fast app and the standard one on one populated SQLite store in `folder`, and what
-    is in it."""
+async def two_executors(folder: Path, more_running: int = 0) -> AsyncIterator[World]:
+    """The fast app and the standard one on one populated SQLite store in `folder` (see
+    `populate`), and what is in it."""
     url = f"sqlite:///{folder / 'differential.db'}"
     store = open_store(url)
     try:
-        admin_token, ann_token, values, job_ids = populate(store)
+        admin_token, ann_token, values, job_ids = populate(store, more_running)
     finally:
         store.close()
     fast_app = create_app(db_url=url, backend=None, executor="fast")
