@@ -87,10 +87,18 @@ class QueryGenerator:
     """Queries over `schema`'s query type, arguments from `values` (see Values)."""
 
     def __init__(
-        self, schema: GraphQLSchema, values: Values, *, max_depth: int = 5, max_fields: int = 4
+        self,
+        schema: GraphQLSchema,
+        values: Values,
+        *,
+        max_depth: int = 5,
+        max_fields: int = 4,
+        field_conditions: bool = True,
     ) -> None:
+        """`field_conditions=False` puts `@skip`/`@include` on fragments and spreads only."""
         assert schema.query_type is not None
         self.schema = schema
+        self.field_conditions = field_conditions
         self.values = values
         self.max_depth = max_depth
         self.max_fields = max_fields
@@ -148,7 +156,7 @@ class QueryGenerator:
         # A field with arguments gets an alias of its own: two of them cannot clash.
         aliased = bool(arguments) or draft.rng.random() < 0.2
         head = f"{draft.alias()}: {name}" if aliased else name
-        text = f"{head}{arguments}{draft.condition()}"
+        text = f"{head}{arguments}{draft.condition() if self.field_conditions else ''}"
         if is_leaf_type(named):
             return text
         return f"{text} {self._selection(draft, named, depth + 1)}"

@@ -14,19 +14,27 @@ thousands and says how long each executor took.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from graphql import build_schema
 
 from server.api.context import Context
+from server.api.ids import global_id
 from server.api.loaders import Loaders
 from server.api.schema import executor_setting, schema_for
-from tests.differential_support import SCHEMA_FILE, World, ask, two_executors
-from tests.query_generator import QueryGenerator
+from server.api.types import event_cursor
+from server.events import JobNotice
+from tests.api_support import finish, place_and_start
+from tests.differential_support import SCHEMA_FILE, T0, World, ask, two_executors
+from tests.query_generator import GeneratedSelection, QueryGenerator
+from tests.store_support import submit
 
 pytestmark = [
     pytest.mark.anyio,
@@ -38,6 +46,7 @@ pytestmark = [
 SEED = 18
 DIFFERENTIAL_QUERIES = int(os.environ.get("PAIGRAPH_DIFFERENTIAL_QUERIES", "300"))
 EVENT_SELECTIONS = 40
+LIVE_SELECTIONS = 12
 
 
 @pytest.fixture
@@ -66,41 +75,103 @@ async def test_random_queries_get_the_same_answer_from_both_executors(world: Wor
     assert queries.rejected < DIFFERENTIAL_QUERIES, queries.rejected
 
 
-async def test_replayed_job_events_are_the_same_from_both_executors(world: World) -> None:
-    """`jobEvents` of a finished job, from the start: the replay ends with its final state.
-    Random selections of JobEvent (fragments, directives) with random variables."""
+def event_subscription(draft: GeneratedSelection) -> str:
+    """`jobEvents(jobId: $id, after: $after)` with the drawn selection of JobEvent."""
+    declared = "".join(f", ${name}: Boolean!" for name in draft.variables)
+    head = (
+        f"subscription S($id: ID!, $after: String{declared}) "
+        f"{{ jobEvents(jobId: $id, after: $after) {draft.text} }}"
+    )
+    return " ".join([head, *draft.fragments])
+
+
+async def follow(
+    world: World, executor: str, text: str, variables: dict[str, Any]
+) -> list[tuple[Any, list[Any]]]:
+    """Every result of the subscription until it ends (after the job's final state)."""
+    viewer = await world.runtime.auth.user(world.token)
+    context = Context(
+        request=None,  # type: ignore[arg-type]
+        response=None,
+        runtime=world.runtime,
+        loaders=Loaders(world.runtime.store, cache=False),
+        user=viewer,
+    )
+    results = await schema_for(executor).subscribe(
+        text, variable_values=variables, context_value=context
+    )
+    stream = []
+    async for result in results:  # type: ignore[union-attr]
+        stream.append((result.data, [(e.message, e.path) for e in result.errors or []]))
+    return stream
+
+
+def event_selections(
+    world: World, count: int, *, field_conditions: bool = True
+) -> list[GeneratedSelection]:
     schema = build_schema(SCHEMA_FILE.read_text())
     event_type = schema.get_type("JobEvent")
     assert event_type is not None
-    queries = QueryGenerator(schema, world.values)
+    queries = QueryGenerator(schema, world.values, field_conditions=field_conditions)
     rng = random.Random(SEED)
-    the_runtime = world.runtime
-    viewer = await the_runtime.auth.user(world.token)
+    return [queries.selection_of(rng, event_type) for _ in range(count)]
+
+
+async def test_replayed_job_events_are_the_same_from_both_executors(world: World) -> None:
+    """`jobEvents` of a finished job, from the start: the replay ends with its final state.
+    Random selections of JobEvent (fragments, directives) with random variables."""
     compared = 0
-    for _ in range(EVENT_SELECTIONS):
-        draft = queries.selection_of(rng, event_type)
-        declared = "".join(f", ${name}: Boolean!" for name in draft.variables)
-        head = f"subscription S($id: ID!{declared}) {{ jobEvents(jobId: $id) {draft.text} }}"
-        text = " ".join([head, *draft.fragments])
-        variables = {"id": world.finished_job, **draft.variables}
-        streams = []
-        for executor in ("standard", "fast"):
-            context = Context(
-                request=None,  # type: ignore[arg-type]
-                response=None,
-                runtime=the_runtime,
-                loaders=Loaders(the_runtime.store, cache=False),
-                user=viewer,
-            )
-            results = await schema_for(executor).subscribe(
-                text, variable_values=variables, context_value=context
-            )
-            stream = []
-            async for result in results:  # type: ignore[union-attr]
-                errors = [(e.message, e.path) for e in result.errors or []]
-                stream.append((result.data, errors))
-            streams.append(stream)
-        assert streams[0] == streams[1], text
-        assert streams[0] and streams[0][-1][1] == []
-        compared += len(streams[0])
+    for draft in event_selections(world, EVENT_SELECTIONS):
+        text = event_subscription(draft)
+        variables = {"id": world.finished_job, "after": None, **draft.variables}
+        fast = await follow(world, "fast", text, variables)
+        assert fast == await follow(world, "standard", text, variables), text
+        assert fast and fast[-1][1] == []
+        compared += len(fast)
     assert compared >= EVENT_SELECTIONS * 3  # every replay has the job's whole log
+
+
+async def test_live_subscribers_of_one_document_agree_with_the_standard_executor(
+    world: World,
+) -> None:
+    """Two live subscribers of one document, with opposite values of its variables, woken by
+    one notice: they share the rows read and the events made of them (and, with the fast
+    executor, the completion of each event), and each must get what graphql-core's executor
+    gives for its own variables (replayed afterwards)."""
+    store, bus = world.runtime.store, world.runtime.bus
+    owner = await world.runtime.auth.user(world.token)
+    # Conditions on fragments only: a field with a directive of its own is never completed
+    # in place, so these are the selections the fast executor's shared completion serves.
+    drafts = event_selections(world, LIVE_SELECTIONS * 10, field_conditions=False)
+    drafts = [d for d in drafts if d.variables]
+    assert len(drafts) >= LIVE_SELECTIONS
+    for n, draft in enumerate(drafts[:LIVE_SELECTIONS]):
+        job, machine = submit(store, owner.id, f"live{n}", T0 + timedelta(hours=1, minutes=n))
+        place_and_start(store, job.id, machine, T0 + timedelta(hours=1, minutes=n, seconds=5))
+        stored = store.get_job(job.id)
+        assert stored is not None
+        base = {"id": global_id("Job", job.id), "after": event_cursor(stored.last_sequence)}
+        flipped = {name: not value for name, value in draft.variables.items()}
+        variable_sets = [{**base, **draft.variables}, {**base, **flipped}]
+        text = event_subscription(draft)
+        listening = getattr(bus, "local", bus).subscriber_count
+        live = [asyncio.create_task(follow(world, "fast", text, v)) for v in variable_sets]
+        await until_listening(bus, listening + 2)
+        last = await asyncio.to_thread(
+            finish, store, job.id, machine, T0 + timedelta(hours=1, minutes=n, seconds=30)
+        )
+        await bus.publish(JobNotice(job_id=job.id, sequence=last, state="SUCCEEDED"))
+        streams = await asyncio.wait_for(asyncio.gather(*live), 30)
+        for variables, stream in zip(variable_sets, streams, strict=True):
+            assert stream == await follow(world, "standard", text, variables), (text, variables)
+            assert stream and stream[-1][1] == []
+
+
+async def until_listening(bus: Any, count: int) -> None:
+    """Until `count` subscribers listen on the bus (the in-process one, else its local part)."""
+
+    async def poll() -> None:
+        while getattr(bus, "local", bus).subscriber_count != count:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), 30)
