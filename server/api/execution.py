@@ -16,9 +16,14 @@ A subscription event that is a shared value (`shared_value`) is completed once f
 who follows it with the same query, without a per-event copy of the executor.
 
 Anything out of the ordinary (a null where none is allowed, a value the scalar refuses, an
-awaitable or an exception as a value, a type that checks its values, an abstract type,
-`@defer` / `@stream`, middleware) takes graphql-core's own path, which then produces the very
-same data and errors as without this class. Plans live as long as one execution.
+awaitable or an exception as a value, an attribute that raises when read, a type that checks
+its values, an abstract type, `@defer` / `@stream`, middleware) takes graphql-core's own path,
+which then produces the very same data and errors as without this class. Plans live as long
+as one execution.
+
+graphql-core's own executor stays available beside this one (`PAIGRAPH_EXECUTOR=standard`,
+see server.api.schema); the API tests run under both, and tests/test_api_differential.py
+compares them on random queries.
 """
 
 from __future__ import annotations
