@@ -193,6 +193,18 @@ class InstanceReport(_Value):
     finished_at: datetime | None = None
 
 
+class BackendHealth(_Value):
+    """Whether the backend can reach what runs its containers; when not, since when and why.
+
+    `reason` is written for the jobs that wait meanwhile, e.g. "Docker engine unreachable since
+    12:03:10 UTC; waiting"."""
+
+    healthy: bool = True
+    reason: str | None = None
+    since: datetime | None = None
+    detail: str = ""  # the last error seen, for operators
+
+
 class LogChunk(_Value):
     key: InstanceKey
     offset: int  # byte offset of `data` in the instance's whole log
@@ -221,6 +233,15 @@ class ChecksLaunches(Protocol):
     def refusal(self, request: LaunchRequest) -> str | None:
         """Why the request can never run here (what `launch` would raise LaunchRefused with),
         or None when it can. Cheap and without side effects: called for every submission."""
+
+
+@runtime_checkable
+class ReportsHealth(Protocol):
+    """A backend that can say whether the engine or cluster it drives answers right now."""
+
+    def health(self) -> BackendHealth:
+        """Cheap and without side effects: called every fraction of a second. While it is not
+        healthy, jobs show its reason, and everything it missed is applied once it is again."""
 
 
 @runtime_checkable

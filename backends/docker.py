@@ -36,6 +36,7 @@ from pathlib import Path
 from backends import docker_records as records
 from backends.base import (
     BackendError,
+    BackendHealth,
     EventKind,
     Fetch,
     InstanceEvent,
@@ -91,9 +92,11 @@ from simulator.containers import (
     ContainerSpec,
     Engine,
     EngineError,
+    EngineUnreachable,
     NetworkInfo,
     PortTaken,
 )
+from simulator.engine_watch import EngineWatch
 from simulator.ports import PortAllocator, PortError
 from simulator.prereqs import (
     MaterialError,
@@ -167,7 +170,7 @@ class DockerBackend:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._events: asyncio.Queue[InstanceEvent] | None = None
-        self._unwatch: Callable[[], None] | None = None
+        self._watch: EngineWatch | None = None
         self._scheduling = threading.Lock()
         self._closed = threading.Event()
 
@@ -177,19 +180,31 @@ class DockerBackend:
         """Watch Docker, adopt what this owner left running, and remove what belongs to no one."""
         self._loop = asyncio.get_running_loop()
         self._events = asyncio.Queue()
-        self._unwatch = self.engine.watch({OWNER: self.owner}, self._on_container_event)
+        self._watch = self.engine.watch({OWNER: self.owner}, self._on_container_event, self._resync)
         await asyncio.to_thread(self._adopt)
         threading.Thread(target=self._keep_logs, name="sim-logs", daemon=True).start()
 
     async def close(self) -> None:
         self._closed.set()
-        if self._unwatch is not None:
-            self._unwatch()
-            self._unwatch = None
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._docker_pool.shutdown(wait=False, cancel_futures=True)
 
     # --- Backend -----------------------------------------------------------------------------
+
+    def health(self) -> BackendHealth:
+        """Unhealthy while no event stream can be opened on the Docker engine."""
+        if self._watch is None:
+            return BackendHealth()
+        condition = self._watch.condition()
+        return BackendHealth(
+            healthy=condition.reachable,
+            reason=condition.reason,
+            since=condition.since,
+            detail=condition.error,
+        )
 
     async def launch(self, request: LaunchRequest) -> None:
         await asyncio.to_thread(self._launch, request)
@@ -274,26 +289,47 @@ class DockerBackend:
                 raise LaunchRefused(f"attempt {request.attempt} of job {request.job_id} exists")
             records.write_launch(directory, request)
             self._attempts[attempt.id] = attempt
-        missing = sorted({r.image for r in request.roles if not self._image_ready(r.image)})
-        if missing:
-            reason = (
-                f"image {missing[0]!r} is not on this machine and the simulator does not pull "
-                "images (build it locally, e.g. with docker build or docker import)"
-            )
-            self._end_all(attempt, EventKind.START_FAILED, reason)
+        if self._outage() is None and not self._images_ready(attempt):
             return
         with self._lock:
             self._queue.append(attempt.id)
         self._schedule()
 
+    def _images_ready(self, attempt: Attempt) -> bool:
+        """Whether the attempt's images are here (checked once); when one is missing the
+        attempt fails to start, saying which. An engine that does not answer leaves the check
+        for later: the attempt is then queued and checked when it is placed."""
+        if attempt.images_checked:
+            return True
+        request = attempt.request
+        try:
+            missing = sorted({r.image for r in request.roles if not self._image_ready(r.image)})
+        except EngineUnreachable as exc:
+            self._unreachable(exc, f"{attempt.id} waits for the engine to check its images")
+            return True
+        if missing:
+            with self._lock:
+                if attempt.id in self._queue:
+                    self._queue.remove(attempt.id)
+            reason = (
+                f"image {missing[0]!r} is not on this machine and the simulator does not pull "
+                "images (build it locally, e.g. with docker build or docker import)"
+            )
+            self._end_all(attempt, EventKind.START_FAILED, reason)
+            return False
+        attempt.images_checked = True
+        return True
+
     def _image_ready(self, image: str) -> bool:
         if self.engine.image_exists(image):
             return True
         if self.settings.image_pull:
-            with contextlib.suppress(Exception):
+            try:
                 self.progress(f"pulling image {image}")
                 self.engine.client.images.pull(image)
                 return True
+            except Exception as exc:  # the SDK raises many kinds; each means "not pulled"
+                log.warning("pulling image %s failed (%s); it counts as missing", image, exc)
         return False
 
     def _schedule(self) -> None:
@@ -322,6 +358,14 @@ class DockerBackend:
 
     def _try_place(self, attempt: Attempt) -> bool:
         request = attempt.request
+        outage = self._outage()
+        if outage is not None:
+            self._wait(attempt, outage)
+            return False
+        if not self._images_ready(attempt):
+            return False
+        if not attempt.images_checked:  # the engine stopped answering meanwhile
+            return False
         order = gang_order(request)
         demands = [demand(role) for role, _ in order]
         try:
@@ -350,7 +394,7 @@ class DockerBackend:
             attempt.waiting_reason = None
         slots = {(role.name, index): result.slots[n] for n, (role, index) in enumerate(order)}
         ports = {(role.name, index): allocated[n] for n, (role, index) in enumerate(order)}
-        self._pool.submit(self._start_attempt, attempt, slots, ports)
+        self._background(self._start_attempt, attempt, slots, ports)
         return True
 
     def _wait(self, attempt: Attempt, reason: str) -> None:
@@ -377,15 +421,15 @@ class DockerBackend:
         order = gang_order(request)
         try:
             mounts = self._materialize(request)
-            network = self._create_network(request)
-            addresses = network.addresses(len(order))
+            network_name, addresses = self._gang_network(attempt)
+        except EngineUnreachable as exc:
+            self._requeue(attempt, exc)
+            return
         except (EngineError, MaterialError, OSError) as exc:
             self._end_all(attempt, EventKind.START_FAILED, str(exc))
             return
-        self._use_network(attempt, network.name, addresses)
         if attempt.forgotten:  # forgotten while its network was made: `_forget` missed it
-            with contextlib.suppress(EngineError):
-                self.engine.remove_network(network.name)
+            self._remove_network(network_name)
             return
         with self._lock:
             for instance in attempt.instances.values():
@@ -406,10 +450,15 @@ class DockerBackend:
                     continue
                 instance.placement = placements[(role.name, index)]
                 slot = slots[(role.name, index)]
-                spec = self._prepare_run(attempt, instance, placements, network.name, mounts, slot)
+                spec = self._prepare_run(attempt, instance, placements, network_name, mounts, slot)
                 records.create_log(instance.dir)
                 specs.append((instance, spec))
-            lost = self._run_gang(attempt, specs, retry_ports=tries_left > 0)
+            failed = self._run_gang(attempt, specs, retry_ports=tries_left > 0)
+            unreached = [e for _, e in failed if isinstance(e, EngineUnreachable)]
+            if unreached:
+                self._requeue(attempt, unreached[0])
+                return
+            lost = [(i, e) for i, e in failed if isinstance(e, PortTaken)]
             if not lost or not self._new_ports_for(attempt, lost, ports):
                 break
         started = [i for i, _ in specs if not i.ended]
@@ -421,11 +470,44 @@ class DockerBackend:
         # every container may have failed to start: then the network is not needed any more
         self._cleanup_if_done(attempt)
 
+    def _gang_network(self, attempt: Attempt) -> tuple[str, list[str]]:
+        """The attempt's network and its addresses in the gang's order: the one it was given
+        before the engine went away (placed again), else a new one."""
+        request = attempt.request
+        with self._lock:
+            name, addresses = attempt.network, list(attempt.addresses)
+        if name is not None and len(addresses) == request.total_instances:
+            return name, addresses
+        network = self._create_network(request)
+        addresses = network.addresses(request.total_instances)
+        self._use_network(attempt, network.name, addresses)
+        return network.name, addresses
+
+    def _requeue(self, attempt: Attempt, error: EngineUnreachable) -> None:
+        """The engine went away while the gang's containers were being made. None of them ran
+        its commands (they wait at the gate), so the attempt gives back what it holds and is
+        placed again from the start, first in the queue, once the engine answers; containers
+        made meanwhile belong to a replaced run and are removed when the engine is back."""
+        self._unreachable(error, f"{attempt.id} is placed again when the engine answers")
+        self._discard_run(attempt)
+        for instance in attempt.instances.values():
+            if not instance.ended:
+                self.ports.release(instance.port_owner)
+        self.cluster.release(attempt.id)
+        with self._lock:
+            attempt.placed = False
+            attempt.waiting_reason = None
+            for instance in attempt.instances.values():
+                instance.gated = False
+            if attempt.id not in self._queue:
+                self._queue.insert(0, attempt.id)
+        self._wait(attempt, self._outage() or f"waiting: {error}")
+
     def _run_gang(
         self, attempt: Attempt, specs: list[tuple[Instance, ContainerSpec]], *, retry_ports: bool
-    ) -> list[tuple[Instance, PortTaken]]:
+    ) -> list[tuple[Instance, PortTaken | EngineUnreachable]]:
         """Start every container of the gang at once; the ones whose port was taken meanwhile
-        (when `retry_ports`, else they fail to start)."""
+        (when `retry_ports`, else they fail to start) or that the engine did not answer for."""
         results = self._docker_pool.map(
             lambda pair: (pair[0], self._run_container(attempt, *pair, retry_ports=retry_ports)),
             specs,
@@ -486,7 +568,7 @@ class DockerBackend:
         for instance in attempt.instances.values():
             if not instance.ended:
                 self._write_run(instance, queued=False)
-        list(self._docker_pool.map(self.engine.remove, removed))
+        list(self._docker_pool.map(self._remove, removed))
 
     def _open_gates(self, instances: list[Instance]) -> None:
         """Let the started containers run their commands. STARTED is told first (for those
@@ -503,13 +585,14 @@ class DockerBackend:
             except OSError as exc:  # it would wait for ever: stop it (it ends as stopped)
                 log.error("cannot let %s start its commands: %s", instance.key, exc)
                 if instance.container_id:
-                    self.engine.stop(instance.container_id, 0)
+                    self._stop_container(instance.container_id, 0)
 
     def _run_container(
         self, attempt: Attempt, instance: Instance, spec: ContainerSpec, *, retry_ports: bool
-    ) -> PortTaken | None:
+    ) -> PortTaken | EngineUnreachable | None:
         """Start the instance's container; a port taken meanwhile is returned when
-        `retry_ports` (the caller tries other ports), else the instance fails to start."""
+        `retry_ports` (the caller tries other ports), else the instance fails to start. An
+        engine that did not answer is returned: the caller places the instance again."""
         if attempt.stopping:
             self._end(attempt, instance, EventKind.STOPPED, reason="stopped before it started")
             return None
@@ -528,6 +611,8 @@ class DockerBackend:
                 return exc
             self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
             return None
+        except EngineUnreachable as exc:
+            return exc
         except EngineError as exc:  # ImageMissing too
             self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
             return None
@@ -535,9 +620,9 @@ class DockerBackend:
             instance.container_id = container_id
             self._by_container[container_id] = instance
         if attempt.forgotten:
-            self.engine.remove(container_id)
+            self._remove(container_id)
         elif attempt.stopping:
-            self.engine.stop(container_id, 0)
+            self._stop_container(container_id, 0)
         return None
 
     def _moved_material(self, spec: ContainerSpec) -> str | None:
@@ -652,7 +737,7 @@ class DockerBackend:
             self._relaunches.append(instance)
         records.log_retry(instance.dir, instance.run)
         if old:
-            self.engine.remove(old)  # its address is given to the new run
+            self._remove(old)  # its address is given to the new run
         self._schedule()
 
     def _write_run(self, instance: Instance, *, queued: bool) -> None:
@@ -667,6 +752,10 @@ class DockerBackend:
                 with contextlib.suppress(ValueError):
                     self._relaunches.remove(instance)
                 return False
+        outage = self._outage()
+        if outage is not None:
+            self._wait_instance(instance, outage)
+            return False
         request = attempt.request
         role = request.role(key.role)
         if any(i.placement is None for i in attempt.instances.values()):
@@ -705,7 +794,7 @@ class DockerBackend:
             self.ports.release(owner)
             self.cluster.release_one(attempt.id, position)
             return False
-        self._pool.submit(self._start_relaunch, attempt, instance, result, ports)
+        self._background(self._start_relaunch, attempt, instance, result, ports)
         return True
 
     def _ports_again(
@@ -746,6 +835,9 @@ class DockerBackend:
         try:
             mounts = self._materialize(request, [role])
             network, address = self._network_for(attempt, gang_position(request, key))
+        except EngineUnreachable as exc:
+            self._requeue_relaunch(attempt, instance, exc)
+            return
         except (EngineError, MaterialError, OSError) as exc:
             self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
             self._cleanup_if_done(attempt)
@@ -765,6 +857,9 @@ class DockerBackend:
             lost = self._run_container(attempt, instance, spec, retry_ports=tries_left > 0)
             if lost is None:
                 break
+            if isinstance(lost, EngineUnreachable):
+                self._requeue_relaunch(attempt, instance, lost)
+                return
             # its peers run already: like a relaunch whose ports were not free, it takes others
             try:
                 ports = self._other_ports(attempt, instance, lost)
@@ -775,6 +870,29 @@ class DockerBackend:
             self._emit_placed(instance, role)
             self._open_gates([instance])
         self._cleanup_if_done(attempt)
+
+    def _requeue_relaunch(
+        self, attempt: Attempt, instance: Instance, error: EngineUnreachable
+    ) -> None:
+        """The engine went away while the instance's new container was being made (it waits
+        at its gate, its commands never ran): it gives back what it holds and waits, first in
+        line, to be placed again once the engine answers."""
+        self._unreachable(error, f"{instance.key} is placed again when the engine answers")
+        with self._lock:
+            old, instance.container_id = instance.container_id, None
+            if old:
+                self._by_container.pop(old, None)
+            instance.run += 1  # what was made meanwhile belongs to a replaced run
+            instance.started_at = None
+            instance.gated = False
+            instance.waiting_reason = None
+            self._write_run(instance, queued=True)
+            self._relaunches.insert(0, instance)
+        if old:
+            self._remove(old)
+        self.ports.release(instance.port_owner)
+        self.cluster.release_one(attempt.id, gang_position(attempt.request, instance.key))
+        self._wait_instance(instance, self._outage() or f"waiting: {error}")
 
     def _network_for(self, attempt: Attempt, position: int) -> tuple[str, str]:
         """The attempt's network and the instance's address on it; a new network when the old
@@ -797,8 +915,7 @@ class DockerBackend:
             with self._lock:
                 forgotten = attempt.forgotten
             if forgotten:
-                with contextlib.suppress(EngineError):
-                    self.engine.remove_network(info.name)
+                self._remove_network(info.name)
                 raise EngineError(f"attempt {attempt.id} was forgotten")
             self._use_network(attempt, info.name, addresses)
             return info.name, addresses[position]
@@ -824,7 +941,7 @@ class DockerBackend:
             if not gated:  # else told when the gate opens, with the placement it ran with
                 self._emit(self._event(instance, EventKind.STARTED, placement=instance.placement))
         elif event.action == "die":
-            self._pool.submit(self._finish_container, attempt, instance, event.id)
+            self._background(self._finish_container, attempt, instance, event.id)
 
     def _instance_from_labels(self, labels: dict[str, str]) -> Instance | None:
         attempt = self._attempt_from_labels(labels)
@@ -836,7 +953,11 @@ class DockerBackend:
         return self._attempts.get(f"{labels.get(JOB)}#{labels.get(ATTEMPT)}")
 
     def _finish_container(self, attempt: Attempt, instance: Instance, container_id: str) -> None:
-        info = self.engine.inspect(container_id)
+        try:
+            info = self.engine.inspect(container_id)
+        except EngineUnreachable as exc:  # how it ended is read when the engine is back
+            self._unreachable(exc, f"the end of {instance.key} is read when the engine answers")
+            return
         code = info.exit_code if info else None
         oom = bool(info and info.oom_killed)
         reason = None
@@ -854,7 +975,7 @@ class DockerBackend:
             reason=reason,
             at=info.finished_at if info else None,
         )
-        self.engine.remove(container_id)
+        self._remove(container_id)
         with self._lock:
             self._by_container.pop(container_id, None)
         self._cleanup_if_done(attempt)
@@ -903,8 +1024,7 @@ class DockerBackend:
             self._end(attempt, instance, kind, reason=reason)
 
     def _schedule_soon(self) -> None:
-        with contextlib.suppress(RuntimeError):
-            self._pool.submit(self._schedule)
+        self._background(self._schedule)
 
     def _cleanup_if_done(self, attempt: Attempt) -> None:
         with self._lock:  # checked under the lock: a relaunch may be bringing one back
@@ -965,7 +1085,7 @@ class DockerBackend:
             self._end(
                 attempt, instance, EventKind.STOPPED, reason="stopped while waiting to run again"
             )
-        list(self._docker_pool.map(lambda cid: self.engine.stop(cid, grace), running))
+        list(self._docker_pool.map(lambda cid: self._stop_container(cid, grace), running))
 
     def _forget(self, forgotten_id: str) -> None:
         """Remove whatever the attempt still has (containers, network, held capacity and
@@ -981,16 +1101,157 @@ class DockerBackend:
             network, attempt.network = attempt.network, None
         for instance in attempt.instances.values():
             if instance.container_id:
-                self.engine.remove(instance.container_id)
+                self._remove(instance.container_id)
                 with self._lock:
                     self._by_container.pop(instance.container_id, None)
             self.ports.release(instance.port_owner)
         self.cluster.release(attempt.id)
         if network:
-            with contextlib.suppress(EngineError):
-                self.engine.remove_network(network)
+            self._remove_network(network)
         records.remove_launch(attempt.dir)
         self._schedule_soon()
+
+    # --- when the engine goes away and comes back ---------------------------------------------
+
+    def _outage(self) -> str | None:
+        """What waits for the engine say while it does not answer; None when it does."""
+        return self.health().reason
+
+    def _unreachable(self, error: EngineUnreachable, next_step: str) -> None:
+        """A call found the engine unreachable: say so, and have the watch check (its stream
+        may look fine while the engine is gone); what was missed is applied on its return."""
+        log.warning("%s; %s", error, next_step)
+        if self._watch is not None:
+            self._watch.reopen()
+
+    def _remove(self, container_id: str) -> None:
+        """Remove a container; when the engine does not answer, re-listing on its return
+        removes it (it belongs to no live run by then)."""
+        try:
+            self.engine.remove(container_id)
+        except EngineUnreachable as exc:
+            self._unreachable(exc, f"{container_id[:12]} is removed when the engine answers")
+
+    def _remove_network(self, name: str) -> None:
+        """Remove a network no live attempt uses; one the engine keeps (still in use a moment
+        longer, or the engine away) is removed when containers are next re-listed."""
+        try:
+            self.engine.remove_network(name)
+        except EngineError as exc:
+            log.warning("cannot remove network %s (%s); removed when re-listing", name, exc)
+
+    def _stop_container(self, container_id: str, grace: float) -> None:
+        """Stop a container; when the engine does not answer, the stop is made again when
+        it returns (its attempt is marked stopping, and re-listing stops what still runs)."""
+        try:
+            self.engine.stop(container_id, grace)
+        except EngineUnreachable as exc:
+            self._unreachable(exc, f"{container_id[:12]} is stopped when the engine answers")
+
+    def _background(self, work: Callable[..., None], *args: object) -> None:
+        """Run `work` on the control pool; what it raises is logged, never lost with its
+        future. Nothing is run once the backend is closed."""
+
+        def logged() -> None:
+            try:
+                work(*args)
+            except Exception:
+                log.exception(
+                    "%s failed; the instances it was for are settled when the engine's "
+                    "containers are next re-listed (event stream re-opened, or a restart)",
+                    getattr(work, "__name__", work),
+                )
+
+        try:
+            self._pool.submit(logged)
+        except RuntimeError:  # shut down: the backend is closing
+            log.debug("backend closed; %s not run", getattr(work, "__name__", work))
+
+    def _resync(self) -> None:
+        """After the event stream was opened again: apply what Docker did while no stream was
+        open. Containers that exited meanwhile are finished with their real exit codes and
+        times, those that started are told started, those that vanished (removed with the
+        engine's data, say) are LOST; running containers of a stopping attempt are stopped
+        again; containers and networks no live run owns any more are removed; and what waited
+        for the engine is placed."""
+        with self._lock:
+            known = [
+                (attempt, instance, instance.container_id)
+                for attempt in self._attempts.values()
+                for instance in attempt.instances.values()
+                if instance.container_id and not instance.ended
+            ]
+        found = {info.id: info for info in self.engine.containers({OWNER: self.owner})}
+        applied = 0
+        for attempt, instance, container_id in known:
+            assert container_id is not None
+            info = found.pop(container_id, None)
+            applied += self._apply_listed(attempt, instance, container_id, info)
+        for info in found.values():
+            self._remove_if_unowned(info)
+        self._remove_stray_networks()
+        log.info(
+            "re-listed %d container(s) after the event stream re-opened; %d change(s) applied",
+            len(known),
+            applied,
+        )
+        self._schedule_soon()
+
+    def _apply_listed(
+        self, attempt: Attempt, instance: Instance, container_id: str, info: ContainerInfo | None
+    ) -> int:
+        """Bring one live instance in line with its container as listed; 1 when it changed."""
+        if info is None:
+            with self._lock:
+                current = instance.container_id == container_id and not instance.ended
+                if current:
+                    self._by_container.pop(container_id, None)
+            if not current:
+                return 0
+            reason = "its container is gone (removed while no Docker event stream was open)"
+            self._end(attempt, instance, EventKind.LOST, reason=reason)
+            self._cleanup_if_done(attempt)
+            return 1
+        if info.status in ("exited", "dead"):
+            self._finish_container(attempt, instance, container_id)
+            return 1
+        if info.status != "running":
+            return 0
+        if attempt.stopping:
+            self._stop_container(container_id, self.settings.stop_grace_seconds)
+        with self._lock:
+            told = instance.started_at is not None or instance.gated
+            if not told:
+                instance.started_at = info.started_at or utcnow()
+        if told:
+            return 0
+        self._emit(
+            self._event(
+                instance, EventKind.STARTED, placement=instance.placement, at=info.started_at
+            )
+        )
+        return 1
+
+    def _remove_if_unowned(self, info: ContainerInfo) -> None:
+        """Remove a listed container that is not the current run of a live instance: its
+        attempt was forgotten, its run replaced, or its instance ended while the engine was
+        away. A container of a current run not attached yet (being started) is left alone."""
+        with self._lock:
+            instance = self._instance_from_labels(info.labels)
+            current_run = instance is not None and info.labels.get(RUN, "1") == str(instance.run)
+            if current_run and instance is not None and not instance.ended:
+                return
+        log.info("removing container %s: no live run owns it any more", info.name)
+        self._remove(info.id)
+
+    def _remove_stray_networks(self) -> None:
+        """Networks of attempts that were forgotten or ended while the engine was away."""
+        for name, labels in self.engine.networks({OWNER: self.owner}):
+            with self._lock:
+                attempt = self._attempt_from_labels(labels)
+                stray = attempt is None or (attempt.all_ended() and attempt.network is None)
+            if stray:
+                self._remove_network(name)
 
     # --- after a restart ---------------------------------------------------------------------
 
@@ -1063,8 +1324,7 @@ class DockerBackend:
         for name, labels in self.engine.networks({OWNER: self.owner}):
             attempt = self._attempt_from_labels(labels)
             if attempt is None or attempt.all_ended():
-                with contextlib.suppress(EngineError):
-                    self.engine.remove_network(name)
+                self._remove_network(name)
             else:
                 attempt.network = name
                 known, addresses = records.read_network(attempt.dir) or ("", [])
@@ -1077,8 +1337,7 @@ class DockerBackend:
                 self.engine.remove(info.id)
         for name, labels in self.engine.networks({}):
             if left_by_dead_run(labels.get(OWNER, ""), self.owner):
-                with contextlib.suppress(EngineError):
-                    self.engine.remove_network(name)
+                self._remove_network(name)
 
     def _reports(self) -> list[InstanceReport]:
         reports = []

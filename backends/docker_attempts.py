@@ -57,6 +57,7 @@ class Attempt:
     stopping: bool = False
     forgotten: bool = False
     waiting_reason: str | None = None
+    images_checked: bool = False  # its images were found on the engine
 
     @classmethod
     def new(cls, request: LaunchRequest, directory: Path, *, placed: bool = False) -> Attempt:

@@ -36,13 +36,15 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from backends.base import (
     BackendError,
+    BackendHealth,
     EventKind,
     InstanceEvent,
     InstanceKey,
@@ -70,6 +72,7 @@ from backends.kubernetes_names import (
     secret_name,
 )
 from backends.kubernetes_pods import PodFacts, Termination, pod_facts
+from backends.kubernetes_reach import Reachability
 from backends.kubernetes_settings import KubernetesSettings, load_settings
 from backends.log_stream import stream_log
 
@@ -77,6 +80,9 @@ __all__ = ["KubernetesBackend", "api_client"]
 
 log = logging.getLogger(__name__)
 
+# what the client raises when the API server does not answer at all (no HTTP status)
+_UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
+_LIST_TIMEOUT = (10, 60)  # seconds to connect, and to read a listing of pods
 _WATCH_SECONDS = 300  # a watch is renewed from its resource version after this long
 _STOP_EXTRA_SECONDS = 15.0  # a stop waits this long past the grace period for the pods' ends
 _PARALLEL = 8
@@ -169,7 +175,9 @@ class KubernetesBackend:
         self._events: asyncio.Queue[InstanceEvent] | None = None
         self._closed = threading.Event()
         self._listed = threading.Event()
-        self._watch: k8s_watch.Watch | None = None
+        self._watch_response: Any = None  # the pod watch's open stream, hung up on close
+        self._reach = Reachability()
+        self._deferred_deletes: list[tuple[Callable[[], Any], str]] = []
         self._threads: list[threading.Thread] = []
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -206,18 +214,19 @@ class KubernetesBackend:
 
     async def close(self) -> None:
         self._closed.set()
-        watch = self._watch
-        if watch is not None:
-            watch.stop()
-            response = getattr(watch, "_resp", None)
-            if response is not None:
-                hang_up(response)
+        response = self._watch_response
+        if response is not None:
+            hang_up(response)
         self.logbook.close()
         with self._lock:
             self._changed.notify_all()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # --- Backend -----------------------------------------------------------------------------
+
+    def health(self) -> BackendHealth:
+        """Unhealthy while the API server does not answer the pod listing."""
+        return self._reach.health()
 
     async def launch(self, request: LaunchRequest) -> None:
         await asyncio.to_thread(self._launch, request)
@@ -275,6 +284,10 @@ class KubernetesBackend:
     def _launch(self, request: LaunchRequest) -> None:
         builder = AttemptBuilder(request, self.settings, self.namespace)  # LaunchRefused
         objects = builder.objects()
+        if not self._reach.reachable:
+            log.info("job %s waits for the Kubernetes API server to answer", request.job_id)
+            if not self._reach.wait(self._closed):
+                return
         attempt = _Attempt(request=request, builder=builder)
         for role in request.roles:
             for index in range(role.instances):
@@ -292,6 +305,13 @@ class KubernetesBackend:
             self.logbook.begin(instance.key, 1)
         try:
             service = self._create("Service", objects.service)
+        except _UNREACHABLE as exc:
+            with self._lock:
+                self._attempts.pop(attempt.id, None)
+            self._end_all(
+                attempt, EventKind.START_FAILED, f"cannot reach the Kubernetes API server: {exc}"
+            )
+            return
         except ApiException as exc:
             with self._lock:
                 self._attempts.pop(attempt.id, None)
@@ -307,6 +327,12 @@ class KubernetesBackend:
         try:
             for obj in [objects.config_map, *objects.secrets]:
                 self._create(obj["kind"], with_owner(obj, attempt.service_uid))
+        except _UNREACHABLE as exc:
+            self._drop(attempt)
+            self._end_all(
+                attempt, EventKind.START_FAILED, f"cannot reach the Kubernetes API server: {exc}"
+            )
+            return
         except ApiException as exc:
             self._drop(attempt)
             if exc.status == 422:
@@ -344,6 +370,10 @@ class KubernetesBackend:
             with self._lock:
                 instance.created_at = None
             return exc.status or 0, f"pod {pod['metadata']['name']}: {_api_message(exc)}"
+        except _UNREACHABLE as exc:
+            with self._lock:
+                instance.created_at = None
+            return 0, f"pod {pod['metadata']['name']}: cannot reach the API server: {exc}"
         return None
 
     def _create(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -366,45 +396,88 @@ class KubernetesBackend:
     # --- facts from pods ---------------------------------------------------------------------
 
     def _watch_pods(self) -> None:
+        """List the pods, then follow their changes from the listing's resource version. An
+        expired version (410 Gone) is listed again at once; a listing that fails marks the API
+        server unreachable and is tried again with back-off; a broken stream is listed again."""
         version: str | None = None
         while not self._closed.is_set():
             try:
                 if version is None:
                     version = self._list_pods()
-                watch = k8s_watch.Watch()
-                self._watch = watch
-                for event in watch.stream(
-                    self.core.list_namespaced_pod,
-                    self.namespace,
-                    label_selector=self.selector,
-                    resource_version=version,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=_WATCH_SECONDS,
-                    deserialize=False,
-                ):
-                    if self._closed.is_set():
-                        break
-                    pod = event.get("object") or {}
-                    version = (pod.get("metadata") or {}).get("resourceVersion") or version
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        self._on_pod(pod, deleted=event["type"] == "DELETED")
+                    if self._reach.answered():
+                        log.warning("the Kubernetes API server answers again; pods listed again")
+                        self._pool.submit(self._delete_deferred)
+                version = self._follow(version)
             except ApiException as exc:
-                if exc.status != 410:
+                if self._closed.is_set():
+                    return
+                if exc.status == 410:
+                    log.info("the pod watch expired (410 Gone); listing the pods again")
+                elif version is None:  # the listing failed
+                    self._wait_after_failure(_api_message(exc))
+                else:
                     log.warning("watching pods failed (%s); listing them again", _api_message(exc))
-                    self._closed.wait(1.0)
                 version = None
             except Exception as exc:
                 if self._closed.is_set():
                     return
-                log.warning("watching pods failed (%s); listing them again", exc)
-                self._closed.wait(1.0)
+                if version is None:
+                    self._wait_after_failure(str(exc) or type(exc).__name__)
+                else:
+                    log.warning("the pod watch broke (%s); listing the pods again", exc)
                 version = None
+
+    def _wait_after_failure(self, error: str) -> None:
+        was_reachable = self._reach.reachable
+        delay = self._reach.failed(error)
+        if was_reachable:
+            log.warning("the Kubernetes API server does not answer (%s); waiting", error)
+        else:
+            log.debug("the Kubernetes API server still does not answer (%s)", error)
+        self._closed.wait(delay)
+
+    def _follow(self, version: str) -> str | None:
+        """Apply the pods' changes after `version` until the watch times out (the version to go
+        on from) or the server says it expired (None: list again)."""
+        response = self.core.list_namespaced_pod(
+            self.namespace,
+            label_selector=self.selector,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=_WATCH_SECONDS,
+            watch=True,
+            _preload_content=False,
+            # a server that stops sending (not even the end of the watch) is given up on
+            _request_timeout=(_LIST_TIMEOUT[0], _WATCH_SECONDS + 30),
+        )
+        self._watch_response = response
+        try:
+            for line in iter_resp_lines(response):
+                if self._closed.is_set():
+                    return version
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        log.info("the pod watch expired (410 Gone); listing the pods again")
+                        return None
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self._on_pod(obj, deleted=kind == "DELETED")
+        finally:
+            self._watch_response = None
+            response.release_conn()
+        return version
 
     def _list_pods(self) -> str:
         """Bring every attempt in line with the pods as they are now; their resource version."""
         asked_at = time.monotonic()
         response = self.core.list_namespaced_pod(
-            self.namespace, label_selector=self.selector, _preload_content=False
+            self.namespace,
+            label_selector=self.selector,
+            _preload_content=False,
+            _request_timeout=_LIST_TIMEOUT,
         )
         listing = json.loads(response.data)
         seen = set()
@@ -604,7 +677,14 @@ class KubernetesBackend:
         limit = self.settings.gang_timeout_seconds
         if not limit:
             return
-        while not self._closed.wait(min(1.0, limit / 4)):
+        tick = min(1.0, limit / 4)
+        while not self._closed.wait(tick):
+            if not self._reach.reachable:
+                # the pods' facts are unknown meanwhile: the clock stops for every gang
+                with self._lock:
+                    for attempt in self._attempts.values():
+                        attempt.since += tick
+                continue
             with self._lock:
                 late = [
                     a
@@ -643,7 +723,8 @@ class KubernetesBackend:
                     field_selector=f"involvedObject.name={pod}",
                     _preload_content=False,
                 )
-            except Exception:
+            except Exception as exc:  # a reason is extra: the wait goes on without it
+                log.info("cannot read the events of pod %s (%s); its reason says less", pod, exc)
                 continue
             warnings = [
                 e
@@ -748,16 +829,39 @@ class KubernetesBackend:
         if attempt.builder.secret_values:
             deletes.insert(1, (self.core.delete_namespaced_secret, secret_name(service)))
         for delete, name in deletes:
-            with contextlib.suppress(ApiException):
-                delete(name, self.namespace, _preload_content=False)
+            self._delete(partial(delete, name, self.namespace, _preload_content=False), name)
 
     def _delete_pod(self, name: str, grace: float) -> None:
         body = k8s.V1DeleteOptions(grace_period_seconds=int(grace))
+        call = partial(
+            self.core.delete_namespaced_pod, name, self.namespace, body=body, _preload_content=False
+        )
+        self._delete(call, f"pod {name}")
+
+    def _delete(self, call: Callable[[], Any], what: str) -> None:
+        """Delete something; while the API server does not answer, keep the call for its
+        return (a stop or a forget made meanwhile must not leave objects behind)."""
         try:
-            self.core.delete_namespaced_pod(name, self.namespace, body=body, _preload_content=False)
+            call()
         except ApiException as exc:
             if exc.status != 404:
-                log.warning("cannot delete pod %s: %s", name, _api_message(exc))
+                log.warning("cannot delete %s: %s", what, _api_message(exc))
+        except _UNREACHABLE as exc:
+            log.warning(
+                "cannot delete %s now (the API server does not answer: %s); "
+                "deleting it when it does",
+                what,
+                exc,
+            )
+            with self._lock:
+                self._deferred_deletes.append((call, what))
+
+    def _delete_deferred(self) -> None:
+        """The deletes the API server could not take while it was away."""
+        with self._lock:
+            calls, self._deferred_deletes = self._deferred_deletes, []
+        for call, what in calls:
+            self._delete(call, what)
 
     # --- after a restart ---------------------------------------------------------------------
 
@@ -936,7 +1040,7 @@ def _missing(instance: _Instance, asked_at: float, listed_before: bool) -> bool:
 
 def _api_message(exc: ApiException) -> str:
     """The API server's own message, else the HTTP reason."""
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(ValueError, TypeError, AttributeError):  # not a JSON object
         body = json.loads(exc.body)
         if body.get("message"):
             return str(body["message"])

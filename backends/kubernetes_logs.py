@@ -143,9 +143,8 @@ class LogBook:
         except Exception as exc:  # a cut stream: `settle` reads the whole log again
             log.debug("following the log of %s stopped: %s", key, exc)
         finally:
-            with contextlib.suppress(Exception):
-                if follower.response is not None:
-                    follower.response.release_conn()
+            if follower.response is not None:
+                _release(follower.response)
             follower.done.set()
 
     def settle(self, key: InstanceKey, run: int, stream: Stream, timeout: float = 10.0) -> None:
@@ -172,8 +171,7 @@ class LogBook:
                 handle.truncate()
             self._mark_settled(key, run, start)
         finally:
-            with contextlib.suppress(Exception):
-                response.release_conn()
+            _release(response)
 
     def _mark_settled(self, key: InstanceKey, run: int, start: int) -> None:
         record = {"run": run, "offset": start, "settled": True}
@@ -241,3 +239,11 @@ def _chunks(response: Any) -> Iterator[bytes]:
     else:
         data = response.data if hasattr(response, "data") else response
         yield data.encode() if isinstance(data, str) else data
+
+
+def _release(response: Any) -> None:
+    """Give a log response's connection back; one that broke is simply dropped."""
+    try:
+        response.release_conn()
+    except Exception as exc:  # whatever a broken connection raises: nothing is lost
+        log.debug("releasing a log connection failed (%s); it is dropped", exc)

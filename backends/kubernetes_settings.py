@@ -40,6 +40,7 @@ YAML keys (environment variable in brackets):
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -48,6 +49,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+log = logging.getLogger(__name__)
 
 CONFIG_ENV = "PAIGRAPH_K8S_CONFIG"
 _ENV = {
@@ -154,7 +157,8 @@ class KubernetesSettings(BaseModel):
                 contexts, _ = config.list_kube_config_contexts(config_file=self.kubeconfig)
                 current = next((c for c in contexts if c.get("name") == self.context), current)
             return (current or {}).get("context", {}).get("namespace") or "default"
-        except Exception:  # no kubeconfig: the manifests still say where they would go
+        except Exception as exc:  # no kubeconfig: the manifests still say where they would go
+            log.debug("no namespace from the kubeconfig (%s); using 'default'", exc)
             return "default"
 
 

@@ -1,6 +1,7 @@
 """How fast the web UI shows jobs, in headless chromium against a real server.
 
     python bench/web.py [--jobs 10000] [--instances 64] [--changes 15] [--runs 5]
+                        [--roles 16] [--keystrokes 10]
 
 A fresh SQLite database gets `--jobs` stored jobs of 2 roles x 5 running instances (copied in
 bulk as bench/api.py does) and, newest, one running job of 1 role x `--instances` instances,
@@ -18,10 +19,16 @@ signed in as `bench`) opens the pages.
      starts, against the time until a plain graphql-transport-ws client (the websockets
      library, in this process) following the same job has received the same event.
   4. the JavaScript the first page loads, gzipped, and whether GraphiQL's code is among it.
+  5. the Submit page with a job of `--roles` task roles (2 instances each) imported: from a
+     keystroke in the YAML editor (the page's own clock, at keydown) until the problem it
+     makes is listed under the editor and the next frame starts, and from the keystroke that
+     undoes it until "No problems." shows; `--keystrokes` of each. The page waits for typing
+     to pause (SubmitPage's CHECK_DELAY_MS), then asks the server for a dry run (resolveJob).
 
 Goals: first render of either page under 1 s; the page shows a change at most 1.5x later than
 the plain client (p50); under 250 KB of JavaScript (gzipped) for the first page, GraphiQL
-loaded only on /graphql. Prints figures only; exits 0.
+loaded only on /graphql; a keystroke's problems shown in under 300 ms (p50). Prints figures
+only; exits 0.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ from server.store import Store, open_store  # noqa: E402
 from tests.browser_support import CHROMIUM, CHROMIUM_ARGS, TOKEN_KEY  # noqa: E402
 
 RENDER_GOAL_S = 1.0
+KEYSTROKE_GOAL_S = 0.3
 CHANGE_RATIO_GOAL = 1.5
 JS_GOAL_KB = 250
 SPACING_S = 0.3
@@ -89,6 +97,83 @@ WATCH_ROWS = """
   look();
 }
 """
+
+
+# Records the time of each keydown, and when the problems list next shows what is awaited
+# (window.__want: "problem" or "ok"), at the start of the frame after it is in the document.
+WATCH_PROBLEMS = """
+() => {
+  window.__keyAt = null;
+  window.__shownAt = null;
+  document.addEventListener('keydown', () => {
+    window.__keyAt = performance.now();
+    window.__shownAt = null;
+  }, true);
+  const problems = document.querySelector('[data-testid=problems]');
+  const look = () => {
+    if (window.__keyAt === null || window.__shownAt !== null) return;
+    const found = window.__want === 'problem'
+      ? problems.querySelector('li.problem') : problems.querySelector('.ok');
+    if (found) {
+      window.__shownAt = -1;
+      requestAnimationFrame(() => { window.__shownAt = performance.now(); });
+    }
+  };
+  new MutationObserver(look).observe(problems, {subtree: true, childList: true});
+}
+"""
+
+
+def many_roles_job(roles: int) -> str:
+    """A valid v2 job of `roles` task roles of 2 instances each, with ports."""
+    lines = [
+        "protocolVersion: 2",
+        "name: many-roles",
+        "type: job",
+        "prerequisites:",
+        "  - {name: box, type: dockerimage, uri: paigraph/busybox:test}",
+        "taskRoles:",
+    ]
+    for n in range(roles):
+        lines += [
+            f"  role{n}:",
+            "    instances: 2",
+            "    dockerImage: box",
+            "    resourcePerInstance: {cpu: 1, memoryMB: 128, gpu: 0, ports: {http: 1}}",
+            f"    commands: ['echo role{n} $PAI_TASK_INDEX of $PAI_TASK_ROLE_LIST']",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+async def keystrokes(
+    browser: Any, base_url: str, token: str, roles: int, count: int
+) -> tuple[list[float], list[float]]:
+    """Seconds from a keystroke to its problem listed, and from the undoing keystroke to
+    "No problems.", `count` times each, on the Submit page with a `roles`-role job."""
+    breaks, fixes = [], []
+    with tempfile.TemporaryDirectory(prefix="paigraph-bench-submit-") as directory:
+        path = Path(directory) / "many-roles.yaml"
+        path.write_text(many_roles_job(roles))
+        async with browser_context(browser, base_url, token) as context:
+            page = await context.new_page()
+            await page.goto("/submit")
+            await page.set_input_files("input[name=import]", str(path))
+            ok = page.get_by_test_id("problems").get_by_text("No problems.")
+            await ok.wait_for(timeout=30_000)
+            await page.evaluate(WATCH_PROBLEMS)
+            line = page.locator(".cm-line", has_text="instances: 2").first
+            await line.click()
+            await page.keyboard.press("End")
+            for _ in range(count):
+                for want, key, into in (("problem", "x", breaks), ("ok", "Backspace", fixes)):
+                    await page.evaluate(f"window.__want = {want!r}")
+                    await page.keyboard.press(key)
+                    await page.wait_for_function(
+                        "window.__shownAt !== null && window.__shownAt >= 0", timeout=10_000
+                    )
+                    into.append(await page.evaluate("(window.__shownAt - window.__keyAt) / 1000"))
+                    await asyncio.sleep(0.3)
+    return breaks, fixes
 
 
 class PlainClient:
@@ -253,6 +338,7 @@ async def measure(
                 follower.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await follower
+            breaks, fixes = await keystrokes(browser, base_url, token, args.roles, args.keystrokes)
         finally:
             await browser.close()
 
@@ -282,6 +368,14 @@ async def measure(
         f"{verdict(packed / 1024 < JS_GOAL_KB)}"
     )
     print(f"  GraphiQL's code among it: {'yes: ' + ', '.join(graphiql) if graphiql else 'no'}")
+    print(
+        f"Submit page, a keystroke in the editor until its problems show "
+        f"({args.roles} task roles, {len(breaks)} of each):"
+    )
+    print(f"  a problem made:    p50 {ms(statistics.median(breaks))}   max {ms(max(breaks))}")
+    print(f"  the problem fixed: p50 {ms(statistics.median(fixes))}   max {ms(max(fixes))}")
+    worst = max(statistics.median(breaks), statistics.median(fixes))
+    print(f"  goal under {KEYSTROKE_GOAL_S * 1000:.0f} ms: {verdict(worst < KEYSTROKE_GOAL_S)}")
 
 
 def main() -> None:
@@ -290,6 +384,8 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=64)
     parser.add_argument("--changes", type=int, default=15)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--roles", type=int, default=16)
+    parser.add_argument("--keystrokes", type=int, default=10)
     asyncio.run(run(parser.parse_args()))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -111,7 +111,36 @@ def tune_collector() -> None:
 
 
 async def healthz(_: Request) -> JSONResponse:
+    """Liveness: the process answers. It stays 200 while the backend's engine is away (a
+    restart of paigraph would not bring the engine back); /health says that."""
     return JSONResponse({"status": "ok"})
+
+
+def health_endpoint(slot: RuntimeSlot) -> Callable[[Request], Awaitable[JSONResponse]]:
+    """Readiness: 200 when the server runs jobs normally; 503 with the reason when it cannot
+    (starting or stopping, or the backend's engine unreachable: jobs wait meanwhile)."""
+
+    async def health(_: Request) -> JSONResponse:
+        runtime = slot.current
+        if runtime is None:
+            return JSONResponse(
+                {"status": "unavailable", "reason": "the server is starting or stopping"}, 503
+            )
+        body: dict[str, object] = {"status": "ok", "backend": runtime.backend_name}
+        if runtime.service is None:
+            return JSONResponse(body)
+        state = runtime.service.health()
+        if state.healthy:
+            return JSONResponse(body)
+        body |= {
+            "status": "unavailable",
+            "reason": state.reason,
+            "since": state.since.isoformat() if state.since else None,
+            "detail": state.detail,
+        }
+        return JSONResponse(body, 503)
+
+    return health
 
 
 def create_app(
@@ -125,8 +154,9 @@ def create_app(
     on_stop: Callable[[Store], None] | None = None,
     executor: str | None = None,
 ) -> Starlette:
-    """The app serving /graphql (GraphiQL in a browser), /healthz, and the web UI at / (any
-    other path is one of the UI's own routes).
+    """The app serving /graphql (GraphiQL in a browser), /healthz (liveness), /health
+    (readiness, with the reason when not ready), and the web UI at / (any other path is one
+    of the UI's own routes).
 
     With `service`, its store, bus and backend are used; the app starts the service when it
     starts and closes it when it stops (the caller closes what it built the service from).
@@ -177,6 +207,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/healthz", healthz),
+            Route("/health", health_endpoint(slot)),
             Route("/graphql", endpoint, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", endpoint),
             Mount("/assets", Assets(build_dir())),

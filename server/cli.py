@@ -432,12 +432,19 @@ def doctor(
         list[str] | None,
         typer.Option("--image", help="Also check that this image is on the engine (repeatable)."),
     ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url", envvar="PAIGRAPH_URL", metavar="URL", help="The paigraph server to ask."
+        ),
+    ] = None,
 ) -> None:
-    """Check the Docker engine, the port range, the state directory, the database and the
-    images the examples need; say what to do about each problem. Exit 0 when all is well."""
+    """Check the Docker engine, the port range, the state directory, the database, the
+    images the examples need and the running server's health; say what to do about each
+    problem. Exit 0 when all is well."""
     from server.doctor import diagnose, report
 
-    findings = diagnose(db=db, config=config, images=image or [])
+    findings = diagnose(db=db, config=config, images=image or [], url=url)
     out.print(report(findings))
     problems = sum(not finding.ok for finding in findings)
     if problems:

@@ -225,6 +225,40 @@ def _schema_finding(name: str, shown: str, current: str | None) -> Finding:
     )
 
 
+def check_server(url: str | None) -> Finding:
+    """Whether the paigraph server at `url` (else $PAIGRAPH_URL, else the local default) can
+    run jobs: its /health answer. No server answering is fine (doctor also runs before one
+    is started); one that answers unhealthy says why (e.g. its Docker engine unreachable)."""
+    import httpx
+
+    from server.remote import DEFAULT_URL
+
+    base = (url or os.environ.get("PAIGRAPH_URL") or DEFAULT_URL).rstrip("/")
+    name = "Server"
+    try:
+        answer = httpx.get(f"{base}/health", timeout=3)
+    except httpx.HTTPError as exc:
+        return Finding(name, True, f"no paigraph server answers at {base} ({exc}); not checked")
+    if answer.status_code == 200:
+        return Finding(name, True, f"{base} runs jobs normally")
+    try:
+        body = answer.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict) or "status" not in body:
+        return Finding(name, True, f"{base}/health answered {answer.status_code}; not paigraph")
+    reason = body.get("reason") or f"/health answered {answer.status_code}"
+    detail = f" ({body['detail']})" if body.get("detail") else ""
+    return Finding(
+        name,
+        False,
+        f"{base}: {reason}{detail}",
+        "jobs wait and go on by themselves once it is back; start the Docker engine the "
+        "server uses (./scripts/start-docker as root, or systemctl start docker) or fix what "
+        "keeps the server from reaching it",
+    )
+
+
 def check_images(
     engine: Engine | None, images: Iterable[str], settings: SimulatorSettings | None
 ) -> list[Finding]:
@@ -255,9 +289,13 @@ def check_images(
 
 
 def diagnose(
-    *, db: str | None = None, config: Path | None = None, images: Iterable[str] = ()
+    *,
+    db: str | None = None,
+    config: Path | None = None,
+    images: Iterable[str] = (),
+    url: str | None = None,
 ) -> list[Finding]:
-    """Every check, in the order a user would fix them."""
+    """Every check, in the order a user would fix them; the running server's last."""
     engine_finding, engine = check_engine()
     settings_finding, settings = check_settings(config)
     findings = [engine_finding, settings_finding]
@@ -272,6 +310,7 @@ def diagnose(
     findings += check_images(engine, wanted, settings)
     if engine is not None:
         engine.client.close()
+    findings.append(check_server(url))
     return findings
 
 

@@ -21,6 +21,7 @@ from rich.table import Table
 from server.api.ids import BadId, parse_global_id
 from server.cli_help import Typer
 from server.cli_output import console
+from server.marketplace.fixed_variables import fix_variables
 from server.remote import DEFAULT_URL, Client, RemoteError
 from server.remote_commands import TokenOption, UrlOption
 
@@ -214,6 +215,7 @@ class ImportReport:
     new_versions: int = 0
     unchanged: int = 0
     rejected: list[str] = field(default_factory=list)
+    variables_used: set[str] = field(default_factory=set)
 
     @property
     def published(self) -> int:
@@ -232,8 +234,10 @@ def import_files(
     base: dict[str, Any],
     announce: Callable[[str], None],
     step: Callable[[], None] = lambda: None,
+    variables: dict[str, str] | None = None,
 ) -> ImportReport:
-    """Publish each file; report rejected ones with their errors and go on."""
+    """Publish each file, with the template `variables` it declares filled in; report rejected
+    ones with their errors and go on."""
     report = ImportReport()
     for path in files:
         shown = escape(str(path))
@@ -244,6 +248,9 @@ def import_files(
             announce(f"[red]REJECTED[/red]    {shown}: cannot read it: {escape(str(exc))}")
             step()
             continue
+        fixed = fix_variables(content, variables or {})
+        content = fixed.content
+        report.variables_used |= fixed.used
         result = market.publish({**base, "content": content})
         if [e["code"] for e in result["errors"]] == ["version-exists"]:
             version = content_version(content)
@@ -286,6 +293,18 @@ def content_version(content: str) -> str | None:
     result = parse_document(content)
     found = result.spec or result.component
     return str(found.version) if found is not None and found.version is not None else None
+
+
+def _variable_values(pairs: list[str]) -> dict[str, str]:
+    """`--set NAME=VALUE` pairs as text (a template variable is filled in as written)."""
+    values: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            err.print(f"[red]error:[/red] --set takes NAME=VALUE, got {escape(pair)!r}")
+            raise typer.Exit(2)
+        values[name.strip()] = value
+    return values
 
 
 def register(
@@ -519,6 +538,15 @@ def register(
             str | None, typer.Option("--visibility", help="public, private or groups.")
         ] = None,
         group: Annotated[list[str] | None, typer.Option("--group")] = None,
+        set_: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--set",
+                metavar="NAME=VALUE",
+                help="Fill in template variable NAME of every item that declares it "
+                "(the items are published without it).",
+            ),
+        ] = None,
         url: UrlOption = DEFAULT_URL,
         token: TokenOption = None,
     ) -> None:
@@ -526,6 +554,7 @@ def register(
 
         Files the protocol engine rejects are reported with their errors and skipped; the exit
         status is 1 when any was."""
+        variables = _variable_values(set_ or [])
         if not directory.is_dir():
             err.print(f"[red]error:[/red] {escape(str(directory))} is not a directory")
             raise typer.Exit(2)
@@ -553,7 +582,15 @@ def register(
                     base,
                     out.print,
                     lambda: progress.advance(task),
+                    variables,
                 )
+            )
+        unused = sorted(set(variables) - report.variables_used)
+        if unused:
+            names = ", ".join(repr(name) for name in unused)
+            err.print(
+                f"[yellow]warning:[/yellow] --set {escape(names)}: no item in "
+                f"{escape(str(directory))} declares such a template variable"
             )
         out.print(
             f"{report.published} published ({report.new_items} new items, "

@@ -8,19 +8,24 @@ creates carries the `io.paigraph.*` labels, which is how a restarted backend fin
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import math
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 import docker
 import docker.errors
+import requests.exceptions
 from docker.types import DeviceRequest, IPAMConfig, IPAMPool, Mount
+
+from simulator.engine_watch import EngineWatch
 
 LABEL = "io.paigraph"
 MANAGED = f"{LABEL}.managed"
@@ -34,8 +39,45 @@ class EngineError(Exception):
     """The Docker engine refused or could not be reached; the message says which."""
 
 
+class EngineUnreachable(EngineError):
+    """The engine did not answer at all (stopped, restarting, its socket gone): the call may
+    have been made or not, and trying again once the engine is back is the way on."""
+
+
 class ImageMissing(EngineError):
     pass
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+# what the Docker SDK raises when no engine answers on its socket (refused, reset, cut)
+_UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, OSError)
+
+
+def _reaching(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Turn "no engine answers" into EngineUnreachable, naming the call."""
+
+    @functools.wraps(method)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except _UNREACHABLE as exc:
+            raise EngineUnreachable(
+                f"the Docker engine did not answer ({method.__name__}): {exc}"
+            ) from None
+        except docker.errors.DockerException as exc:
+            if isinstance(exc, docker.errors.APIError) or not _unreachable_cause(exc):
+                raise
+            raise EngineUnreachable(
+                f"the Docker engine did not answer ({method.__name__}): {exc}"
+            ) from None
+
+    return call
+
+
+def _unreachable_cause(exc: BaseException) -> bool:
+    cause = exc.__cause__ or exc.__context__
+    return isinstance(cause, _UNREACHABLE)
 
 
 class PortTaken(EngineError):
@@ -140,11 +182,13 @@ class Engine:
 
     # --- the machine -------------------------------------------------------------------------
 
+    @_reaching
     def host_capacity(self) -> tuple[int, int]:
         """What this machine gives containers: (cpus, memory in MB)."""
         info = self.client.info()
         return int(info.get("NCPU") or os.cpu_count() or 1), int(info["MemTotal"]) // (1 << 20)
 
+    @_reaching
     def image_exists(self, image: str) -> bool:
         try:
             self.client.images.get(image)
@@ -156,6 +200,7 @@ class Engine:
 
     # --- networks ----------------------------------------------------------------------------
 
+    @_reaching
     def create_network(self, name: str, labels: dict[str, str], hosts: int) -> NetworkInfo:
         """A bridge network with its own subnet, big enough for `hosts` fixed addresses.
 
@@ -198,7 +243,7 @@ class Engine:
     def _free_subnet(
         self, prefix: int, tried: list[ipaddress.IPv4Network]
     ) -> ipaddress.IPv4Network:
-        taken = list(tried)
+        taken = [*tried, *host_routes()]
         for network in self.api.networks():
             for config in (network.get("IPAM") or {}).get("Config") or []:
                 with contextlib.suppress(KeyError, ValueError):
@@ -208,6 +253,7 @@ class Engine:
                 return candidate
         raise EngineError(f"no free /{prefix} subnet left in {NETWORK_POOL} for a job network")
 
+    @_reaching
     def remove_network(self, name: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
             try:
@@ -216,12 +262,14 @@ class Engine:
                 if exc.status_code != 404:
                     raise EngineError(f"cannot remove network {name}: {_explain(exc)}") from None
 
+    @_reaching
     def networks(self, labels: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
         found = self.client.networks.list(filters={"label": _label_filter(labels)})
         return [(n.name, n.attrs.get("Labels") or {}) for n in found]
 
     # --- containers --------------------------------------------------------------------------
 
+    @_reaching
     def run(self, spec: ContainerSpec) -> str:
         """Create and start a container; returns its id. ImageMissing when the image is absent."""
         api = self.api
@@ -277,6 +325,7 @@ class Engine:
             raise _start_error(spec.name, _explain(exc)) from None
         return container_id
 
+    @_reaching
     def stop(self, container_id: str, grace_seconds: float) -> None:
         """SIGTERM, then SIGKILL after the grace period; a container already gone is fine."""
         with contextlib.suppress(docker.errors.NotFound):
@@ -286,6 +335,7 @@ class Engine:
                 if exc.status_code not in (304, 404, 409):
                     raise EngineError(f"cannot stop {container_id[:12]}: {_explain(exc)}") from None
 
+    @_reaching
     def remove(self, container_id: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
             try:
@@ -296,47 +346,75 @@ class Engine:
                         f"cannot remove {container_id[:12]}: {_explain(exc)}"
                     ) from None
 
+    @_reaching
     def inspect(self, container_id: str) -> ContainerInfo | None:
         try:
             return _info(self.api.inspect_container(container_id))
         except docker.errors.NotFound:
             return None
 
+    @_reaching
     def containers(self, labels: dict[str, str]) -> list[ContainerInfo]:
         found = self.api.containers(all=True, filters={"label": _label_filter(labels)})
         infos = (self.inspect(c["Id"]) for c in found)
         return [i for i in infos if i is not None]
 
     def watch(
-        self, labels: dict[str, str], on_event: Callable[[ContainerEvent], None]
-    ) -> Callable[[], None]:
-        """Deliver container events with these labels to `on_event` from a thread.
+        self,
+        labels: dict[str, str],
+        on_event: Callable[[ContainerEvent], None],
+        on_reopen: Callable[[], None],
+    ) -> EngineWatch:
+        """Deliver container events with these labels to `on_event` from a thread, for as long
+        as the returned watch runs (`stop()` ends it).
 
-        Returns a function that ends the watch. The stream starts before this returns, so a
-        caller that lists containers afterwards misses nothing in between.
+        The stream starts before this returns, so a caller that lists containers afterwards
+        misses nothing in between. A stream that breaks is opened again with back-off and
+        `on_reopen` is called each time, before any event of the new stream: the caller lists
+        its containers again there, and applies what happened while no stream was open.
         """
-        stream = self.api.events(
-            decode=True, filters={"type": "container", "label": _label_filter(labels)}
-        )
-        stopped = threading.Event()
+        filters = {"type": "container", "label": _label_filter(labels)}
 
-        def pump() -> None:
-            with contextlib.suppress(Exception):
-                for raw in stream:
-                    if stopped.is_set():
-                        return
-                    event = _event(raw)
-                    if event is not None:
-                        on_event(event)
+        def open_stream() -> tuple[Iterator[dict[str, Any]], Callable[[], None]]:
+            stream = self.api.events(decode=True, filters=filters)
+            return stream, stream.close
 
-        threading.Thread(target=pump, name="docker-events", daemon=True).start()
+        def on_item(raw: dict[str, Any]) -> None:
+            event = _event(raw)
+            if event is not None:
+                on_event(event)
 
-        def stop() -> None:
-            stopped.set()
-            with contextlib.suppress(Exception):
-                stream.close()
+        try:
+            return EngineWatch(open_stream, on_item, on_reopen)
+        except (docker.errors.DockerException, *_UNREACHABLE) as exc:
+            raise EngineUnreachable(f"cannot watch the Docker engine's events: {exc}") from None
 
-        return stop
+
+ROUTES_FILE = Path("/proc/net/route")
+
+
+def host_routes(table: Path = ROUTES_FILE) -> list[ipaddress.IPv4Network]:
+    """The IPv4 networks this host routes to (the default route left out): the bridges of
+    every Docker engine on the host (not only the one asked), a VPN's networks. A job network
+    on one of them would make the host route its traffic to the wrong place."""
+    try:
+        lines = table.read_text().splitlines()[1:]
+    except OSError:  # not Linux, or no /proc: the engine's own list is all there is
+        return []
+    routes = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        try:
+            destination = ipaddress.IPv4Address(int(fields[1], 16).to_bytes(4, "little"))
+            mask = ipaddress.IPv4Address(int(fields[7], 16).to_bytes(4, "little"))
+            network = ipaddress.IPv4Network(f"{destination}/{mask}", strict=False)
+        except ValueError:
+            continue
+        if network.prefixlen > 0:
+            routes.append(network)
+    return routes
 
 
 def _start_error(name: str, explanation: str) -> EngineError:

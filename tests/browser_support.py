@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.waiting import until
+
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "build" / "screenshots"
 CHROMIUM = os.environ.get("PAIGRAPH_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -176,7 +178,4 @@ class Api:
     def wait(
         self, job_id: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60
     ) -> None:
-        deadline = time.monotonic() + timeout
-        while not check(self.job(job_id)):
-            assert time.monotonic() < deadline, f"job {job_id}: {self.job(job_id)}"
-            time.sleep(0.2)
+        until(lambda: check(self.job(job_id)), f"job {job_id} as awaited", timeout)

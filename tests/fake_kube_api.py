@@ -22,10 +22,11 @@ import copy
 import functools
 import json
 import re
+import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -75,6 +76,10 @@ class FakeKubeAPI:
         self.version = 100
         self.lock = threading.Condition()
         self.stopping = False
+        # faults the test injects (see `away`, `break_watches`, `expire_watches`)
+        self.answering = True
+        self.watch_epoch = 0  # a watch ends, cut off, when this moves on
+        self.compacted = 0  # watches from a resource version before this get 410 Gone
         self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -94,6 +99,35 @@ class FakeKubeAPI:
             self.lock.notify_all()
         self.server.shutdown()
         self.server.server_close()
+
+    # --- faults ------------------------------------------------------------------------------
+
+    def break_watches(self) -> None:
+        """Cut every open watch stream mid-way, as a dropped connection does."""
+        with self.lock:
+            self.watch_epoch += 1
+            self.lock.notify_all()
+
+    def expire_watches(self) -> None:
+        """Compact the history: open watches end with a 410 Gone ERROR event and a watch from
+        any resource version seen so far is answered the same, as after etcd compaction."""
+        with self.lock:
+            self.version += 1
+            self.compacted = self.version
+            self.lock.notify_all()
+
+    @contextmanager
+    def away(self) -> Iterator[None]:
+        """The API server goes away: open watches are cut and every request is dropped without
+        an answer until the block ends. The pods go on meanwhile (the test may end them)."""
+        with self.lock:
+            self.answering = False
+        self.break_watches()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.answering = True
 
     def kubeconfig(self, path: Path, namespace: str = "jobs") -> Path:
         """A kubeconfig file pointing at this server, with a bearer token."""
@@ -392,6 +426,12 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
+        def handle_one_request(self) -> None:
+            if not api.answering:
+                self.close_connection = True  # hang up before reading: no answer at all
+                return
+            super().handle_one_request()
+
         def _send(self, code: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
             self.send_response(code)
@@ -511,9 +551,19 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             deadline = time.monotonic() + float(query.get("timeoutSeconds") or 300)
             self._stream_start()
             position = 0
+            with api.lock:
+                epoch = api.watch_epoch
             try:
                 while True:
                     with api.lock:
+                        if api.watch_epoch != epoch:
+                            self.connection.shutdown(socket.SHUT_RDWR)  # cut, no end chunk
+                            return
+                        if since < api.compacted:
+                            gone = _status(410, "Expired", "too old resource version")
+                            event = {"type": "ERROR", "object": gone}
+                            self._chunk(json.dumps(event).encode() + b"\n")
+                            break
                         fresh = [h for h in api.history[position:]]
                         position = len(api.history)
                         if not fresh:
@@ -582,15 +632,3 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 return
 
     return Handler
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10.0, every: float = 0.05) -> Any:
-    """Call `check` until it returns something truthy; that value, or TimeoutError."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not true after {timeout} s")
-        time.sleep(every)

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -29,6 +29,7 @@ import pytest
 from server.app import server_owner
 from server.remote import Client, RemoteError
 from tests.simulated import job_config, leftovers, remove_leftovers
+from tests.waiting import until
 
 pytestmark = [
     pytest.mark.docker,
@@ -54,14 +55,6 @@ PS_WORKER = job_config(
         },
     },
 )
-
-
-def until(check: Callable[[], T], what: str, timeout: float, every: float = 0.5) -> T:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(every)
-    return result
 
 
 def compose_command() -> list[str]:

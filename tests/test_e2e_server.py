@@ -13,8 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +29,7 @@ from server.remote import Client
 from simulator.containers import OWNER
 from tests.simulated import job_config, leftovers, remove_leftovers
 from tests.store_support import KINDS, fresh_database
+from tests.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -47,21 +47,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def until(check: Callable[[], T], what: str, timeout: float = 60, every: float = 0.2) -> T:
-    """The first true result of `check`, polled until `timeout` seconds have passed."""
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(every)
-    return result
-
-
 class Server:
     """`python -m server.cli serve` on its own database, state directory and port; it can be
     killed and started again on the same three."""
 
-    def __init__(self, db_url: str, state_dir: Path, log: Path) -> None:
+    def __init__(
+        self, db_url: str, state_dir: Path, log: Path, serve_args: tuple[str, ...] = ()
+    ) -> None:
         self.db_url = db_url
+        self.serve_args = serve_args  # more options of `paigraph serve`
         self.state_dir = state_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -85,7 +79,10 @@ class Server:
         """Start the server process, its output going to the log, without waiting for it."""
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port)],
+                [
+                    *(sys.executable, "-m", "server.cli", "serve"),
+                    *("--port", str(self.port), *self.serve_args),
+                ],
                 env=self.env(),
                 cwd=ROOT,
                 stdout=log,

@@ -31,6 +31,7 @@ from backends.entrypoint import (
     entrypoint_script,
 )
 from backends.runtime_env import runtime_env, shell_env_file
+from tests.waiting import until
 
 BUSYBOX = "/usr/bin/busybox"
 IMAGE = "paigraph/busybox:test"
@@ -250,13 +251,6 @@ def test_the_log_is_appended_to(instance: Instance) -> None:
     assert output(instance.log) == ["first", "second"]
 
 
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -274,7 +268,12 @@ def test_sigterm_stops_the_user_command_promptly_with_143(instance: Instance) ->
     process = instance.start(role)
     pid_file = instance.work / "sleep.pid"
     try:
-        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+        until(
+            lambda: pid_file.exists() and pid_file.read_text().strip() != "",
+            "sleep.pid written",
+            10,
+            0.05,
+        )
         sleeper = int(pid_file.read_text())
         shell = int((instance.work / "shell.pid").read_text())
         assert alive(sleeper)
@@ -282,7 +281,7 @@ def test_sigterm_stops_the_user_command_promptly_with_143(instance: Instance) ->
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 143
         assert time.monotonic() - started < 3
-        wait_for(lambda: not alive(sleeper) and not alive(shell), timeout=3)
+        until(lambda: not alive(sleeper) and not alive(shell), "the shell and sleep gone", 3, 0.05)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -297,7 +296,7 @@ def test_sigterm_during_a_start_hook_stops_it(instance: Instance) -> None:
     role = make_role(["echo main"], on_start=["touch started; sleep 1000"])
     process = instance.start(role)
     try:
-        wait_for(lambda: (instance.work / "started").exists())
+        until(lambda: (instance.work / "started").exists(), "the start hook running", 10, 0.05)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 143
     finally:
@@ -361,7 +360,12 @@ def run_container(tmp_path: Path, role: RoleLaunch, stop_after: str | None = Non
     try:
         started = time.monotonic()
         if stop_after is not None:
-            wait_for(lambda: log_file.exists() and stop_after in log_file.read_text())
+            until(
+                lambda: log_file.exists() and stop_after in log_file.read_text(),
+                f"{stop_after!r} in the log",
+                10,
+                0.05,
+            )
             started = time.monotonic()
             container.stop(timeout=10)
         code = container.wait(timeout=30)["StatusCode"]

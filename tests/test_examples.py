@@ -24,22 +24,13 @@ import yaml
 from server.protocol import Kind, parse_document
 from server.remote import Client
 from tests.simulated import leftovers
-from tests.test_e2e_server import (
-    ROOT,
-    Server,
-    final_job,
-    free_port,
-    instances,
-    job,
-    served,
-    until,
-)
+from tests.test_e2e_server import ROOT, Server, final_job, free_port, instances, job, served
+from tests.waiting import until
 
 pytestmark = pytest.mark.docker
 
 EXAMPLES = ROOT / "examples"
 MARKETPLACE = EXAMPLES / "marketplace"
-FILES_ADDRESS = "127.0.0.1:8808"  # where the marketplace items say examples/serve-files is
 
 
 # what the README's tour asks about a job made of marketplace items
@@ -111,15 +102,9 @@ def files_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def marketplace(files_port: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """examples/marketplace with the file server's address at `files_port`, as a user who
-    started examples/serve-files --port would change it."""
-    copy = tmp_path_factory.mktemp("marketplace") / "marketplace"
-    copy.mkdir()
-    for path in MARKETPLACE.iterdir():
-        text = path.read_text().replace(FILES_ADDRESS, f"127.0.0.1:{files_port}")
-        (copy / path.name).write_text(text)
-    return copy
+def files_address(files_port: int) -> str:
+    """What the items' template variable `files` is set to, as serve-files --port prints it."""
+    return f"127.0.0.1:{files_port}"
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +135,10 @@ def file_server(files_port: int, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 @pytest.fixture(scope="module")
-def imported(server: Server, marketplace: Path) -> subprocess.CompletedProcess[str]:
-    """`paigraph market import examples/marketplace`, once for the module."""
-    return server.paigraph("market", "import", str(marketplace))
+def imported(server: Server, files_address: str) -> subprocess.CompletedProcess[str]:
+    """`paigraph market import examples/marketplace --set files=ADDRESS`, once for the
+    module."""
+    return server.paigraph("market", "import", str(MARKETPLACE), "--set", f"files={files_address}")
 
 
 # --- the examples' files -------------------------------------------------------------------
@@ -281,7 +267,7 @@ def test_the_three_dialects_give_the_same_output(server: Server, client: Client)
 
 
 def test_one_command_imports_every_marketplace_item(
-    server: Server, marketplace: Path, imported: subprocess.CompletedProcess[str]
+    server: Server, files_address: str, imported: subprocess.CompletedProcess[str]
 ) -> None:
     assert imported.returncode == 0, imported.stdout + imported.stderr
     files = sorted(MARKETPLACE.glob("*.yaml"))
@@ -305,7 +291,9 @@ def test_one_command_imports_every_marketplace_item(
     assert {row[1]: row[3] for row in rows} == wanted
     assert {row[2] for row in rows} == {"1.0.0"}
 
-    again = paigraph(server, "market", "import", str(marketplace))
+    again = paigraph(
+        server, "market", "import", str(MARKETPLACE), "--set", f"files={files_address}"
+    )
     assert again.stdout.splitlines()[-1] == (
         f"0 published (0 new items, 0 new versions), {len(files)} unchanged, 0 rejected, "
         f"of {len(files)} files"
@@ -317,7 +305,11 @@ def test_a_job_made_of_marketplace_items_reads_their_data_and_runs_their_code(
     client: Client,
     imported: subprocess.CompletedProcess[str],
     file_server: Path,
+    files_address: str,
 ) -> None:
+    # serve-files tells how to point the items at it
+    told = f"paigraph market import examples/marketplace --set files={files_address}"
+    assert told in file_server.read_text()
     assert imported.returncode == 0, imported.stderr
     job_id = submitted(server, "using-marketplace/train-on-clusters.yaml")
     accuracy = {0: "0.93", 1: "1.00"}

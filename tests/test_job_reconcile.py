@@ -16,7 +16,10 @@ from backends.base import (
 from server.jobs import JobMachine, JobState, LaunchAttempt, StopAttempt, job_policy
 from server.jobs.machine import RetryInstance
 from server.jobs.reconcile import (
+    BACKEND_REACHABLE,
+    BACKEND_UNREACHABLE,
     UNKNOWN_TO_BACKEND,
+    BackendOutage,
     ServiceMachine,
     plan_resumption,
     stale_attempts,
@@ -195,3 +198,55 @@ def test_a_starting_timeout_applied_after_the_instance_started_is_ignored() -> N
     run(machine, at=T0 + timedelta(minutes=10))  # the backend's STARTED came first
     assert all(machine.apply(e) == [] for e in stuck)
     assert all(v.state is JobState.RUNNING for v in machine.instances)
+
+
+# --- the backend's engine unreachable -----------------------------------------------------------
+
+OUTAGE = "Docker engine unreachable since 12:03:10 UTC; waiting"
+
+
+def outage(machine: JobMachine, *, over: bool, reason: str | None = None) -> BackendOutage:
+    return BackendOutage(
+        job_id=machine.job_id, attempt=0, over=over, reason=reason or OUTAGE, at=T0
+    )
+
+
+def test_an_outage_shows_as_the_reason_changes_no_state_and_is_recorded_both_ways() -> None:
+    machine = started_machine()
+    place(machine)
+    run(machine)
+    before = machine.reason
+    assert machine.apply(outage(machine, over=False)) == []
+    assert (machine.state, machine.reason) == (JobState.RUNNING, OUTAGE)
+    assert all(view.state is JobState.RUNNING for view in machine.instances)
+    machine.apply(outage(machine, over=False))  # told again: recorded once
+    machine.apply(outage(machine, over=True, reason="the backend answers again after 9 s"))
+    assert machine.reason == before
+    notes = machine.take_notes()
+    assert [(n.type, n.message) for n in notes] == [
+        (BACKEND_UNREACHABLE, OUTAGE),
+        (BACKEND_REACHABLE, "the backend answers again after 9 s"),
+    ]
+    assert machine.take_notes() == []
+
+
+def test_a_fact_from_the_backend_ends_the_outage_before_it_is_applied() -> None:
+    machine = started_machine()
+    place(machine)
+    run(machine)
+    machine.apply(outage(machine, over=False))
+    machine.apply(event(machine, EventKind.EXITED, "ps", 0, exit_code=0, at=T0))
+    assert not machine.reason.startswith("Docker engine")
+    assert [n.type for n in machine.take_notes()] == [BACKEND_UNREACHABLE, BACKEND_REACHABLE]
+    machine.apply(outage(machine, over=True))  # the service's word comes later: nothing new
+    assert machine.take_notes() == []
+
+
+def test_a_job_waiting_for_the_engine_keeps_the_outage_as_its_reason() -> None:
+    machine = started_machine()
+    machine.apply(outage(machine, over=False))
+    waiting = InstanceEvent(
+        job_id=machine.job_id, attempt=1, kind=EventKind.WAITING, reason=OUTAGE, at=T0
+    )
+    machine.apply(waiting)
+    assert (machine.state, machine.reason) == (JobState.WAITING, OUTAGE)

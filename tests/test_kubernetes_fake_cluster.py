@@ -7,11 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -39,14 +34,14 @@ from server.jobs.exit_codes import classify
 from server.jobs.service import JobService
 from server.jobs.states import JobState
 from server.store import Store
-from tests.fake_kube_api import FakeKubeAPI, eventually
+from tests.fake_kube_api import FakeKubeAPI
+from tests.test_e2e_server import Server
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.anyio
 
 ROLE_FILE = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "role.yaml"
 ENDED = (EventKind.EXITED, EventKind.STOPPED, EventKind.START_FAILED, EventKind.LOST)
-CALLS: set[tuple[str, str]] = set()  # every (verb, resource) the backend used in this module
-SCENARIOS: set[str] = set()
 
 
 def allowed_by_role() -> set[tuple[str, str]]:
@@ -60,13 +55,11 @@ def allowed_by_role() -> set[tuple[str, str]]:
 
 
 @pytest.fixture
-def api(request: pytest.FixtureRequest) -> Iterator[FakeKubeAPI]:
+def api() -> Iterator[FakeKubeAPI]:
     with FakeKubeAPI() as fake:
         yield fake
     used = fake.verbs()
     assert used <= allowed_by_role(), f"calls the Role does not allow: {used - allowed_by_role()}"
-    CALLS.update(used)
-    SCENARIOS.add(request.node.name)
 
 
 def settings(api: FakeKubeAPI, tmp_path: Path, **overrides: Any) -> KubernetesSettings:
@@ -207,7 +200,7 @@ async def test_fake_cluster_runs_a_two_role_job_through_every_phase(
                 chunks.append(chunk.data)
 
         reader = asyncio.create_task(follow())
-        await eventually_async(lambda: "serving" in "".join(chunks))
+        await until_async(lambda: "serving" in "".join(chunks), "the followed log", 5, 0.02)
         api.write_log(pod_of(api, "ps-0"), "worker 0 said hello\nworker 1 said hello\n")
         for host in ("worker-0", "worker-1"):
             api.write_log(pod_of(api, host), f"{host} done\n")
@@ -232,12 +225,6 @@ async def test_fake_cluster_runs_a_two_role_job_through_every_phase(
         # the logs outlive the pods
         assert await log_text(backend, key(request, "worker", 1)) == "worker-1 done\n"
         events.close()
-
-
-async def eventually_async(check: Callable[[], Any], timeout: float = 5) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.02)
 
 
 # --- how instances fail --------------------------------------------------------------------------
@@ -288,7 +275,7 @@ async def test_fake_cluster_failures_oom_and_start_errors_are_told_with_their_ca
         assert evicted.kind is EventKind.LOST
         assert evicted.reason == "Evicted: The node was low on resource: memory."
         # the pod that could not pull is taken away at once
-        await asyncio.to_thread(eventually, lambda: pod_of_missing(api, "worker-2"))
+        await until_async(lambda: pod_of_missing(api, "worker-2"), "worker-2 gone", 10, 0.05)
         events.close()
 
 
@@ -340,7 +327,7 @@ async def test_fake_cluster_an_unschedulable_gang_times_out_with_the_reason(
                 "not every pod of the attempt was scheduled within 1 s (2 of 3 were): "
                 "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
             )
-        await asyncio.to_thread(eventually, lambda: api.pods() == [])
+        await until_async(lambda: api.pods() == [], "no pods left", 10, 0.05)
         events.close()
 
 
@@ -413,8 +400,11 @@ async def test_fake_cluster_a_restarted_backend_adopts_what_runs_and_what_ended(
         )
         # an adopted instance runs again from the objects in the cluster, secrets included
         await second.relaunch(key(request, "worker", 1))
-        await asyncio.to_thread(
-            eventually, lambda: len(api.pods()) == 3 and pod_of(api, "worker-1").endswith("-r2")
+        await until_async(
+            lambda: len(api.pods()) == 3 and pod_of(api, "worker-1").endswith("-r2"),
+            "worker-1 relaunched as its second pod",
+            10,
+            0.05,
         )
         again = api.get("pods", "jobs", pod_of(api, "worker-1"))
         assert again["metadata"]["labels"]["paigraph.io/run"] == "2"
@@ -476,7 +466,7 @@ async def test_fake_cluster_the_service_runs_a_job_to_succeeded(
         chunks = [c.data async for c in service.logs(job_id, "worker", 1)]
         assert "".join(chunks).endswith("ran\n")
         # the ended attempt is released: nothing of it stays in the cluster
-        await asyncio.to_thread(eventually, lambda: api.objects == {})
+        await until_async(lambda: api.objects == {}, "no objects left", 10, 0.05)
 
         # what a cluster cannot serve is refused at submission, saying which prerequisite,
         # and nothing is stored or created
@@ -503,26 +493,19 @@ async def test_fake_cluster_the_service_runs_a_job_to_succeeded(
 async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
     api: FakeKubeAPI, tmp_path: Path
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {
-        **os.environ,
+    server = Server(
+        f"sqlite:///{tmp_path / 'paigraph.db'}",
+        tmp_path / "simulator-state",  # unused by this backend
+        tmp_path / "serve.log",
+        serve_args=("--backend", "kubernetes", "--namespace", "jobs"),
+    )
+    server.settings = {
         "PAIGRAPH_KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig")),
         "PAIGRAPH_K8S_STATE": str(tmp_path / "state"),
-        "PAIGRAPH_DB": f"sqlite:///{tmp_path / 'paigraph.db'}",
     }
-    env.pop("PAIGRAPH_K8S_NAMESPACE", None)
-    command = [sys.executable, "-m", "server.cli", "serve", "--backend", "kubernetes"]
-    server = subprocess.Popen(
-        [*command, "--port", str(port), "--namespace", "jobs"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "serve.log").open("wb"),
-    )
-    url = f"http://127.0.0.1:{port}"
+    await asyncio.to_thread(server.start)
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
 
             async def graphql(query: str, **variables: Any) -> dict[str, Any]:
                 answer = await client.post(
@@ -532,13 +515,6 @@ async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
                 assert "errors" not in body, body
                 return body["data"]
 
-            async with asyncio.timeout(30):
-                while True:
-                    with contextlib.suppress(httpx.TransportError):
-                        if (await client.get("/healthz")).status_code == 200:
-                            break
-                    assert server.poll() is None, (tmp_path / "serve.log").read_text()
-                    await asyncio.sleep(0.1)
             submitted = await graphql(
                 "mutation($c: String!) { submitJob(input: {config: $c}) {"
                 " job { id } errors { path message } } }",
@@ -559,8 +535,7 @@ async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
             ips = [i["hostIp"] for r in job["taskRoles"] for i in r["instances"]]
             assert len(ips) == 3 and all(ip.startswith("10.") for ip in ips)
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(20)
+        await asyncio.to_thread(server.stop)
 
 
 def _pingpong() -> dict[str, Any]:
@@ -584,13 +559,23 @@ def _pingpong() -> dict[str, Any]:
 # --- the Role it is deployed with ----------------------------------------------------------------
 
 
-async def test_fake_cluster_the_role_grants_exactly_what_the_backend_uses() -> None:
-    others = {
-        name
-        for name, value in globals().items()
-        if name.startswith("test_fake_cluster_") and callable(value) and "role_grants" not in name
-    }
-    ran = {name.split("[", 1)[0] for name in SCENARIOS}
-    if not others <= ran:
-        pytest.skip("needs every other fake-cluster test of this module to have run first")
-    assert allowed_by_role() == CALLS
+async def test_fake_cluster_the_role_grants_exactly_what_the_backend_uses(tmp_path: Path) -> None:
+    """The Role in deploy/kubernetes allows every call the backend makes (each scenario's `api`
+    fixture checks that) and nothing more: the backend's scenarios, run here on fresh fake
+    clusters, use every verb the Role grants."""
+    scenarios = (
+        test_fake_cluster_runs_a_two_role_job_through_every_phase,
+        test_fake_cluster_failures_oom_and_start_errors_are_told_with_their_cause,
+        test_fake_cluster_an_init_container_failure_is_a_start_failure,
+        test_fake_cluster_an_unschedulable_gang_times_out_with_the_reason,
+        test_fake_cluster_stop_ends_running_and_waiting_instances,
+        test_fake_cluster_a_restarted_backend_adopts_what_runs_and_what_ended,
+    )
+    used: set[tuple[str, str]] = set()
+    for number, scenario in enumerate(scenarios):
+        folder = tmp_path / str(number)
+        folder.mkdir()
+        with FakeKubeAPI() as fake:
+            await scenario(fake, folder)
+        used |= fake.verbs()
+    assert used == allowed_by_role()

@@ -38,6 +38,7 @@ from server.protocol import Kind, resolve_job
 from tests.corpus import CORPUS
 from tests.fake_kube_api import validate
 from tests.jobs import V2_JOB
+from tests.waiting import until
 
 SETTINGS = KubernetesSettings(state_dir=Path("/nonexistent"))
 
@@ -502,10 +503,11 @@ def test_the_deployment_files_are_valid_objects() -> None:
 
 
 def _run_like_a_pod(
-    tmp_path: Path, commands: list[str], *, stop_after: float | None = None
+    tmp_path: Path, commands: list[str], *, stop_after: str | None = None
 ) -> tuple[int, str]:
     """Run worker-0's main container as the kubelet would (ConfigMap files mounted, the pod IP
-    given by the downward API) on the local Docker engine; its exit code and output."""
+    given by the downward API) on the local Docker engine; its exit code and output. With
+    `stop_after`, the container is stopped once that line is in its output."""
     import docker
 
     request = request_of(V2_JOB).model_copy(deep=True)
@@ -533,9 +535,7 @@ def _run_like_a_pod(
     )
     try:
         if stop_after is not None:
-            import time
-
-            time.sleep(stop_after)
+            until(lambda: stop_after in run.logs().decode(), repr(stop_after), 30, 0.05)
             run.stop(timeout=5)
         code = run.wait(timeout=60)["StatusCode"]
         return code, run.logs().decode()
@@ -560,6 +560,6 @@ def test_the_pod_command_runs_the_entrypoint_and_logs_to_the_container_output(
 
 @pytest.mark.docker
 def test_a_pod_asked_to_stop_ends_with_sigterm_s_code(tmp_path: Path) -> None:
-    code, output = _run_like_a_pod(tmp_path, ["echo sleeping", "sleep 600"], stop_after=1.5)
+    code, output = _run_like_a_pod(tmp_path, ["echo sleeping", "sleep 600"], stop_after="sleeping")
     assert code == 143
     assert "received SIGTERM, stopping" in output

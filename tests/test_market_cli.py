@@ -165,6 +165,53 @@ def test_the_market_commands_publish_list_show_use_star_and_submit(
         assert re.search(r"submits\s+1\b", shown.stdout), shown.stdout
 
 
+ADDRESSED_ITEM = """\
+# A data item whose server is given when it is published.
+name: points
+type: data
+version: 1.0.0
+uri:
+  - http://{{ files }}/points.csv
+template_variables:
+  - name: files
+  - name: label
+"""
+
+
+def test_import_fills_in_the_template_variables_it_is_given(tmp_path: Path) -> None:
+    items = tmp_path / "items"
+    items.mkdir()
+    (items / "points.yaml").write_text(ADDRESSED_ITEM)
+    with served("sqlite", tmp_path) as server:
+        ann = add_users(server, "ann")["ann"]
+        server.start()
+        imported = server.paigraph(
+            "market",
+            "import",
+            str(items),
+            "--set",
+            "files=10.1.2.3:9000",
+            "--set",
+            "typo=1",
+            token=ann,
+        )
+        assert imported.returncode == 0, imported.stderr
+        assert "1 published (1 new items" in imported.stdout
+        assert "--set 'typo': no item in" in " ".join(imported.stderr.split())
+        (edge,) = server.client(ann).execute(
+            'query { marketplaceItems(filter: {name: "points"}) '
+            "{ edges { node { content templateVariables } } } }"
+        )["marketplaceItems"]["edges"]
+        item = edge["node"]
+        # `files` is filled in and no longer asked for; `label` is still the user's to give
+        assert item["templateVariables"] == ["label"]
+        assert yaml.safe_load(item["content"])["uri"] == ["http://10.1.2.3:9000/points.csv"]
+
+        refused = server.paigraph("market", "import", str(items), "--set", "files", token=ann)
+        assert refused.returncode == 2
+        assert "--set takes NAME=VALUE, got 'files'" in refused.stderr
+
+
 @pytest.mark.shared("corpus")
 def test_importing_the_corpus_publishes_what_the_engine_accepts_and_reports_the_rest(
     kind: str, tmp_path: Path

@@ -9,7 +9,6 @@ rules), and an HTTP one for the marketplace-unreachable case.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import threading
@@ -53,6 +52,7 @@ from simulator.fetch_policy import ALLOWED_NETWORKS_ENV, FetchPolicy
 from simulator.prereqs import UnservableMaterial, check_storage
 from tests.api_support import data, serving
 from tests.simulated import IMAGE, remove_leftovers, settings
+from tests.waiting import until_async
 
 ANN = Viewer(name="ann")
 BOB = Viewer(name="bob")
@@ -925,10 +925,12 @@ async def test_a_dataset_from_a_marketplace_item_is_read_by_a_job_on_the_simulat
         assert outcome.errors == [] and outcome.job is not None
         assert outcome.item_ids == frozenset({item})
         job_id = outcome.job.id
-        deadline = time.monotonic() + 120
-        while not (found := store.get_job(job_id)).state.is_final:
-            assert time.monotonic() < deadline, found
-            await asyncio.sleep(0.3)
+        found = await until_async(
+            lambda: (job := store.get_job(job_id)).state.is_final and job,
+            f"job {job_id} ended",
+            120,
+            0.3,
+        )
         log = "".join([c.data async for c in service.logs(job_id, "main", 0)])
         assert found.state is JobState.SUCCEEDED, (found.state_reason, log)
         assert "7,42" in log and "read-only reference data" in log and "WRITABLE" not in log

@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -25,6 +24,7 @@ from simulator.prereqs import (
     UnservableMaterial,
     parse_repo,
 )
+from tests.waiting import until
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = FetchPolicy.parse("127.0.0.1")  # the test sites listen there
@@ -125,13 +125,6 @@ def cache_entries(store: MaterialStore) -> list[Path]:
     return found
 
 
-def wait_for(condition: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 # --- data ------------------------------------------------------------------------------------
 
 
@@ -154,7 +147,12 @@ def test_sixteen_instances_download_once(store: MaterialStore, site: Site) -> No
     threads = [threading.Thread(target=instance) for _ in range(16)]
     for t in threads:
         t.start()
-    wait_for(lambda: sum("waiting for another download" in m for m in messages) == 15)
+    until(
+        lambda: sum("waiting for another download" in m for m in messages) == 15,
+        "15 instances waiting for the first download",
+        10,
+        0.01,
+    )
     site.gate.set()
     for t in threads:
         t.join(20)
@@ -214,8 +212,13 @@ def test_processes_sharing_a_cache_download_once(tmp_path: Path, site: Site) -> 
         r.start()
     try:
         # one process downloads, the other two wait on the lock file before the gate opens
-        wait_for(lambda: sum(any("waiting" in x for x in ls) for ls in lines) == 2, timeout=20)
-        wait_for(lambda: site.hits == {"/train.bin": 1})
+        until(
+            lambda: sum(any("waiting" in x for x in ls) for ls in lines) == 2,
+            "two waiting",
+            20,
+            0.01,
+        )
+        until(lambda: site.hits == {"/train.bin": 1}, "one download", 10, 0.01)
     finally:
         site.gate.set()
         for p in procs:
@@ -673,7 +676,7 @@ def test_clone_over_git_protocol(store: MaterialStore, repo: tuple[Path, str, st
             with socket.socket() as s:
                 return s.connect_ex(("127.0.0.1", port)) == 0
 
-        wait_for(listening)
+        until(listening, "git daemon listening", 10, 0.01)
         url = f"git://127.0.0.1:{port}/bench"
         head = store.materialize("code", MaterialKind.CLONE, [url])
         assert (head.host_path / "run.sh").read_text() == "two"

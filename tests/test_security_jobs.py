@@ -17,7 +17,8 @@ import pytest
 
 from server.remote import Client
 from tests.simulated import job_config
-from tests.test_e2e_server import Server, final_job, served, until
+from tests.test_e2e_server import Server, final_job, served
+from tests.waiting import until
 
 pytestmark = pytest.mark.docker
 

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from tests.test_e2e_server import ROOT, Server, served
+from tests.waiting import until
 
 
 def paigraph(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -59,11 +59,12 @@ def test_serve_announces_its_address_only_once_it_answers(tmp_path: Path) -> Non
     with served("sqlite", tmp_path) as server:
         server.launch()
         announcement = f"paigraph serving GraphQL on {server.url}/graphql"
-        deadline = time.monotonic() + 60
-        while announcement not in server.output():
+
+        def announced() -> bool:
             assert server.process.poll() is None, server.output()
-            assert time.monotonic() < deadline, server.output()
-            time.sleep(0.02)
+            return announcement in server.output()
+
+        until(announced, "the announcement", 60, 0.02)
         # announced: it must answer now, without waiting
         assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
         assert server.output().count(announcement) == 1

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from server.store import (
@@ -22,6 +19,7 @@ from server.store import (
     open_store,
 )
 from tests.store_support import fresh_database
+from tests.test_e2e_server import Server, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = re.compile(r"pgt_[A-Za-z0-9_-]{43}\n")
@@ -37,12 +35,6 @@ def paigraph(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
         text=True,
         timeout=60,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_users_add_prints_only_the_token_and_the_token_authenticates(db_url: str) -> None:
@@ -114,31 +106,14 @@ def test_a_bad_database_url_is_one_clear_error(command: list[str], tmp_path: Pat
 
 def test_serve_migrates_the_database_before_it_serves(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'served.db'}"
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--db", url],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server = Server(url, tmp_path / "state", tmp_path / "serve.log")
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert server.poll() is None, server.stderr.read() if server.stderr else ""
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server did not answer within 30 s"
-            time.sleep(0.2)
+        server.start()  # it answers only once it has migrated
         engine = create_store_engine(url)
         assert current_revision(engine) == head_revision() is not None
         engine.dispose()
     finally:
-        server.terminate()
-        server.wait(timeout=15)
+        server.stop()
 
 
 # --- URLs --------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from graphql import GraphQLError
 from strawberry.extensions import MaskErrors
 
 from server.api.ids import BadId
+from server.store.availability import UNAVAILABLE_MESSAGE, database_unavailable
 
 MASKED_MESSAGE = "Unexpected error."
 
@@ -49,7 +50,28 @@ class MaskUnexpectedErrors(MaskErrors):
     def __init__(self) -> None:
         super().__init__(should_mask_error=should_mask, error_message=MASKED_MESSAGE)
 
+    def _process_errors(self, errors: list[GraphQLError]) -> list[GraphQLError]:
+        return super()._process_errors([_explained(error) for error in errors])
+
     def _process_result(self, result: object) -> None:
         errors = getattr(result, "errors", None)
         if errors:
             result.errors = self._process_errors(errors)  # type: ignore[attr-defined]
+
+
+def _explained(error: GraphQLError) -> GraphQLError:
+    """A database that cannot be used now is told as such (the client may try again), not
+    masked as a fault of ours."""
+    original = error.original_error
+    if original is None or not database_unavailable(original):
+        return error
+    told = ApiError(UNAVAILABLE_MESSAGE, "DATABASE_UNAVAILABLE")
+    return GraphQLError(
+        UNAVAILABLE_MESSAGE,
+        nodes=error.nodes,
+        source=error.source,
+        positions=error.positions,
+        path=error.path,
+        original_error=told,
+        extensions=told.extensions,
+    )

@@ -27,9 +27,11 @@ from typing import Any
 
 from backends.base import (
     Backend,
+    BackendHealth,
     ChecksLaunches,
     InstanceKey,
     LogChunk,
+    ReportsHealth,
     UnknownInstance,
     utcnow,
 )
@@ -38,6 +40,8 @@ from server.jobs.launch import NotRunnable, launch_request
 from server.jobs.machine import Action, JobMachine, JobRecord, MachineSnapshot
 from server.jobs.policy import job_policy
 from server.jobs.reconcile import (
+    BackendOutage,
+    Note,
     Resumption,
     ServiceMachine,
     plan_resumption,
@@ -51,11 +55,15 @@ from server.marketplace.references import ANONYMOUS, ReferenceResolver
 from server.protocol import Issue, JobSpec, parse_job
 from server.protocol.launch_checks import launch_issues
 from server.protocol.render import render_job
-from server.store import Event, Job, JobExists, NameInUse, Store, User
+from server.store import Event, Job, JobExists, NameInUse, NewEvent, Store, User
+from server.store.availability import database_unavailable
 
 log = logging.getLogger(__name__)
 
 STOP_WAIT_SECONDS = 5.0  # how long `stop` waits for the stop to be on record before it answers
+HEALTH_INTERVAL = 0.25  # how often the backend's health is looked at (a cheap in-memory read)
+SAVE_RETRY_FIRST = 0.2  # seconds before a write the database refused is made again; doubled
+SAVE_RETRY_MAX = 5.0  # ... up to this
 _ID_TRIES = 5
 
 
@@ -120,12 +128,14 @@ class _Journal:
 
     async def __call__(self, machine: JobMachine) -> None:
         snapshot = machine.snapshot()
-        changes = machine.transitions[self.saved :]
+        transitions = machine.transitions[self.saved :]
+        notes = machine.take_notes() if isinstance(machine, ServiceMachine) else []
+        changes = _in_order(transitions, self.saved, notes)
         text = snapshot.model_dump_json()
         if not changes and text == self.written:
             return
         events = await self.service._save(self.job_id, snapshot, changes)
-        self.saved += len(changes)
+        self.saved += len(transitions)
         self.written = text
         record = snapshot.record
         if record.stop_reason is not None or record.state.is_final:
@@ -171,6 +181,8 @@ class JobService:
         self._started = False
         self._reconciled = False  # every unfinished job this process can drive has its runner
         self._taking_over = asyncio.Lock()
+        self._health = BackendHealth()  # as last told to the jobs
+        self._healthy_since = float("-inf")  # loop time the backend last answered again
 
     # --- lifecycle ---
 
@@ -185,6 +197,7 @@ class JobService:
         self._background = [
             asyncio.create_task(self._dispatch(), name="job events"),
             asyncio.create_task(self._watch_starting(), name="starting timeout"),
+            asyncio.create_task(self._watch_backend(), name="backend health"),
         ]
 
     async def close(self) -> None:
@@ -404,6 +417,8 @@ class JobService:
         self._live[machine.job_id] = live
         for event in plan.events:
             runner.feed(event)
+        if not self._health.healthy:
+            runner.feed(_outage_event(machine.job_id, self._health))
         live.task = asyncio.create_task(self._drive(live, plan), name=f"job {machine.job_id}")
 
     async def _drive(self, live: _Live, plan: Resumption) -> None:
@@ -437,11 +452,49 @@ class JobService:
                 log.exception("reading the backend's events failed; reading again")
             await asyncio.sleep(1.0)
 
+    def health(self) -> BackendHealth:
+        """The backend's health (always healthy for a backend that cannot tell)."""
+        if isinstance(self.backend, ReportsHealth):
+            return self.backend.health()
+        return BackendHealth()
+
+    async def _watch_backend(self) -> None:
+        """Tell every live job when the backend's engine stops answering and when it answers
+        again (it then has applied what it missed): their reasons say what they wait for."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(HEALTH_INTERVAL)
+            try:
+                health = self.health()
+            except Exception:
+                log.exception("reading the backend's health failed; read again shortly")
+                continue
+            if health.healthy == self._health.healthy and health.reason == self._health.reason:
+                continue
+            if health.healthy:
+                self._healthy_since = loop.time()
+                was = self._health.since
+                gone = f" after {(utcnow() - was).total_seconds():.0f} s" if was else ""
+                health = health.model_copy(update={"reason": f"the backend answers again{gone}"})
+                log.warning("the backend answers again%s; jobs go on", gone)
+            else:
+                log.warning("%s (%s)", health.reason, health.detail)
+            self._health = health
+            for live in list(self._live.values()):
+                live.runner.feed(_outage_event(live.runner.job_id, health))
+
     async def _watch_starting(self) -> None:
-        """Declare LOST the instances stuck in STARTING for longer than the timeout."""
+        """Declare LOST the instances stuck in STARTING for longer than the timeout; not while
+        the backend is unreachable, nor until the timeout has passed since it answers again
+        (time spent waiting for the engine is no sign of a stuck instance)."""
         interval = min(max(self.starting_timeout / 4, 0.05), 15.0)
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval)
+            if not self._health.healthy:
+                continue
+            if loop.time() - self._healthy_since < self.starting_timeout:
+                continue
             now = utcnow()
             for live in list(self._live.values()):
                 machine = live.runner.machine
@@ -488,13 +541,38 @@ class JobService:
         self, job_id: str, snapshot: MachineSnapshot, changes: Sequence[Transition]
     ) -> list[Event]:
         """Write in a thread; a write under way finishes even when its runner is cancelled
-        (`close` waits for it), so what was written and what the runner saw never part."""
-        write = asyncio.ensure_future(
-            asyncio.to_thread(self.store.save_machine, job_id, snapshot, list(changes))
-        )
-        self._writes.add(write)
-        write.add_done_callback(self._writes.discard)
-        return await asyncio.shield(write)
+        (`close` waits for it), so what was written and what the runner saw never part.
+
+        While the database cannot be used (restarting, unreachable, its disk full) the write is
+        made again with back-off until it can: the runner waits, and the backend's events queue
+        up meanwhile, so nothing is lost and nothing is decided twice."""
+        delay, failing_since = SAVE_RETRY_FIRST, None
+        while True:
+            write = asyncio.ensure_future(
+                asyncio.to_thread(self.store.save_machine, job_id, snapshot, list(changes))
+            )
+            self._writes.add(write)
+            write.add_done_callback(self._writes.discard)
+            try:
+                events = await asyncio.shield(write)
+            except Exception as exc:
+                if not database_unavailable(exc):
+                    raise
+                if failing_since is None:
+                    failing_since = asyncio.get_running_loop().time()
+                    log.warning(
+                        "job %s: the database cannot take its changes (%s); "
+                        "writing them again until it can",
+                        job_id,
+                        str(exc).splitlines()[0],
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, SAVE_RETRY_MAX)
+                continue
+            if failing_since is not None:
+                took = asyncio.get_running_loop().time() - failing_since
+                log.warning("job %s: its changes are written, after %.1f s", job_id, took)
+            return events
 
     async def _publish(self, job_id: str, events: Sequence[Event], state: JobState) -> None:
         if not events:
@@ -530,6 +608,34 @@ def new_job_id(name: str) -> str:
     """The job's name made safe for labels and paths, and a random suffix."""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", name)[:40].strip("-.") or "job"
     return f"{stem}-{secrets.token_hex(4)}"
+
+
+def _outage_event(job_id: str, health: BackendHealth) -> BackendOutage:
+    """What a job is told when the backend's health changes (the attempt is not looked at)."""
+    return BackendOutage(
+        job_id=job_id, attempt=0, over=health.healthy, reason=health.reason, at=utcnow()
+    )
+
+
+def _in_order(
+    transitions: Sequence[Transition], first: int, notes: Sequence[Note]
+) -> list[Transition | NewEvent]:
+    """The new transitions (the first being the machine's `first`) and notes, as they were
+    made: each note before the transitions made after it."""
+    changes: list[Transition | NewEvent] = []
+    waiting = sorted(notes, key=lambda note: note.position)
+    for number, transition in enumerate(transitions, start=first):
+        while waiting and waiting[0].position <= number:
+            changes.append(_note_event(waiting.pop(0)))
+        changes.append(transition)
+    changes += map(_note_event, waiting)
+    return changes
+
+
+def _note_event(note: Note) -> NewEvent:
+    return NewEvent(
+        type=note.type, at=note.at, message=note.message, state=note.state, attempt=note.attempt
+    )
 
 
 def _stop_error(code: str, message: str, job: Job | None = None) -> StopOutcome:

@@ -20,7 +20,7 @@ def to_v2_dict(spec: JobSpec) -> dict[str, Any]:
         if getattr(spec, key) is not None:
             doc[key] = getattr(spec, key)
     if spec.prerequisites:
-        doc["prerequisites"] = [_prerequisite(p) for p in spec.prerequisites]
+        doc["prerequisites"] = [prerequisite_dict(p) for p in spec.prerequisites]
     if spec.parameters:
         doc["parameters"] = dict(spec.parameters)
     if spec.secrets:
@@ -52,7 +52,8 @@ def to_v2_yaml(spec: JobSpec) -> str:
     return dump_yaml(to_v2_dict(spec))
 
 
-def _prerequisite(p: Prerequisite) -> dict[str, Any]:
+def prerequisite_dict(p: Prerequisite) -> dict[str, Any]:
+    """A prerequisite (or a standalone component) as the v2 protocol writes it."""
     out: dict[str, Any] = {"name": p.name}
     if p.type is not PrerequisiteType.PLUGIN:
         out["type"] = p.type.value

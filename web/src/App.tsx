@@ -1,5 +1,5 @@
 // The frame of every page: who is signed in, the navigation, and the routes.
-import { useEffect, useMemo, useRef, useState } from "react";
+import { lazy, Suspense, useEffect, useMemo, useRef, useState } from "react";
 import { BrowserRouter, Link, NavLink, Route, Routes } from "react-router-dom";
 import { Provider, useQuery } from "urql";
 import { getToken, onTokenChange, setToken } from "./lib/auth";
@@ -12,6 +12,9 @@ import { JobsPage } from "./pages/JobsPage";
 import { SignInPage } from "./pages/SignInPage";
 import { ViewerQuery } from "./queries";
 import { SessionContext, type Session } from "./session";
+
+// The Submit page brings its editor (CodeMirror): loaded only when it is opened.
+const SubmitPage = lazy(() => import("./submit/SubmitPage"));
 
 export function App() {
   const [token, setCurrentToken] = useState(getToken());
@@ -66,6 +69,7 @@ function Signed({ clients, hasToken }: { clients: Clients; hasToken: boolean }) 
           <Route path="/jobs" element={<JobsPage />} />
           <Route path="/jobs/:ref" element={<JobPage />} />
           <Route path="/cluster" element={<ClusterPage />} />
+          <Route path="/submit" element={<Suspense fallback={<p className="muted">Loading…</p>}><SubmitPage /></Suspense>} />
           <Route path="/marketplace/:id" element={<ItemPage />} />
           <Route path="/signin" element={<SignInPage problem={null} />} />
           <Route path="*" element={<p className="error" role="alert">There is no page at this address. <Link to="/">See the jobs</Link>.</p>} />
@@ -91,6 +95,7 @@ function Frame({
         {session && (
           <nav>
             <NavLink to="/" end>Jobs</NavLink>
+            <NavLink to="/submit">Submit job</NavLink>
             <NavLink to="/cluster">Cluster</NavLink>
             <a href="/graphql">GraphiQL</a>
           </nav>

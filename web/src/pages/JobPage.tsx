@@ -291,6 +291,7 @@ function Actions({ job, canStop, ownerOnlyNote }: { job: JobDetailFragment; canS
   const errors = stopResult.data?.stopJob.errors ?? [];
   return (
     <div className="actions">
+      <Link to={`/submit?clone=${encodeURIComponent(job.id)}`} data-testid="clone">Clone</Link>
       {canStop && (
         <button
           type="button"

@@ -1,0 +1,376 @@
+// The Submit Job page: compose a job from a file, a template, another job or nothing, in forms
+// or in YAML (kept in sync), see every problem the server finds as you type, preview what each
+// instance will get, and submit. The YAML text is the one source of truth; forms are read from
+// it and write into it.
+import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { useNavigate, useSearchParams } from "react-router-dom";
+import { useClient } from "urql";
+import { isScalar } from "yaml";
+import type { SubmitPageResolveMutation } from "../gql/graphql";
+import { describeProblem } from "../lib/errors";
+import { useSession } from "../session";
+import { clearDraft, loadDraft, saveDraft } from "./draft";
+import { Editor, type EditorHandle, type Mark } from "./Editor";
+import { applyForm, EMPTY_JOB, readForm, type JobForm } from "./form";
+import { JobFields, PrerequisitesForm, RolesForm, type Edit } from "./Forms";
+import { CloneConfigQuery, ResolveJobMutation, SubmitJobMutation, UseItemMutation } from "./operations";
+import { parameterValues, ParametersForm } from "./Parameters";
+import { Picker } from "./Picker";
+import { Preview } from "./Preview";
+import { parse, placeOf, type Parsed } from "./yamlDoc";
+
+/** How long typing must pause before the server checks the text. */
+export const CHECK_DELAY_MS = 120;
+
+const DIALECT_NAMES: Record<string, string> = {
+  draft: "draft dialect (protocol_version, a tasks list)",
+  v1: "OpenPAI v1 JSON",
+  v2: "OpenPAI protocol v2",
+};
+
+type Resolved = SubmitPageResolveMutation["resolveJob"];
+interface Problem {
+  path: string[];
+  code: string;
+  message: string;
+}
+interface Check {
+  text: string;
+  errors: Problem[];
+  warnings: Problem[];
+  job: Resolved["job"] | null;
+}
+
+/** The config as sent: the YAML with the secrets typed into password fields put in. */
+function forServer(text: string, secrets: Record<string, string>): string {
+  const given = Object.entries(secrets).filter(([, value]) => value !== "");
+  if (given.length === 0) return text;
+  const parsed = parse(text);
+  if (parsed.syntax) return text;
+  for (const [name, value] of given) parsed.doc.setIn(["secrets", name], value);
+  return parsed.doc.toString();
+}
+
+function located(parsed: Parsed, problems: Problem[], severity: Mark["severity"]) {
+  return problems.map((problem) => ({ problem, place: placeOf(parsed, problem.path), severity }));
+}
+
+export default function SubmitPage() {
+  const { viewer } = useSession();
+  const client = useClient();
+  const navigate = useNavigate();
+  const [search] = useSearchParams();
+  const entry = {
+    template: search.get("template"),
+    version: search.get("version"),
+    data: search.get("data"),
+    clone: search.get("clone"),
+  };
+  const entryKey = JSON.stringify(entry);
+  const hasEntry = !!(entry.template || entry.data || entry.clone);
+
+  const [initial] = useState(() => (hasEntry ? null : loadDraft(viewer.id)));
+  const [text, setText] = useState(initial?.yaml ?? EMPTY_JOB);
+  const [values, setValues] = useState<Record<string, string>>(initial?.parameters ?? {});
+  const [secretValues, setSecretValues] = useState<Record<string, string>>({});
+  const [note, setNote] = useState<string | null>(initial ? "Your draft was restored." : null);
+  const [loadError, setLoadError] = useState<string | null>(null);
+  const [loading, setLoading] = useState(hasEntry);
+  const [check, setCheck] = useState<Check | null>(null);
+  const [refused, setRefused] = useState<string | null>(null);
+  const [submitting, setSubmitting] = useState(false);
+  const [previewOpen, setPreviewOpen] = useState(false);
+  const editor = useRef<EditorHandle | null>(null);
+
+  const parsed = useMemo(() => parse(text), [text]);
+  const form = useMemo(() => (parsed.syntax ? null : readForm(parsed.doc)), [parsed]);
+  const sentParameters = useMemo(() => parameterValues(form?.parameters, values), [form?.parameters, values]);
+  const secretNames = useMemo(
+    () => (form?.secrets && typeof form.secrets === "object" ? Object.keys(form.secrets as object) : []),
+    [form?.secrets],
+  );
+
+  const edit: Edit = useCallback(
+    (change: (form: JobForm) => void) => {
+      setText((current) => {
+        const fresh = parse(current);
+        if (fresh.syntax) return current;
+        const next = readForm(fresh.doc);
+        change(next);
+        applyForm(fresh.doc, next);
+        return fresh.doc.toString();
+      });
+    },
+    [setText],
+  );
+
+  /** Show a config: a v1 or draft one converted to v2 (the server's conversion), saying so. */
+  const load = useCallback(
+    async (raw: string, from: string) => {
+      setRefused(null);
+      setLoadError(null);
+      const answer = await client.mutation(ResolveJobMutation, { config: raw, parameters: null, preview: false }).toPromise();
+      const job = answer.data?.resolveJob.job;
+      if (job && job.dialect !== "v2") {
+        setText(job.config);
+        setNote(`${from}: converted from the ${DIALECT_NAMES[job.dialect] ?? job.dialect} to protocol v2.`);
+      } else {
+        setText(raw);
+        const dialect = readForm(parse(raw).doc).dialect;
+        const unconverted = dialect === "draft" || dialect === "v1";
+        setNote(
+          unconverted
+            ? `${from}: a config in the ${DIALECT_NAMES[dialect]}; once its problems are fixed it can be converted (import it again).`
+            : `${from}.`,
+        );
+      }
+      setValues({});
+      setSecretValues({});
+    },
+    [client],
+  );
+
+  // entry addresses: a template, a data item, or another job's config
+  const loadedEntry = useRef<string | null>(null);
+  useEffect(() => {
+    if (!hasEntry || loadedEntry.current === entryKey) return;
+    loadedEntry.current = entryKey;
+    const { template, version, data, clone } = JSON.parse(entryKey) as typeof entry;
+    void (async () => {
+      setLoading(true);
+      try {
+        if (clone) {
+          const answer = await client.query(CloneConfigQuery, { id: clone }, { requestPolicy: "network-only" }).toPromise();
+          if (answer.error) throw new Error(describeProblem(answer.error).message);
+          const job = answer.data?.job;
+          if (!job) throw new Error(`There is no job ${clone} that you may see.`);
+          let config = job.config;
+          const cloned = parse(config);
+          const masked = !cloned.syntax && isScalar(cloned.doc.get("secrets", true));
+          if (masked) {
+            cloned.doc.delete("secrets");
+            config = cloned.doc.toString();
+          }
+          await load(config, `A copy of job ${job.name}${masked ? " (its secrets were masked: add them again)" : ""}`);
+        } else {
+          const id = (template ?? data) as string;
+          const answer = await client.mutation(UseItemMutation, { id, version }).toPromise();
+          if (answer.error) throw new Error(describeProblem(answer.error).message);
+          const used = answer.data?.useMarketplaceItem;
+          if (!used?.config) {
+            const why = used?.errors.map((e) => e.message).join("; ") || "it cannot be used";
+            throw new Error(`The marketplace item cannot be used: ${why}`);
+          }
+          const item = used.item;
+          const what = template ? `Template ${item?.name} ${item?.version}` : `A new job using the data ${item?.name} ${item?.version}`;
+          await load(used.config, what);
+        }
+      } catch (error) {
+        setLoadError(error instanceof Error ? error.message : String(error));
+      } finally {
+        setLoading(false);
+      }
+    })();
+  }, [client, entryKey, hasEntry, load]);
+
+  // the server checks the text (a dry run) shortly after typing pauses; older answers are dropped
+  const asked = useRef(0);
+  const secretsKey = JSON.stringify(secretValues);
+  useEffect(() => {
+    const number = ++asked.current;
+    const timer = setTimeout(async () => {
+      const sent = text;
+      const local = parse(sent);
+      if (local.syntax) {
+        setCheck({ text: sent, errors: [{ path: [], code: "yaml", message: `line ${local.syntax.line}: ${local.syntax.message}` }], warnings: [], job: null });
+        return;
+      }
+      const secrets = JSON.parse(secretsKey) as Record<string, string>;
+      const answer = await client
+        .mutation(ResolveJobMutation, { config: forServer(sent, secrets), parameters: sentParameters, preview: previewOpen })
+        .toPromise();
+      if (number !== asked.current) return;
+      if (answer.error) {
+        setCheck({ text: sent, errors: [{ path: [], code: "request", message: describeProblem(answer.error).message }], warnings: [], job: null });
+        return;
+      }
+      const resolved = answer.data!.resolveJob;
+      setCheck({ text: sent, errors: resolved.errors, warnings: resolved.warnings, job: resolved.job ?? null });
+    }, CHECK_DELAY_MS);
+    return () => clearTimeout(timer);
+  }, [client, text, sentParameters, secretsKey, previewOpen]);
+
+  // the draft: kept a moment after each change, without secrets
+  useEffect(() => {
+    if (loading) return;
+    const untouched = text === EMPTY_JOB && Object.values(values).every((value) => value === "");
+    const timer = setTimeout(
+      () => (untouched ? clearDraft(viewer.id) : saveDraft(viewer.id, { yaml: text, parameters: values }, secretNames)),
+      200,
+    );
+    return () => clearTimeout(timer);
+  }, [viewer.id, text, values, secretNames, loading]);
+
+  const checked = check && check.text === text ? check : null;
+  const checkedParsed = useMemo(() => (check ? parse(check.text) : null), [check]);
+  const errors = useMemo(() => {
+    if (!check || !checkedParsed) return [];
+    if (check.errors.length === 1 && check.errors[0]!.code === "yaml" && checkedParsed.syntax) {
+      const line = checkedParsed.syntax.line;
+      const from = checkedParsed.lines.lineStarts[line - 1] ?? 0;
+      return [{ problem: check.errors[0]!, place: { line, from, to: from, exact: true }, severity: "error" as const }];
+    }
+    return located(checkedParsed, check.errors, "error");
+  }, [check, checkedParsed]);
+  const warnings = useMemo(() => (check && checkedParsed ? located(checkedParsed, check.warnings, "warning") : []), [check, checkedParsed]);
+  const marks: Mark[] = useMemo(
+    () =>
+      [...errors, ...warnings].map(({ problem, place, severity }) => ({
+        from: place.from,
+        to: place.to,
+        severity,
+        message: `${problem.path.join(".") || "(document)"}: ${problem.message}`,
+      })),
+    [errors, warnings],
+  );
+
+  const submit = async () => {
+    setSubmitting(true);
+    setRefused(null);
+    const sent = text;
+    try {
+      const answer = await client
+        .mutation(SubmitJobMutation, { config: forServer(sent, secretValues), parameters: sentParameters })
+        .toPromise();
+      if (answer.error) {
+        setRefused(describeProblem(answer.error).message);
+        return;
+      }
+      const outcome = answer.data!.submitJob;
+      if (outcome.job) {
+        clearDraft(viewer.id);
+        navigate(`/jobs/${encodeURIComponent(outcome.job.id)}`);
+        return;
+      }
+      setRefused(`The server refused the job: ${outcome.errors.length} problem${outcome.errors.length === 1 ? "" : "s"} (listed under the editor).`);
+      setCheck({ text: sent, errors: outcome.errors, warnings: check?.warnings ?? [], job: null });
+    } finally {
+      setSubmitting(false);
+    }
+  };
+
+  const count = errors.length;
+  return (
+    <section className="submit" data-testid="submit-page">
+      <h1>Submit a job</h1>
+      <div className="actions sources">
+        <label className="file">
+          Import a file
+          <input
+            type="file"
+            name="import"
+            accept=".yaml,.yml,.json,application/json,application/yaml,text/yaml"
+            onChange={async (event) => {
+              const file = event.target.files?.[0];
+              event.target.value = "";
+              if (file) await load(await file.text(), `Imported ${file.name}`);
+            }}
+          />
+        </label>
+        <button
+          type="button"
+          onClick={() => {
+            setText(EMPTY_JOB);
+            setValues({});
+            setSecretValues({});
+            setRefused(null);
+            setNote("Started an empty job: add a docker image and task roles.");
+          }}
+        >
+          Start empty
+        </button>
+        <Picker type="JOB_TEMPLATE" label="a template" onPick={(_, item) => navigate(`/submit?template=${encodeURIComponent(item.id)}`)} />
+        <span className="muted">or clone a job from its page.</span>
+      </div>
+      {loading && <p className="muted">Loading…</p>}
+      {loadError && (
+        <p className="error" role="alert">
+          {loadError}
+        </p>
+      )}
+      {note && (
+        <p className="note" data-testid="source-note">
+          {note}
+        </p>
+      )}
+      <div className="submit-grid">
+        <div className="forms">
+          {form?.dialect === "v2" ? (
+            <>
+              <JobFields form={form} edit={edit} />
+              <ParametersForm
+                parameters={form.parameters}
+                secrets={form.secrets}
+                values={values}
+                secretValues={secretValues}
+                onValue={(name, value) => setValues((old) => ({ ...old, [name]: value }))}
+                onSecret={(name, value) => setSecretValues((old) => ({ ...old, [name]: value }))}
+              />
+              <PrerequisitesForm form={form} edit={edit} />
+              <RolesForm form={form} edit={edit} />
+            </>
+          ) : (
+            <p className="note">
+              {form
+                ? `The forms edit protocol v2 jobs; this is ${form.dialect === "unknown" ? "not a job config" : `the ${DIALECT_NAMES[form.dialect]}`}. Import it as a file to convert it, or edit the YAML.`
+                : "The YAML cannot be read (see the problem under the editor): the forms return once it can."}
+            </p>
+          )}
+        </div>
+        <div className="yaml-side">
+          <Editor value={text} onChange={setText} marks={marks} marksFor={check?.text ?? null} handle={editor} />
+          <div className="problems" data-testid="problems" aria-live="polite">
+            {!checked && <p className="muted">Checking…</p>}
+            {checked && count === 0 && <p className="ok">No problems.</p>}
+            {count > 0 && (
+              <ol>
+                {errors.map(({ problem, place }, n) => (
+                  <li key={n} data-line={place.line} data-path={problem.path.join(".")} className="problem">
+                    <button type="button" className="link" onClick={() => editor.current?.reveal(place.from)}>
+                      line {place.line}
+                    </button>{" "}
+                    {problem.path.length > 0 && <code>{problem.path.join(".")}</code>} {problem.message}
+                  </li>
+                ))}
+              </ol>
+            )}
+            {warnings.length > 0 && (
+              <div className="warnings" data-testid="warnings">
+                <h3>Warnings</h3>
+                <ul>
+                  {warnings.map(({ problem, place }, n) => (
+                    <li key={n} data-line={place.line}>
+                      line {place.line} {problem.path.length > 0 && <code>{problem.path.join(".")}</code>} {problem.message}
+                    </li>
+                  ))}
+                </ul>
+              </div>
+            )}
+          </div>
+          <div className="actions">
+            <button type="button" className="primary" disabled={submitting || loading} onClick={submit} data-testid="submit">
+              {count === 0 ? "Submit" : `Submit (${count} problem${count === 1 ? "" : "s"})`}
+            </button>
+            {refused && (
+              <p className="error" role="alert">
+                {refused}
+              </p>
+            )}
+          </div>
+          <Preview job={checked?.job ?? null} open={previewOpen} onToggle={setPreviewOpen} />
+        </div>
+      </div>
+    </section>
+  );
+}
+

@@ -1,0 +1,187 @@
+// The forms' view of a protocol v2 job, read from and written back into the YAML Document.
+// Fields hold the YAML's own values (unknown: a number may be a string someone typed) and are
+// undefined when the YAML does not write them; writing back changes only what differs, so
+// comments, unknown fields and the author's layout survive every form edit.
+import { isMap, isSeq, type Document, type Pair } from "yaml";
+import { sameValue, valueAt, writeIn } from "./yamlDoc";
+
+export type Dialect = "v2" | "draft" | "v1" | "unknown";
+
+/** Role fields the forms edit, and where each lives under the role. */
+export const ROLE_FIELDS = {
+  instances: ["instances"],
+  cpu: ["resourcePerInstance", "cpu"],
+  memoryMB: ["resourcePerInstance", "memoryMB"],
+  gpu: ["resourcePerInstance", "gpu"],
+  ports: ["resourcePerInstance", "ports"],
+  commands: ["commands"],
+  minFailed: ["completion", "minFailedInstances"],
+  minSucceeded: ["completion", "minSucceededInstances"],
+  taskRetryCount: ["taskRetryCount"],
+  dockerImage: ["dockerImage"],
+  data: ["data"],
+  script: ["script"],
+  output: ["output"],
+  prerequisites: ["prerequisites"],
+} as const;
+export type RoleField = keyof typeof ROLE_FIELDS;
+
+export const PREREQUISITE_FIELDS = ["name", "type", "uri", "description"] as const;
+export type PrerequisiteField = (typeof PREREQUISITE_FIELDS)[number];
+export const PREREQUISITE_TYPES = ["dockerimage", "data", "script", "output", "storage"] as const;
+
+/** Job fields the forms edit, and where each lives. */
+export const JOB_FIELDS = {
+  name: ["name"],
+  description: ["description"],
+  virtualCluster: ["defaults", "virtualCluster"],
+  jobRetryCount: ["jobRetryCount"],
+  parameters: ["parameters"],
+  secrets: ["secrets"],
+} as const;
+export type JobField = keyof typeof JOB_FIELDS;
+
+export type RoleForm = {
+  /** The role's name in the YAML it was read from; null for a role the form added. */
+  origin: string | null;
+  name: string;
+} & { [field in RoleField]?: unknown };
+
+export type PrerequisiteForm = {
+  /** Its index in the YAML's `prerequisites`; null for one the form added. */
+  origin: number | null;
+} & { [field in PrerequisiteField]?: unknown };
+
+export type JobForm = {
+  dialect: Dialect;
+  /** undefined when the YAML has no `prerequisites` list (or something else there). */
+  prerequisites: PrerequisiteForm[] | undefined;
+  roles: RoleForm[];
+} & { [field in JobField]?: unknown };
+
+export function dialectOf(doc: Document): Dialect {
+  const top = doc.contents;
+  if (!isMap(top)) return "unknown";
+  if (top.has("tasks") || top.has("protocol_version") || top.has("job")) return "draft";
+  if (top.has("jobName") || isSeq(top.get("taskRoles", true))) return "v1";
+  if (top.has("protocolVersion") || isMap(top.get("taskRoles", true))) return "v2";
+  return "unknown";
+}
+
+function roleNames(doc: Document): string[] {
+  const roles = doc.get("taskRoles", true);
+  if (!isMap(roles)) return [];
+  return roles.items.map((pair) => String((pair.key as { value?: unknown })?.value ?? pair.key));
+}
+
+export function readForm(doc: Document): JobForm {
+  const dialect = dialectOf(doc);
+  const form: JobForm = { dialect, prerequisites: undefined, roles: [] };
+  if (dialect !== "v2") return form;
+  for (const [field, path] of Object.entries(JOB_FIELDS)) form[field as JobField] = valueAt(doc, path);
+  const prerequisites = doc.get("prerequisites", true);
+  if (isSeq(prerequisites)) {
+    form.prerequisites = prerequisites.items.map((_, index) => {
+      const item: PrerequisiteForm = { origin: index };
+      for (const field of PREREQUISITE_FIELDS) item[field] = valueAt(doc, ["prerequisites", index, field]);
+      return item;
+    });
+  }
+  form.roles = roleNames(doc).map((name) => {
+    const role: RoleForm = { origin: name, name };
+    for (const [field, path] of Object.entries(ROLE_FIELDS)) {
+      role[field as RoleField] = valueAt(doc, ["taskRoles", name, ...path]);
+    }
+    return role;
+  });
+  return form;
+}
+
+/** Write the form into the Document: only what differs from what the Document says. */
+export function applyForm(doc: Document, form: JobForm): void {
+  if (form.dialect !== "v2" || dialectOf(doc) !== "v2") return;
+  for (const [field, path] of Object.entries(JOB_FIELDS)) writeIn(doc, path, form[field as JobField]);
+  applyPrerequisites(doc, form.prerequisites);
+  applyRoles(doc, form.roles);
+}
+
+function applyPrerequisites(doc: Document, prerequisites: PrerequisiteForm[] | undefined): void {
+  const seq = doc.get("prerequisites", true);
+  if (prerequisites === undefined) {
+    if (isSeq(seq)) doc.delete("prerequisites");
+    return;
+  }
+  if (!isSeq(seq)) {
+    writeIn(doc, ["prerequisites"], []);
+  }
+  const list = doc.get("prerequisites", true);
+  if (!isSeq(list)) return;
+  const kept = list.items;
+  const unchanged =
+    prerequisites.length === kept.length && prerequisites.every((item, index) => item.origin === index);
+  if (!unchanged) {
+    list.items = prerequisites.map((item) => (item.origin !== null && kept[item.origin] ? kept[item.origin] : doc.createNode({})));
+    if (list.items.length > 0) list.flow = false;
+  }
+  prerequisites.forEach((item, index) => {
+    for (const field of PREREQUISITE_FIELDS) writeIn(doc, ["prerequisites", index, field], item[field]);
+  });
+}
+
+function applyRoles(doc: Document, roles: RoleForm[]): void {
+  let map = doc.get("taskRoles", true);
+  if (!isMap(map)) {
+    if (roles.length === 0) return;
+    writeIn(doc, ["taskRoles"], {});
+    map = doc.get("taskRoles", true);
+    if (!isMap(map)) return;
+  }
+  const pairs = new Map<string, Pair>();
+  for (const pair of map.items) pairs.set(String((pair.key as { value?: unknown })?.value ?? pair.key), pair);
+  const order = roles.map((role) => role.origin);
+  const unchanged = order.length === pairs.size && order.every((origin, index) => origin === [...pairs.keys()][index]);
+  if (!unchanged || roles.some((role) => role.origin !== role.name)) {
+    map.items = roles.map((role) => {
+      const pair = role.origin !== null ? pairs.get(role.origin) : undefined;
+      if (pair) {
+        if (role.origin !== role.name) pair.key = doc.createNode(role.name);
+        return pair;
+      }
+      return doc.createPair(role.name, {});
+    });
+    if (map.items.length > 0) map.flow = false;
+  }
+  for (const role of roles) {
+    for (const [field, path] of Object.entries(ROLE_FIELDS)) {
+      const value = role[field as RoleField];
+      const where = ["taskRoles", role.name, ...path];
+      if (!sameValue(valueAt(doc, where), value)) writeIn(doc, where, value);
+    }
+  }
+}
+
+/** A role the "Add task role" button makes: one instance of the job's first docker image. */
+export function newRole(form: JobForm): RoleForm {
+  const taken = new Set(form.roles.map((role) => role.name));
+  let n = form.roles.length + 1;
+  while (taken.has(`taskrole${n}`)) n += 1;
+  const image = (form.prerequisites ?? []).find((p) => p.type === "dockerimage")?.name;
+  return {
+    origin: null,
+    name: form.roles.length === 0 && !taken.has("taskrole") ? "taskrole" : `taskrole${n}`,
+    instances: 1,
+    dockerImage: typeof image === "string" ? image : undefined,
+    cpu: 1,
+    memoryMB: 256,
+    gpu: 0,
+    commands: [],
+  };
+}
+
+/** The job a "Start empty" gives: valid but for its missing task role. */
+export const EMPTY_JOB = `protocolVersion: 2
+name: new-job
+type: job
+prerequisites: []
+taskRoles: {}
+`;

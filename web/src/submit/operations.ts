@@ -1,0 +1,116 @@
+// The GraphQL operations of the Submit page.
+import { graphql } from "../gql";
+
+export const ResolveJobMutation = graphql(`
+  mutation SubmitPageResolve($config: String!, $parameters: JSON, $preview: Boolean!) {
+    resolveJob(input: { config: $config, parameters: $parameters }) {
+      errors {
+        path
+        code
+        message
+      }
+      warnings {
+        path
+        code
+        message
+      }
+      job {
+        name
+        dialect
+        virtualCluster
+        config
+        taskRoles @include(if: $preview) {
+          name
+          instanceCount
+          instances {
+            index
+            hostIp
+            ports {
+              label
+              ports
+            }
+            environment {
+              name
+              value
+            }
+          }
+        }
+      }
+    }
+  }
+`);
+
+export const SubmitJobMutation = graphql(`
+  mutation SubmitPageSubmit($config: String!, $parameters: JSON) {
+    submitJob(input: { config: $config, parameters: $parameters }) {
+      job {
+        id
+        name
+      }
+      errors {
+        path
+        code
+        message
+      }
+    }
+  }
+`);
+
+export const UseItemMutation = graphql(`
+  mutation SubmitPageUseItem($id: ID!, $version: String) {
+    useMarketplaceItem(input: { id: $id, version: $version, submit: false }) {
+      config
+      item {
+        id
+        name
+        version
+        type
+        parameters
+        templateVariables
+      }
+      errors {
+        path
+        code
+        message
+      }
+    }
+  }
+`);
+
+export const PickerItemsQuery = graphql(`
+  query SubmitPagePickerItems($filter: MarketplaceItemFilter) {
+    marketplaceItems(first: 20, filter: $filter) {
+      edges {
+        node {
+          id
+          name
+          version
+          type
+          summary
+          description
+          content
+          owner {
+            name
+          }
+          prerequisites {
+            name
+            type
+            uri
+            description
+          }
+          templateVariables
+        }
+      }
+    }
+  }
+`);
+
+export const CloneConfigQuery = graphql(`
+  query SubmitPageClone($id: ID!) {
+    job(id: $id) {
+      id
+      name
+      config
+    }
+  }
+`);
