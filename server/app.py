@@ -25,7 +25,7 @@ from server.api.context import Runtime, RuntimeSlot
 from server.api.endpoint import GraphQLEndpoint
 from server.api.exec_socket import ExecEndpoint
 from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSubscriptions
-from server.api.schema import schema
+from server.api.schema import executor_setting, schema_for
 from server.events import bus_for
 from server.exec_frames import PATH as EXEC_PATH
 from server.store import database_url, open_store
@@ -154,6 +154,7 @@ def create_app(
     max_body: int = MAX_BODY_BYTES,
     max_subscriptions_per_user: int = MAX_SUBSCRIPTIONS_PER_USER,
     on_stop: Callable[[Store], None] | None = None,
+    executor: str | None = None,
 ) -> Starlette:
     """The app serving /graphql (GraphiQL in a browser), /exec (commands in running instances,
     server.api.exec_socket), /healthz (liveness), /health (readiness, with the reason when not
@@ -169,8 +170,10 @@ def create_app(
     `max_body` bounds a request body and a websocket message; `max_subscriptions_per_user`
     the operations one user runs at once over all their websockets. `on_stop` is called with
     the store when the server stops, before anything is closed (`paigraph serve` says there
-    what keeps running).
+    what keeps running). `executor` is `fast` or `standard` (else $PAIGRAPH_EXECUTOR, else
+    `fast`; see server.api.schema): ValueError for anything else.
     """
+    schema = schema_for(executor_setting(executor))
     slot = RuntimeSlot()
     loopback = is_loopback(host)
     subscriptions = UserSubscriptions(max_subscriptions_per_user)

@@ -315,14 +315,29 @@ def serve(
             help="kubernetes: the kubeconfig file (default: in-cluster, else ~/.kube/config).",
         ),
     ] = None,
+    executor: Annotated[
+        str,
+        typer.Option(
+            envvar="PAIGRAPH_EXECUTOR",
+            help="The GraphQL executor: fast (completes plain fields in place) or standard "
+            "(graphql-core's own; the same answers, slower on large pages).",
+        ),
+    ] = "fast",
 ) -> None:
     """Run the GraphQL service (GraphiQL in the browser at /graphql).
 
     On a loopback host with no user in the database, requests act as the local admin; once
     `paigraph users add` made a user, every request needs a token.
     """
+    from server.api.schema import executor_setting
     from server.app import BACKENDS, BackendUnavailable, create_app, make_backend
     from server.serving import AnnouncingServer, CannotListen, listening_socket, server_config
+
+    try:
+        executor = executor_setting(executor)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
 
     try:
         sock = listening_socket(host, port, "--port or PAIGRAPH_PORT")
@@ -341,6 +356,7 @@ def serve(
             host=host,
             backend=chosen,
             on_stop=lambda store: _say_what_keeps_running(store, backend),
+            executor=executor,
         )
         config = server_config(app, host=host, port=port, log_level="info")
 
@@ -446,9 +462,9 @@ register_market_commands(app, _parse_params, _open_store)
 @app.command()
 def schema() -> None:
     """Print the GraphQL schema (SDL); schema.graphql in the repository is this output."""
-    from server.api.schema import schema as graphql_schema
+    from server.api.schema import STANDARD, schema_for
 
-    typer.echo(graphql_schema.as_str())
+    typer.echo(schema_for(STANDARD).as_str())
 
 
 if __name__ == "__main__":

@@ -185,9 +185,9 @@ def every_field(type_name: str, depth: int = 6) -> str:
     (fields that need arguments are left out): what "everything a client can read" is."""
     from graphql import GraphQLObjectType, get_named_type, is_leaf_type, is_non_null_type
 
-    from server.api.schema import schema
+    from server.api.schema import current_schema
 
-    graphql_schema = schema._schema
+    graphql_schema = current_schema()._schema
 
     def select(named: GraphQLObjectType, left: int) -> str:
         parts = []

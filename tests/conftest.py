@@ -62,3 +62,10 @@ def owner() -> Iterator[str]:
     name = f"test-{uuid.uuid4().hex[:8]}"
     yield name
     remove_leftovers(name)
+
+
+def pytest_report_header() -> str:
+    """Which GraphQL executor the API tests run under (scripts/test runs them under both)."""
+    from server.api.schema import executor_setting
+
+    return f"GraphQL executor: {executor_setting()} (PAIGRAPH_EXECUTOR)"

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import strawberry
 
-from server.api.execution import FastExecutionContext, shared_value
+from server.api.execution import FastExecutionContext
+from server.api.shared_values import shared_value
 
 
 @strawberry.enum
@@ -105,6 +106,27 @@ class Query:
     async def async_items(self, kind: str) -> list[Item]:
         await asyncio.sleep(0)
         return ITEMS[kind]
+
+
+class Unreadable:
+    """An Item whose `nickname` raises when read (as a property that fails would)."""
+
+    name, count, color, leaves, maybe_leaves = "u", 1, Color.GREEN, [], None
+
+    @property
+    def nickname(self) -> str:
+        raise RuntimeError("nickname unreadable")
+
+
+@strawberry.type
+class UnreadableQuery(Query):
+    @strawberry.field
+    def unreadable(self) -> Item | None:
+        return Unreadable()  # type: ignore[return-value]
+
+    @strawberry.field
+    def unreadables(self) -> list[Item | None]:
+        return [item("x"), Unreadable()]  # type: ignore[list-item]
 
 
 default_schema = strawberry.Schema(query=Query)
@@ -332,3 +354,27 @@ def test_a_long_subscription_does_not_grow(query: str) -> None:
         return end - start
 
     assert asyncio.run(growth()) < 256 * 1024
+
+
+def test_an_attribute_that_raises_is_that_field_s_error_not_its_parent_s() -> None:
+    """Read in place, the error once escaped to the parent: the parent was nulled and the
+    error carried its path. It belongs to the field, which alone is null."""
+    fast = strawberry.Schema(query=UnreadableQuery, execution_context_class=FastExecutionContext)
+    standard = strawberry.Schema(query=UnreadableQuery)
+    query = "{ unreadable { name nickname } unreadables { name nickname } }"
+    answers = []
+    for schema in (fast, standard):
+        result = asyncio.run(schema.execute(query))
+        errors = sorted((e.message, tuple(e.path or ())) for e in result.errors or [])
+        answers.append({"data": result.data, "errors": errors})
+    assert answers[0] == answers[1]
+    assert answers[0] == {
+        "data": {
+            "unreadable": {"name": "u", "nickname": None},
+            "unreadables": [{"name": "x", "nickname": None}, {"name": "u", "nickname": None}],
+        },
+        "errors": [
+            ("nickname unreadable", ("unreadable", "nickname")),
+            ("nickname unreadable", ("unreadables", 1, "nickname")),
+        ],
+    }

@@ -114,3 +114,54 @@ async def test_every_subscriber_gets_every_event_and_a_change_is_read_once(
         assert seen[-1][1] == "SUCCEEDED"
     log_reads = [s for s in log.statements if "FROM job_events" in s]
     assert 1 <= len(log_reads) < SUBSCRIBERS  # per change one read, not one per subscriber
+
+
+async def test_subscribers_of_one_document_with_different_variables_get_their_own_shape(
+    db_url: str, store: Store
+) -> None:
+    # One document, so one parsed query shared by both; `withText` decides whether the
+    # fragment's fields are collected. A shared completion keyed by the field's nodes alone
+    # gave one subscriber the other's shape.
+    document = """
+    subscription S($id: ID!, $after: String, $withText: Boolean!) {
+      jobEvents(jobId: $id, after: $after) {
+        sequence ... @include(if: $withText) { type message }
+      }
+    }
+    """
+    ann, token = store.create_user("ann")
+    job, machine = submit(store, ann.id, "watched", T0)
+    place_and_start(store, job.id, machine, T0 + timedelta(seconds=5))
+    stored = store.get_job(job.id)
+    assert stored is not None
+    after = event_cursor(stored.last_sequence)
+    app = create_app(db_url=db_url, backend=None)
+    received: dict[bool, list[dict[str, object]]] = {True: [], False: []}
+
+    async def follow(ws: websockets.ClientConnection, with_text: bool) -> None:
+        variables = {"id": global_id("Job", job.id), "after": after, "withText": with_text}
+        async for item in subscription(ws, document, variables):
+            received[with_text].append(item["jobEvents"])
+
+    async with live_server(app) as url, AsyncExitStack() as stack:
+        sockets = [
+            await stack.enter_async_context(ws_connection(url, {"token": token})) for _ in "ab"
+        ]
+        tasks = [
+            asyncio.create_task(follow(ws, with_text))
+            for ws, with_text in zip(sockets, (True, False), strict=True)
+        ]
+        bus = runtime(app).bus
+        await until(lambda: getattr(bus, "local", bus).subscriber_count == 2)
+        last = await asyncio.to_thread(end_next_instance, store, machine, T0 + timedelta(minutes=1))
+        await bus.publish(JobNotice(job_id=job.id, sequence=last, state=machine.state.value))
+        await until(
+            lambda: all(seen and seen[-1]["sequence"] == last for seen in received.values())
+        )
+        for task in tasks:
+            task.cancel()
+
+    assert received[True] and len(received[True]) == len(received[False])
+    for with_text, without in zip(received[True], received[False], strict=True):
+        assert set(with_text) == {"sequence", "type", "message"} and with_text["type"]
+        assert without == {"sequence": with_text["sequence"]}

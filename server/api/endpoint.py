@@ -19,11 +19,13 @@ import logging
 from typing import Any
 
 import orjson
+from cross_web import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
+from strawberry.schema.exceptions import InvalidOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
@@ -32,6 +34,9 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     ConnectionInitMessage,
     SubscribeMessage,
 )
+from strawberry.types import ExecutionResult
+from strawberry.types.graphql import OperationType
+from strawberry.types.unset import UNSET
 
 from server.api.auth import bearer_token, token_from_params
 from server.api.context import Context, RuntimeSlot
@@ -51,6 +56,10 @@ log = logging.getLogger(__name__)
 USER_KEY = "paigraph.user"
 UNAUTHORIZED_CLOSE = 4401
 TOO_LARGE_CLOSE = 4413  # a websocket message over the body limit (HTTP's 413, as 4401 is 401)
+SUBSCRIPTION_OVER_HTTP = (
+    "a subscription cannot be sent over HTTP: open a websocket to /graphql with the "
+    "graphql-transport-ws protocol and subscribe there"
+)
 
 
 class _TooLarge(Exception):
@@ -154,6 +163,28 @@ class GraphQLView(GraphQL[Context, None]):
             schema, subscription_protocols=[GRAPHQL_TRANSPORT_WS_PROTOCOL], graphql_ide=None
         )
         self.slot = slot
+
+    async def execute_single(self, *args: Any, **kwargs: Any) -> ExecutionResult:
+        """strawberry's, with a subscription sent over HTTP refused saying where it goes."""
+        try:
+            return await super().execute_single(*args, **kwargs)
+        except HTTPException as exc:
+            cause = exc.__cause__
+            if (
+                isinstance(cause, InvalidOperationTypeError)
+                and cause.operation_type is OperationType.SUBSCRIPTION
+            ):
+                raise HTTPException(400, SUBSCRIPTION_OVER_HTTP) from cause
+            raise
+
+    async def run(self, request: Any, context: Any = UNSET, root_value: Any = UNSET) -> Any:
+        """strawberry's, with its refusals of an HTTP request (strawberry answers them as
+        plain text) in GraphQL's error shape, as every other refusal here is."""
+        try:
+            return await super().run(request, context, root_value)
+        except HTTPException as exc:
+            code = "METHOD_NOT_ALLOWED" if exc.status_code == 405 else "BAD_REQUEST"
+            return error_response(exc.status_code, exc.reason, code)
 
     def encode_json(self, data: object) -> str:
         """orjson: a page of jobs encodes in a tenth of the time. Text, not bytes, because

@@ -16,9 +16,14 @@ A subscription event that is a shared value (`shared_value`) is completed once f
 who follows it with the same query, without a per-event copy of the executor.
 
 Anything out of the ordinary (a null where none is allowed, a value the scalar refuses, an
-awaitable or an exception as a value, a type that checks its values, an abstract type,
-`@defer` / `@stream`, middleware) takes graphql-core's own path, which then produces the very
-same data and errors as without this class. Plans live as long as one execution.
+awaitable or an exception as a value, an attribute that raises when read, a type that checks
+its values, an abstract type, `@defer` / `@stream`, middleware) takes graphql-core's own path,
+which then produces the very same data and errors as without this class. Plans live as long
+as one execution.
+
+graphql-core's own executor stays available beside this one (`PAIGRAPH_EXECUTOR=standard`,
+see server.api.schema); the API tests run under both, and tests/test_api_differential.py
+compares them on random queries.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from graphql import (
     ExecutionResult,
@@ -59,10 +64,11 @@ from graphql.pyutils import AwaitableOrValue, Path, Undefined, gather_with_cance
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.types.field import StrawberryField
 
+from server.api.shared_values import SHARED_VALUE
+
 STRAWBERRY_FIELD = "strawberry-definition"
 _SLOW = object()  # "not completed here: take graphql-core's path"
 _LISTS = (list, tuple)
-T = TypeVar("T")
 
 
 def _coerce(leaf: GraphQLLeafType, value: Any) -> Any:
@@ -294,21 +300,9 @@ def origin_class(object_type: GraphQLObjectType) -> type | None:
     return origin if isinstance(origin, type) else None
 
 
-SHARED_VALUE = "__paigraph_shared_value__"
-
-
-def shared_value(cls: type[T]) -> type[T]:
-    """Mark a GraphQL object type whose values are never changed once made. Completing such
-    a value with a selection of attribute fields is then a function of the value and the
-    selection alone, and is done once: an event fanned out to a thousand subscribers of the
-    same query (one value, one parsed document) is turned into its result once, not a
-    thousand times."""
-    setattr(cls, SHARED_VALUE, True)
-    return cls
-
-
 class _Completions:
-    """Results of completing shared values, by (value, field nodes); the newest kept."""
+    """Results of completing shared values, by (value, the field nodes collected from the
+    selection); the newest kept."""
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
@@ -466,7 +460,10 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         try:
             for response_name, details, read in self._plan(parent_type, grouped_field_set):
                 if type(read) is LeafRead:
-                    result = read.complete(source_value)
+                    try:
+                        result = read.complete(source_value)
+                    except Exception:  # graphql-core's path reads again, erring at the field
+                        result = _SLOW
                     if result is not _SLOW:
                         results[response_name] = result
                         continue
@@ -505,7 +502,10 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
     ) -> Any:
         """The field's list completed in place; errors handled as graphql-core handles them
         for a field (a null here, or raised on to the parent when the field is non-null)."""
-        value = read.read(source, read.attribute)
+        try:
+            value = read.read(source, read.attribute)
+        except Exception:  # graphql-core's path reads again and reports it at this field
+            return _SLOW
         if type(value) not in _LISTS:
             return _SLOW
         try:
@@ -561,12 +561,17 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         plan = self._plan(object_type, fields)
         if not all(type(read) is LeafRead for _, _, read in plan):
             return _SLOW
-        nodes = tuple(d.node for d in details)
+        # Keyed by the field nodes actually collected, not the field's own: one document with
+        # `@include(if: $v)` on a fragment collects different fields for different variables.
+        nodes = tuple(d.node for _, collected, _ in plan for d in collected)
         done = _COMPLETIONS.get(value, nodes)
         if done is None:
             done = {}
             for response_name, _, read in plan:
-                completed = read.complete(value)  # type: ignore[union-attr]
+                try:
+                    completed = read.complete(value)  # type: ignore[union-attr]
+                except Exception:  # the general way reports it at the field that raised
+                    return _SLOW
                 if completed is _SLOW:
                     return _SLOW
                 done[response_name] = completed

@@ -9,7 +9,7 @@ loaders batch but do not cache (a subscription must see new rows).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from typing import TypeVar
 
 from sqlalchemy import select
@@ -53,6 +53,20 @@ def memberships(store: Store, user_ids: Iterable[int]) -> dict[int, list[str]]:
     return result
 
 
+class SharedLoader(DataLoader[K, V]):
+    """A DataLoader whose futures, shared by every field that asks for the same key, cannot
+    be cancelled by one of them. graphql-core cancels the rest of an object's fields when
+    one fails; a field cancelled while awaiting a loader's future cancelled the future
+    itself, and another object's field awaiting the same key got a CancelledError that
+    escaped the execution as an HTTP 500. Each caller now awaits its own shield."""
+
+    def load(self, key: K) -> Awaitable[V]:
+        future = super().load(key)
+        if isinstance(future, asyncio.Future) and not future.done():
+            return asyncio.shield(future)
+        return future
+
+
 def ready(loader: DataLoader[K, V], key: K) -> tuple[bool, V | None]:
     """(True, value) when the loader already holds `key`'s value (read earlier in this request,
     or primed by a resolver that read ahead); (False, None) when it would have to load it."""
@@ -64,16 +78,18 @@ def ready(loader: DataLoader[K, V], key: K) -> tuple[bool, V | None]:
 
 def _loader(
     fetch: Callable[[list[K]], Mapping[K, V]], default: V | None, *, cache: bool
-) -> DataLoader[K, V | None]:
+) -> SharedLoader[K, V | None]:
     async def load(keys: list[K]) -> list[V | None]:
         found = await asyncio.to_thread(fetch, keys)
         return [found.get(key, default) for key in keys]
 
-    return DataLoader(load_fn=load, cache=cache)
+    return SharedLoader(load_fn=load, cache=cache)
 
 
 class Loaders:
     def __init__(self, store: Store, *, cache: bool = True) -> None:
+        self.store = store
+        self.cache = cache
         self.job: DataLoader[str, Job | None] = _loader(store.jobs_by_ids, None, cache=cache)
         self.spec: DataLoader[str, JobSpec | None] = _loader(store.job_specs, None, cache=cache)
         self.config: DataLoader[str, str | None] = _loader(
@@ -86,3 +102,7 @@ class Loaders:
         self.memberships: DataLoader[int, list[str] | None] = _loader(
             lambda ids: memberships(store, ids), [], cache=cache
         )
+
+    def fresh(self) -> Loaders:
+        """New loaders on the same store, with nothing read yet (each mutation field's)."""
+        return Loaders(self.store, cache=self.cache)

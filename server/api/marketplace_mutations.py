@@ -15,6 +15,7 @@ from strawberry.scalars import JSON
 from server.api.context import Info
 from server.api.ids import BadId, expect_global_id
 from server.api.marketplace_types import MarketplaceItem
+from server.api.mutation_field import mutation
 from server.api.mutations import Mutation as JobMutation
 from server.api.types import Job, UserError, json_object
 from server.marketplace.items import API_TYPE, Problem, item_key
@@ -174,7 +175,7 @@ def _fields(given: PublishMarketplaceItemInput | UpdateMarketplaceItemInput) -> 
 
 @strawberry.type
 class Mutation(JobMutation):
-    @strawberry.mutation(description="Publish a job template or a component (or a new version).")
+    @mutation(description="Publish a job template or a component (or a new version).")
     async def publish_marketplace_item(
         self, info: Info, input: PublishMarketplaceItemInput
     ) -> PublishMarketplaceItemPayload:
@@ -212,7 +213,7 @@ class Mutation(JobMutation):
             item=item, outcome=result, errors=_errors(outcome.errors)
         )
 
-    @strawberry.mutation(description="Change an item or publish a new version; owner or admin.")
+    @mutation(description="Change an item or publish a new version; owner or admin.")
     async def update_marketplace_item(
         self, info: Info, input: UpdateMarketplaceItemInput
     ) -> UpdateMarketplaceItemPayload:
@@ -225,7 +226,7 @@ class Mutation(JobMutation):
         )
         return UpdateMarketplaceItemPayload(item=_item(outcome), errors=_errors(outcome.errors))
 
-    @strawberry.mutation(description="Delete an item with all its versions; owner or admin.")
+    @mutation(description="Delete an item with all its versions; owner or admin.")
     async def delete_marketplace_item(
         self, info: Info, input: DeleteMarketplaceItemInput
     ) -> DeleteMarketplaceItemPayload:
@@ -237,7 +238,7 @@ class Mutation(JobMutation):
         item = _item(outcome) if not outcome.errors else None
         return DeleteMarketplaceItemPayload(item=item, errors=_errors(outcome.errors))
 
-    @strawberry.mutation(description="Star (or with star: false, unstar) an item.")
+    @mutation(description="Star (or with star: false, unstar) an item.")
     async def star_marketplace_item(
         self, info: Info, input: StarMarketplaceItemInput
     ) -> StarMarketplaceItemPayload:
@@ -248,7 +249,7 @@ class Mutation(JobMutation):
         outcome = await asyncio.to_thread(service.star, info.context.viewer, key, input.star)
         return StarMarketplaceItemPayload(item=_item(outcome), errors=_errors(outcome.errors))
 
-    @strawberry.mutation(
+    @mutation(
         description="A job config ready to submit: a template with its parameters, or an empty "
         "job that uses a component; with `submit`, the job is submitted too."
     )

@@ -17,7 +17,7 @@ from strawberry.dataloader import DataLoader
 from strawberry.scalars import JSON
 
 from server.api.context import Info
-from server.api.loaders import Loaders
+from server.api.loaders import Loaders, SharedLoader
 from server.api.types import Node, PageInfo, Prerequisite, TaskRole, User, owner_of
 from server.marketplace.items import ItemDocument, Problems, api_id, item_key, read_item
 from server.marketplace.lookup import ItemKind
@@ -65,9 +65,9 @@ class MarketplaceLoaders:
             found = await asyncio.to_thread(store.starred_keys, viewer_id, keys)
             return [key in found for key in keys]
 
-        self.item: DataLoader[str, StoredItem | None] = DataLoader(load_fn=items)
-        self.versions: DataLoader[str, list[ItemVersion]] = DataLoader(load_fn=versions)
-        self.starred: DataLoader[str, bool] = DataLoader(load_fn=starred)
+        self.item: DataLoader[str, StoredItem | None] = SharedLoader(load_fn=items)
+        self.versions: DataLoader[str, list[ItemVersion]] = SharedLoader(load_fn=versions)
+        self.starred: DataLoader[str, bool] = SharedLoader(load_fn=starred)
 
     async def reader(self) -> Reader:
         """The viewer as a reader of the marketplace (groups read once per request)."""
@@ -75,7 +75,7 @@ class MarketplaceLoaders:
             self._reader = asyncio.ensure_future(
                 asyncio.to_thread(self.store.reader_for, self.viewer_id, admin=self.viewer_admin)
             )
-        return await self._reader
+        return await asyncio.shield(self._reader)  # shared: one caller cancelled is not all
 
     async def visible(self, key: str, version: str | None = None) -> MarketplaceItem | None:
         """The item (at `version`, else its latest) when the viewer may see it."""

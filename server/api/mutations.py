@@ -13,6 +13,7 @@ from strawberry.scalars import JSON
 
 from server.api.context import Info
 from server.api.ids import BadId, expect_global_id
+from server.api.mutation_field import mutation
 from server.api.resolved import ResolvedJob, resolved_job
 from server.api.types import Job, UserError, json_object
 from server.marketplace.service import MarketplaceService
@@ -67,7 +68,7 @@ class StopJobPayload:
 
 @strawberry.type
 class Mutation:
-    @strawberry.mutation(description="Dry run: validate and resolve a job without running it.")
+    @mutation(description="Dry run: validate and resolve a job without running it.")
     async def resolve_job(self, info: Info, input: ResolveJobInput) -> ResolveJobPayload:
         parameters = json_object(input.parameters, "parameters")
         if isinstance(parameters, UserError):
@@ -92,7 +93,7 @@ class Mutation:
             warnings += more
         return ResolveJobPayload(job=job, errors=errors, warnings=warnings)
 
-    @strawberry.mutation(description="Submit a job to run; errors say what to fix.")
+    @mutation(description="Submit a job to run; errors say what to fix.")
     async def submit_job(self, info: Info, input: SubmitJobInput) -> SubmitJobPayload:
         parameters = json_object(input.parameters, "parameters")
         if isinstance(parameters, UserError):
@@ -109,7 +110,7 @@ class Mutation:
             warnings=[UserError.from_problem(p) for p in outcome.warnings],
         )
 
-    @strawberry.mutation(description="Stop a job; only its owner or an admin may.")
+    @mutation(description="Stop a job; only its owner or an admin may.")
     async def stop_job(self, info: Info, input: StopJobInput) -> StopJobPayload:
         try:
             job_id = expect_global_id(input.id, "Job")

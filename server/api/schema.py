@@ -1,14 +1,31 @@
-"""The GraphQL schema, assembled from its parts. Field names follow the contract in DESIGN.md
-("GraphQL contract"); `schema.graphql` at the repository root is `schema.as_str()`."""
+"""The GraphQL schema, assembled from its parts, for the executor the server is set to use.
+
+Field names follow the contract in DESIGN.md ("GraphQL contract"); `schema.graphql` at the
+repository root is `schema_for(...).as_str()`, the same for either executor.
+
+Executors (`PAIGRAPH_EXECUTOR`, or `paigraph serve --executor`):
+
+- `fast` (the default): `server.api.execution.FastExecutionContext`, which completes plain
+  fields in place and overrides graphql-core internals (the supported graphql-core range is
+  pinned in pyproject.toml);
+- `standard`: graphql-core's own executor as strawberry runs it: slower on large pages and
+  subscription fan-out, and independent of those internals. The answers are the same (the
+  API tests run under both, and tests/test_api_differential.py compares them).
+"""
 
 from __future__ import annotations
 
+import functools
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import strawberry
 from graphql import GraphQLError
-from strawberry.types import ExecutionContext
+from strawberry.types import ExecutionContext, ExecutionResult
+from strawberry.types.graphql import OperationType
 
 from server.api.errors import should_mask
-from server.api.execution import FastExecutionContext
 from server.api.limits import schema_extensions
 from server.api.marketplace_mutations import Mutation  # the job mutations and the marketplace's
 from server.api.marketplace_queries import Query  # the job queries and the marketplace's
@@ -16,8 +33,29 @@ from server.api.marketplace_types import MarketplaceItem
 from server.api.subscriptions import Subscription
 from server.api.types import Job, User
 
+EXECUTOR_ENV = "PAIGRAPH_EXECUTOR"
+FAST, STANDARD = "fast", "standard"
+EXECUTORS = (FAST, STANDARD)
+
 
 class Schema(strawberry.Schema):
+    async def execute(
+        self,
+        query: str | None,
+        *args: Any,
+        allowed_operation_types: Iterable[OperationType] | None = None,
+        **kwargs: Any,
+    ) -> ExecutionResult:
+        """A single result (an HTTP request): never a subscription, which strawberry would
+        run into a masked "Unexpected error."; asked for one, it raises
+        InvalidOperationTypeError, which the endpoint answers with 400 (server.api.endpoint).
+        Subscriptions are served over the websocket (`subscribe`)."""
+        if allowed_operation_types is None:
+            allowed = {OperationType.QUERY, OperationType.MUTATION}
+        else:
+            allowed = set(allowed_operation_types) - {OperationType.SUBSCRIPTION}
+        return await super().execute(query, *args, allowed_operation_types=allowed, **kwargs)
+
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
     ) -> None:
@@ -25,11 +63,42 @@ class Schema(strawberry.Schema):
         super().process_errors([e for e in errors if should_mask(e)], execution_context)
 
 
-schema = Schema(
-    query=Query,
-    mutation=Mutation,
-    subscription=Subscription,
-    types=[Job, User, MarketplaceItem],
-    extensions=schema_extensions(),
-    execution_context_class=FastExecutionContext,
-)
+def executor_setting(value: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The executor to use: `value`, else $PAIGRAPH_EXECUTOR, else `fast`. ValueError,
+    naming the setting and the values it takes, for anything else."""
+    if value is None:
+        value = (os.environ if environ is None else environ).get(EXECUTOR_ENV, "")
+    chosen = value.strip().lower() or FAST
+    if chosen not in EXECUTORS:
+        raise ValueError(
+            f"{EXECUTOR_ENV} (or --executor) must be one of {', '.join(EXECUTORS)}, got {value!r}"
+        )
+    return chosen
+
+
+def schema_for(executor: str = FAST) -> Schema:
+    """The schema served with `executor` (see `executor_setting`); built once per process."""
+    return _built(executor_setting(executor))
+
+
+@functools.cache
+def _built(executor: str) -> Schema:
+    """The fast executor's module is imported only when it is asked for."""
+    execution_context_class = None
+    if executor == FAST:
+        from server.api.execution import FastExecutionContext
+
+        execution_context_class = FastExecutionContext
+    return Schema(
+        query=Query,
+        mutation=Mutation,
+        subscription=Subscription,
+        types=[Job, User, MarketplaceItem],
+        extensions=schema_extensions(),
+        execution_context_class=execution_context_class,
+    )
+
+
+def current_schema() -> Schema:
+    """The schema for the executor the environment chooses (`PAIGRAPH_EXECUTOR`)."""
+    return schema_for(executor_setting())

@@ -16,11 +16,11 @@ import strawberry
 
 from server.api.context import Info
 from server.api.errors import ApiError
-from server.api.execution import shared_value
 from server.api.ids import BadId, cursor, global_id, parse_cursor
 from server.api.limits import page_size
 from server.api.loaders import ready
 from server.api.lookahead import selected_below
+from server.api.shared_values import shared_value
 from server.jobs.states import JobState
 from server.protocol import Issue
 from server.protocol.model import JobSpec, PrerequisiteType, Resources

@@ -1,0 +1,34 @@
+"""`mutation`: strawberry's mutation field with loaders of its own.
+
+A request's DataLoaders cache what they read for the whole request, which is right for a
+query but not across mutations: the fields of a mutation run one after the other, each seeing
+what the previous ones changed, so a payload must not be answered from rows a loader cached
+before (star then unstar in one request answered `viewerHasStarred: true` twice). Each
+mutation field therefore starts with fresh loaders; the ones before it have finished by then,
+payload included, since graphql-core completes a mutation field before starting the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import strawberry
+from strawberry.extensions.field_extension import AsyncExtensionResolver, FieldExtension
+
+from server.api.context import Info
+
+
+class FreshLoaders(FieldExtension):
+    """Give the request fresh loaders before the field resolves (see the module)."""
+
+    async def resolve_async(
+        self, next_: AsyncExtensionResolver, source: Any, info: Info, **kwargs: Any
+    ) -> Any:
+        info.context.loaders = info.context.loaders.fresh()
+        return await next_(source, info, **kwargs)
+
+
+def mutation(*, description: str) -> Callable[[Callable[..., Awaitable[Any]]], Any]:
+    """`strawberry.mutation` whose field resolves with fresh loaders (FreshLoaders)."""
+    return strawberry.mutation(description=description, extensions=[FreshLoaders()])
