@@ -23,6 +23,7 @@ from server.protocol.model import (
     TaskRole,
 )
 from server.protocol.prerequisites import V2_NAME, V2_NAME_RULE, read_prerequisite_list
+from server.protocol.privileges import check_options
 from server.protocol.rules import (
     MAX_RETRIES,
     RolePaths,
@@ -344,8 +345,9 @@ def _read_role(
         options = {}
     shm = f.integer(options, "shmMB", options_path)
     infiniband = f.boolean(options, "infiniband", options_path)
+    refused = check_options(options, options_path, f.issues)
     for key in options:
-        if key not in ("shmMB", "infiniband"):
+        if key not in ("shmMB", "infiniband") and key not in refused:
             f.issues.warn(
                 join(options_path, str(key)),
                 "ignored-option",

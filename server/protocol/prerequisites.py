@@ -22,6 +22,7 @@ from server.protocol.model import (
     Requirement,
     StorageRequest,
 )
+from server.protocol.privileges import check_options
 
 V2_NAME = re.compile(r"[a-zA-Z0-9_-]+")
 V2_NAME_RULE = "must match ^[a-zA-Z0-9_-]+$ (letters, digits, _ and -)"
@@ -125,6 +126,10 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
     require = _read_require(obj, path, f)
     storages = _read_storages(obj if "requireStorages" in obj else params, path, f)
     variables = _read_template_variables(obj, path, f)
+    check_options(
+        {k: v for k, v in obj.items() if k not in _COMMON_KEYS | _PLUGIN_KEYS}, path, f.issues
+    )
+    check_options(params, join(path, "plugin_params"), f.issues)
     failure = obj.get("failurePolicy")
     if failure is not None and failure not in ("fail", "ignore"):
         f.issues.error(
