@@ -157,6 +157,7 @@ class DockerBackend:
             allowed_file_roots=self.settings.allowed_file_roots,
             storage_dir=state / "storage",
             protected=[state],
+            engine_sockets=self.engine.sockets(),
             fetch_policy=self.settings.fetch_policy,
         )
         self.host_cpus, self.host_memory_mb = self.engine.host_capacity()

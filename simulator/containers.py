@@ -34,6 +34,29 @@ OWNER = f"{LABEL}.owner"
 NETWORK_POOL = ipaddress.IPv4Network("10.222.0.0/15")
 _NETWORK_LOCK = threading.Lock()
 
+# Every container starts with no capability but these (Docker's default set less NET_RAW, MKNOD,
+# SETFCAP and SETPCAP), and cannot gain more: no setuid binary, file capability or privileged
+# exec raises a process above what its parent had (`no-new-privileges`). What remains is what
+# the entrypoint and ordinary jobs use as root in their own container: CHOWN, DAC_OVERRIDE,
+# FOWNER, FSETID (package managers, tar, pip, writing into mounted folders of another owner),
+# SETUID, SETGID (switching to an unprivileged user: su, gosu, apt's sandbox, sshd), KILL
+# (signalling a process of another user in the container), NET_BIND_SERVICE (a server on a
+# port below 1024 inside the container), SYS_CHROOT and AUDIT_WRITE (sshd's privilege
+# separation and login records: OpenPAI jobs commonly run sshd on their `ssh` port).
+KEPT_CAPABILITIES = (
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "NET_BIND_SERVICE",
+    "SETGID",
+    "SETUID",
+    "SYS_CHROOT",
+)
+SECURITY_OPTIONS = ("no-new-privileges",)
+
 
 class EngineError(Exception):
     """The Docker engine refused or could not be reached; the message says which."""
@@ -180,6 +203,16 @@ class Engine:
             ) from None
         self.api = self.client.api
 
+    def sockets(self) -> tuple[Path, ...]:
+        """The host paths of the socket this engine is reached through (resolved), and of
+        Docker's usual socket: a container that can reach one of them owns the machine."""
+        found = {Path("/var/run/docker.sock").resolve()}
+        adapter = self.api.adapters.get("http+docker://") if hasattr(self.api, "adapters") else None
+        path = getattr(adapter, "socket_path", None)
+        if isinstance(path, str) and path:
+            found.add(Path(path).resolve())
+        return tuple(sorted(found))
+
     # --- the machine -------------------------------------------------------------------------
 
     @_reaching
@@ -271,11 +304,20 @@ class Engine:
 
     @_reaching
     def run(self, spec: ContainerSpec) -> str:
-        """Create and start a container; returns its id. ImageMissing when the image is absent."""
+        """Create and start a container; returns its id. ImageMissing when the image is absent.
+
+        Whatever the spec says, the container is unprivileged (KEPT_CAPABILITIES,
+        SECURITY_OPTIONS), on its job's own network, and mounts nothing that exposes the
+        engine's socket (EngineError before anything is created).
+        """
+        _check_confined(spec, self.sockets())
         api = self.api
         host_config = api.create_host_config(
             init=True,
             privileged=False,
+            cap_drop=["ALL"],
+            cap_add=list(KEPT_CAPABILITIES),
+            security_opt=list(SECURITY_OPTIONS),
             mem_limit=f"{spec.memory_mb}m",
             memswap_limit=f"{spec.memory_mb}m",  # no swap: a memory limit means an OOM kill
             nano_cpus=int(spec.cpus * 1e9),
@@ -415,6 +457,27 @@ def host_routes(table: Path = ROUTES_FILE) -> list[ipaddress.IPv4Network]:
         if network.prefixlen > 0:
             routes.append(network)
     return routes
+
+
+def _check_confined(spec: ContainerSpec, sockets: tuple[Path, ...]) -> None:
+    """Refuse a spec that would let the container out: another namespace's network, or a bind
+    mount of the engine's socket or of a directory holding it (a read-only mount of a socket
+    still lets the container connect to it)."""
+    if spec.network in ("host", "none", "bridge") or spec.network.startswith("container:"):
+        raise EngineError(
+            f"container {spec.name}: network {spec.network!r} refused; an instance runs on its "
+            "job's own network only"
+        )
+    for mount in spec.mounts:
+        if mount.volume:
+            continue
+        source = Path(os.path.realpath(mount.source))
+        for socket_path in sockets:
+            if socket_path == source or socket_path.is_relative_to(source):
+                raise EngineError(
+                    f"container {spec.name}: mounting {mount.source} at {mount.target} refused: "
+                    f"it exposes the Docker engine's socket {socket_path}"
+                )
 
 
 def _start_error(name: str, explanation: str) -> EngineError:

@@ -225,6 +225,8 @@ class MaterialStore:
         (after symlinks are resolved); empty means local paths are refused. Whatever lies under
         `protected` (the simulator's state: logs, caches, every user's storages) stays refused
         even inside an allowed root.
+    engine_sockets: the Docker engine's sockets; a local path that is one of them or holds one
+        is refused even inside an allowed root (a container that reaches it owns the machine).
     http_timeout: seconds an HTTP connect or read may stall before the download fails.
     git_timeout: seconds each git command may take.
     max_download_bytes: the most one data prerequisite may bring into the cache (all its URIs).
@@ -238,6 +240,7 @@ class MaterialStore:
         storage_dir: Path,
         allowed_file_roots: Sequence[Path] = (),
         protected: Sequence[Path] = (),
+        engine_sockets: Sequence[Path] = (),
         http_timeout: float = DEFAULT_HTTP_TIMEOUT,
         git_timeout: float = DEFAULT_GIT_TIMEOUT,
         max_download_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES,
@@ -247,6 +250,7 @@ class MaterialStore:
         self.storage_dir = Path(storage_dir).resolve()
         self.allowed_file_roots = tuple(Path(r).resolve() for r in allowed_file_roots)
         self.protected = (self.cache_dir, self.storage_dir, *(Path(p).resolve() for p in protected))
+        self.engine_sockets = tuple(Path(p).resolve() for p in engine_sockets)
         self.http_timeout = http_timeout
         self.git_timeout = git_timeout
         self.max_download_bytes = max_download_bytes
@@ -371,6 +375,12 @@ class MaterialStore:
             roots = ", ".join(str(r) for r in self.allowed_file_roots)
             raise UnservableMaterial(
                 f"prerequisite {name!r}: {path} is outside the allowed roots ({roots})"
+            )
+        exposed = next((s for s in self.engine_sockets if s.is_relative_to(path)), None)
+        if exposed is not None:
+            raise UnservableMaterial(
+                f"prerequisite {name!r}: {path} is or holds the Docker engine's socket "
+                f"{exposed}, which no job may reach even under an allowed root"
             )
         if not self._allowed(path):
             raise UnservableMaterial(

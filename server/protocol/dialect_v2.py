@@ -31,6 +31,7 @@ from server.protocol.model import (
 )
 from server.protocol.prerequisites import FIELDS as PREREQUISITE_FIELDS
 from server.protocol.prerequisites import read_prerequisite_list
+from server.protocol.privileges import check_options
 from server.protocol.rules import (
     MAX_RETRIES,
     RolePaths,
@@ -407,8 +408,9 @@ def _read_role(
             "`infiniband: true` asks OpenPAI for an InfiniBand device (rdma/hca) in each "
             "container; paigraph's backends give none, so the instances run without one",
         )
+    refused = check_options(options, options_path, f.issues)
     for key in options:
-        if key not in _OPTION_KEYS:
+        if key not in _OPTION_KEYS and key not in refused:
             f.issues.warn(
                 join(options_path, str(key)),
                 IGNORED,

@@ -20,6 +20,7 @@ from server.protocol.launch_checks import launch_issues, nul_issues
 from server.protocol.loader import DEFAULT_MAX_BYTES, LoadError, load_document
 from server.protocol.model import DIALECT_TITLES, Dialect, JobSpec, Prerequisite
 from server.protocol.prerequisites import COMPONENT_TYPES, read_prerequisite
+from server.protocol.privileges import check_tree
 from server.protocol.render import render_job
 from server.protocol.runtime_plugins import apply_runtime_plugins
 
@@ -95,6 +96,8 @@ def parse_document(
         result.issues = issues.items
         return result
     result.kind, result.dialect = detected
+    if result.kind is Kind.JOB and isinstance(doc.get("extras"), dict):
+        check_tree(doc["extras"], "extras", issues)
     if result.kind is Kind.COMPONENT:
         result.component = read_prerequisite(doc, "", Fields(issues), result.dialect)
     elif result.dialect is Dialect.V2:

@@ -14,6 +14,9 @@ from server.protocol.issues import Issues, join
 from server.protocol.layout import nearest
 
 _MISSING = object()
+# Unknown keys of one mapping reported one by one; past these, one error counts the rest (a
+# mapping of 45,000 stray keys would otherwise take seconds of spelling suggestions).
+MAX_UNKNOWN_REPORTED = 20
 
 
 def describe(value: Any) -> str:
@@ -67,10 +70,10 @@ class Fields:
         allowed: Collection[str],
         hints: dict[str, str] | None = None,
     ) -> None:
-        """Report every key that this place of the document does not define."""
-        for key in obj:
-            if key in allowed:
-                continue
+        """Report the keys that this place of the document does not define (the first
+        MAX_UNKNOWN_REPORTED one by one, then how many more)."""
+        unknown = [key for key in obj if key not in allowed]
+        for key in unknown[:MAX_UNKNOWN_REPORTED]:
             hint = (hints or {}).get(str(key))
             meant = nearest(str(key), allowed) if hint is None else None
             if meant is not None:
@@ -78,6 +81,13 @@ class Fields:
             choices = ", ".join(sorted(allowed))
             message = f"unknown field `{key}`" + (f"; {hint}" if hint else f"; allowed: {choices}")
             self.issues.error(join(path, str(key)), "unknown-field", message)
+        if len(unknown) > MAX_UNKNOWN_REPORTED:
+            rest = len(unknown) - MAX_UNKNOWN_REPORTED
+            self.issues.error(
+                path,
+                "unknown-field",
+                f"and {rest} more unknown fields here; allowed: {', '.join(sorted(allowed))}",
+            )
 
     def required(self, obj: dict[str, Any], path: str, keys: Iterable[str]) -> bool:
         ok = True

@@ -21,6 +21,11 @@ from server.protocol.issues import Issue
 DEFAULT_MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 MAX_NODES = 200_000
+# Values a YAML document may hold as written (scalars, collections, aliases). Building them is
+# PyYAML's Python code, about a second per 100,000 on a busy machine; a real config holds a few
+# thousand. Counted before anything is built, so a 1 MiB list of one-letter items is refused
+# in a fraction of a second instead of taking seconds.
+MAX_VALUES = 25_000
 # libyaml's composer recurses once per nesting level; this bound keeps it far from the C stack.
 _SAFE_COMPOSE_DEPTH = 5000
 
@@ -213,6 +218,8 @@ def _jsonc_hint(text: str) -> tuple[str, str] | None:
 def _load_yaml(text: str) -> Any:
     if _nesting_bound(text) > _SAFE_COMPOSE_DEPTH:
         _check_event_depth(text)
+    if _values_bound(text) > MAX_VALUES:
+        _check_value_count(text)
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
@@ -275,6 +282,25 @@ def _nesting_bound(text: str) -> int:
     """A cheap bound on nesting: block nesting needs a wider line, flow nesting a bracket."""
     longest = max((len(line) for line in text.splitlines()), default=0)
     return longest + text.count("[") + text.count("{")
+
+
+def _values_bound(text: str) -> int:
+    """A cheap bound on the values a YAML text holds: each begins a line or follows one of
+    these characters (a flow separator or bracket, a key's colon, an item's dash, a `?`)."""
+    return 1 + sum(text.count(mark) for mark in ("\n", ",", "[", "{", ":", "-", "?"))
+
+
+def _check_value_count(text: str) -> None:
+    """Count the values with libyaml's event parser, stopping as soon as there are too many."""
+    count = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+                count += 1
+                if count > MAX_VALUES:
+                    raise _too_many_values()
+    except yaml.YAMLError as exc:
+        raise _tab_error(text, exc) or _yaml_error(exc) from None
 
 
 def _check_event_depth(text: str) -> None:
@@ -438,9 +464,14 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 
 def _check_data_depth(data: Any) -> None:
+    """Nesting and the number of values of parsed JSON, by the same limits as YAML's."""
     stack: list[tuple[Any, int]] = [(data, 1)]
+    count = 0
     while stack:
         value, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise _too_many_values()
         if depth > MAX_DEPTH:
             raise _too_deep()
         if isinstance(value, dict):
@@ -470,6 +501,14 @@ def _key(key: Any) -> str:
 
 def _huge_number() -> LoadError:
     return LoadError("huge-number", "a number in the document has thousands of digits")
+
+
+def _too_many_values() -> LoadError:
+    return LoadError(
+        "too-many-values",
+        f"the document holds more than {MAX_VALUES} values (scalars, lists, mappings, "
+        "counted as written); a job config needs far fewer: is it data rather than a job?",
+    )
 
 
 def _too_deep() -> LoadError:

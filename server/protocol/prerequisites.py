@@ -27,6 +27,7 @@ from server.protocol.model import (
     Requirement,
     StorageRequest,
 )
+from server.protocol.privileges import check_options
 from server.protocol.v2_names import V2_NAME, V2_NAME_RULE
 
 DRAFT_NAME = re.compile(r"[A-Za-z0-9\-._~]+")
@@ -151,6 +152,10 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
     else:
         storages = _read_storages(obj if "requireStorages" in obj else params, path, f)
     variables = _read_template_variables(obj, path, f)
+    check_options(
+        {k: v for k, v in obj.items() if k not in _COMMON_KEYS | _PLUGIN_KEYS}, path, f.issues
+    )
+    check_options(params, join(path, "plugin_params"), f.issues)
     failure = obj.get("failurePolicy")
     if failure is not None and failure not in ("fail", "ignore"):
         f.issues.error(
