@@ -158,7 +158,11 @@ OUTCOMES: dict[str, dict[str, tuple[str, str]]] = {
         "taskRoles.*.data": (HONOURED, "the data prerequisite, fetched to `/work/<name>`"),
         "taskRoles.*.script": (HONOURED, "the script prerequisite, cloned to `/work/<name>`"),
         "taskRoles.*.output": (HONOURED, "the output prerequisite, mounted"),
-        "taskRoles.*.extraContainerOptions": (HONOURED, "shmMB; other options are warned about"),
+        "taskRoles.*.extraContainerOptions": (
+            HONOURED,
+            "shmMB; options asking for privilege (privileged, host network, capabilities, "
+            "devices, host mounts...) are refused; other options are warned about",
+        ),
         "taskRoles.*.extraContainerOptions.shmMB": (HONOURED, "the container's /dev/shm"),
         "taskRoles.*.extraContainerOptions.infiniband": (
             WARNED,
@@ -301,7 +305,7 @@ PROBES: dict[str, dict[str, Probe]] = {
             "taskRoles.worker.extraContainerOptions.infiniband", True
         ),
         "taskRoles.*.extraContainerOptions.*": _set(
-            "taskRoles.worker.extraContainerOptions.privileged", True
+            "taskRoles.worker.extraContainerOptions.cpusetCpus", "0"
         ),
         "prerequisites[].*": _other_prerequisite_field,
         **_EXTRAS_PROBES,
