@@ -341,6 +341,53 @@ async def test_stars_per_user_and_sorting_by_stars(db_url: str) -> None:
         assert (await server.get("bob", liked["id"]))["viewerHasStarred"] is False
 
 
+async def test_counts_tags_in_use_and_contributor_follow_what_the_viewer_may_see(
+    db_url: str,
+) -> None:
+    async with api(db_url) as server:
+        server.user("ann")
+        server.user("bob")
+        await server.published("ann", template("t1", contributor="Lab A"), tags=["GPU", "vision"])
+        await server.published("ann", template("t2"), tags=["gpu"])
+        await server.published("ann", data_item("d1"), tags=["gpu", "secret"], visibility="PRIVATE")
+        await server.published("bob", data_item("d2"), tags=["text", "gpu"])
+        query = """
+        query($filter: MarketplaceItemFilter, $type: ItemType) {
+          marketplaceItems(first: 1, filter: $filter) { totalCount edges { node { name } } }
+          marketplaceTags(type: $type) { name items }
+        }"""
+
+        async def ask(who: str, **variables: Any) -> dict[str, Any]:
+            return await data(server.client, query, variables, token=server.tokens[who])
+
+        seen = await ask("bob")
+        assert seen["marketplaceItems"]["totalCount"] == 3  # ann's private item is not counted
+        assert len(seen["marketplaceItems"]["edges"]) == 1
+        # most used first; spellings differing in case are one tag, spelt as most spell it
+        assert seen["marketplaceTags"] == [
+            {"name": "gpu", "items": 3},
+            {"name": "text", "items": 1},
+            {"name": "vision", "items": 1},
+        ]
+        own = await ask("ann", filter={"tag": "GPU"}, type="DATA")
+        assert own["marketplaceItems"]["totalCount"] == 4
+        assert own["marketplaceTags"] == [
+            {"name": "gpu", "items": 2},
+            {"name": "secret", "items": 1},
+            {"name": "text", "items": 1},
+        ]
+        searched = await ask("bob", filter={"search": "T1"})
+        assert searched["marketplaceItems"]["totalCount"] == 1
+
+        (t1,) = await server.listed("bob", name="t1")
+        (d2,) = await server.listed("bob", name="d2")
+        made = "query($id: ID!) { marketplaceItem(id: $id) { contributor owner { name } } }"
+        shown = await data(server.client, made, {"id": t1["id"]}, token=server.tokens["bob"])
+        assert shown["marketplaceItem"] == {"contributor": "Lab A", "owner": {"name": "ann"}}
+        shown = await data(server.client, made, {"id": d2["id"]}, token=server.tokens["bob"])
+        assert shown["marketplaceItem"]["contributor"] is None
+
+
 async def test_use_gives_a_ready_config_or_says_what_is_missing(db_url: str) -> None:
     async with api(db_url) as server:
         server.user("ann")

@@ -23,7 +23,13 @@ from server.marketplace.items import ItemDocument, Problems, api_id, item_key, r
 from server.marketplace.lookup import ItemKind
 from server.protocol.render import render_job
 from server.store import Store
-from server.store.marketplace_values import ItemSort, ItemVersion, Reader, Visibility
+from server.store.marketplace_values import (
+    ItemFilter,
+    ItemSort,
+    ItemVersion,
+    Reader,
+    Visibility,
+)
 from server.store.marketplace_values import MarketplaceItem as StoredItem
 
 strawberry.enum(ItemKind, name="ItemType", description="What a marketplace item is.")
@@ -268,6 +274,17 @@ class MarketplaceItem(Node):
         return dict(document.spec.parameters)
 
     @strawberry.field(
+        description="Who made what the version shown describes (the content's `contributor`), "
+        "when it says; the owner is who published it."
+    )
+    async def contributor(self, info: Info) -> str | None:
+        document = await marketplace_loaders(info).document(self.key, self.version)
+        if document is None:
+            return None
+        made = document.spec if document.spec is not None else document.component
+        return (made.contributor or "").strip() or None if made is not None else None
+
+    @strawberry.field(
         description="A component's template variables: each must be given a value when it "
         "is used (`useMarketplaceItem` parameters, or `template_variables` in `require`)."
     )
@@ -288,6 +305,23 @@ class MarketplaceItemEdge:
 class MarketplaceItemConnection:
     edges: list[MarketplaceItemEdge]
     page_info: PageInfo
+    reader: strawberry.Private[Reader | None] = None
+    where: strawberry.Private[ItemFilter | None] = None
+
+    @strawberry.field(
+        description="How many items the viewer may see match the filter: every page together."
+    )
+    async def total_count(self, info: Info) -> int:
+        if self.reader is None:
+            return len(self.edges)
+        reader, where, store = self.reader, self.where, info.context.store
+        return await asyncio.to_thread(store.count_items, reader, where)
+
+
+@strawberry.type(description="A tag in use, and on how many of the items the viewer may see.")
+class MarketplaceTag:
+    name: str
+    items: int
 
 
 @strawberry.input(description="Which items to list; every field given must match.")
