@@ -26,7 +26,7 @@ from server.jobs.service import JobService
 from server.market_commands import content_version, derived_version
 from server.store import Store, open_store
 from tests.api_support import data, gql, live_server, runtime, serving
-from tests.marketplace_support import accepted_corpus_items, data_item, template
+from tests.marketplace_support import accepted_corpus_items, data_item, image_item, template
 from tests.simulated import settings
 from tests.store_support import submit
 
@@ -386,6 +386,42 @@ async def test_counts_tags_in_use_and_contributor_follow_what_the_viewer_may_see
         assert shown["marketplaceItem"] == {"contributor": "Lab A", "owner": {"name": "ann"}}
         shown = await data(server.client, made, {"id": d2["id"]}, token=server.tokens["bob"])
         assert shown["marketplaceItem"]["contributor"] is None
+
+
+async def test_an_item_lists_the_items_it_requires_linked_when_the_viewer_may_see_them(
+    db_url: str,
+) -> None:
+    async with api(db_url) as server:
+        server.user("ann")
+        server.user("bob")
+        image = await server.published("ann", image_item("bbimg"))
+        await server.published("ann", image_item("hidden"), visibility="PRIVATE")
+        uses = yaml.safe_load(template("uses"))
+        uses["prerequisites"].append(
+            {"name": "prep", "type": "data", "uri": ["x"], "require": ["marketplace://name/hidden"]}
+        )
+        uses["taskRoles"]["main"]["dockerImage"] = "marketplace://name/bbimg"
+        uses["taskRoles"]["main"]["prerequisites"] = ["https://example.org/c.yaml"]
+        item = await server.published("ann", yaml.safe_dump(uses))
+        query = """
+        query($id: ID!) { marketplaceItem(id: $id) { requires { reference item { id name } } } }
+        """
+
+        async def requires(who: str) -> list[dict[str, Any]]:
+            found = await data(server.client, query, {"id": item["id"]}, token=server.tokens[who])
+            return found["marketplaceItem"]["requires"]
+
+        bbimg = {
+            "reference": "marketplace://name/bbimg",
+            "item": {"id": image["id"], "name": "bbimg"},
+        }
+        https = {"reference": "https://example.org/c.yaml", "item": None}
+        assert await requires("bob") == [
+            bbimg,
+            https,
+            {"reference": "marketplace://name/hidden", "item": None},  # not bob's to see
+        ]
+        assert (await requires("ann"))[2]["item"]["name"] == "hidden"
 
 
 async def test_use_gives_a_ready_config_or_says_what_is_missing(db_url: str) -> None:

@@ -21,6 +21,7 @@ from server.api.loaders import Loaders, SharedLoader
 from server.api.types import Node, PageInfo, Prerequisite, TaskRole, User, owner_of
 from server.marketplace.items import ItemDocument, Problems, api_id, item_key, read_item
 from server.marketplace.lookup import ItemKind
+from server.marketplace.requirements import referenced
 from server.protocol.render import render_job
 from server.store import Store
 from server.store.marketplace_values import (
@@ -274,6 +275,23 @@ class MarketplaceItem(Node):
         return dict(document.spec.parameters)
 
     @strawberry.field(
+        description="The other items the version shown refers to (marketplace:// and "
+        "http(s):// references in its task roles, prerequisites and `require` lists), each "
+        "with the item when it is one the viewer may see."
+    )
+    async def requires(self, info: Info) -> list[ItemRequirement]:
+        document = await marketplace_loaders(info).document(self.key, self.version)
+        if document is None:
+            return []
+        found = []
+        for reference in referenced(document):
+            item = None
+            if reference.startswith("marketplace://"):
+                item = await linked_item(info, None, reference)
+            found.append(ItemRequirement(reference=reference, item=item))
+        return found
+
+    @strawberry.field(
         description="Who made what the version shown describes (the content's `contributor`), "
         "when it says; the owner is who published it."
     )
@@ -293,6 +311,14 @@ class MarketplaceItem(Node):
         if document is None or document.component is None:
             return []
         return list(document.component.template_variables)
+
+
+@strawberry.type(description="A reference an item makes to another item.")
+class ItemRequirement:
+    reference: str = strawberry.field(description="As the content writes it.")
+    item: MarketplaceItem | None = strawberry.field(
+        description="The marketplace item it names, when there is one the viewer may see."
+    )
 
 
 @strawberry.type
