@@ -1,6 +1,6 @@
 // One marketplace item: what it is and holds (at the version picked in `?version=`), who made
 // it, what it requires; star it, use it, copy its reference; its owner edits or deletes it.
-import { useState } from "react";
+import { Suspense, lazy, useState } from "react";
 import { Link, useNavigate, useParams, useSearchParams } from "react-router-dom";
 import { useMutation, useQuery } from "urql";
 import type { MarketplaceItemDetailQuery } from "../gql/graphql";
@@ -8,11 +8,13 @@ import { copyText } from "../lib/download";
 import { describeProblem } from "../lib/errors";
 import { formatTime } from "../lib/format";
 import { typeLabel } from "./listState";
-import { Markdown } from "./Markdown";
 import { DeleteItemMutation, ItemDetailQuery, StarItemMutation } from "./queries";
 import { idReference, nameReference, useLink } from "./references";
 
 type Item = NonNullable<MarketplaceItemDetailQuery["marketplaceItem"]>;
+
+// The Markdown renderer is loaded with the first item page, not with every page of the app.
+const Markdown = lazy(() => import("./Markdown").then((module) => ({ default: module.Markdown })));
 
 export function ItemPage() {
   const id = decodeURIComponent(useParams().id ?? "");
@@ -80,7 +82,9 @@ export function ItemPage() {
       {item.description && (
         <>
           <h2>Description</h2>
-          <Markdown text={item.description} />
+          <Suspense fallback={<pre className="description">{item.description}</pre>}>
+            <Markdown text={item.description} />
+          </Suspense>
         </>
       )}
       {item.type === "JOB_TEMPLATE" ? <TemplateParts item={item} /> : <ComponentParts item={item} />}
