@@ -257,6 +257,46 @@ async def test_a_job_is_published_as_a_template_by_its_owner(db_url: str) -> Non
         assert [p["name"] for p in worker["prerequisites"]] == ["tf_image", "cifar", "bench"]
 
 
+async def test_a_name_given_at_publishing_is_written_into_the_content_in_its_dialect(
+    db_url: str,
+) -> None:
+    examples = Path(__file__).resolve().parents[1] / "examples" / "dialects"
+    async with api(db_url) as server:
+        server.user("ann")
+        v2 = await server.published("ann", template("as-written"), name="renamed-v2")
+        assert v2["name"] == "renamed-v2"
+        content = yaml.safe_load((await server.get("ann", v2["id"]))["content"])
+        assert content["name"] == "renamed-v2"
+        v1 = await server.published(
+            "ann", (examples / "counting.v1.json").read_text(), name="renamed-v1"
+        )
+        content = (await server.get("ann", v1["id"]))["content"]
+        assert v1["name"] == "renamed-v1" and '"jobName": "renamed-v1"' in content
+        job = yaml.safe_load((examples / "counting.draft.yaml").read_text())
+        sectioned = {"prerequisites": job.pop("prerequisites"), "job": job}
+        draft = await server.published("ann", yaml.safe_dump(sectioned), name="renamed-draft")
+        content = yaml.safe_load((await server.get("ann", draft["id"]))["content"])
+        assert draft["name"] == content["job"]["name"] == "renamed-draft"
+        assert "name" not in content
+        component = await server.published("ann", data_item("shelf"), name="renamed-data")
+        assert (component["name"], component["type"]) == ("renamed-data", "DATA")
+        again = template("renamed-v2", commands=["echo again"])
+        same = await server.publish("ann", content=again, name="renamed-v2")
+        assert (same["outcome"], same["item"]["id"]) == ("NEW_VERSION", v2["id"])
+
+        bad = await server.publish("ann", content=template("fine"), name="no spaces allowed")
+        assert [e["path"] for e in bad["errors"]] == [["name"]]
+        assert "no spaces allowed" in bad["errors"][0]["message"]
+        blank = await server.publish("ann", content=template("fine"), name="  ")
+        assert [(e["path"], e["code"]) for e in blank["errors"]] == [(["name"], "required")]
+
+        ann = server.store.user_named("ann")
+        assert ann is not None
+        job, _ = submit(server.store, ann.id, "tf_dist", T0)
+        shared = await server.publish("ann", jobId=global_id("Job", job.id), name="tf-shared")
+        assert shared["errors"] == [] and shared["item"]["name"] == "tf-shared"
+
+
 # --- visibility, stars, changes ----------------------------------------------------------------
 
 
