@@ -150,6 +150,7 @@ def test_a_template_published_by_pasting_is_found_by_search_and_starred_by_anoth
         )
         page.reload()
         expect(page.get_by_test_id("stars")).to_have_text("1 star")
+        screenshot(page, "marketplace-item")
         page.get_by_role("link", name="Marketplace").first.click()
         page.fill("input[name=q]", "pasted-tpl")
         expect(page.locator("li[data-item=pasted-tpl]").get_by_test_id("stars")).to_have_text("★ 1")
@@ -325,10 +326,15 @@ def test_a_job_is_published_as_a_template_from_its_page(site: Site, web_browser:
             "Publish job to-share as a template"
         )
         expect(page.get_by_test_id("job-config")).to_contain_text("to-share")
+        page.fill("#name", "shared from job")
         page.fill("#tags", "shared-job")
         page.get_by_role("button", name="Publish").click()
+        expect(page.get_by_test_id("error-name")).to_contain_text("shared from job")
+        page.fill("#name", "shared-from-job")
+        page.get_by_role("button", name="Publish").click()
         item_path(page)
-        expect(page.get_by_role("heading", level=1)).to_contain_text("to-share")
+        expect(page.get_by_role("heading", level=1)).to_contain_text("shared-from-job")
+        expect(page.get_by_test_id("content")).to_contain_text('"name": "shared-from-job"')
         expect(page.locator("h1 .kind")).to_have_text("job template")
         expect(page.locator("tr[data-role=worker] td").nth(1)).to_have_text("2")
 
@@ -385,6 +391,7 @@ def test_a_bad_publish_shows_each_error_at_its_field_and_keeps_what_was_typed(
     doc = yaml.safe_load(template("faulty"))
     doc["taskRoles"]["main"]["resourcePerInstance"]["cpu"] = 0
     bad = yaml.safe_dump(doc, sort_keys=False)
+    site.publish(site.bob, template("taken-by-bob"))
     with browser_page(web_browser, site.url, site.alice) as (page, _):
         page.goto("/marketplace/publish")
         page.fill("#content", bad)
@@ -408,6 +415,11 @@ def test_a_bad_publish_shows_each_error_at_its_field_and_keeps_what_was_typed(
 
         page.fill("#tags", "ok")
         page.select_option("#visibility", "PUBLIC")
+        page.fill("#name", "taken-by-bob")
+        page.get_by_role("button", name="Publish").click()
+        expect(page.get_by_test_id("error-name")).to_contain_text("taken-by-bob")
+        expect(page.locator("#name")).to_have_attribute("aria-invalid", "true")
+        page.fill("#name", "")
         page.get_by_role("button", name="Publish").click()
         item_path(page)
         expect(page.get_by_role("heading", level=1)).to_contain_text("faulty")

@@ -10,6 +10,7 @@ import { VISIBILITIES, errorsByField, splitLabels, type FormField, type UserErro
 import { ItemDetailQuery, PublishItemMutation, PublishJobQuery, UpdateItemMutation } from "./queries";
 
 interface Values {
+  name: string;
   content: string;
   version: string;
   summary: string;
@@ -19,7 +20,7 @@ interface Values {
   groups: string;
 }
 
-const EMPTY: Values = { content: "", version: "", summary: "", description: "", tags: "", visibility: "PUBLIC", groups: "" };
+const EMPTY: Values = { name: "", content: "", version: "", summary: "", description: "", tags: "", visibility: "PUBLIC", groups: "" };
 
 export function PublishPage() {
   const jobId = useSearchParams()[0].get("job");
@@ -34,6 +35,7 @@ export function PublishPage() {
       input: {
         content: jobId ? null : values.content,
         jobId: jobId ?? null,
+        name: values.name.trim() || null,
         version: values.version.trim() || null,
         summary: values.summary.trim() || null,
         description: values.description.trim() || null,
@@ -87,6 +89,7 @@ export function EditPage() {
     return <p className="error" role="alert">Only {item.owner.name} or an admin may change {item.name}.</p>;
   }
   const initial: Values = {
+    name: item.name,
     content: item.content,
     version: "",
     summary: item.summary ?? "",
@@ -165,14 +168,14 @@ function ItemForm({
     >
       {job ? (
         <div className="field">
-          <span className="label">Content: the job's config as submitted (secrets masked); its name is the template's</span>
+          <span className="label">Content: the job's config as submitted (secrets masked)</span>
           <pre className="code" data-testid="job-config">{job.config}</pre>
           <FieldErrors field="content" at={at} />
         </div>
       ) : (
         <div className="field">
           <label htmlFor="content">
-            Content: a job template or a component, YAML or JSON (its <code>name</code> is the item's name)
+            Content: a job template or a component, YAML or JSON
           </label>
           <textarea
             id="content"
@@ -203,6 +206,21 @@ function ItemForm({
           </label>
           {fileProblem && <p className="field-error">{fileProblem}</p>}
           <FieldErrors field="content" at={at} />
+          {editing && <FieldErrors field="name" at={at} />}
+        </div>
+      )}
+      {!editing && (
+        <div className="field">
+          <label htmlFor="name">Name</label>
+          <input
+            id="name"
+            name="name"
+            value={values.name}
+            placeholder={job ? `the job's: ${job.name}` : "the content's name"}
+            aria-invalid={at.name ? true : undefined}
+            onChange={set("name")}
+          />
+          <FieldErrors field="name" at={at} />
         </div>
       )}
       {(!editing || contentChanged) && (

@@ -10,7 +10,10 @@ describe("publish errors at their fields", () => {
       { path: ["groups"], code: "required", message: "name a group" },
       { path: ["jobId"], code: "not-found", message: "no job" },
       { path: ["id"], code: "forbidden", message: "not yours" },
+      { path: ["content", "name"], code: "name-taken", message: "bob has that name" },
+      { path: ["name"], code: "pattern", message: "bad name" },
     ]);
+    expect(found.name).toEqual(["bob has that name", "bad name"]);
     expect(found.content).toEqual(["taskRoles.main.resourcePerInstance.cpu: must be at least 1", "not YAML", "no job"]);
     expect(found.tags).toEqual(["tags '' is not allowed"]);
     expect(found.groups).toEqual(["name a group"]);
