@@ -150,6 +150,7 @@ def test_a_template_published_by_pasting_is_found_by_search_and_starred_by_anoth
         )
         page.reload()
         expect(page.get_by_test_id("stars")).to_have_text("1 star")
+        expect(page.get_by_test_id("description").locator("strong")).to_have_text("sheep")
         screenshot(page, "marketplace-item")
         page.get_by_role("link", name="Marketplace").first.click()
         page.fill("input[name=q]", "pasted-tpl")

@@ -1,6 +1,6 @@
 // One marketplace item: what it is and holds (at the version picked in `?version=`), who made
 // it, what it requires; star it, use it, copy its reference; its owner edits or deletes it.
-import { Suspense, lazy, useState } from "react";
+import { Suspense, lazy, useEffect, useState } from "react";
 import { Link, useNavigate, useParams, useSearchParams } from "react-router-dom";
 import { useMutation, useQuery } from "urql";
 import type { MarketplaceItemDetailQuery } from "../gql/graphql";
@@ -13,14 +13,19 @@ import { idReference, nameReference, useLink } from "./references";
 
 type Item = NonNullable<MarketplaceItemDetailQuery["marketplaceItem"]>;
 
-// The Markdown renderer is loaded with the first item page, not with every page of the app.
-const Markdown = lazy(() => import("./Markdown").then((module) => ({ default: module.Markdown })));
+// The Markdown renderer is loaded with the first item page (while its query runs), not with
+// every page of the app.
+const loadMarkdown = () => import("./Markdown");
+const Markdown = lazy(() => loadMarkdown().then((module) => ({ default: module.Markdown })));
 
 export function ItemPage() {
   const id = decodeURIComponent(useParams().id ?? "");
   const [params, setParams] = useSearchParams();
   const version = params.get("version");
   const [{ data, error }] = useQuery({ query: ItemDetailQuery, variables: { id, version } });
+  useEffect(() => {
+    void loadMarkdown();
+  }, []);
   if (error) return <p className="error" role="alert">{describeProblem(error).message}</p>;
   if (!data) return <p className="muted">Loading…</p>;
   const item = data.marketplaceItem;
@@ -82,7 +87,7 @@ export function ItemPage() {
       {item.description && (
         <>
           <h2>Description</h2>
-          <Suspense fallback={<pre className="description">{item.description}</pre>}>
+          <Suspense fallback={<div className="markdown plain">{item.description}</div>}>
             <Markdown text={item.description} />
           </Suspense>
         </>
