@@ -26,7 +26,7 @@ from server.jobs.service import JobService
 from server.market_commands import content_version, derived_version
 from server.store import Store, open_store
 from tests.api_support import data, gql, live_server, runtime, serving
-from tests.marketplace_support import accepted_corpus_items, data_item, template
+from tests.marketplace_support import accepted_corpus_items, data_item, image_item, template
 from tests.simulated import settings
 from tests.store_support import submit
 
@@ -257,6 +257,46 @@ async def test_a_job_is_published_as_a_template_by_its_owner(db_url: str) -> Non
         assert [p["name"] for p in worker["prerequisites"]] == ["tf_image", "cifar", "bench"]
 
 
+async def test_a_name_given_at_publishing_is_written_into_the_content_in_its_dialect(
+    db_url: str,
+) -> None:
+    examples = Path(__file__).resolve().parents[1] / "examples" / "dialects"
+    async with api(db_url) as server:
+        server.user("ann")
+        v2 = await server.published("ann", template("as-written"), name="renamed-v2")
+        assert v2["name"] == "renamed-v2"
+        content = yaml.safe_load((await server.get("ann", v2["id"]))["content"])
+        assert content["name"] == "renamed-v2"
+        v1 = await server.published(
+            "ann", (examples / "counting.v1.json").read_text(), name="renamed-v1"
+        )
+        content = (await server.get("ann", v1["id"]))["content"]
+        assert v1["name"] == "renamed-v1" and '"jobName": "renamed-v1"' in content
+        job = yaml.safe_load((examples / "counting.draft.yaml").read_text())
+        sectioned = {"prerequisites": job.pop("prerequisites"), "job": job}
+        draft = await server.published("ann", yaml.safe_dump(sectioned), name="renamed-draft")
+        content = yaml.safe_load((await server.get("ann", draft["id"]))["content"])
+        assert draft["name"] == content["job"]["name"] == "renamed-draft"
+        assert "name" not in content
+        component = await server.published("ann", data_item("shelf"), name="renamed-data")
+        assert (component["name"], component["type"]) == ("renamed-data", "DATA")
+        again = template("renamed-v2", commands=["echo again"])
+        same = await server.publish("ann", content=again, name="renamed-v2")
+        assert (same["outcome"], same["item"]["id"]) == ("NEW_VERSION", v2["id"])
+
+        bad = await server.publish("ann", content=template("fine"), name="no spaces allowed")
+        assert [e["path"] for e in bad["errors"]] == [["name"]]
+        assert "no spaces allowed" in bad["errors"][0]["message"]
+        blank = await server.publish("ann", content=template("fine"), name="  ")
+        assert [(e["path"], e["code"]) for e in blank["errors"]] == [(["name"], "required")]
+
+        ann = server.store.user_named("ann")
+        assert ann is not None
+        job, _ = submit(server.store, ann.id, "tf_dist", T0)
+        shared = await server.publish("ann", jobId=global_id("Job", job.id), name="tf-shared")
+        assert shared["errors"] == [] and shared["item"]["name"] == "tf-shared"
+
+
 # --- visibility, stars, changes ----------------------------------------------------------------
 
 
@@ -339,6 +379,89 @@ async def test_stars_per_user_and_sorting_by_stars(db_url: str) -> None:
         assert (after["stars"], after["viewerHasStarred"]) == (1, False)
         assert (await server.get("cat", liked["id"]))["viewerHasStarred"] is True
         assert (await server.get("bob", liked["id"]))["viewerHasStarred"] is False
+
+
+async def test_counts_tags_in_use_and_contributor_follow_what_the_viewer_may_see(
+    db_url: str,
+) -> None:
+    async with api(db_url) as server:
+        server.user("ann")
+        server.user("bob")
+        await server.published("ann", template("t1", contributor="Lab A"), tags=["GPU", "vision"])
+        await server.published("ann", template("t2"), tags=["gpu"])
+        await server.published("ann", data_item("d1"), tags=["gpu", "secret"], visibility="PRIVATE")
+        await server.published("bob", data_item("d2"), tags=["text", "gpu"])
+        query = """
+        query($filter: MarketplaceItemFilter, $type: ItemType) {
+          marketplaceItems(first: 1, filter: $filter) { totalCount edges { node { name } } }
+          marketplaceTags(type: $type) { name items }
+        }"""
+
+        async def ask(who: str, **variables: Any) -> dict[str, Any]:
+            return await data(server.client, query, variables, token=server.tokens[who])
+
+        seen = await ask("bob")
+        assert seen["marketplaceItems"]["totalCount"] == 3  # ann's private item is not counted
+        assert len(seen["marketplaceItems"]["edges"]) == 1
+        # most used first; spellings differing in case are one tag, spelt as most spell it
+        assert seen["marketplaceTags"] == [
+            {"name": "gpu", "items": 3},
+            {"name": "text", "items": 1},
+            {"name": "vision", "items": 1},
+        ]
+        own = await ask("ann", filter={"tag": "GPU"}, type="DATA")
+        assert own["marketplaceItems"]["totalCount"] == 4
+        assert own["marketplaceTags"] == [
+            {"name": "gpu", "items": 2},
+            {"name": "secret", "items": 1},
+            {"name": "text", "items": 1},
+        ]
+        searched = await ask("bob", filter={"search": "T1"})
+        assert searched["marketplaceItems"]["totalCount"] == 1
+
+        (t1,) = await server.listed("bob", name="t1")
+        (d2,) = await server.listed("bob", name="d2")
+        made = "query($id: ID!) { marketplaceItem(id: $id) { contributor owner { name } } }"
+        shown = await data(server.client, made, {"id": t1["id"]}, token=server.tokens["bob"])
+        assert shown["marketplaceItem"] == {"contributor": "Lab A", "owner": {"name": "ann"}}
+        shown = await data(server.client, made, {"id": d2["id"]}, token=server.tokens["bob"])
+        assert shown["marketplaceItem"]["contributor"] is None
+
+
+async def test_an_item_lists_the_items_it_requires_linked_when_the_viewer_may_see_them(
+    db_url: str,
+) -> None:
+    async with api(db_url) as server:
+        server.user("ann")
+        server.user("bob")
+        image = await server.published("ann", image_item("bbimg"))
+        await server.published("ann", image_item("hidden"), visibility="PRIVATE")
+        uses = yaml.safe_load(template("uses"))
+        uses["prerequisites"].append(
+            {"name": "prep", "type": "data", "uri": ["x"], "require": ["marketplace://name/hidden"]}
+        )
+        uses["taskRoles"]["main"]["dockerImage"] = "marketplace://name/bbimg"
+        uses["taskRoles"]["main"]["prerequisites"] = ["https://example.org/c.yaml"]
+        item = await server.published("ann", yaml.safe_dump(uses))
+        query = """
+        query($id: ID!) { marketplaceItem(id: $id) { requires { reference item { id name } } } }
+        """
+
+        async def requires(who: str) -> list[dict[str, Any]]:
+            found = await data(server.client, query, {"id": item["id"]}, token=server.tokens[who])
+            return found["marketplaceItem"]["requires"]
+
+        bbimg = {
+            "reference": "marketplace://name/bbimg",
+            "item": {"id": image["id"], "name": "bbimg"},
+        }
+        https = {"reference": "https://example.org/c.yaml", "item": None}
+        assert await requires("bob") == [
+            bbimg,
+            https,
+            {"reference": "marketplace://name/hidden", "item": None},  # not bob's to see
+        ]
+        assert (await requires("ann"))[2]["item"]["name"] == "hidden"
 
 
 async def test_use_gives_a_ready_config_or_says_what_is_missing(db_url: str) -> None:

@@ -351,8 +351,9 @@ def test_a_prerequisite_from_the_marketplace_links_to_its_item(
         page.goto(f"/jobs/{job_id}")
         page.get_by_role("link", name="busybox 1.0.0").click()
         page.get_by_role("heading", name="busybox").wait_for()
-        assert "DOCKERIMAGE by alice" in page.locator("main").inner_text()
-        assert "uri: paigraph/busybox:test" in page.locator("main pre").last.inner_text()
+        assert page.locator("h1 .kind").inner_text() == "docker image"
+        assert page.get_by_test_id("owner").inner_text() == "alice"
+        assert "uri: paigraph/busybox:test" in page.get_by_test_id("content").inner_text()
         screenshot(page, "marketplace-item")
 
 

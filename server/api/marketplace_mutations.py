@@ -37,6 +37,11 @@ class PublishOutcome(Enum):
 class PublishMarketplaceItemInput:
     content: str | None = None
     job_id: strawberry.ID | None = None
+    name: str | None = strawberry.field(
+        default=None,
+        description="Default: the content's name. Another name is written into the content "
+        "(its `name`; `jobName` in v1 JSON).",
+    )
     version: str | None = strawberry.field(
         default=None,
         description="Default: the content's `version`, else the next number (1, 2, ...).",
@@ -163,6 +168,7 @@ def _item(outcome: ItemOutcome) -> MarketplaceItem | None:
 
 def _fields(given: PublishMarketplaceItemInput | UpdateMarketplaceItemInput) -> ItemFields:
     return ItemFields(
+        name=given.name if isinstance(given, PublishMarketplaceItemInput) else None,
         version=given.version,
         summary=given.summary,
         description=given.description,

@@ -20,11 +20,13 @@ from server.api.marketplace_types import (
     MarketplaceItemConnection,
     MarketplaceItemEdge,
     MarketplaceItemFilter,
+    MarketplaceTag,
     marketplace_loaders,
 )
 from server.api.queries import Query as JobQuery
 from server.api.types import Node, PageInfo
 from server.marketplace.items import API_TYPE
+from server.marketplace.lookup import ItemKind
 from server.store.marketplace_values import ItemCursor, ItemFilter, ItemPage, ItemSort
 
 _CURSOR_TAG = "mi"
@@ -142,4 +144,18 @@ class Query(JobQuery):
             page_info=PageInfo(
                 has_next_page=page.has_next, end_cursor=edges[-1].cursor if edges else after
             ),
+            reader=reader,
+            where=where,
         )
+
+    @strawberry.field(
+        description="The tags of the items the viewer may see (of `type`, if given), most used "
+        "first: what a list can be filtered by."
+    )
+    async def marketplace_tags(
+        self, info: Info, type: ItemKind | None = None
+    ) -> list[MarketplaceTag]:
+        reader = await marketplace_loaders(info).reader()
+        store = info.context.store
+        found = await asyncio.to_thread(store.tags_in_use, reader, type)
+        return [MarketplaceTag(name=name, items=count) for name, count in found]

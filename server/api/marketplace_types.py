@@ -21,9 +21,16 @@ from server.api.loaders import Loaders, SharedLoader
 from server.api.types import Node, PageInfo, Prerequisite, TaskRole, User, owner_of
 from server.marketplace.items import ItemDocument, Problems, api_id, item_key, read_item
 from server.marketplace.lookup import ItemKind
+from server.marketplace.requirements import referenced
 from server.protocol.render import render_job
 from server.store import Store
-from server.store.marketplace_values import ItemSort, ItemVersion, Reader, Visibility
+from server.store.marketplace_values import (
+    ItemFilter,
+    ItemSort,
+    ItemVersion,
+    Reader,
+    Visibility,
+)
 from server.store.marketplace_values import MarketplaceItem as StoredItem
 
 strawberry.enum(ItemKind, name="ItemType", description="What a marketplace item is.")
@@ -268,6 +275,34 @@ class MarketplaceItem(Node):
         return dict(document.spec.parameters)
 
     @strawberry.field(
+        description="The other items the version shown refers to (marketplace:// and "
+        "http(s):// references in its task roles, prerequisites and `require` lists), each "
+        "with the item when it is one the viewer may see."
+    )
+    async def requires(self, info: Info) -> list[ItemRequirement]:
+        document = await marketplace_loaders(info).document(self.key, self.version)
+        if document is None:
+            return []
+        found = []
+        for reference in referenced(document):
+            item = None
+            if reference.startswith("marketplace://"):
+                item = await linked_item(info, None, reference)
+            found.append(ItemRequirement(reference=reference, item=item))
+        return found
+
+    @strawberry.field(
+        description="Who made what the version shown describes (the content's `contributor`), "
+        "when it says; the owner is who published it."
+    )
+    async def contributor(self, info: Info) -> str | None:
+        document = await marketplace_loaders(info).document(self.key, self.version)
+        if document is None:
+            return None
+        made = document.spec if document.spec is not None else document.component
+        return (made.contributor or "").strip() or None if made is not None else None
+
+    @strawberry.field(
         description="A component's template variables: each must be given a value when it "
         "is used (`useMarketplaceItem` parameters, or `template_variables` in `require`)."
     )
@@ -276,6 +311,14 @@ class MarketplaceItem(Node):
         if document is None or document.component is None:
             return []
         return list(document.component.template_variables)
+
+
+@strawberry.type(description="A reference an item makes to another item.")
+class ItemRequirement:
+    reference: str = strawberry.field(description="As the content writes it.")
+    item: MarketplaceItem | None = strawberry.field(
+        description="The marketplace item it names, when there is one the viewer may see."
+    )
 
 
 @strawberry.type
@@ -288,6 +331,23 @@ class MarketplaceItemEdge:
 class MarketplaceItemConnection:
     edges: list[MarketplaceItemEdge]
     page_info: PageInfo
+    reader: strawberry.Private[Reader | None] = None
+    where: strawberry.Private[ItemFilter | None] = None
+
+    @strawberry.field(
+        description="How many items the viewer may see match the filter: every page together."
+    )
+    async def total_count(self, info: Info) -> int:
+        if self.reader is None:
+            return len(self.edges)
+        reader, where, store = self.reader, self.where, info.context.store
+        return await asyncio.to_thread(store.count_items, reader, where)
+
+
+@strawberry.type(description="A tag in use, and on how many of the items the viewer may see.")
+class MarketplaceTag:
+    name: str
+    items: int
 
 
 @strawberry.input(description="Which items to list; every field given must match.")

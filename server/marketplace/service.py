@@ -30,6 +30,7 @@ from server.marketplace.items import (
     read_item,
 )
 from server.marketplace.lookup import ItemKind
+from server.marketplace.rename import renamed
 from server.marketplace.use import component_job, template_config
 from server.store import Store, User
 from server.store.marketplace_values import (
@@ -72,6 +73,7 @@ class ItemFields:
     categories: list[str] | None = None
     visibility: Visibility | None = None
     groups: list[str] | None = None
+    name: str | None = None  # publishing only: another name than the content's
 
     @property
     def describes(self) -> bool:
@@ -143,6 +145,11 @@ class MarketplaceService:
             return ItemOutcome(item=None, errors=exc.problems)
 
     def _publish(self, user: User, document: ItemDocument, fields: ItemFields) -> ItemOutcome:
+        name = fields.name.strip() if fields.name is not None else None
+        if name is not None and name != document.name:
+            if not name:
+                raise Problems([Problem(["name"], "required", "give a name, or none at all")])
+            document = renamed(document, name)
         version = fields.version.strip() if fields.version is not None else document.version
         if fields.version is not None and version is not None:
             problem = check_version(version, ["version"])

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, and_, delete, exists, func, or_, select, true, tuple_
 from sqlalchemy import update as sql_update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 from sqlmodel import col
 
 from backends.base import utcnow
@@ -377,6 +377,40 @@ class MarketplaceStore(Repository):
         with self._read() as session:
             items = list(_items(session, query).values())
         return ItemPage(items=items[:first], has_next=len(items) > first, sort=sort)
+
+    def count_items(self, reader: Reader, where: ItemFilter | None = None) -> int:
+        """How many items the reader may see match `where` (what a list's pages add up to)."""
+        query = (
+            select(func.count())
+            .select_from(_ITEM)
+            .join(UserRow, UserRow.id == _ITEM.owner_id)
+            .where(_visible_to(reader), *_matching(where or ItemFilter()))
+        )
+        with self._read() as session:
+            return int(session.scalar(query) or 0)
+
+    def tags_in_use(self, reader: Reader, kind: ItemKind | None = None) -> list[tuple[str, int]]:
+        """Each tag of the items the reader may see (of `kind`, if given) with how many carry
+        it, most used first; tags differing only in case count as one, spelt as most items
+        spell it."""
+        label = aliased(MarketplaceLabelRow)  # the visibility rule reads labels of its own
+        query = (
+            select(label.value, func.count())
+            .join(_ITEM, _ITEM.id == label.item_id)
+            .where(label.kind == LabelKind.TAG.value, _visible_to(reader))
+            .group_by(label.value)
+        )
+        if kind is not None:
+            query = query.where(_ITEM.kind == ItemKind(kind).value)
+        merged: dict[str, tuple[str, int, int]] = {}  # lower -> (spelling, its count, total)
+        with self._read() as session:
+            for value, count in session.execute(query):
+                spelling, best, total = merged.get(value.lower(), (value, 0, 0))
+                if count > best or (count == best and value < spelling):
+                    spelling, best = value, count
+                merged[value.lower()] = (spelling, best, total + count)
+        found = [(spelling, total) for spelling, _, total in merged.values()]
+        return sorted(found, key=lambda pair: (-pair[1], pair[0].lower()))
 
     # --- storages ---
 

@@ -6,7 +6,9 @@ import { getToken, onTokenChange, setToken } from "./lib/auth";
 import { makeClients, type Clients } from "./lib/client";
 import { describeProblem } from "./lib/errors";
 import { ClusterPage } from "./pages/ClusterPage";
-import { ItemPage } from "./pages/ItemPage";
+import { ItemPage } from "./marketplace/ItemPage";
+import { MarketplacePage } from "./marketplace/MarketplacePage";
+import { EditPage, PublishPage } from "./marketplace/PublishPage";
 import { JobPage } from "./pages/JobPage";
 import { JobsPage } from "./pages/JobsPage";
 import { SignInPage } from "./pages/SignInPage";
@@ -70,7 +72,10 @@ function Signed({ clients, hasToken }: { clients: Clients; hasToken: boolean }) 
           <Route path="/jobs/:ref" element={<JobPage />} />
           <Route path="/cluster" element={<ClusterPage />} />
           <Route path="/submit" element={<Suspense fallback={<p className="muted">Loading…</p>}><SubmitPage /></Suspense>} />
+          <Route path="/marketplace" element={<MarketplacePage />} />
+          <Route path="/marketplace/publish" element={<PublishPage />} />
           <Route path="/marketplace/:id" element={<ItemPage />} />
+          <Route path="/marketplace/:id/edit" element={<EditPage />} />
           <Route path="/signin" element={<SignInPage problem={null} />} />
           <Route path="*" element={<p className="error" role="alert">There is no page at this address. <Link to="/">See the jobs</Link>.</p>} />
         </Routes>
@@ -97,6 +102,7 @@ function Frame({
             <NavLink to="/" end>Jobs</NavLink>
             <NavLink to="/submit">Submit job</NavLink>
             <NavLink to="/cluster">Cluster</NavLink>
+            <NavLink to="/marketplace">Marketplace</NavLink>
             <a href="/graphql">GraphiQL</a>
           </nav>
         )}

@@ -259,24 +259,3 @@ export const VirtualClusterNamesQuery = graphql(`
     }
   }
 `);
-
-export const MarketplaceItemQuery = graphql(`
-  query MarketplaceItem($id: ID!) {
-    marketplaceItem(id: $id) {
-      id
-      name
-      version
-      type
-      summary
-      description
-      tags
-      stars
-      submits
-      owner {
-        name
-      }
-      content
-      updatedAt
-    }
-  }
-`);

@@ -5,6 +5,7 @@ import { Link, useParams, useSearchParams } from "react-router-dom";
 import { useMutation, useQuery } from "urql";
 import type { JobDetailFragment } from "../gql/graphql";
 import { copyText, downloadText } from "../lib/download";
+import { PublishAsTemplate } from "../marketplace/PublishAsTemplate";
 import { describeProblem } from "../lib/errors";
 import { completionInWords, formatDuration, formatTime, isFinal, isGlobalJobId } from "../lib/format";
 import { follow } from "../lib/live";
@@ -317,6 +318,7 @@ function Actions({ job, canStop, ownerOnlyNote }: { job: JobDetailFragment; canS
         </button>
       )}
       {ownerOnlyNote && <span className="muted">Only {job.user.name} or an admin may stop this job.</span>}
+      <PublishAsTemplate job={job} />
       {errors.map((error) => (
         <p key={error.code + error.message} className="error" role="alert">
           {error.message}

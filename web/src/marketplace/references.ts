@@ -1,0 +1,20 @@
+// How a job names a marketplace item, and where "Use" takes an item.
+
+/** `marketplace://name/<name>`, pinned to a version when one is given. */
+export function nameReference(name: string, version?: string | null): string {
+  return version ? `marketplace://name/${name}@${version}` : `marketplace://name/${name}`;
+}
+
+/** `marketplace://prerequisites/itemId/<id>`: the item at its latest version. */
+export function idReference(id: string): string {
+  return `marketplace://prerequisites/itemId/${id}`;
+}
+
+/** The Submit page pre-filled from the item, for the kinds it can start from; else null. */
+export function useLink(type: string, id: string, version: string): string | null {
+  if (type === "JOB_TEMPLATE") {
+    return `/submit?${new URLSearchParams({ template: id, version }).toString()}`;
+  }
+  if (type === "DATA") return `/submit?${new URLSearchParams({ data: id }).toString()}`;
+  return null;
+}
