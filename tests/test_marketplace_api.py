@@ -617,6 +617,25 @@ async def test_submitting_from_an_item_runs_the_job_and_counts_the_submit(
         shown = await server.listed("bob", sort="SUBMITS")
         assert [(i["name"], i["submits"]) for i in shown] == [("greeter", 2)]
 
+        # a config used on a page (useMarketplaceItem without submit), then submitted as a job:
+        # the item it was made from counts, an item hidden from the viewer or a bogus id not
+        secret = await server.published("ann", template("hidden"), visibility="PRIVATE")
+        edited = dry["config"].replace("greeter", "greeter-edited")
+        made = await data(
+            server.client,
+            SUBMIT_FROM,
+            {"config": edited, "from": [item["id"], secret["id"], "not-an-id"]},
+            token=server.tokens["bob"],
+        )
+        assert made["submitJob"]["errors"] == [] and made["submitJob"]["job"] is not None
+        counted = await server.listed("ann", sort="SUBMITS")
+        assert {i["name"]: i["submits"] for i in counted} == {"greeter": 3, "hidden": 0}
+
+
+SUBMIT_FROM = """
+mutation($config: String!, $from: [ID!]) {
+  submitJob(input: {config: $config, fromItems: $from}) { job { id } errors { path message } }
+}"""
 
 SUBMIT = """
 mutation($config: String!) {

@@ -25,6 +25,7 @@ from tests.browser_support import (
 from tests.marketplace_support import data_item, template
 from tests.simulated import job_config
 from tests.test_e2e_server import Server, served
+from tests.test_web_submit import no_problems, submit_and_watch
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
@@ -450,3 +451,53 @@ def test_use_hands_a_template_or_a_dataset_to_the_submit_page_and_references_cop
         page.get_by_role("link", name="Use in a new job").click()
         page.wait_for_url(re.compile(r"/submit\?"))
         assert parse_qs(urlparse(page.url).query) == {"data": [data["id"]]}
+
+
+def test_the_marketplace_walkthrough_publish_find_star_use_with_a_parameter_and_submit(
+    site: Site, web_browser: Any
+) -> None:
+    """The seeds' marketplace walkthrough click by click, across both pages: alice publishes a
+    template; bob finds it, stars it, uses it with a parameter of his own, submits, and the job
+    succeeds with that value; the item counts the submit."""
+    text = template(
+        "walkthrough",
+        version="1.0.0",
+        parameters={"who": "world"},
+        commands=['echo "hello <% $parameters.who %>"'],
+        description="Says hello to someone.",
+    )
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto("/marketplace/publish")
+        page.fill("#content", text)
+        page.get_by_role("button", name="Publish").click()
+        path = item_path(page)
+
+    with browser_page(web_browser, site.url, site.bob) as (page, _):
+        page.goto("/marketplace")
+        page.fill("input[name=q]", "walkthrough")
+        page.wait_for_url(re.compile(r"q=walkthrough"))
+        assert card_names(page) == ["walkthrough"]
+        page.locator("li[data-item=walkthrough]").get_by_role("link", name="walkthrough").click()
+        assert urlparse(page.url).path == path
+        page.get_by_role("button", name="☆ Star").click()
+        expect(page.get_by_test_id("stars")).to_have_text("1 star")
+        page.get_by_role("link", name="Use", exact=True).click()
+        page.wait_for_url(re.compile(r"/submit\?"))
+        field = page.locator("input[name=parameter-who]")
+        expect(field).to_have_attribute("placeholder", "default: world")
+        field.fill("bob")
+        no_problems(page)
+        submit_and_watch(page)
+        expect(page.locator("h1")).to_contain_text("walkthrough")
+        job_path = urlparse(page.url).path
+
+    api = site.api(site.bob)
+    job_id = job_path.rsplit("/", 1)[-1]
+    assert api("query($id: ID!) { job(id: $id) { user { name } } }", id=job_id)["job"] == {
+        "user": {"name": "bob"}
+    }
+    logs = site.server.paigraph("logs", job_id, "main", "0", token=site.bob)
+    assert "hello bob" in logs.stdout, logs.stdout + logs.stderr
+    item_id = path.rsplit("/", 1)[-1]
+    item = api("query($id: ID!) { marketplaceItem(id: $id) { stars submits } }", id=item_id)
+    assert item["marketplaceItem"] == {"stars": 1, "submits": 1}

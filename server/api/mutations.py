@@ -7,6 +7,7 @@ faults of the server become top-level GraphQL errors.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 import strawberry
 from strawberry.scalars import JSON
@@ -16,8 +17,10 @@ from server.api.ids import BadId, expect_global_id
 from server.api.mutation_field import mutation
 from server.api.resolved import ResolvedJob, resolved_job
 from server.api.types import Job, UserError, json_object
+from server.marketplace.items import item_key
 from server.marketplace.service import MarketplaceService
 from server.protocol import resolve_job
+from server.store import User
 
 
 @strawberry.input
@@ -43,6 +46,12 @@ class SubmitJobInput:
     )
     virtual_cluster: str | None = strawberry.field(
         default=None, description="Run in this virtual cluster instead of the config's."
+    )
+    from_items: list[strawberry.ID] | None = strawberry.field(
+        default=None,
+        description="Marketplace items the config was made from (a template or data item "
+        "used on a page, then edited): each the viewer may see counts a submit, as items "
+        "referenced in the config do. Unknown or hidden ones are passed over.",
     )
 
 
@@ -101,9 +110,11 @@ class Mutation:
         outcome = await info.context.service.submit(
             info.context.viewer, input.config, parameters, input.virtual_cluster
         )
-        if outcome.job is not None and outcome.item_ids:  # the items it uses count a submit
+        if outcome.job is not None:  # the items it uses or was made from count a submit
             market = MarketplaceService(info.context.store)
-            await asyncio.to_thread(market.count_submits, outcome.item_ids)
+            viewer = info.context.viewer
+            made_from = [str(i) for i in input.from_items or []]
+            await asyncio.to_thread(_count_submits, market, viewer, outcome.item_ids, made_from)
         return SubmitJobPayload(
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
             errors=[UserError.from_problem(p) for p in outcome.errors],
@@ -123,3 +134,18 @@ class Mutation:
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
             errors=[UserError.from_problem(p) for p in outcome.errors],
         )
+
+
+def _count_submits(
+    market: MarketplaceService, viewer: User, used: Iterable[str], made_from: list[str]
+) -> None:
+    """Count a submit of every item the job's references took in, and of every item it was
+    made from that the viewer may see (an ID of something else, or of an item hidden from the
+    viewer, counts nothing and reveals nothing)."""
+    keys = set(used)
+    for item_id in made_from:
+        key = item_key(item_id)
+        if key is not None and market.visible(viewer, key) is not None:
+            keys.add(key)
+    if keys:
+        market.count_submits(keys)

@@ -72,6 +72,8 @@ export default function SubmitPage() {
   const [initial] = useState(() => (hasEntry ? null : loadDraft(viewer.id)));
   const [text, setText] = useState(initial?.yaml ?? EMPTY_JOB);
   const [values, setValues] = useState<Record<string, string>>(initial?.parameters ?? {});
+  // the marketplace items the job was made from: its submit counts as theirs
+  const [madeFrom, setMadeFrom] = useState<string[]>(initial?.madeFrom ?? []);
   const [secretValues, setSecretValues] = useState<Record<string, string>>({});
   const [note, setNote] = useState<string | null>(initial ? "Your draft was restored." : null);
   const [loadError, setLoadError] = useState<string | null>(null);
@@ -126,6 +128,7 @@ export default function SubmitPage() {
       }
       setValues({});
       setSecretValues({});
+      setMadeFrom([]);
     },
     [client],
   );
@@ -164,6 +167,7 @@ export default function SubmitPage() {
           const item = used.item;
           const what = template ? `Template ${item?.name} ${item?.version}` : `A new job using the data ${item?.name} ${item?.version}`;
           await load(used.config, what);
+          setMadeFrom([item?.id ?? id]);
         }
       } catch (error) {
         setLoadError(error instanceof Error ? error.message : String(error));
@@ -205,11 +209,11 @@ export default function SubmitPage() {
     if (loading) return;
     const untouched = text === EMPTY_JOB && Object.values(values).every((value) => value === "");
     const timer = setTimeout(
-      () => (untouched ? clearDraft(viewer.id) : saveDraft(viewer.id, { yaml: text, parameters: values }, secretNames)),
+      () => (untouched ? clearDraft(viewer.id) : saveDraft(viewer.id, { yaml: text, parameters: values, madeFrom }, secretNames)),
       200,
     );
     return () => clearTimeout(timer);
-  }, [viewer.id, text, values, secretNames, loading]);
+  }, [viewer.id, text, values, madeFrom, secretNames, loading]);
 
   const checked = check && check.text === text ? check : null;
   const checkedParsed = useMemo(() => (check ? parse(check.text) : null), [check]);
@@ -240,7 +244,7 @@ export default function SubmitPage() {
     const sent = text;
     try {
       const answer = await client
-        .mutation(SubmitJobMutation, { config: forServer(sent, secretValues), parameters: sentParameters })
+        .mutation(SubmitJobMutation, { config: forServer(sent, secretValues), parameters: sentParameters, fromItems: madeFrom })
         .toPromise();
       if (answer.error) {
         setRefused(describeProblem(answer.error).message);
@@ -283,6 +287,7 @@ export default function SubmitPage() {
             setText(EMPTY_JOB);
             setValues({});
             setSecretValues({});
+            setMadeFrom([]);
             setRefused(null);
             setNote("Started an empty job: add a docker image and task roles.");
           }}

@@ -6,6 +6,7 @@ import { parse } from "./yamlDoc";
 export interface Draft {
   yaml: string;
   parameters: Record<string, string>;
+  madeFrom?: string[]; // the marketplace items it was made from
 }
 
 const key = (userId: string) => `paigraph.submit.draft.${userId}`;
@@ -34,7 +35,7 @@ export function withoutSecrets(yaml: string): string {
 export function saveDraft(userId: string, draft: Draft, secretNames: readonly string[]): void {
   const parameters = Object.fromEntries(Object.entries(draft.parameters).filter(([name]) => !secretNames.includes(name)));
   try {
-    localStorage.setItem(key(userId), JSON.stringify({ yaml: withoutSecrets(draft.yaml), parameters }));
+    localStorage.setItem(key(userId), JSON.stringify({ yaml: withoutSecrets(draft.yaml), parameters, madeFrom: draft.madeFrom ?? [] }));
   } catch {
     // a full or disabled storage only costs the draft
   }
@@ -46,7 +47,8 @@ export function loadDraft(userId: string): Draft | null {
     if (!stored) return null;
     const draft = JSON.parse(stored) as Partial<Draft>;
     if (typeof draft.yaml !== "string") return null;
-    return { yaml: draft.yaml, parameters: draft.parameters ?? {} };
+    const madeFrom = Array.isArray(draft.madeFrom) ? draft.madeFrom.filter((id): id is string => typeof id === "string") : [];
+    return { yaml: draft.yaml, parameters: draft.parameters ?? {}, madeFrom };
   } catch {
     return null;
   }

@@ -41,8 +41,8 @@ export const ResolveJobMutation = graphql(`
 `);
 
 export const SubmitJobMutation = graphql(`
-  mutation SubmitPageSubmit($config: String!, $parameters: JSON) {
-    submitJob(input: { config: $config, parameters: $parameters }) {
+  mutation SubmitPageSubmit($config: String!, $parameters: JSON, $fromItems: [ID!]) {
+    submitJob(input: { config: $config, parameters: $parameters, fromItems: $fromItems }) {
       job {
         id
         name
