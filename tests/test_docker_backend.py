@@ -236,9 +236,8 @@ async def test_stop_in_the_middle_ends_every_instance_and_leaves_nothing(tmp_pat
 
 
 async def test_a_restarted_backend_adopts_running_instances_and_removes_orphans(
-    tmp_path: Path,
+    tmp_path: Path, owner: str
 ) -> None:
-    owner = "test-restart"
     request = job(role("slow", ["sleep 3", "echo done"], instances=2), role("fast", ["exit 4"]))
     async with backend(tmp_path, owner=owner) as first:
         events = Collector(first)
