@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.test_e2e_server import Server, served
 from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,3 +180,46 @@ class Api:
         self, job_id: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60
     ) -> None:
         until(lambda: check(self.job(job_id)), f"job {job_id} as awaited", timeout)
+
+
+PUBLISH = """
+mutation($input: PublishMarketplaceItemInput!) {
+  publishMarketplaceItem(input: $input) { item { id name version } errors { path message } }
+}"""
+
+
+class Site:
+    """One `paigraph serve` on the Docker simulator for a module of browser tests, with two
+    plain users, alice and bob, and an admin, root."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.url = server.url
+        self.alice = self._user("alice")
+        self.bob = self._user("bob")
+        self.root = self._user("root", "--admin")
+
+    def _user(self, name: str, *options: str) -> str:
+        added = self.server.paigraph("users", "add", name, *options)
+        assert added.returncode == 0, added.stderr
+        return added.stdout.strip()
+
+    def api(self, token: str) -> Api:
+        return Api(self.url, token)
+
+    def publish(self, token: str, content: str, **values: Any) -> dict[str, Any]:
+        """Publish through the API (what the test is not about); the item's id, name, version."""
+        found = self.api(token)(PUBLISH, input={"content": content, **values})
+        payload = found["publishMarketplaceItem"]
+        assert payload["errors"] == [], payload["errors"]
+        return dict(payload["item"])
+
+
+@contextmanager
+def site_on(folder: Path) -> Iterator[Site]:
+    """A started server on a fresh SQLite database under `folder` (skipped, saying why, without
+    chromium or the web UI's build)."""
+    need_browser_and_build()
+    with served("sqlite", folder) as server:
+        server.start()
+        yield Site(server)

@@ -13,10 +13,12 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from server.store import Store, open_store
+from tests.browser_support import Site, chromium, site_on
 from tests.corpus import missing
 from tests.simulated import remove_leftovers
 from tests.store_support import KINDS, fresh_database
@@ -69,3 +71,17 @@ def pytest_report_header() -> str:
     from server.api.schema import executor_setting
 
     return f"GraphQL executor: {executor_setting()} (PAIGRAPH_EXECUTOR)"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """The browser tests' server, one per module (a module may define its own `site`)."""
+    with site_on(tmp_path_factory.mktemp("web")) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def web_browser(site: Site) -> Iterator[Any]:
+    """Debian's chromium, headless, for a module of browser tests."""
+    with chromium() as opened:
+        yield opened

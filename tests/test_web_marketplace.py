@@ -6,7 +6,6 @@ errors at their fields, and the links that hand an item to the Submit page."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -15,65 +14,18 @@ import pytest
 import yaml
 
 from tests.browser_support import (
-    Api,
+    Site,
     browser_page,
-    chromium,
     keep_for_docs,
-    need_browser_and_build,
     screenshot,
 )
 from tests.marketplace_support import data_item, template
 from tests.simulated import job_config
-from tests.test_e2e_server import Server, served
 from tests.test_web_submit import no_problems, submit_and_watch
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
 PAGE_SIZE = 12  # web/src/marketplace/MarketplacePage.tsx
-PUBLISH = """
-mutation($input: PublishMarketplaceItemInput!) {
-  publishMarketplaceItem(input: $input) { item { id name version } errors { path message } }
-}"""
-
-
-class Site:
-    """One server for the module, with two plain users, alice and bob, and an admin, root."""
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.url = server.url
-        self.alice = self._user("alice")
-        self.bob = self._user("bob")
-        self.root = self._user("root", "--admin")
-
-    def _user(self, name: str, *options: str) -> str:
-        added = self.server.paigraph("users", "add", name, *options)
-        assert added.returncode == 0, added.stderr
-        return added.stdout.strip()
-
-    def api(self, token: str) -> Api:
-        return Api(self.url, token)
-
-    def publish(self, token: str, content: str, **values: Any) -> dict[str, Any]:
-        """Publish through the API (what the test is not about); the item's id, name, version."""
-        found = self.api(token)(PUBLISH, input={"content": content, **values})
-        payload = found["publishMarketplaceItem"]
-        assert payload["errors"] == [], payload["errors"]
-        return payload["item"]
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    need_browser_and_build()
-    with served("sqlite", tmp_path_factory.mktemp("web-market")) as server:
-        server.start()
-        yield Site(server)
-
-
-@pytest.fixture(scope="module")
-def web_browser(site: Site) -> Iterator[Any]:
-    with chromium() as opened:
-        yield opened
 
 
 def expect(locator: Any) -> Any:

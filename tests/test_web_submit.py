@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,55 +14,16 @@ import pytest
 import yaml
 
 from tests.browser_support import (
-    Api,
+    Site,
     browser_page,
-    chromium,
     keep_for_docs,
-    need_browser_and_build,
     screenshot,
 )
-from tests.test_e2e_server import ROOT, Server, served
+from tests.test_e2e_server import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
 IMAGE = "paigraph/busybox:test"
-PUBLISH = """
-mutation($input: PublishMarketplaceItemInput!) {
-  publishMarketplaceItem(input: $input) { item { id name } errors { path message } }
-}
-"""
-
-
-class Site:
-    """One server for the module and its user alice."""
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.url = server.url
-        added = server.paigraph("users", "add", "alice")
-        assert added.returncode == 0, added.stderr
-        self.alice = added.stdout.strip()
-        self.api = Api(self.url, self.alice)
-
-    def publish(self, content: str) -> str:
-        """Publish an item as alice; its ID."""
-        found = self.api(PUBLISH, input={"content": content})["publishMarketplaceItem"]
-        assert not found["errors"] and found["item"], found
-        return found["item"]["id"]
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    need_browser_and_build()
-    with served("sqlite", tmp_path_factory.mktemp("web-submit")) as server:
-        server.start()
-        yield Site(server)
-
-
-@pytest.fixture(scope="module")
-def web_browser(site: Site) -> Iterator[Any]:
-    with chromium() as opened:
-        yield opened
 
 
 def editor_text(page: Any) -> str:
@@ -204,10 +164,11 @@ def test_a_two_role_job_built_with_the_forms_alone(site: Site, web_browser: Any)
 def test_pick_a_docker_image_and_a_data_item_from_the_marketplace(
     site: Site, web_browser: Any
 ) -> None:
-    site.publish(f"name: pickbox\ntype: dockerimage\nversion: 1.0.0\nuri: {IMAGE}\n")
+    site.publish(site.alice, f"name: pickbox\ntype: dockerimage\nversion: 1.0.0\nuri: {IMAGE}\n")
     site.publish(
+        site.alice,
         "name: pickdata\ntype: data\nversion: 1.0.0\n"
-        "description: Points for the picker.\nuri:\n  - http://127.0.0.1:9/points.csv\n"
+        "description: Points for the picker.\nuri:\n  - http://127.0.0.1:9/points.csv\n",
     )
     with browser_page(web_browser, site.url, site.alice) as (page, _):
         page.goto("/submit")
@@ -262,6 +223,7 @@ def test_a_template_used_with_a_parameter_submits(site: Site, web_browser: Any) 
     from playwright.sync_api import expect
 
     template = site.publish(
+        site.alice,
         textwrap.dedent(
             f"""\
             protocolVersion: 2
@@ -280,8 +242,8 @@ def test_a_template_used_with_a_parameter_submits(site: Site, web_browser: Any) 
                 commands:
                   - echo "<% $parameters.greeting %> from the template"
             """
-        )
-    )
+        ),
+    )["id"]
     with browser_page(web_browser, site.url, site.alice) as (page, _):
         page.goto(f"/submit?template={template}&version=1.0.0")
         expect(page.get_by_test_id("source-note")).to_contain_text("Template greeter 1.0.0")
@@ -333,14 +295,16 @@ def test_clone_from_the_job_page_and_a_new_job_from_a_data_item(
 ) -> None:
     from playwright.sync_api import expect
 
-    job_id = site.api.submit(
+    job_id = site.api(site.alice).submit(
         f"protocolVersion: 2\nname: original\ntype: job\n"
         f"prerequisites:\n  - {{name: box, type: dockerimage, uri: {IMAGE}}}\n"
         "taskRoles:\n  main:\n    instances: 1\n    dockerImage: box\n"
         "    resourcePerInstance: {cpu: 1, memoryMB: 128, gpu: 0}\n"
         "    commands: [echo original]\n"
     )
-    data = site.publish("name: clonedata\ntype: data\nuri:\n  - http://127.0.0.1:9/c.csv\n")
+    data = site.publish(
+        site.alice, "name: clonedata\ntype: data\nuri:\n  - http://127.0.0.1:9/c.csv\n"
+    )["id"]
     with browser_page(web_browser, site.url, site.alice) as (page, _):
         page.goto(f"/jobs/{job_id}")
         page.get_by_test_id("clone").click()

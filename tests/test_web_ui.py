@@ -7,57 +7,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
 
 from tests.browser_support import (
-    Api,
+    Site,
     browser_page,
-    chromium,
     keep_for_docs,
-    need_browser_and_build,
     screenshot,
 )
 from tests.simulated import job_config
-from tests.test_e2e_server import ROOT, Server, served
+from tests.test_e2e_server import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
-
-
-class Site:
-    """One server for the module, with two plain users, alice and bob, and an admin, root."""
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.url = server.url
-        self.alice = self._user("alice")
-        self.bob = self._user("bob")
-        self.root = self._user("root", "--admin")
-
-    def _user(self, name: str, *options: str) -> str:
-        added = self.server.paigraph("users", "add", name, *options)
-        assert added.returncode == 0, added.stderr
-        return added.stdout.strip()
-
-    def api(self, token: str) -> Api:
-        return Api(self.url, token)
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    need_browser_and_build()
-    with served("sqlite", tmp_path_factory.mktemp("web-ui")) as server:
-        server.start()
-        yield Site(server)
-
-
-@pytest.fixture(scope="module")
-def web_browser(site: Site) -> Iterator[Any]:
-    with chromium() as opened:
-        yield opened
 
 
 def ported_job(name: str, roles: dict[str, dict[str, Any]]) -> str:
