@@ -68,8 +68,9 @@ USER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9ok
 def test_a_userssh_that_is_not_a_public_key_is_refused_naming_the_field() -> None:
     for userssh, words in [
         ({"type": "custom", "value": "hunter2"}, "'hunter2' is not one"),
-        ({"type": "system", "value": USER_KEY}, "type 'system' is not supported"),
-        ("ssh-ed25519 AAAA", "must be a map"),
+        ({"type": "custom", "value": 42}, "value must be an OpenSSH public key line"),
+        ("ssh-ed25519", "'ssh-ed25519' is not one"),
+        (["ssh-ed25519 AAAA"], "must be a map"),
     ]:
         plugin = {"plugin": "ssh", "parameters": {"userssh": userssh}}
         result = parse_job(job([plugin]))
@@ -97,6 +98,12 @@ def test_the_ssh_plugin_gives_the_launch_the_users_key_and_a_fresh_job_key_pair(
     only = launch_request(parse_job(job([userssh_only])).spec, job_id="j").ssh
     assert only is not None and only.authorized_keys == [USER_KEY] and not only.job_private_key
     assert launch_request(parse_job(job([])).spec, job_id="j").ssh is None
+
+    # the older sshd plugin took the key itself; an empty userssh authorises nothing
+    sshd = {"plugin": "sshd", "parameters": {"userssh": USER_KEY}}
+    assert launch_request(parse_job(job([sshd])).spec, job_id="j").ssh.authorized_keys == [USER_KEY]
+    empty = {"plugin": "ssh", "parameters": {"jobssh": False, "userssh": {"type": "", "value": ""}}}
+    assert launch_request(parse_job(job([empty])).spec, job_id="j").ssh.authorized_keys == []
 
 
 def test_the_ssh_files_name_every_peer_at_its_address_and_ssh_port() -> None:

@@ -56,16 +56,20 @@ def _truthy(value: Any) -> bool:
 
 
 def _user_keys(userssh: Any) -> tuple[list[str], str | None]:
-    """The public keys of `userssh` ({type: custom, value: "<key>"}), and what is wrong with it."""
-    if userssh is None or userssh == {}:
+    """The public keys of `userssh`, and what is wrong with it. OpenPAI's `ssh` plugin takes
+    {type, value} (type `custom`: value holds the keys); the older `sshd` took the key itself."""
+    if isinstance(userssh, str):
+        value: Any = userssh
+    elif isinstance(userssh, dict):
+        value = userssh.get("value")
+        if value is not None and not isinstance(value, str):
+            return [], "value must be an OpenSSH public key line (ssh-ed25519 AAAA... comment)"
+    elif userssh is None:
         return [], None
-    if not isinstance(userssh, dict):
-        return [], "must be a map {type: custom, value: <public key>}"
-    kind, value = userssh.get("type", "custom"), userssh.get("value")
-    if kind != "custom":
-        return [], f"type {kind!r} is not supported: only `custom` (the key in `value`) is"
-    if not isinstance(value, str) or not value.strip():
-        return [], "value must be an OpenSSH public key line (ssh-ed25519 AAAA... comment)"
+    else:
+        return [], "must be a map {type: custom, value: <public key>} or a public key line"
+    if not value or not value.strip():
+        return [], None
     keys = [line.strip() for line in value.splitlines() if line.strip()]
     bad = [k for k in keys if not _PUBLIC_KEY.fullmatch(k)]
     if bad:
