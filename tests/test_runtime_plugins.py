@@ -80,6 +80,17 @@ def test_a_userssh_that_is_not_a_public_key_is_refused_naming_the_field() -> Non
         assert error.code == "invalid-userssh" and words in error.message
 
 
+def test_the_ssh_barrier_is_warned_about() -> None:
+    plugin = {"plugin": "ssh", "parameters": {"jobssh": True, "sshbarrier": True}}
+    result = parse_job(job([plugin]))
+    assert result.ok
+    assert [(w.path, w.code) for w in result.warnings] == [
+        (f"extras.{PLUGINS}[0]", "ssh-plugin-no-sshd"),
+        (f"extras.{PLUGINS}[0].parameters.sshbarrier", "ssh-barrier-not-supported"),
+    ]
+    assert "does not wait" in result.warnings[1].message
+
+
 def test_the_ssh_plugin_gives_the_launch_the_users_key_and_a_fresh_job_key_pair() -> None:
     plugin = {"plugin": "ssh", "parameters": {"jobssh": True, "userssh": {"value": USER_KEY}}}
     result = parse_job(job([plugin]))

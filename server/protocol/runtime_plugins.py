@@ -109,6 +109,14 @@ def apply_runtime_plugins(spec: JobSpec, issues: Issues) -> JobSpec:
             if problem is not None:
                 issues.error(f"{path}.parameters.userssh", "invalid-userssh", problem)
             issues.warn(path, "ssh-plugin-no-sshd", _ssh_message(name))
+            if _truthy(parameters.get("sshbarrier")):
+                issues.warn(
+                    f"{path}.parameters.sshbarrier",
+                    "ssh-barrier-not-supported",
+                    "OpenPAI's ssh barrier waits until every instance's sshd answers; paigraph "
+                    "does not wait: the commands start as soon as this instance's sshd does, "
+                    "so retry a first `ssh <role>-<index>` until the peer answers",
+                )
         elif name == "tensorboard" and spec.task_roles:
             tensorboard = True
             issues.warn(path, "tensorboard-not-started", _tensorboard_message(spec, parameters))
