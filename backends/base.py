@@ -113,6 +113,15 @@ class RoleLaunch(_Value):
     min_succeeded: int = -1
 
 
+class SshAccess(_Value):
+    """The ssh runtime plugin of a job: who may log in to its instances where the image has an
+    sshd, and the key pair its instances use to reach each other (made for the attempt)."""
+
+    authorized_keys: list[str] = Field(default_factory=list)  # the user's and the job's
+    job_private_key: str = Field(default="", repr=False)  # OpenSSH format; "" without jobssh
+    job_public_key: str = ""
+
+
 class LaunchRequest(_Value):
     """One attempt of a resolved job, self-contained: nothing is looked up after this."""
 
@@ -124,6 +133,7 @@ class LaunchRequest(_Value):
     roles: list[RoleLaunch]
     env: dict[str, str] = Field(default_factory=dict)  # job-wide (v1 jobEnvs, PAI_DATA_DIR ...)
     secrets: dict[str, str] = Field(default_factory=dict, repr=False)
+    ssh: SshAccess | None = None  # the ssh plugin: an sshd in every instance whose image has one
 
     def role(self, name: str) -> RoleLaunch:
         return next(r for r in self.roles if r.name == name)

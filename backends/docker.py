@@ -87,6 +87,7 @@ from backends.instance_exec import ExecRequest
 from backends.log_stream import stream_log
 from backends.runtime_env import runtime_env
 from backends.secrets_env import secret_environment, with_secret_variables
+from backends.ssh_access import ssh_files
 from simulator.cluster import Cluster, Demand, NeverFits, Placed, Shortage, Slot
 from simulator.containers import (
     OWNER,
@@ -702,7 +703,7 @@ class DockerBackend:
         assert placement is not None
         env = runtime_env(request, placements, key.role, key.index)
         role = with_secret_variables(request.role(key.role), request)  # values not in files
-        records.write_runtime_files(instance.dir, env, role)
+        records.write_runtime_files(instance.dir, env, role, ssh_files(request, env))
         return container_spec(
             self.owner,
             request,

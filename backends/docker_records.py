@@ -83,8 +83,8 @@ def writable_dir(instance_dir: Path) -> Path:
 
 
 def write_launch(attempt_dir: Path, request: LaunchRequest) -> None:
-    """Keep the request for a restart: without its secrets, and with a registry password
-    written in the job itself (not a `<% $secrets.x %>` reference) masked."""
+    """Keep the request for a restart: without its secrets or ssh private key, and with a
+    registry password written in the job itself (not a `<% $secrets.x %>` reference) masked."""
     attempt_dir.mkdir(parents=True, exist_ok=True)
     roles = []
     for role in request.roles:
@@ -95,7 +95,10 @@ def write_launch(attempt_dir: Path, request: LaunchRequest) -> None:
             )
         roles.append(role)
     kept = request.model_copy(update={"roles": roles})
-    host_files.write_atomic(attempt_dir / _LAUNCH, kept.model_dump_json(exclude={"secrets"}))
+    # the job's ssh private key is left out too: an instance run again after a restart can
+    # still be reached by its peers (its public key stays authorised), not reach them
+    text = kept.model_dump_json(exclude={"secrets": True, "ssh": {"job_private_key"}})
+    host_files.write_atomic(attempt_dir / _LAUNCH, text)
 
 
 def recorded_launches(attempts_dir: Path) -> list[tuple[Path, LaunchRequest]]:
@@ -188,14 +191,21 @@ def read_run(instance_dir: Path) -> RunRecord | None:
         return None
 
 
-def write_runtime_files(instance_dir: Path, env: dict[str, str], role: RoleLaunch) -> None:
+def write_runtime_files(
+    instance_dir: Path, env: dict[str, str], role: RoleLaunch, ssh: dict[str, str] | None = None
+) -> None:
     """The environment and entrypoint the container runs with, in the folder it sees read-only,
     and the empty folder it may write (its mount point, made here since the read-only folder
-    cannot be written from inside)."""
+    cannot be written from inside). `ssh`: the ssh plugin's files (backends.ssh_access), in
+    `ssh/`, readable by the server's user only."""
     runtime = runtime_dir(instance_dir)
     writable_dir(instance_dir).mkdir(parents=True, exist_ok=True)
     host_files.write_atomic(runtime / "runtime_env.sh", shell_env_file(env))
-    host_files.write_atomic(runtime / "entrypoint.sh", entrypoint_script(role))
+    if ssh:
+        (runtime / "ssh").mkdir(mode=0o700, exist_ok=True)
+        for name, text in ssh.items():
+            host_files.write_atomic(runtime / "ssh" / name, text, mode=0o600)
+    host_files.write_atomic(runtime / "entrypoint.sh", entrypoint_script(role, ssh=bool(ssh)))
 
 
 def open_gate(instance_dir: Path) -> None:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import shlex
 
 from backends.base import Material, RoleLaunch
+from backends.ssh_access import sshd_lines
 
 RUNTIME_DIR = "/usr/local/pai"  # the instance's runtime files, written by the backend (read-only)
 RUN_DIR = f"{RUNTIME_DIR}/run"  # what the instance writes (read-write)
 ENV_FILE = f"{RUNTIME_DIR}/runtime_env.sh"  # written by the backend (runtime_env.shell_env_file)
+SSH_DIR = f"{RUNTIME_DIR}/ssh"  # the ssh plugin's keys and peers (backends.ssh_access)
 ENTRYPOINT = f"{RUNTIME_DIR}/entrypoint.sh"  # this script; run it as `sh ENTRYPOINT`
 LOG_FILE = f"{RUN_DIR}/output.log"  # everything the instance prints
 USER_COMMANDS_FILE = f"{RUN_DIR}/user_commands.sh"  # the user's commands, written by the script
@@ -36,13 +38,18 @@ _SIGNALS = (("TERM", 15), ("INT", 2), ("HUP", 1))
 
 
 def entrypoint_script(
-    role: RoleLaunch, *, runtime_dir: str = RUNTIME_DIR, work_dir: str = WORK_DIR
+    role: RoleLaunch,
+    *,
+    runtime_dir: str = RUNTIME_DIR,
+    work_dir: str = WORK_DIR,
+    ssh: bool = False,
 ) -> str:
     """The entrypoint of every instance of `role`.
 
     `runtime_dir` and `work_dir` default to the paths inside the container; other values let the
     same script run anywhere (the tests run it on the host). The env file, the log file and the
-    user commands' file are the fixed names above inside `runtime_dir`.
+    user commands' file are the fixed names above inside `runtime_dir`. With `ssh` (the job
+    asks for the ssh plugin) an sshd is started first where the image has one, from SSH_DIR.
 
     Exit code: that of the user's commands; that of the first failing start or success hook;
     SETUP_FAILED when the environment file, the work directory or a prerequisite is missing;
@@ -50,7 +57,10 @@ def entrypoint_script(
     failure hooks run (all of them, their own failures only logged) when a start hook, the user
     commands or a success hook fail, not when setup fails or the instance is stopped.
     """
-    text = "\n".join([*_prologue(role, runtime_dir, work_dir), *_body(role, runtime_dir)])
+    prologue = _prologue(role, runtime_dir, work_dir)
+    if ssh:
+        prologue += sshd_lines(_inside(runtime_dir, SSH_DIR))
+    text = "\n".join([*prologue, *_body(role, runtime_dir)])
     if "\0" in text:
         raise ValueError(f"task role {role.name!r}: a command contains a NUL byte")
     return text + "\n"

@@ -76,8 +76,9 @@ _EXTRAS = {
     "extras": (HONOURED, "the keys below; anything else is kept and warned about"),
     "extras.com.microsoft.pai.runtimeplugin": (
         HONOURED,
-        "runtime plugins: `cmd` runs; `ssh`, `sshd` and `tensorboard` are warned about, saying "
-        "what paigraph does instead; any other plugin is warned about",
+        "runtime plugins: `cmd` runs; `ssh`/`sshd` starts the image's sshd where it has one; "
+        "`ssh`, `sshd` and `tensorboard` are warned about, saying what paigraph does and does "
+        "not do; any other plugin is warned about",
     ),
     "extras.gangAllocation": (HONOURED, "false: instances start one by one, retried alone"),
     "extras.storages": (HONOURED, "admin-defined storages mounted in every role"),
@@ -325,7 +326,10 @@ VALUES: dict[str, tuple[str, str]] = {
     f"extras.{_RUNTIME_PLUGIN}[].plugin: cmd": (HONOURED, "its commands run"),
     f"extras.{_RUNTIME_PLUGIN}[].plugin: ssh, sshd": (
         WARNED,
-        "no SSH server is started; `paigraph shell` and `exec` get into an instance",
+        "honoured where the image has an sshd (on the simulator): it runs on the `ssh` port "
+        "with `userssh` and the `jobssh` key authorised and peers named `<role>-<index>`; "
+        "warned, since an image without one gets no SSH server (`paigraph shell` and `exec` "
+        "get in)",
     ),
     f"extras.{_RUNTIME_PLUGIN}[].plugin: tensorboard": (
         WARNED,

@@ -18,11 +18,13 @@ from backends.base import (
     PortRequest,
     ResourceRequest,
     RoleLaunch,
+    SshAccess,
     StorageMount,
 )
 from backends.entrypoint import WORK_DIR
 from server.jobs.not_runnable import NotRunnable
 from server.jobs.policy import effective_completion
+from server.jobs.ssh_keys import job_key_pair
 from server.jobs.v1_locations import v1_locations
 from server.protocol.model import (
     CallbackEvent,
@@ -33,6 +35,7 @@ from server.protocol.model import (
     TaskRole,
 )
 from server.protocol.rules import is_reference
+from server.protocol.runtime_plugins import ssh_plugin
 
 __all__ = ["NotRunnable", "launch_request"]
 
@@ -68,6 +71,22 @@ def launch_request(
         roles=roles,
         env=env,
         secrets={k: str(v) for k, v in spec.secrets.items()},
+        ssh=_ssh_access(spec, job_id, attempt),
+    )
+
+
+def _ssh_access(spec: JobSpec, job_id: str, attempt: int) -> SshAccess | None:
+    """The ssh plugin's keys: the user's, and with `jobssh` a key pair made for this attempt."""
+    plugin = ssh_plugin(spec)
+    if plugin is None:
+        return None
+    if not plugin.jobssh:
+        return SshAccess(authorized_keys=plugin.user_keys)
+    private, public = job_key_pair(f"paigraph-job-{job_id}-{attempt}")
+    return SshAccess(
+        authorized_keys=[*plugin.user_keys, public],
+        job_private_key=private,
+        job_public_key=public,
     )
 
 

@@ -5,9 +5,10 @@ Both come as entries of `extras.com.microsoft.pai.runtimeplugin` (`{plugin, para
 prerequisites with `plugin: com.microsoft.pai.runtimeplugin.<name>` (seed 004's form).
 
 - `ssh` (`sshd` in OpenPAI's kube-runtime era): OpenPAI installs and starts an SSH server in
-  every container. paigraph starts none (the images it runs need not have one; the test image
-  has none): every instance still gets its `ssh` port and its peers' `<role>-<index>` names, and
-  `paigraph shell` / `paigraph exec` get into an instance through the server instead.
+  every container. paigraph installs nothing: on the simulator, where the image has an sshd, it
+  starts it on the instance's `ssh` port with the user's key (`userssh`) and the job's key pair
+  (`jobssh`) authorised and every peer named `<role>-<index>` in `~/.ssh/config`
+  (server.jobs.launch, backends.ssh_access); the warning says what happens where it has none.
 - `tensorboard`: OpenPAI runs TensorBoard on the first task role's instance 0 at
   `parameters.port`. paigraph allocates and publishes a port labelled `tensorboard` on the
   first task role (shown with the job's ports, and in `$PAI_CONTAINER_HOST_tensorboard_PORT_LIST`)
@@ -16,7 +17,9 @@ prerequisites with `plugin: com.microsoft.pai.runtimeplugin.<name>` (seed 004's 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from server.protocol.issues import Issues
@@ -25,6 +28,57 @@ from server.protocol.model import JobSpec, PortRequest
 RUNTIME_PLUGIN = "com.microsoft.pai.runtimeplugin"
 TENSORBOARD_LABEL = "tensorboard"
 SSH_PLUGINS = ("ssh", "sshd")
+_PUBLIC_KEY = re.compile(
+    r"(ssh-(rsa|dss|ed25519)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)"
+    r"@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\n]*)?"
+)
+
+
+@dataclass(frozen=True)
+class SshPlugin:
+    """What a job's ssh plugin asks for: a key pair for the job, and the user's keys."""
+
+    jobssh: bool = False
+    user_keys: list[str] = field(default_factory=list)
+
+
+def ssh_plugin(spec: JobSpec) -> SshPlugin | None:
+    """The job's ssh plugin (the first entry naming it, as OpenPAI reads one), or None."""
+    for _path, name, parameters in plugin_uses(spec):
+        if name in SSH_PLUGINS:
+            keys, _problem = _user_keys(parameters.get("userssh"))
+            return SshPlugin(jobssh=_truthy(parameters.get("jobssh")), user_keys=keys)
+    return None
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def _user_keys(userssh: Any) -> tuple[list[str], str | None]:
+    """The public keys of `userssh`, and what is wrong with it. OpenPAI's `ssh` plugin takes
+    {type, value} (type `custom`: value holds the keys); the older `sshd` took the key itself."""
+    if isinstance(userssh, str):
+        value: Any = userssh
+    elif isinstance(userssh, dict):
+        value = userssh.get("value")
+        if value is not None and not isinstance(value, str):
+            return [], "value must be an OpenSSH public key line (ssh-ed25519 AAAA... comment)"
+    elif userssh is None:
+        return [], None
+    else:
+        return [], "must be a map {type: custom, value: <public key>} or a public key line"
+    if not value or not value.strip():
+        return [], None
+    keys = [line.strip() for line in value.splitlines() if line.strip()]
+    bad = [k for k in keys if not _PUBLIC_KEY.fullmatch(k)]
+    if bad:
+        shown = bad[0] if len(bad[0]) <= 40 else bad[0][:40] + "..."
+        return [], (
+            f"value must hold OpenSSH public key lines (ssh-ed25519 AAAA... comment); "
+            f"{shown!r} is not one"
+        )
+    return keys, None
 
 
 def plugin_uses(spec: JobSpec) -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -51,7 +105,18 @@ def apply_runtime_plugins(spec: JobSpec, issues: Issues) -> JobSpec:
     tensorboard = False
     for path, name, parameters in plugin_uses(spec):
         if name in SSH_PLUGINS:
+            _keys, problem = _user_keys(parameters.get("userssh"))
+            if problem is not None:
+                issues.error(f"{path}.parameters.userssh", "invalid-userssh", problem)
             issues.warn(path, "ssh-plugin-no-sshd", _ssh_message(name))
+            if _truthy(parameters.get("sshbarrier")):
+                issues.warn(
+                    f"{path}.parameters.sshbarrier",
+                    "ssh-barrier-not-supported",
+                    "OpenPAI's ssh barrier waits until every instance's sshd answers; paigraph "
+                    "does not wait: the commands start as soon as this instance's sshd does, "
+                    "so retry a first `ssh <role>-<index>` until the peer answers",
+                )
         elif name == "tensorboard" and spec.task_roles:
             tensorboard = True
             issues.warn(path, "tensorboard-not-started", _tensorboard_message(spec, parameters))
@@ -69,11 +134,12 @@ def apply_runtime_plugins(spec: JobSpec, issues: Issues) -> JobSpec:
 
 def _ssh_message(name: str) -> str:
     return (
-        f"the {name} plugin starts an SSH server in OpenPAI's containers; paigraph starts none "
-        "(the image need not have one). Every instance still gets its `ssh` port "
-        "($PAI_CONTAINER_SSH_PORT) and reaches its peers as <role>-<index>; to get into an "
-        "instance use `paigraph shell JOB ROLE INDEX`, or `paigraph exec JOB ROLE INDEX -- CMD` "
-        "for one command"
+        f"the {name} plugin starts sshd on each instance's `ssh` port ($PAI_CONTAINER_SSH_PORT), "
+        "with userssh and the jobssh key authorised and peers named <role>-<index>, only if the "
+        "image has an sshd: paigraph installs none (and starts none on Kubernetes). If the "
+        "image has no sshd, no SSH server runs (the instance's log says so): get into "
+        "an instance with `paigraph shell JOB ROLE INDEX`, or `paigraph exec JOB ROLE INDEX -- "
+        "CMD` for one command"
     )
 
 
