@@ -105,6 +105,7 @@ class InstanceView(BaseModel):
     ports: dict[str, list[int]] = Field(default_factory=dict)
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    retried_at: datetime | None = None  # when its latest run on its own was decided
 
     @property
     def name(self) -> str:
@@ -288,7 +289,7 @@ class JobMachine:
             return []
         key = event.key
         view = self.instance(key.role, key.index) if key is not None else None
-        if view is None or view.ended:
+        if view is None or view.ended or _before_this_run(view, event):
             return []
         if event.placement is not None:
             view.node = event.placement.node
@@ -452,6 +453,7 @@ class JobMachine:
         view.task_retries += 1
         view.task_accountable_retries += int(decision.accountable)
         view.exit, view.exit_code, view.started_at, view.finished_at = None, None, None, None
+        view.retried_at = at
         text = f"retrying on its own after {_story(view, ended)}; {decision.reason}"
         self._move(view, JobState.WAITING, at, text)
         self._progress(at)
@@ -642,6 +644,14 @@ def _views(policy: JobPolicy, attempt: int) -> list[InstanceView]:
         for role in policy.roles
         for i in range(role.instances)
     ]
+
+
+def _before_this_run(view: InstanceView, event: InstanceEvent) -> bool:
+    """The event is a fact about a run that ended before the instance was retried on its own:
+    a backend may tell one end twice (its records at a restart, and its event stream), and the
+    second telling must not end the run that replaced it. The retry is decided at the time of
+    that end, and everything of the new run happens after it."""
+    return view.retried_at is not None and event.at <= view.retried_at
 
 
 def _classify(event: InstanceEvent, log_tail: str) -> ExitInfo:
