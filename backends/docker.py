@@ -824,7 +824,7 @@ class DockerBackend:
             if not gated:  # else told when the gate opens, with the placement it ran with
                 self._emit(self._event(instance, EventKind.STARTED, placement=instance.placement))
         elif event.action == "die":
-            self._pool.submit(self._finish_container, attempt, instance, event.id)
+            self._pool.submit(self._finish_container, attempt, instance, event.id, instance.run)
 
     def _instance_from_labels(self, labels: dict[str, str]) -> Instance | None:
         attempt = self._attempt_from_labels(labels)
@@ -835,7 +835,13 @@ class DockerBackend:
     def _attempt_from_labels(self, labels: dict[str, str]) -> Attempt | None:
         return self._attempts.get(f"{labels.get(JOB)}#{labels.get(ATTEMPT)}")
 
-    def _finish_container(self, attempt: Attempt, instance: Instance, container_id: str) -> None:
+    def _finish_container(
+        self, attempt: Attempt, instance: Instance, container_id: str, run: int
+    ) -> None:
+        """Record the end of the instance's run `run` in container `container_id`. After a
+        restart one death can be seen twice (in the containers listed at adoption and in the
+        event stream opened just before); by the second time the instance may run again (a
+        relaunch), and that run's end must not be taken from the earlier one's container."""
         info = self.engine.inspect(container_id)
         code = info.exit_code if info else None
         oom = bool(info and info.oom_killed)
@@ -853,6 +859,7 @@ class DockerBackend:
             oom_killed=oom,
             reason=reason,
             at=info.finished_at if info else None,
+            run=run,
         )
         self.engine.remove(container_id)
         with self._lock:
@@ -872,10 +879,12 @@ class DockerBackend:
         oom_killed: bool = False,
         reason: str | None = None,
         at: datetime | None = None,
+        run: int | None = None,
     ) -> None:
-        """Record an instance's end once: exit record on disk, resources back, event out."""
+        """Record an instance's end once: exit record on disk, resources back, event out;
+        with `run`, only while that run is the instance's current one."""
         with self._lock:
-            if instance.ended or attempt.forgotten:
+            if instance.ended or attempt.forgotten or run not in (None, instance.run):
                 return
             instance.ended = True
         event = self._event(
@@ -1044,7 +1053,7 @@ class DockerBackend:
                 role = attempt.request.role(instance.key.role)
                 slots[gang_position(attempt.request, instance.key)] = (node, demand(role), gpus)
             else:
-                self._finish_container(attempt, instance, info.id)
+                self._finish_container(attempt, instance, info.id, instance.run)
         for held_id, slots in held.items():
             attempt = self._attempts[held_id]
             self.cluster.adopt(held_id, attempt.request.virtual_cluster, slots)
