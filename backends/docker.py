@@ -1012,19 +1012,59 @@ class DockerBackend:
             attempt, queued = recorded_attempt(request, directory)
             self._attempts[attempt.id] = attempt
             requeue.extend(queued)
-        self._adopt_containers(containers)
+        cut_short = self._starts_cut_short(containers)
+        removed = {container_id for _, ids in cut_short for container_id in ids}
+        self._adopt_containers([c for c in containers if c.id not in removed])
+        self._start_again(cut_short)
         self._relaunches.extend(i for i in requeue if not i.ended and i.container_id is None)
         for attempt in self._attempts.values():
             for instance in attempt.instances.values():
                 if (
-                    not instance.ended
+                    attempt.placed
+                    and not instance.ended
                     and instance.container_id is None
                     and instance not in self._relaunches
                 ):
                     self._end(attempt, instance, EventKind.LOST, reason="its container is gone")
         self._adopt_networks()
-        if self._relaunches:
+        if self._relaunches or self._queue:
             self._schedule()
+
+    def _starts_cut_short(self, containers: list[ContainerInfo]) -> list[tuple[Attempt, list[str]]]:
+        """The attempts whose start the last process did not finish: some of their containers
+        were never made, and none ran a command (no gate opened, nothing ended, no relaunch);
+        each with the ids of the containers it has."""
+        made: dict[str, list[str]] = {}
+        for info in containers:
+            attempt = self._attempt_from_labels(info.labels)
+            if attempt is not None:
+                made.setdefault(attempt.id, []).append(info.id)
+        found = []
+        for attempt in self._attempts.values():
+            ids = made.get(attempt.id, [])
+            instances = attempt.instances.values()
+            if len(ids) < len(instances) and not any(
+                i.ended or i.run != 1 or records.gate_opened(i.dir) for i in instances
+            ):
+                found.append((attempt, ids))
+        return found
+
+    def _start_again(self, cut_short: list[tuple[Attempt, list[str]]]) -> None:
+        """Start each attempt whose start was cut short from the beginning, as a launch not
+        placed yet: its containers (waiting at the gate, no command ran) and network are
+        removed, its ports given back, and it waits in the queue to be placed again."""
+        for attempt, ids in cut_short:
+            log.warning(
+                "attempt %s was being started when the server stopped; starting it again",
+                attempt.id,
+            )
+            for container_id in ids:
+                self.engine.remove(container_id)
+            for instance in attempt.instances.values():
+                self.ports.release(instance.port_owner)
+                instance.placement = None
+            attempt.placed = False
+            self._queue.append(attempt.id)
 
     def _adopt_containers(self, containers: list[ContainerInfo]) -> None:
         """Attach each container to its instance, hold the capacity and ports of the running
@@ -1071,8 +1111,8 @@ class DockerBackend:
         is for this network); remove the others."""
         for name, labels in self.engine.networks({OWNER: self.owner}):
             attempt = self._attempt_from_labels(labels)
-            if attempt is None or attempt.all_ended():
-                with contextlib.suppress(EngineError):
+            if attempt is None or attempt.all_ended() or not attempt.placed:
+                with contextlib.suppress(EngineError):  # a start made again makes its own
                     self.engine.remove_network(name)
             else:
                 attempt.network = name

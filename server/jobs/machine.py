@@ -696,6 +696,8 @@ def events_for_report(report: InstanceReport) -> list[InstanceEvent]:
     """The events that bring a machine up to date with an instance a backend found after a
     restart (`Backend.reconcile`); facts the machine already has are ignored when applied."""
     key = report.key
+    if report.status is InstanceStatus.PENDING and report.placement is None:
+        return []  # waiting to be placed (again): nothing has happened to it yet
     base = {"job_id": key.job_id, "attempt": key.attempt, "role": key.role, "index": key.index}
     events = [
         InstanceEvent(
