@@ -1032,8 +1032,8 @@ class DockerBackend:
 
     def _starts_cut_short(self, containers: list[ContainerInfo]) -> list[tuple[Attempt, list[str]]]:
         """The attempts whose start the last process did not finish: some of their containers
-        were never made, and none ran a command (no gate opened, nothing ended, no relaunch);
-        each with the ids of the containers it has."""
+        were never made, and none ran a command (no gate opened, nothing ended); each with the
+        ids of the containers it has."""
         made: dict[str, list[str]] = {}
         for info in containers:
             attempt = self._attempt_from_labels(info.labels)
@@ -1044,7 +1044,7 @@ class DockerBackend:
             ids = made.get(attempt.id, [])
             instances = attempt.instances.values()
             if len(ids) < len(instances) and not any(
-                i.ended or i.run != 1 or records.gate_opened(i.dir) for i in instances
+                i.ended or records.gate_opened(i.dir) for i in instances
             ):
                 found.append((attempt, ids))
         return found
@@ -1052,17 +1052,23 @@ class DockerBackend:
     def _start_again(self, cut_short: list[tuple[Attempt, list[str]]]) -> None:
         """Start each attempt whose start was cut short from the beginning, as a launch not
         placed yet: its containers (waiting at the gate, no command ran) and network are
-        removed, its ports given back, and it waits in the queue to be placed again."""
+        removed, its ports given back, and it waits in the queue to be placed again. Each
+        instance's next container gets a new run number, so no container name is started
+        twice and events of the removed ones are told apart."""
         for attempt, ids in cut_short:
             log.warning(
                 "attempt %s was being started when the server stopped; starting it again",
                 attempt.id,
             )
-            for container_id in ids:
-                self.engine.remove(container_id)
             for instance in attempt.instances.values():
                 self.ports.release(instance.port_owner)
                 instance.placement = None
+                if instance.dir.is_dir():  # a container may have been made: the next is new
+                    with self._lock:  # before the removal, whose death the watch then ignores
+                        instance.run += 1
+                    self._write_run(instance, queued=False)
+            for container_id in ids:
+                self.engine.remove(container_id)
             attempt.placed = False
             self._queue.append(attempt.id)
 
