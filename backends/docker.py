@@ -1103,6 +1103,14 @@ class DockerBackend:
         for held_id, slots in held.items():
             attempt = self._attempts[held_id]
             self.cluster.adopt(held_id, attempt.request.virtual_cluster, slots)
+            # a container that died after it was listed may have been finished (from the event
+            # stream) before its hold was taken here: give back what such an instance holds
+            for instance in attempt.instances.values():
+                with self._lock:
+                    ended = instance.ended
+                if ended:
+                    self.ports.release(instance.port_owner)
+                    self.cluster.release_one(held_id, gang_position(attempt.request, instance.key))
 
     def _open_adopted_gate(self, instance: Instance) -> None:
         """A container adopted while it waited at the gate (its gang had started, the gate
