@@ -1032,18 +1032,20 @@ class DockerBackend:
 
     def _starts_cut_short(self, containers: list[ContainerInfo]) -> list[tuple[Attempt, list[str]]]:
         """The attempts whose start the last process did not finish: some of their containers
-        were never made, and none ran a command (no gate opened, nothing ended); each with the
-        ids of the containers it has."""
+        were never made or never started, and none ran a command (no gate opened, nothing
+        ended); each with the ids of the containers it has."""
         made: dict[str, list[str]] = {}
+        running: dict[str, int] = {}
         for info in containers:
             attempt = self._attempt_from_labels(info.labels)
             if attempt is not None:
                 made.setdefault(attempt.id, []).append(info.id)
+                running[attempt.id] = running.get(attempt.id, 0) + (info.status == "running")
         found = []
         for attempt in self._attempts.values():
             ids = made.get(attempt.id, [])
             instances = attempt.instances.values()
-            if len(ids) < len(instances) and not any(
+            if running.get(attempt.id, 0) < len(instances) and not any(
                 i.ended or records.gate_opened(i.dir) for i in instances
             ):
                 found.append((attempt, ids))
