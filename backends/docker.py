@@ -997,7 +997,7 @@ class DockerBackend:
             if not gated:  # else told when the gate opens, with the placement it ran with
                 self._emit(self._event(instance, EventKind.STARTED, placement=instance.placement))
         elif event.action == "die":
-            self._background(self._finish_container, attempt, instance, event.id)
+            self._background(self._finish_container, attempt, instance, event.id, instance.run)
 
     def _instance_from_labels(self, labels: dict[str, str]) -> Instance | None:
         attempt = self._attempt_from_labels(labels)
@@ -1008,7 +1008,13 @@ class DockerBackend:
     def _attempt_from_labels(self, labels: dict[str, str]) -> Attempt | None:
         return self._attempts.get(f"{labels.get(JOB)}#{labels.get(ATTEMPT)}")
 
-    def _finish_container(self, attempt: Attempt, instance: Instance, container_id: str) -> None:
+    def _finish_container(
+        self, attempt: Attempt, instance: Instance, container_id: str, run: int
+    ) -> None:
+        """Record the end of the instance's run `run` in container `container_id`. After a
+        restart one death can be seen twice (in the containers listed at adoption and in the
+        event stream opened just before); by the second time the instance may run again (a
+        relaunch), and that run's end must not be taken from the earlier one's container."""
         try:
             info = self.engine.inspect(container_id)
         except EngineUnreachable as exc:  # how it ended is read when the engine is back
@@ -1030,6 +1036,7 @@ class DockerBackend:
             oom_killed=oom,
             reason=reason,
             at=info.finished_at if info else None,
+            run=run,
         )
         self._remove(container_id)
         with self._lock:
@@ -1049,10 +1056,12 @@ class DockerBackend:
         oom_killed: bool = False,
         reason: str | None = None,
         at: datetime | None = None,
+        run: int | None = None,
     ) -> None:
-        """Record an instance's end once: exit record on disk, resources back, event out."""
+        """Record an instance's end once: exit record on disk, resources back, event out;
+        with `run`, only while that run is the instance's current one."""
         with self._lock:
-            if instance.ended or attempt.forgotten:
+            if instance.ended or attempt.forgotten or run not in (None, instance.run):
                 return
             instance.ended = True
         event = self._event(
@@ -1269,7 +1278,7 @@ class DockerBackend:
             self._cleanup_if_done(attempt)
             return 1
         if info.status in ("exited", "dead"):
-            self._finish_container(attempt, instance, container_id)
+            self._finish_container(attempt, instance, container_id, instance.run)
             return 1
         if info.status != "running":
             return 0
@@ -1320,19 +1329,67 @@ class DockerBackend:
             attempt, queued = recorded_attempt(request, directory)
             self._attempts[attempt.id] = attempt
             requeue.extend(queued)
-        self._adopt_containers(containers)
+        cut_short = self._starts_cut_short(containers)
+        removed = {container_id for _, ids in cut_short for container_id in ids}
+        self._adopt_containers([c for c in containers if c.id not in removed])
+        self._start_again(cut_short)
         self._relaunches.extend(i for i in requeue if not i.ended and i.container_id is None)
         for attempt in self._attempts.values():
             for instance in attempt.instances.values():
                 if (
-                    not instance.ended
+                    attempt.placed
+                    and not instance.ended
                     and instance.container_id is None
                     and instance not in self._relaunches
                 ):
                     self._end(attempt, instance, EventKind.LOST, reason="its container is gone")
         self._adopt_networks()
-        if self._relaunches:
+        if self._relaunches or self._queue:
             self._schedule()
+
+    def _starts_cut_short(self, containers: list[ContainerInfo]) -> list[tuple[Attempt, list[str]]]:
+        """The attempts whose start the last process did not finish: some of their containers
+        were never made or never started, and none ran a command (no gate opened, nothing
+        ended); each with the ids of the containers it has."""
+        made: dict[str, list[str]] = {}
+        running: dict[str, int] = {}
+        for info in containers:
+            attempt = self._attempt_from_labels(info.labels)
+            if attempt is not None:
+                made.setdefault(attempt.id, []).append(info.id)
+                running[attempt.id] = running.get(attempt.id, 0) + (info.status == "running")
+        found = []
+        for attempt in self._attempts.values():
+            ids = made.get(attempt.id, [])
+            instances = attempt.instances.values()
+            if running.get(attempt.id, 0) < len(instances) and not any(
+                i.ended or records.gate_opened(i.dir) for i in instances
+            ):
+                found.append((attempt, ids))
+        return found
+
+    def _start_again(self, cut_short: list[tuple[Attempt, list[str]]]) -> None:
+        """Start each attempt whose start was cut short from the beginning, as a launch not
+        placed yet: its containers (waiting at the gate, no command ran) and network are
+        removed, its ports given back, and it waits in the queue to be placed again. Each
+        instance's next container gets a new run number, so no container name is started
+        twice and events of the removed ones are told apart."""
+        for attempt, ids in cut_short:
+            log.warning(
+                "attempt %s was being started when the server stopped; starting it again",
+                attempt.id,
+            )
+            for instance in attempt.instances.values():
+                self.ports.release(instance.port_owner)
+                instance.placement = None
+                if instance.dir.is_dir():  # a container may have been made: the next is new
+                    with self._lock:  # before the removal, whose death the watch then ignores
+                        instance.run += 1
+                    self._write_run(instance, queued=False)
+            for container_id in ids:
+                self.engine.remove(container_id)
+            attempt.placed = False
+            self._queue.append(attempt.id)
 
     def _adopt_containers(self, containers: list[ContainerInfo]) -> None:
         """Attach each container to its instance, hold the capacity and ports of the running
@@ -1361,10 +1418,18 @@ class DockerBackend:
                 role = attempt.request.role(instance.key.role)
                 slots[gang_position(attempt.request, instance.key)] = (node, demand(role), gpus)
             else:
-                self._finish_container(attempt, instance, info.id)
+                self._finish_container(attempt, instance, info.id, instance.run)
         for held_id, slots in held.items():
             attempt = self._attempts[held_id]
             self.cluster.adopt(held_id, attempt.request.virtual_cluster, slots)
+            # a container that died after it was listed may have been finished (from the event
+            # stream) before its hold was taken here: give back what such an instance holds
+            for instance in attempt.instances.values():
+                with self._lock:
+                    ended = instance.ended
+                if ended:
+                    self.ports.release(instance.port_owner)
+                    self.cluster.release_one(held_id, gang_position(attempt.request, instance.key))
 
     def _open_adopted_gate(self, instance: Instance) -> None:
         """A container adopted while it waited at the gate (its gang had started, the gate
@@ -1379,8 +1444,8 @@ class DockerBackend:
         is for this network); remove the others."""
         for name, labels in self.engine.networks({OWNER: self.owner}):
             attempt = self._attempt_from_labels(labels)
-            if attempt is None or attempt.all_ended():
-                self._remove_network(name)
+            if attempt is None or attempt.all_ended() or not attempt.placed:
+                self._remove_network(name)  # a start made again makes its own
             else:
                 attempt.network = name
                 known, addresses = records.read_network(attempt.dir) or ("", [])

@@ -213,6 +213,11 @@ def open_gate(instance_dir: Path) -> None:
     host_files.write_atomic(runtime_dir(instance_dir) / _GATE, "")
 
 
+def gate_opened(instance_dir: Path) -> bool:
+    """Whether the instance's commands were let start (in any run)."""
+    return (runtime_dir(instance_dir) / _GATE).exists()
+
+
 def close_gate(instance_dir: Path) -> None:
     """Make the instance's next container wait at the gate (an earlier run opened it)."""
     (runtime_dir(instance_dir) / _GATE).unlink(missing_ok=True)

@@ -457,6 +457,40 @@ def test_without_gang_allocation_a_failed_instance_is_retried_on_its_own() -> No
     assert run.m.state is S.STOPPING and run.m.record.trigger.index == 1
 
 
+def test_the_end_of_a_run_told_again_after_its_retry_does_not_end_the_new_run() -> None:
+    """After a restart a backend may tell one end twice (its records, then its event stream):
+    the second telling arrives once the instance is retried on its own and must not end the
+    run that replaced it (the SIGKILL fault suite's "first instance placed" case)."""
+    policy = JobPolicy(
+        roles=(
+            RolePolicy(name="ps", instances=1, min_failed=1),
+            RolePolicy(name="worker", instances=2, min_failed=1, task_retry_count=1),
+        ),
+        gang_allocation=False,
+    )
+    run = Run(policy)
+    run.place_and_start(*ALL)
+    first_end = InstanceEvent(
+        job_id=run.m.job_id,
+        attempt=1,
+        kind=EventKind.EXITED,
+        role="worker",
+        index=1,
+        exit_code=3,
+        at=run.tick(),
+    )
+    assert isinstance(run.take(run.m.apply(first_end))[0], RetryInstance)
+    assert run.m.apply(first_end) == []  # told again: the same run's end
+    assert run.m.apply(first_end.model_copy(update={"kind": EventKind.STOPPED})) == []
+    view = run.view("worker-1")
+    assert (view.state, view.task_attempt, view.exit_code) == (S.WAITING, 2, None)
+
+    run.place_and_start("worker-1")
+    run.exit("worker-1", 0)
+    assert run.view("worker-1").state is S.SUCCEEDED
+    assert run.m.state is S.RUNNING
+
+
 def test_with_gang_allocation_an_instance_is_never_retried_on_its_own() -> None:
     policy = JobPolicy(
         roles=(RolePolicy(name="worker", instances=2, min_failed=1, task_retry_count=3),),

@@ -105,6 +105,7 @@ class InstanceView(BaseModel):
     ports: dict[str, list[int]] = Field(default_factory=dict)
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    retried_at: datetime | None = None  # when its latest run on its own was decided
 
     @property
     def name(self) -> str:
@@ -288,7 +289,7 @@ class JobMachine:
             return []
         key = event.key
         view = self.instance(key.role, key.index) if key is not None else None
-        if view is None or view.ended:
+        if view is None or view.ended or _before_this_run(view, event):
             return []
         if event.placement is not None:
             view.node = event.placement.node
@@ -452,6 +453,7 @@ class JobMachine:
         view.task_retries += 1
         view.task_accountable_retries += int(decision.accountable)
         view.exit, view.exit_code, view.started_at, view.finished_at = None, None, None, None
+        view.retried_at = at
         text = f"retrying on its own after {_story(view, ended)}; {decision.reason}"
         self._move(view, JobState.WAITING, at, text)
         self._progress(at)
@@ -644,6 +646,14 @@ def _views(policy: JobPolicy, attempt: int) -> list[InstanceView]:
     ]
 
 
+def _before_this_run(view: InstanceView, event: InstanceEvent) -> bool:
+    """The event is a fact about a run that ended before the instance was retried on its own:
+    a backend may tell one end twice (its records at a restart, and its event stream), and the
+    second telling must not end the run that replaced it. The retry is decided at the time of
+    that end, and everything of the new run happens after it."""
+    return view.retried_at is not None and event.at <= view.retried_at
+
+
 def _classify(event: InstanceEvent, log_tail: str) -> ExitInfo:
     if event.kind is EventKind.START_FAILED:
         return exit_codes.classify(event.exit_code, start_failed_reason=event.reason or "")
@@ -686,6 +696,8 @@ def events_for_report(report: InstanceReport) -> list[InstanceEvent]:
     """The events that bring a machine up to date with an instance a backend found after a
     restart (`Backend.reconcile`); facts the machine already has are ignored when applied."""
     key = report.key
+    if report.status is InstanceStatus.PENDING and report.placement is None:
+        return []  # waiting to be placed (again): nothing has happened to it yet
     base = {"job_id": key.job_id, "attempt": key.attempt, "role": key.role, "index": key.index}
     events = [
         InstanceEvent(
