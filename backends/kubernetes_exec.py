@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 from typing import Any
 
@@ -24,6 +25,8 @@ from backends.base import BackendError
 from backends.instance_exec import STDERR, STDOUT, ExecRequest
 
 _WAIT_SECONDS = 1.0  # how long one wait for output lasts (a close in another thread is seen)
+
+log = logging.getLogger(__name__)
 
 
 class KubernetesExecSession:
@@ -107,6 +110,8 @@ class KubernetesExecSession:
         raise BackendError(f"the command could not run: {status.get('message', status)}")
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # already closed; nothing else to release
+        try:
             self.ws.close()
+        except Exception as exc:  # already closed: nothing else to release
+            log.debug("closing the exec stream: %s; going on", exc)
         self.api_client.close()

@@ -406,4 +406,32 @@ def test_the_server_killed_at_a_moment_of_the_job_changes_nothing(
         life.server.start()
     run = run_case(life.server, life.starts, moment)
     problems = differences(life.expected, run)
+    if problems and one_task_attempt_too_many(life.expected, run, problems):
+        pytest.xfail(KNOWN_DOUBLE_RETRY)
     assert not problems, f"job {run.job_id}: " + "; ".join(problems)
+
+
+# A bug this suite found and that is not fixed yet (docs/reliability.md, "Not promised"): an
+# instance retried on its own can have one end told twice after a restart with a later time
+# than its retry, and its task attempt then counts one more than it ran.
+KNOWN_DOUBLE_RETRY = (
+    "known bug: a second copy of a retried instance's end raised its task attempt once more"
+)
+
+
+def one_task_attempt_too_many(expected: Run, run: Run, problems: list[str]) -> bool:
+    """Whether the only difference is that known bug's mark: the job's end is the same and
+    exactly one instance ended the same but with its task attempt one higher."""
+    if len(problems) != 1 or not problems[0].startswith("ended "):
+        return False
+    want, got = expected.outcome, run.outcome
+    if want["job"] != got["job"] or want["instances"].keys() != got["instances"].keys():
+        return False
+    changed = [n for n in want["instances"] if want["instances"][n] != got["instances"][n]]
+    if len(changed) != 1:
+        return False
+    (state, code, attempt), (state2, code2, attempt2) = (
+        want["instances"][changed[0]],
+        got["instances"][changed[0]],
+    )
+    return (state, code) == (state2, code2) and attempt2 == attempt + 1

@@ -173,7 +173,8 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
         name=name,
         type=type_,
         uri=uri,
-        uri_list=isinstance(obj.get("uri"), list),
+        # only a script's list changes where it lands (<name>/<repository name>)
+        uri_list=type_ is PrerequisiteType.SCRIPT and isinstance(obj.get("uri"), list),
         version=version,
         contributor=contributor,
         description=description,
