@@ -24,11 +24,10 @@ again, would leave its peers with an environment naming a port it does not have.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -46,7 +45,6 @@ from backends.base import (
     InstanceStatus,
     LaunchRefused,
     LaunchRequest,
-    LogChunk,
     Material,
     Placement,
     RoleLaunch,
@@ -84,10 +82,10 @@ from backends.docker_specs import (
 )
 from backends.entrypoint import WORK_DIR
 from backends.instance_exec import ExecRequest
-from backends.log_stream import stream_log
 from backends.runtime_env import runtime_env
 from backends.secrets_env import secret_environment, with_secret_variables
 from backends.ssh_access import ssh_files
+from backends.threaded import LogSource, ThreadedBackend
 from simulator.cluster import Cluster, Demand, Placed, Slot
 from simulator.containers import (
     OWNER,
@@ -128,7 +126,7 @@ _PORT_TRIES = 3  # starts of a gang (or a relaunch) whose ports other programs k
 _LOG_CHECK_SECONDS = 2.0  # how often running instances' logs are kept within their limit
 
 
-class DockerBackend:
+class DockerBackend(ThreadedBackend):
     """The simulator backend. Create it, `await start()`, then use the Backend methods."""
 
     def __init__(
@@ -139,6 +137,7 @@ class DockerBackend:
         engine: Engine | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings or load_settings()
         self.owner = owner
         self.engine = engine or Engine()
@@ -176,8 +175,6 @@ class DockerBackend:
         self._docker_pool = ThreadPoolExecutor(
             max_workers=_PARALLEL_STARTS, thread_name_prefix="sim-docker"
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._events: asyncio.Queue[InstanceEvent] | None = None
         self._watch: EngineWatch | None = None
         self._closed = threading.Event()
 
@@ -185,8 +182,7 @@ class DockerBackend:
 
     async def start(self) -> None:
         """Watch Docker, adopt what this owner left running, and remove what belongs to no one."""
-        self._loop = asyncio.get_running_loop()
-        self._events = asyncio.Queue()
+        self._open_events()
         self._watch = self.engine.watch({OWNER: self.owner}, self._on_container_event, self._resync)
         await asyncio.to_thread(self._adopt)
         threading.Thread(target=self._keep_logs, name="sim-logs", daemon=True).start()
@@ -213,49 +209,19 @@ class DockerBackend:
             detail=condition.error,
         )
 
-    async def launch(self, request: LaunchRequest) -> None:
-        await asyncio.to_thread(self._launch, request)
+    def _stop_grace_seconds(self) -> float:
+        return self.settings.stop_grace_seconds
 
-    async def stop(self, job_id: str, attempt: int, grace_seconds: float | None = None) -> None:
-        grace = self.settings.stop_grace_seconds if grace_seconds is None else grace_seconds
-        await asyncio.to_thread(self._stop, attempt_id(job_id, attempt), grace)
-
-    async def events(self) -> AsyncIterator[InstanceEvent]:  # type: ignore[override]
-        assert self._events is not None, "call start() first"
-        while True:
-            yield await self._events.get()
-
-    async def logs(
-        self,
-        key: InstanceKey,
-        *,
-        offset: int = 0,
-        tail: int | None = None,
-        follow: bool = False,
-    ) -> AsyncIterator[LogChunk]:
+    def _log_source(self, key: InstanceKey) -> LogSource:
         directory = self._instance_dir(key)
         log_file = records.instance_log(directory)
         if not directory.is_dir():
             raise UnknownInstance(f"no instance {key.role}-{key.index} in attempt {key.attempt}")
-        async for chunk in stream_log(
-            key,
+        return LogSource(
             read_from=log_file.read,
             tail_offset=log_file.tail_offset,
             running=lambda: not records.has_exit(directory),
-            offset=offset,
-            tail=tail,
-            follow=follow,
-        ):
-            yield chunk
-
-    async def relaunch(self, key: InstanceKey) -> None:
-        await asyncio.to_thread(self._relaunch, key)
-
-    async def reconcile(self) -> list[InstanceReport]:
-        return await asyncio.to_thread(self._reports)
-
-    async def forget(self, job_id: str, attempt: int) -> None:
-        await asyncio.to_thread(self._forget, attempt_id(job_id, attempt))
+        )
 
     # --- launching ---------------------------------------------------------------------------
 
@@ -1358,24 +1324,6 @@ class DockerBackend:
     def _instance_dir(self, key: InstanceKey) -> Path:
         directory = records.attempt_dir(self.attempts_dir, key.job_id, key.attempt)
         return records.instance_dir(directory, key.role, key.index)
-
-    def _event(self, instance: Instance, kind: EventKind, **fields) -> InstanceEvent:
-        if fields.get("at") is None:
-            fields["at"] = utcnow()
-        return InstanceEvent(
-            job_id=instance.key.job_id,
-            attempt=instance.key.attempt,
-            role=instance.key.role,
-            index=instance.key.index,
-            kind=kind,
-            **fields,
-        )
-
-    def _emit(self, event: InstanceEvent) -> None:
-        if self._loop is None or self._events is None:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop is closing
-            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
 
 
 class _Placing:

@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,10 +52,8 @@ from backends.base import (
     InstanceStatus,
     LaunchRefused,
     LaunchRequest,
-    LogChunk,
     Placement,
     UnknownInstance,
-    utcnow,
 )
 from backends.instance_exec import ExecRequest
 from backends.kubernetes_exec import KubernetesExecSession
@@ -76,7 +74,7 @@ from backends.kubernetes_names import (
 from backends.kubernetes_pods import PodFacts, Termination, pod_facts
 from backends.kubernetes_reach import Reachability
 from backends.kubernetes_settings import KubernetesSettings, load_settings
-from backends.log_stream import stream_log
+from backends.threaded import LogSource, ThreadedBackend, attempt_id
 
 __all__ = ["KubernetesBackend", "api_client"]
 
@@ -109,10 +107,6 @@ def api_client(settings: KubernetesSettings) -> k8s.ApiClient:
             f"no usable Kubernetes configuration ({where}, not running in a cluster): {exc}"
         ) from None
     return k8s.ApiClient(configuration)
-
-
-def attempt_id(job_id: str, attempt: int) -> str:
-    return f"{job_id}#{attempt}"
 
 
 @dataclass(eq=False)
@@ -154,7 +148,7 @@ class _Attempt:
         return [i for i in self.instances.values() if not i.ended]
 
 
-class KubernetesBackend:
+class KubernetesBackend(ThreadedBackend):
     """Create it, `await start()`, then use the Backend methods."""
 
     def __init__(
@@ -163,6 +157,7 @@ class KubernetesBackend:
         *,
         client: k8s.ApiClient | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings or load_settings()
         self.namespace = self.settings.resolved_namespace()
         self.client = client or api_client(self.settings)
@@ -173,8 +168,6 @@ class KubernetesBackend:
         self._changed = threading.Condition(self._lock)
         self._attempts: dict[str, _Attempt] = {}
         self._pool = ThreadPoolExecutor(max_workers=_PARALLEL, thread_name_prefix="k8s")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._events: asyncio.Queue[InstanceEvent] | None = None
         self._closed = threading.Event()
         self._listed = threading.Event()
         self._watch_response: Any = None  # the pod watch's open stream, hung up on close
@@ -205,8 +198,7 @@ class KubernetesBackend:
 
     async def start(self) -> None:
         """Take back this server's attempts, then watch their pods."""
-        self._loop = asyncio.get_running_loop()
-        self._events = asyncio.Queue()
+        self._open_events()
         await asyncio.to_thread(self._adopt_attempts)
         for target, name in ((self._watch_pods, "k8s watch"), (self._keep_time, "k8s gang")):
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -230,47 +222,17 @@ class KubernetesBackend:
         """Unhealthy while the API server does not answer the pod listing."""
         return self._reach.health()
 
-    async def launch(self, request: LaunchRequest) -> None:
-        await asyncio.to_thread(self._launch, request)
+    def _stop_grace_seconds(self) -> float:
+        return self.settings.stop_grace_seconds
 
-    async def stop(self, job_id: str, attempt: int, grace_seconds: float | None = None) -> None:
-        grace = self.settings.stop_grace_seconds if grace_seconds is None else grace_seconds
-        await asyncio.to_thread(self._stop, attempt_id(job_id, attempt), grace)
-
-    async def events(self) -> AsyncIterator[InstanceEvent]:  # type: ignore[override]
-        assert self._events is not None, "call start() first"
-        while True:
-            yield await self._events.get()
-
-    async def logs(
-        self,
-        key: InstanceKey,
-        *,
-        offset: int = 0,
-        tail: int | None = None,
-        follow: bool = False,
-    ) -> AsyncIterator[LogChunk]:
+    def _log_source(self, key: InstanceKey) -> LogSource:
         if not self.logbook.exists(key):
             raise UnknownInstance(f"no instance {key.role}-{key.index} in attempt {key.attempt}")
-        async for chunk in stream_log(
-            key,
+        return LogSource(
             read_from=partial(self.logbook.read_from, key),
             tail_offset=partial(self.logbook.tail_offset, key),
             running=lambda: self._live(key),
-            offset=offset,
-            tail=tail,
-            follow=follow,
-        ):
-            yield chunk
-
-    async def relaunch(self, key: InstanceKey) -> None:
-        await asyncio.to_thread(self._relaunch, key)
-
-    async def reconcile(self) -> list[InstanceReport]:
-        return await asyncio.to_thread(self._reports)
-
-    async def forget(self, job_id: str, attempt: int) -> None:
-        await asyncio.to_thread(self._forget, attempt_id(job_id, attempt))
+        )
 
     # --- launching ---------------------------------------------------------------------------
 
@@ -1022,29 +984,11 @@ class KubernetesBackend:
             ports=attempt.builder.ports[(instance.key.role, instance.key.index)],
         )
 
-    def _event(self, instance: _Instance, kind: EventKind, **fields: Any) -> InstanceEvent:
-        if fields.get("at") is None:
-            fields["at"] = utcnow()
-        return InstanceEvent(
-            job_id=instance.key.job_id,
-            attempt=instance.key.attempt,
-            role=instance.key.role,
-            index=instance.key.index,
-            kind=kind,
-            **fields,
-        )
-
     def _emit_attempt(self, attempt: _Attempt, kind: EventKind, reason: str) -> None:
         request = attempt.request
         self._emit(
             InstanceEvent(job_id=request.job_id, attempt=request.attempt, kind=kind, reason=reason)
         )
-
-    def _emit(self, event: InstanceEvent) -> None:
-        if self._loop is None or self._events is None:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop is closing
-            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
 
 
 def _missing(instance: _Instance, asked_at: float, listed_before: bool) -> bool:
