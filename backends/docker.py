@@ -278,6 +278,9 @@ class DockerBackend(ThreadedBackend):
         return None
 
     def _launch(self, request: LaunchRequest) -> None:
+        # Asked again although the job service asks at submission: a launch is also reached
+        # without that check (a later attempt, a job resumed after a restart with other
+        # settings, `paigraph run`), and must then refuse rather than wait for ever.
         refused = self.refusal(request)
         if refused:
             raise LaunchRefused(refused)
