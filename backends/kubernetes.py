@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import urllib3
 from kubernetes import client as k8s
@@ -356,14 +356,14 @@ class KubernetesBackend(ThreadedBackend):
         return None
 
     def _create(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-        call = {
+        create: dict[str, Callable[..., Any]] = {
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
             "Secret": self.core.create_namespaced_secret,
             "Pod": self.core.create_namespaced_pod,
-        }[kind]
-        response = call(self.namespace, body, _preload_content=False)
-        return json.loads(response.data)
+        }
+        call = create[kind]
+        return _body(call(self.namespace, body, _preload_content=False))
 
     def _drop(self, attempt: _Attempt) -> None:
         """Remove what a launch that failed half-way created (the Service owns the rest)."""
@@ -418,7 +418,7 @@ class KubernetesBackend(ThreadedBackend):
     def _follow(self, version: str) -> str | None:
         """Apply the pods' changes after `version` until the watch times out (the version to go
         on from) or the server says it expired (None: list again)."""
-        response = self.core.list_namespaced_pod(
+        response: Any = self.core.list_namespaced_pod(
             self.namespace,
             label_selector=self.selector,
             resource_version=version,
@@ -458,7 +458,7 @@ class KubernetesBackend(ThreadedBackend):
             _preload_content=False,
             _request_timeout=_LIST_TIMEOUT,
         )
-        listing = json.loads(response.data)
+        listing = _body(response)
         seen = set()
         for pod in listing.get("items") or []:
             seen.add(pod["metadata"]["name"])
@@ -705,11 +705,7 @@ class KubernetesBackend(ThreadedBackend):
             except Exception as exc:  # a reason is extra: the wait goes on without it
                 log.info("cannot read the events of pod %s (%s); its reason says less", pod, exc)
                 continue
-            warnings = [
-                e
-                for e in json.loads(response.data).get("items") or []
-                if e.get("type") == "Warning"
-            ]
+            warnings = [e for e in _body(response).get("items") or [] if e.get("type") == "Warning"]
             if warnings:
                 return warnings[-1].get("message")
         return None
@@ -849,7 +845,7 @@ class KubernetesBackend(ThreadedBackend):
         response = self.core.list_namespaced_config_map(
             self.namespace, label_selector=self.selector, _preload_content=False
         )
-        for item in json.loads(response.data).get("items") or []:
+        for item in _body(response).get("items") or []:
             try:
                 self._adopt_attempt(item)
             except Exception as exc:
@@ -860,10 +856,10 @@ class KubernetesBackend(ThreadedBackend):
         request = LaunchRequest.model_validate_json(config_map["data"][LAUNCH_KEY])
         builder = AttemptBuilder(request, self.settings, self.namespace)
         try:
-            service = json.loads(
+            service = _body(
                 self.core.read_namespaced_service(
                     builder.service, self.namespace, _preload_content=False
-                ).data
+                )
             )
         except ApiException as exc:
             if exc.status == 404:  # the attempt's owner is gone: what it owned goes too
@@ -886,12 +882,12 @@ class KubernetesBackend(ThreadedBackend):
                 attempt.instances[(role.name, index)] = _Instance(
                     key=key, pod=builder.pod_name(role.name, index)
                 )
-        pods = json.loads(
+        pods = _body(
             self.core.list_namespaced_pod(
                 self.namespace,
                 label_selector=f"{self.selector},{ATTEMPT}={request.attempt}",
                 _preload_content=False,
-            ).data
+            )
         )
         for pod in pods.get("items") or []:
             notes = pod["metadata"].get("annotations") or {}
@@ -899,7 +895,7 @@ class KubernetesBackend(ThreadedBackend):
             if notes.get(JOB_ID_ANNOTATION) != request.job_id:
                 continue
             instance = attempt.instances.get(
-                (notes.get(ROLE_ANNOTATION), int(labels.get(INDEX, -1)))
+                (cast(str, notes.get(ROLE_ANNOTATION)), int(labels.get(INDEX, -1)))
             )
             run = int(labels.get(RUN, "1"))
             if instance is not None and run >= instance.run:
@@ -911,8 +907,8 @@ class KubernetesBackend(ThreadedBackend):
 
     def _read_secrets(self, name: str) -> dict[str, str]:
         try:
-            secret = json.loads(
-                self.core.read_namespaced_secret(name, self.namespace, _preload_content=False).data
+            secret = _body(
+                self.core.read_namespaced_secret(name, self.namespace, _preload_content=False)
             )
         except ApiException:
             return {}
@@ -999,10 +995,16 @@ def _missing(instance: _Instance, asked_at: float, listed_before: bool) -> bool:
     return instance.created_at < asked_at
 
 
+def _body(response: Any) -> Any:
+    """The JSON body of a response asked for with `_preload_content=False`: a raw urllib3
+    response, which the client's annotations do not know of."""
+    return json.loads(response.data)
+
+
 def _api_message(exc: ApiException) -> str:
     """The API server's own message, else the HTTP reason."""
     with contextlib.suppress(ValueError, TypeError, AttributeError):  # not a JSON object
-        body = json.loads(exc.body)
+        body = json.loads(cast(str, exc.body))
         if body.get("message"):
             return str(body["message"])
     return f"{exc.status} {exc.reason}".strip()
