@@ -240,12 +240,12 @@ def import_files(
     ones with their errors and go on."""
     report = ImportReport()
     for path in files:
-        shown = escape(str(path))
+        escaped_path = escape(str(path))
         try:
             content = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             report.rejected.append(str(path))
-            announce(f"[red]REJECTED[/red]    {shown}: cannot read it: {escape(str(exc))}")
+            announce(f"[red]REJECTED[/red]    {escaped_path}: cannot read it: {escape(str(exc))}")
             step()
             continue
         fixed = fix_variables(content, variables or {})
@@ -259,7 +259,7 @@ def import_files(
                 result = market.publish(retry)
         if result["errors"]:
             report.rejected.append(str(path))
-            announce(f"[red]REJECTED[/red]    {shown}")
+            announce(f"[red]REJECTED[/red]    {escaped_path}")
             for e in result["errors"]:
                 where = escape(".".join(e["path"]) or "(document)")
                 code = escape(f"[{e['code']}]")
@@ -280,7 +280,7 @@ def import_files(
             report.unchanged += 1
         announce(
             f"{label} {escape(item['name'])} {escape(item['version'])} "
-            f"[dim]{item['type'].lower()} {item['id']}[/dim]  {shown}"
+            f"[dim]{item['type'].lower()} {item['id']}[/dim]  {escaped_path}"
         )
         step()
     return report
@@ -365,22 +365,22 @@ def market_list(
     where = {k: v for k, v in where.items() if v is not None}
     chosen = _choice(sort, SORTS, "--sort") or "recent"
     market = MarketClient(Client(url, token or None))
-    shown: list[dict[str, Any]] = []
+    listed_items: list[dict[str, Any]] = []
     more = False
 
     def read() -> None:
         nonlocal more
         for item, follows in market.items(where, chosen, page=min(limit, 100)):
-            shown.append(item)
-            if len(shown) == limit:
+            listed_items.append(item)
+            if len(listed_items) == limit:
                 more = follows
                 return
 
     _call(read)
-    if not shown:
+    if not listed_items:
         out.print("no marketplace items match")
         return
-    _print_items(shown)
+    _print_items(listed_items)
     if more:
         err.print(f"[dim]more items match; raise --limit (it is {limit}) to see them[/dim]")
 
