@@ -184,7 +184,8 @@ def _print_items(items: list[dict[str, Any]]) -> None:
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in _COLUMNS:
-        table.add_column(column, overflow="fold" if column in ("ID", "SUMMARY") else None)
+        # folded, never cut short: an ID or a name is only of use whole
+        table.add_column(column, overflow="fold")
     for item in items:
         table.add_row(*map(escape, _row(item)))
     out.print(table)
