@@ -15,7 +15,7 @@ from server.protocol.dialect_draft import read_draft
 from server.protocol.dialect_v1 import read_v1
 from server.protocol.dialect_v2 import read_v2
 from server.protocol.fields import Fields, describe
-from server.protocol.issues import Issue, Issues, Severity
+from server.protocol.issues import Issue, Issues, WithIssues
 from server.protocol.launch_checks import launch_issues, nul_issues
 from server.protocol.loader import DEFAULT_MAX_BYTES, LoadError, load_document
 from server.protocol.model import DIALECT_TITLES, Dialect, JobSpec, Prerequisite
@@ -31,20 +31,12 @@ class Kind(StrEnum):
 
 
 @dataclass
-class ParseResult:
+class ParseResult(WithIssues):
     dialect: Dialect | None = None
     kind: Kind | None = None
     spec: JobSpec | None = None
     component: Prerequisite | None = None
     issues: list[Issue] = field(default_factory=list)
-
-    @property
-    def errors(self) -> list[Issue]:
-        return [i for i in self.issues if i.severity is Severity.ERROR]
-
-    @property
-    def warnings(self) -> list[Issue]:
-        return [i for i in self.issues if i.severity is Severity.WARNING]
 
     @property
     def ok(self) -> bool:
