@@ -18,8 +18,9 @@ from server.api.marketplace_types import MarketplaceItem
 from server.api.mutation_field import mutation
 from server.api.mutations import Mutation as JobMutation
 from server.api.types import Job, UserError, json_object
-from server.marketplace.items import API_TYPE, Problem, item_key
+from server.marketplace.items import API_TYPE, item_key
 from server.marketplace.service import ItemFields, ItemOutcome, MarketplaceService
+from server.protocol import Issue
 from server.store.marketplace_values import Visibility
 
 
@@ -147,8 +148,8 @@ class UseMarketplaceItemPayload:
     errors: list[UserError]
 
 
-def _errors(problems: list[Problem]) -> list[UserError]:
-    return [UserError.from_problem(p) for p in problems]
+def _errors(issues: list[Issue]) -> list[UserError]:
+    return [UserError.from_issue(issue) for issue in issues]
 
 
 def _key(value: str) -> str | UserError:

@@ -19,7 +19,7 @@ from strawberry.scalars import JSON
 from server.api.context import Info
 from server.api.loaders import Loaders, SharedLoader
 from server.api.types import Node, PageInfo, Prerequisite, TaskRole, User, owner_of
-from server.marketplace.items import ItemDocument, Problems, api_id, item_key, read_item
+from server.marketplace.items import IssuesFound, ItemDocument, api_id, item_key, read_item
 from server.marketplace.lookup import ItemKind
 from server.marketplace.requirements import referenced
 from server.protocol.render import render_job
@@ -102,7 +102,7 @@ class MarketplaceLoaders:
             if found is not None:
                 try:
                     document = read_item(found.content)
-                except Problems:
+                except IssuesFound:
                     document = None
             self.documents[(key, version)] = document
         return self.documents[(key, version)]
