@@ -287,10 +287,7 @@ class Mutation(JobMutation):
         submitted = await info.context.service.submit(
             viewer, outcome.config, None, input.virtual_cluster
         )
-        errors = [
-            UserError(path=["config", *p.path], code=p.code, message=p.message)
-            for p in submitted.errors
-        ]
+        errors = [UserError.from_issue(issue.within("config")) for issue in submitted.errors]
         job = None
         if submitted.job is not None:
             job = Job.from_value(submitted.job)

@@ -88,8 +88,8 @@ class Mutation:
             as_seen_by = await asyncio.to_thread(service.viewer_of, viewer)
             outcome = await asyncio.to_thread(service.resolve, input.config, parameters, as_seen_by)
             spec = outcome.spec
-            errors = [UserError.from_problem(p) for p in outcome.errors]
-            warnings = [UserError.from_problem(p) for p in outcome.warnings]
+            errors = [UserError.from_issue(i) for i in outcome.errors]
+            warnings = [UserError.from_issue(i) for i in outcome.warnings]
         else:  # no backend: the protocol engine alone, which is what a dry run needs
             result = await asyncio.to_thread(resolve_job, input.config, parameters)
             spec = result.spec
@@ -117,8 +117,8 @@ class Mutation:
             await asyncio.to_thread(_count_submits, market, viewer, outcome.item_ids, made_from)
         return SubmitJobPayload(
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
-            errors=[UserError.from_problem(p) for p in outcome.errors],
-            warnings=[UserError.from_problem(p) for p in outcome.warnings],
+            errors=[UserError.from_issue(i) for i in outcome.errors],
+            warnings=[UserError.from_issue(i) for i in outcome.warnings],
         )
 
     @mutation(description="Stop a job; only its owner or an admin may.")
@@ -132,7 +132,7 @@ class Mutation:
         outcome = await service.stop(info.context.viewer, job_id)
         return StopJobPayload(
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
-            errors=[UserError.from_problem(p) for p in outcome.errors],
+            errors=[UserError.from_issue(i) for i in outcome.errors],
         )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any
 
 import strawberry
 
@@ -22,7 +22,7 @@ from server.api.loaders import ready
 from server.api.lookahead import selected_below
 from server.api.shared_values import shared_value
 from server.jobs.states import JobState
-from server.protocol import Issue
+from server.protocol import Issue, Severity
 from server.protocol.model import JobSpec, PrerequisiteType, Resources
 from server.protocol.model import Prerequisite as SpecPrerequisite
 from server.protocol.model import TaskRole as SpecTaskRole
@@ -40,16 +40,12 @@ strawberry.enum(
 )
 
 
-class _Problem(Protocol):
-    path: list[str]
-    code: str
-    message: str
-
-
 @strawberry.type(
     description="A problem the user can fix: where it is, a stable code, and what to do."
 )
 class UserError:
+    """How the API shows an `Issue` (errors and warnings alike): its path as segments."""
+
     path: list[str]
     code: str
     message: str
@@ -57,10 +53,6 @@ class UserError:
     @classmethod
     def from_issue(cls, issue: Issue) -> UserError:
         return cls(path=issue.path_parts(), code=issue.code, message=issue.message)
-
-    @classmethod
-    def from_problem(cls, problem: _Problem) -> UserError:
-        return cls(path=list(problem.path), code=problem.code, message=problem.message)
 
 
 @strawberry.interface(description="An object with a global ID; `node(id:)` finds it again.")
@@ -413,7 +405,8 @@ class Job(Node):
             owner_id=job.owner_id,
             last_sequence=job.last_sequence,
             warnings=[
-                UserError(path=list(w.path), code=w.code, message=w.message) for w in job.warnings
+                UserError.from_issue(Issue.at(w.path, w.code, w.message, Severity.WARNING))
+                for w in job.warnings
             ],
         )
 
