@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import strawberry
 from strawberry.scalars import JSON
@@ -19,8 +20,11 @@ from server.api.resolved import ResolvedJob, resolved_job
 from server.api.types import Job, UserError, json_object
 from server.marketplace.items import item_key
 from server.marketplace.service import MarketplaceService
-from server.protocol import resolve_job
+from server.protocol import ParseResult, resolve_job
 from server.store import User
+
+if TYPE_CHECKING:
+    from server.jobs.service import ResolveOutcome
 
 
 @strawberry.input
@@ -84,17 +88,15 @@ class Mutation:
             return ResolveJobPayload(job=None, errors=[parameters], warnings=[])
         viewer = info.context.viewer
         service = info.context.runtime.service
-        if service is not None:
+        outcome: ResolveOutcome | ParseResult
+        if service is not None:  # references resolved too, and judged by the backend
             as_seen_by = await asyncio.to_thread(service.viewer_of, viewer)
             outcome = await asyncio.to_thread(service.resolve, input.config, parameters, as_seen_by)
-            spec = outcome.spec
-            errors = [UserError.from_issue(i) for i in outcome.errors]
-            warnings = [UserError.from_issue(i) for i in outcome.warnings]
         else:  # no backend: the protocol engine alone, which is what a dry run needs
-            result = await asyncio.to_thread(resolve_job, input.config, parameters)
-            spec = result.spec
-            errors = [UserError.from_issue(i) for i in result.errors]
-            warnings = [UserError.from_issue(i) for i in result.warnings]
+            outcome = await asyncio.to_thread(resolve_job, input.config, parameters)
+        spec = outcome.spec
+        errors = [UserError.from_issue(i) for i in outcome.errors]
+        warnings = [UserError.from_issue(i) for i in outcome.warnings]
         job = None
         if spec is not None and not errors:
             # every instance's environment names every peer: off the event loop, like parsing

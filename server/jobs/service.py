@@ -52,10 +52,8 @@ from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.states import JobState, Transition
 from server.marketplace.lookup import Viewer
 from server.marketplace.references import ANONYMOUS, ReferenceResolver
-from server.protocol import Issue, JobSpec, parse_job
+from server.protocol import Issue, JobSpec, resolve_job
 from server.protocol.issues import WithIssues
-from server.protocol.launch_checks import launch_issues
-from server.protocol.render import render_job
 from server.store import Event, Job, JobExists, JobWarning, NameInUse, NewEvent, Store, User
 from server.store.availability import database_unavailable
 
@@ -222,20 +220,17 @@ class JobService:
         cannot run as it is (NotRunnable) is an error too, with code `not-runnable`, and so is
         one the backend can never run (`refused`), judged in `virtual_cluster` when given. Blocks
         (downloads, store reads): async callers run it in a thread."""
-        result = parse_job(config, parameters or {})
-        issues = list(result.issues)
-        spec = result.spec if not result.errors else None
         item_ids: frozenset[str] = frozenset()
-        if spec is not None:
+
+        def replace_references(spec: JobSpec) -> tuple[JobSpec | None, list[Issue]]:
+            nonlocal item_ids
             resolved = self.references.resolve(spec, viewer or ANONYMOUS)
-            issues += resolved.issues
-            spec, item_ids = resolved.spec, resolved.item_ids
+            item_ids = resolved.item_ids
+            return resolved.spec, resolved.issues
+
+        result = resolve_job(config, parameters or {}, references=replace_references)
+        spec, issues = result.spec, result.issues
         if spec is not None:
-            spec, rendering = render_job(spec)
-            issues += rendering
-            unlaunchable = launch_issues(spec)
-            if unlaunchable:
-                return ResolveOutcome(None, issues + unlaunchable, item_ids)
             if virtual_cluster and virtual_cluster != spec.virtual_cluster:
                 spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
             user = viewer.name if viewer is not None else "default"
