@@ -292,7 +292,7 @@ class Mutation(JobMutation):
         if submitted.job is not None:
             job = Job.from_value(submitted.job)
             # the item used, and every item the job's references took in, count once each
-            await asyncio.to_thread(service.count_submits, {key, *submitted.item_ids})
+            await asyncio.to_thread(service.count_job_submit, viewer, {key, *submitted.item_ids})
             found = await asyncio.to_thread(service.visible, viewer, key)
             item = MarketplaceItem.from_value(found) if found is not None else item
         return UseMarketplaceItemPayload(item=item, config=outcome.config, job=job, errors=errors)

@@ -7,7 +7,6 @@ faults of the server become top-level GraphQL errors.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import strawberry
@@ -18,10 +17,8 @@ from server.api.ids import BadId, expect_global_id
 from server.api.mutation_field import mutation
 from server.api.resolved import ResolvedJob, resolved_job
 from server.api.types import Job, UserError, json_object
-from server.marketplace.items import item_key
 from server.marketplace.service import MarketplaceService
 from server.protocol import ParseResult, resolve_job
-from server.store import User
 
 if TYPE_CHECKING:
     from server.jobs.service import ResolveOutcome
@@ -114,9 +111,10 @@ class Mutation:
         )
         if outcome.job is not None:  # the items it uses or was made from count a submit
             market = MarketplaceService(info.context.store)
-            viewer = info.context.viewer
             made_from = [str(i) for i in input.from_items or []]
-            await asyncio.to_thread(_count_submits, market, viewer, outcome.item_ids, made_from)
+            await asyncio.to_thread(
+                market.count_job_submit, info.context.viewer, outcome.item_ids, made_from
+            )
         return SubmitJobPayload(
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
             errors=[UserError.from_issue(i) for i in outcome.errors],
@@ -136,18 +134,3 @@ class Mutation:
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
             errors=[UserError.from_issue(i) for i in outcome.errors],
         )
-
-
-def _count_submits(
-    market: MarketplaceService, viewer: User, used: Iterable[str], made_from: list[str]
-) -> None:
-    """Count a submit of every item the job's references took in, and of every item it was
-    made from that the viewer may see (an ID of something else, or of an item hidden from the
-    viewer, counts nothing and reveals nothing)."""
-    keys = set(used)
-    for item_id in made_from:
-        key = item_key(item_id)
-        if key is not None and market.visible(viewer, key) is not None:
-            keys.add(key)
-    if keys:
-        market.count_submits(keys)

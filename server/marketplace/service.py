@@ -330,6 +330,21 @@ class MarketplaceService:
         for key in sorted(keys):
             self.store.count_submit(key)
 
+    def count_job_submit(
+        self, viewer: User, used: Iterable[str], made_from: Iterable[str] = ()
+    ) -> None:
+        """A job was submitted: count a submit of every item its references took in (`used`),
+        and of every item it was made from (`made_from`, API IDs) that `viewer` may see. An
+        ID of something else, or of an item hidden from the viewer, counts nothing and
+        reveals nothing; each item counts once."""
+        keys = set(used)
+        for item_id in made_from:
+            key = item_key(item_id)
+            if key is not None and self.visible(viewer, key) is not None:
+                keys.add(key)
+        if keys:
+            self.count_submits(keys)
+
 
 def _forbidden(item: MarketplaceItem, action: str) -> Issue:
     return Issue.at(
