@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 from datetime import datetime
+from typing import cast
 from weakref import WeakKeyDictionary
 
 import strawberry
@@ -272,7 +273,7 @@ class MarketplaceItem(Node):
         document = await marketplace_loaders(info).document(self.key, self.version)
         if document is None or document.spec is None:
             return None
-        return dict(document.spec.parameters)
+        return cast(JSON, dict(document.spec.parameters))  # JSON is a NewType of object
 
     @strawberry.field(
         description="The other items the version shown refers to (marketplace:// and "
