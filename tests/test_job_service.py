@@ -18,7 +18,8 @@ from backends.base import Backend
 from backends.docker import DockerBackend
 from server.events import JobNotice, bus_for
 from server.jobs import JobMachine, JobState, job_policy
-from server.jobs.service import JobService, Problem
+from server.jobs.service import JobService
+from server.protocol import Issue
 from server.store import INSTANCE_STATE, JOB_STATE, Event, Instance, Job, Store, User, open_store
 from simulator.containers import OWNER
 from tests.service_support import job_config, ps_worker, spec_of
@@ -200,9 +201,9 @@ async def test_stopping_a_job_and_who_may(db_url: str, tmp_path: Path, owner: st
 
         again = await service.submit(ann, sleeper, {})
         assert again.job is None
-        assert [(p.path, p.code) for p in again.errors] == [(["name"], "name-in-use")]
+        assert [(p.path_parts(), p.code) for p in again.errors] == [(["name"], "name-in-use")]
         other = await service.stop(bob, job.id)
-        assert [(p.path, p.code) for p in other.errors] == [(["id"], "forbidden")]
+        assert [(p.path_parts(), p.code) for p in other.errors] == [(["id"], "forbidden")]
         assert (await job_of(store, job.id)).state is JobState.RUNNING
 
         stopped = await service.stop(ann, job.id)
@@ -218,7 +219,7 @@ async def test_stopping_a_job_and_who_may(db_url: str, tmp_path: Path, owner: st
         late = await service.stop(ann, job.id)
         assert [(p.code, late.job is not None) for p in late.errors] == [("final", True)]
         unknown = await service.stop(root, "no-such-job")
-        assert [(p.path, p.code) for p in unknown.errors] == [(["id"], "not-found")]
+        assert [(p.path_parts(), p.code) for p in unknown.errors] == [(["id"], "not-found")]
 
         # the name is free once the job ended; an admin may stop anyone's job
         second = await submitted(service, ann, sleeper)
@@ -247,7 +248,9 @@ async def test_virtual_clusters_are_for_their_members_and_admins(
         for who in (carl, dora):
             outcome = await service.submit(who, quick, {}, virtual_cluster="research")
             assert outcome.job is None
-            assert [(p.path, p.code) for p in outcome.errors] == [(["virtualCluster"], "forbidden")]
+            assert [(p.path_parts(), p.code) for p in outcome.errors] == [
+                (["virtualCluster"], "forbidden")
+            ]
             assert "may not submit to virtual cluster 'research'" in outcome.errors[0].message
         assert store.list_jobs().jobs == []
         # `default` is everyone's, as in OpenPAI
@@ -261,7 +264,9 @@ async def test_virtual_clusters_are_for_their_members_and_admins(
         for who in (dora, root):
             outcome = await service.submit(who, quick, {}, virtual_cluster="gpu")
             assert outcome.job is None
-            assert [(p.path, p.code) for p in outcome.errors] == [(["taskRoles"], "refused")]
+            assert [(p.path_parts(), p.code) for p in outcome.errors] == [
+                (["taskRoles"], "refused")
+            ]
             assert "unknown virtual cluster 'gpu'" in outcome.errors[0].message
         assert [j.id for j in store.list_jobs().jobs] == [opened.id]
         await nothing_left(owner)
@@ -276,11 +281,11 @@ async def test_a_job_that_cannot_run_as_written_is_an_error(
         ann = user(service.store, "ann", "default")
         outcome = await service.submit(ann, json.dumps(doc), {})
         assert outcome.job is None
-        assert [(p.path, p.code) for p in outcome.errors] == [
+        assert [(p.path_parts(), p.code) for p in outcome.errors] == [
             (["taskRoles", "main", "dockerImage"], "not-found")
         ]
         invalid = await service.submit(ann, "protocolVersion: 2\nname: x\ntype: job\n", {})
-        assert invalid.errors == [Problem(["taskRoles"], "required", "`taskRoles` is required")]
+        assert invalid.errors == [Issue("taskRoles", "required", "`taskRoles` is required")]
         assert service.store.list_jobs().jobs == []
 
 

@@ -476,7 +476,7 @@ async def test_fake_cluster_the_service_runs_a_job_to_succeeded(
         hdfs["taskRoles"]["worker"]["data"] = "corpus"
         refused = await service.submit(user, json.dumps(hdfs))
         assert refused.job is None
-        assert [(e.path, e.code) for e in refused.errors] == [(["taskRoles"], "refused")]
+        assert [(e.path_parts(), e.code) for e in refused.errors] == [(["taskRoles"], "refused")]
         message = refused.errors[0].message
         assert "task role 'worker': prerequisite 'corpus': hdfs://nn/x cannot be fetched" in message
         page = await asyncio.to_thread(store.list_jobs)

@@ -101,14 +101,16 @@ def test_content_the_protocol_engine_refuses_is_not_published_and_errors_point_i
     broken = template("bad").replace("cpu: 1", "cpu: 0")
     outcome = market.publish(ann, broken, ItemFields())
     assert outcome.item is None
-    assert [e.path for e in outcome.errors] == [
+    assert [e.path_parts() for e in outcome.errors] == [
         ["content", "taskRoles", "main", "resourcePerInstance", "cpu"]
     ]
     assert "cpu" in outcome.errors[0].message
     outcome = market.publish(ann, "name: x\nfoo: [1, 2\n", ItemFields())
-    assert outcome.item is None and outcome.errors[0].path[0] == "content"
+    assert outcome.item is None and outcome.errors[0].path_parts()[0] == "content"
     outcome = market.publish(ann, template("v", version="1 0"), ItemFields())
-    assert [(e.path, e.code) for e in outcome.errors] == [(["content", "version"], "pattern")]
+    assert [(e.path_parts(), e.code) for e in outcome.errors] == [
+        (["content", "version"], "pattern")
+    ]
     assert store.list_items(market.reader(ann)).items == []
 
 
@@ -141,7 +143,7 @@ def test_a_new_version_keeps_the_old_ones_and_references_pin_one_or_take_the_lat
     )
     assert again.unchanged and again.item is not None and again.item.version == "3.0-rc"
     clash = market.publish(ann, data_item("mnist", commands=["echo x"], version="2"), ItemFields())
-    assert [(e.path, e.code) for e in clash.errors] == [(["version"], "version-exists")]
+    assert [(e.path_parts(), e.code) for e in clash.errors] == [(["version"], "version-exists")]
     # a template cannot become a new version of a data item
     kind = market.publish(ann, template("mnist"), ItemFields())
     assert [e.code for e in kind.errors] == ["kind-mismatch"]
@@ -155,7 +157,7 @@ def test_only_the_owner_or_an_admin_adds_versions_to_a_name(
     (root,) = users(store, "root", admin=True)
     item = published(market, ann, template("shared"))
     taken = market.publish(bob, template("shared", commands=["echo bob"]), ItemFields())
-    assert [(e.path, e.code) for e in taken.errors] == [(["content", "name"], "name-taken")]
+    assert [(e.path_parts(), e.code) for e in taken.errors] == [(["content", "name"], "name-taken")]
     by_admin = published(market, root, template("shared", commands=["echo fixed"]))
     assert (by_admin.key, by_admin.version, by_admin.owner) == (item.key, "2", "ann")
 
@@ -220,9 +222,9 @@ def test_visibility_decides_who_lists_and_finds_an_item(
     refused = market.update(
         ann, public.key, ItemFields(visibility=Visibility.PRIVATE, groups=["research"])
     )
-    assert [(e.path, e.code) for e in refused.errors] == [(["groups"], "conflict")]
+    assert [(e.path_parts(), e.code) for e in refused.errors] == [(["groups"], "conflict")]
     refused = market.update(ann, public.key, ItemFields(visibility=Visibility.GROUPS))
-    assert [(e.path, e.code) for e in refused.errors] == [(["groups"], "required")]
+    assert [(e.path_parts(), e.code) for e in refused.errors] == [(["groups"], "required")]
 
 
 # --- stars, submits, deleting ------------------------------------------------------------------
@@ -254,7 +256,7 @@ def test_only_the_owner_or_an_admin_deletes_an_item_and_its_versions_go_with_it(
     published(market, ann, template("mine", commands=["echo 2"]))
     market.star(bob, mine.key, True)
     refused = market.delete(bob, mine.key)
-    assert [(e.path, e.code) for e in refused.errors] == [(["id"], "forbidden")]
+    assert [(e.path_parts(), e.code) for e in refused.errors] == [(["id"], "forbidden")]
     assert store.get_item(mine.key) is not None
     assert market.delete(ann, mine.key).errors == []
     assert store.get_item(mine.key) is None
@@ -287,10 +289,12 @@ def test_using_a_template_fills_its_parameters_in_its_own_dialect(
     assert spec is not None and spec.parameters == {"epochs": 20, "lr": 0.1}
     unknown = market.use(ann, item.key, parameters={"epoch": 3})
     assert unknown.config is None
-    assert [(e.path, e.code) for e in unknown.errors] == [
+    assert [(e.path_parts(), e.code) for e in unknown.errors] == [
         (["parameters", "epoch"], "unknown-parameter")
     ]
     assert "epochs, lr" in unknown.errors[0].message
+    dotted = market.use(ann, item.key, parameters={"lr.max": 3})  # the name is one segment
+    assert [e.path_parts() for e in dotted.errors] == [["parameters", "lr.max"]]
 
     draft = yaml.safe_dump(
         {
@@ -334,11 +338,11 @@ def test_using_a_data_item_gives_an_empty_job_that_uses_it_as_seed_004_describes
     assert spec is not None
     assert spec.task_roles[0].prerequisites == ["marketplace://name/covid@1"]
     assert spec.prerequisite(spec.task_roles[0].docker_image).uri == ["busybox:latest"]
-    assert market.use(bob, plain.key, version="7").errors[0].path == ["version"]
+    assert market.use(bob, plain.key, version="7").errors[0].path_parts() == ["version"]
 
     with_vars = published(market, ann, data_item("mnist", variables=["dataPath"]))
     missing = market.use(bob, with_vars.key)
-    assert [(e.path, e.code) for e in missing.errors] == [
+    assert [(e.path_parts(), e.code) for e in missing.errors] == [
         (["parameters", "dataPath"], "missing-variable")
     ]
     assert "'mnist'" in missing.errors[0].message
@@ -379,7 +383,7 @@ def test_a_job_is_published_as_a_template_with_the_parameters_it_was_submitted_w
     ann, bob = users(store, "ann", "bob")
     job, _ = submit(store, ann.id, "tf_dist", T0)  # tests.jobs' v2 job: parameters model, batch
     refused = market.publish_job(bob, job.id, ItemFields())
-    assert [(e.path, e.code) for e in refused.errors] == [(["jobId"], "forbidden")]
+    assert [(e.path_parts(), e.code) for e in refused.errors] == [(["jobId"], "forbidden")]
     assert market.publish_job(ann, "nope", ItemFields()).errors[0].code == "not-found"
     outcome = market.publish_job(ann, job.id, ItemFields(tags=["from-a-job"]))
     assert outcome.errors == [] and outcome.item is not None

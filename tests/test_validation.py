@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from server.protocol import ParseResult, parse_job
+from server.protocol import Issue, ParseResult, parse_job
 from tests.jobs import as_json, as_yaml, draft, v1, v2
 
 
@@ -289,6 +289,18 @@ def test_error_paths_split_into_segments() -> None:
     doc["tasks"][1]["resource"]["portList"] = [{"label": "x y", "portNumber": 1}]
     (issue,) = [e for e in parse_job(as_yaml(doc)).errors if e.code == "pattern"]
     assert issue.path_parts() == ["tasks", "1", "resource", "portList", "0", "label"]
+
+
+def test_an_issue_seen_from_a_larger_input_keeps_its_segments() -> None:
+    inner = Issue.at(["parameters", "lr.max"], "unknown-parameter", "no such parameter")
+    outer = inner.within("config")
+    assert outer.path_parts() == ["config", "parameters", "lr.max"]
+    assert outer.path == "config.parameters.lr.max"
+    assert Issue("taskRoles.worker", "x", "y").within("content").path_parts() == [
+        "content",
+        "taskRoles",
+        "worker",
+    ]
 
 
 # ------------------------------------------------------------------------ size limits

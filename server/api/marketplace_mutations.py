@@ -18,8 +18,9 @@ from server.api.marketplace_types import MarketplaceItem
 from server.api.mutation_field import mutation
 from server.api.mutations import Mutation as JobMutation
 from server.api.types import Job, UserError, json_object
-from server.marketplace.items import API_TYPE, Problem, item_key
+from server.marketplace.items import API_TYPE, item_key
 from server.marketplace.service import ItemFields, ItemOutcome, MarketplaceService
+from server.protocol import Issue
 from server.store.marketplace_values import Visibility
 
 
@@ -147,8 +148,8 @@ class UseMarketplaceItemPayload:
     errors: list[UserError]
 
 
-def _errors(problems: list[Problem]) -> list[UserError]:
-    return [UserError.from_problem(p) for p in problems]
+def _errors(issues: list[Issue]) -> list[UserError]:
+    return [UserError.from_issue(issue) for issue in issues]
 
 
 def _key(value: str) -> str | UserError:
@@ -286,15 +287,12 @@ class Mutation(JobMutation):
         submitted = await info.context.service.submit(
             viewer, outcome.config, None, input.virtual_cluster
         )
-        errors = [
-            UserError(path=["config", *p.path], code=p.code, message=p.message)
-            for p in submitted.errors
-        ]
+        errors = [UserError.from_issue(issue.within("config")) for issue in submitted.errors]
         job = None
         if submitted.job is not None:
             job = Job.from_value(submitted.job)
             # the item used, and every item the job's references took in, count once each
-            await asyncio.to_thread(service.count_submits, {key, *submitted.item_ids})
+            await asyncio.to_thread(service.count_job_submit, viewer, {key, *submitted.item_ids})
             found = await asyncio.to_thread(service.visible, viewer, key)
             item = MarketplaceItem.from_value(found) if found is not None else item
         return UseMarketplaceItemPayload(item=item, config=outcome.config, job=job, errors=errors)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 from datetime import datetime
+from typing import cast
 from weakref import WeakKeyDictionary
 
 import strawberry
@@ -19,7 +20,7 @@ from strawberry.scalars import JSON
 from server.api.context import Info
 from server.api.loaders import Loaders, SharedLoader
 from server.api.types import Node, PageInfo, Prerequisite, TaskRole, User, owner_of
-from server.marketplace.items import ItemDocument, Problems, api_id, item_key, read_item
+from server.marketplace.items import IssuesFound, ItemDocument, api_id, item_key, read_item
 from server.marketplace.lookup import ItemKind
 from server.marketplace.requirements import referenced
 from server.protocol.render import render_job
@@ -102,7 +103,7 @@ class MarketplaceLoaders:
             if found is not None:
                 try:
                     document = read_item(found.content)
-                except Problems:
+                except IssuesFound:
                     document = None
             self.documents[(key, version)] = document
         return self.documents[(key, version)]
@@ -272,7 +273,7 @@ class MarketplaceItem(Node):
         document = await marketplace_loaders(info).document(self.key, self.version)
         if document is None or document.spec is None:
             return None
-        return dict(document.spec.parameters)
+        return cast(JSON, dict(document.spec.parameters))  # JSON is a NewType of object
 
     @strawberry.field(
         description="The other items the version shown refers to (marketplace:// and "

@@ -7,7 +7,7 @@ faults of the server become top-level GraphQL errors.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import strawberry
 from strawberry.scalars import JSON
@@ -17,10 +17,11 @@ from server.api.ids import BadId, expect_global_id
 from server.api.mutation_field import mutation
 from server.api.resolved import ResolvedJob, resolved_job
 from server.api.types import Job, UserError, json_object
-from server.marketplace.items import item_key
 from server.marketplace.service import MarketplaceService
-from server.protocol import resolve_job
-from server.store import User
+from server.protocol import ParseResult, resolve_job
+
+if TYPE_CHECKING:
+    from server.jobs.service import ResolveOutcome
 
 
 @strawberry.input
@@ -84,17 +85,15 @@ class Mutation:
             return ResolveJobPayload(job=None, errors=[parameters], warnings=[])
         viewer = info.context.viewer
         service = info.context.runtime.service
-        if service is not None:
+        outcome: ResolveOutcome | ParseResult
+        if service is not None:  # references resolved too, and judged by the backend
             as_seen_by = await asyncio.to_thread(service.viewer_of, viewer)
             outcome = await asyncio.to_thread(service.resolve, input.config, parameters, as_seen_by)
-            spec = outcome.spec
-            errors = [UserError.from_problem(p) for p in outcome.errors]
-            warnings = [UserError.from_problem(p) for p in outcome.warnings]
         else:  # no backend: the protocol engine alone, which is what a dry run needs
-            result = await asyncio.to_thread(resolve_job, input.config, parameters)
-            spec = result.spec
-            errors = [UserError.from_issue(i) for i in result.errors]
-            warnings = [UserError.from_issue(i) for i in result.warnings]
+            outcome = await asyncio.to_thread(resolve_job, input.config, parameters)
+        spec = outcome.spec
+        errors = [UserError.from_issue(i) for i in outcome.errors]
+        warnings = [UserError.from_issue(i) for i in outcome.warnings]
         job = None
         if spec is not None and not errors:
             # every instance's environment names every peer: off the event loop, like parsing
@@ -112,13 +111,14 @@ class Mutation:
         )
         if outcome.job is not None:  # the items it uses or was made from count a submit
             market = MarketplaceService(info.context.store)
-            viewer = info.context.viewer
             made_from = [str(i) for i in input.from_items or []]
-            await asyncio.to_thread(_count_submits, market, viewer, outcome.item_ids, made_from)
+            await asyncio.to_thread(
+                market.count_job_submit, info.context.viewer, outcome.item_ids, made_from
+            )
         return SubmitJobPayload(
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
-            errors=[UserError.from_problem(p) for p in outcome.errors],
-            warnings=[UserError.from_problem(p) for p in outcome.warnings],
+            errors=[UserError.from_issue(i) for i in outcome.errors],
+            warnings=[UserError.from_issue(i) for i in outcome.warnings],
         )
 
     @mutation(description="Stop a job; only its owner or an admin may.")
@@ -132,20 +132,5 @@ class Mutation:
         outcome = await service.stop(info.context.viewer, job_id)
         return StopJobPayload(
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
-            errors=[UserError.from_problem(p) for p in outcome.errors],
+            errors=[UserError.from_issue(i) for i in outcome.errors],
         )
-
-
-def _count_submits(
-    market: MarketplaceService, viewer: User, used: Iterable[str], made_from: list[str]
-) -> None:
-    """Count a submit of every item the job's references took in, and of every item it was
-    made from that the viewer may see (an ID of something else, or of an item hidden from the
-    viewer, counts nothing and reveals nothing)."""
-    keys = set(used)
-    for item_id in made_from:
-        key = item_key(item_id)
-        if key is not None and market.visible(viewer, key) is not None:
-            keys.add(key)
-    if keys:
-        market.count_submits(keys)

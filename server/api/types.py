@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any
 
 import strawberry
 
@@ -22,7 +22,7 @@ from server.api.loaders import ready
 from server.api.lookahead import selected_below
 from server.api.shared_values import shared_value
 from server.jobs.states import JobState
-from server.protocol import Issue
+from server.protocol import Issue, Severity
 from server.protocol.model import JobSpec, PrerequisiteType, Resources
 from server.protocol.model import Prerequisite as SpecPrerequisite
 from server.protocol.model import TaskRole as SpecTaskRole
@@ -40,16 +40,12 @@ strawberry.enum(
 )
 
 
-class _Problem(Protocol):
-    path: list[str]
-    code: str
-    message: str
-
-
 @strawberry.type(
     description="A problem the user can fix: where it is, a stable code, and what to do."
 )
 class UserError:
+    """How the API shows an `Issue` (errors and warnings alike): its path as segments."""
+
     path: list[str]
     code: str
     message: str
@@ -57,10 +53,6 @@ class UserError:
     @classmethod
     def from_issue(cls, issue: Issue) -> UserError:
         return cls(path=issue.path_parts(), code=issue.code, message=issue.message)
-
-    @classmethod
-    def from_problem(cls, problem: _Problem) -> UserError:
-        return cls(path=list(problem.path), code=problem.code, message=problem.message)
 
 
 @strawberry.interface(description="An object with a global ID; `node(id:)` finds it again.")
@@ -80,7 +72,7 @@ class User(Node):
     name: str
     admin: bool
     created_at: datetime
-    key: strawberry.Private[int]
+    user_id: strawberry.Private[int]  # the user's id in the store; `id` is the global ID
 
     @classmethod
     def from_value(cls, user: StoredUser) -> User:
@@ -89,12 +81,12 @@ class User(Node):
             name=user.name,
             admin=user.admin,
             created_at=user.created_at,
-            key=user.id,
+            user_id=user.id,
         )
 
     @strawberry.field(description="The virtual clusters this user is a member of.")
     async def virtual_clusters(self, info: Info) -> list[str]:
-        return await info.context.loaders.memberships.load(self.key) or []
+        return await info.context.loaders.memberships.load(self.user_id) or []
 
 
 @strawberry.type
@@ -387,7 +379,7 @@ class Job(Node):
     completed_at: datetime | None
     attempt: int
     retries: int
-    key: strawberry.Private[str]
+    job_id: strawberry.Private[str]  # the job's id in the store; `id` is the global ID
     owner_id: strawberry.Private[int]
     last_sequence: strawberry.Private[int] = 0
     warnings: list[UserError] = strawberry.field(
@@ -409,11 +401,12 @@ class Job(Node):
             completed_at=job.completed_at,
             attempt=job.attempt,
             retries=job.retries,
-            key=job.id,
+            job_id=job.id,
             owner_id=job.owner_id,
             last_sequence=job.last_sequence,
             warnings=[
-                UserError(path=list(w.path), code=w.code, message=w.message) for w in job.warnings
+                UserError.from_issue(Issue.at(w.path, w.code, w.message, Severity.WARNING))
+                for w in job.warnings
             ],
         )
 
@@ -429,8 +422,8 @@ class Job(Node):
     )
     async def instance_counts(self, info: Info) -> InstanceCounts:
         loaders = info.context.loaders
-        spec_read = loaders.spec.load(self.key)  # both asked for before either is awaited
-        instances_read = loaders.instances.load(self.key)
+        spec_read = loaders.spec.load(self.job_id)  # both asked for before either is awaited
+        instances_read = loaders.instances.load(self.job_id)
         spec, instances = await spec_read, await instances_read
         total = sum(role.instances for role in spec.task_roles) if spec is not None else 0
         running = sum(1 for i in instances or () if i.state == JobState.RUNNING)
@@ -438,14 +431,14 @@ class Job(Node):
 
     @strawberry.field(description="Who submitted the job.")
     async def user(self, info: Info) -> User:
-        return await owner_of(info, self.owner_id, f"job {self.key}")
+        return await owner_of(info, self.owner_id, f"job {self.job_id}")
 
     @strawberry.field(
         description="The config as submitted, with its secrets masked. Every user can read "
         "every job's config, as in OpenPAI; secrets are never stored in it."
     )
     async def config(self, info: Info) -> str:
-        return await info.context.loaders.config.load(self.key) or ""
+        return await info.context.loaders.config.load(self.job_id) or ""
 
     @strawberry.field(
         description="The job's task roles, in the order of its config.",
@@ -456,14 +449,14 @@ class Job(Node):
         (a page of jobs), else through the loaders."""
         loaders = info.context.loaders
         wanted = selected_below(info, "instances")
-        has_spec, spec = ready(loaders.spec, self.key)
-        has_instances, instances = ready(loaders.instances, self.key) if wanted else (True, None)
+        has_spec, spec = ready(loaders.spec, self.job_id)
+        has_instances, instances = ready(loaders.instances, self.job_id) if wanted else (True, None)
         if has_spec and has_instances:
             return self._task_roles(spec, instances)
 
         async def later() -> list[TaskRole]:
-            spec_read = loaders.spec.load(self.key)  # both asked for before either is awaited:
-            instances_read = loaders.instances.load(self.key) if wanted else None  # one batch
+            spec_read = loaders.spec.load(self.job_id)  # both asked for before either is awaited:
+            instances_read = loaders.instances.load(self.job_id) if wanted else None  # one batch
             found = await spec_read
             return self._task_roles(found, await instances_read if instances_read else None)
 
@@ -481,7 +474,7 @@ class Job(Node):
         size = page_size(first)
         since = parse_event_cursor(after)
         found = await asyncio.to_thread(
-            info.context.store.events_after, self.key, since, max(size, 0) + 1
+            info.context.store.events_after, self.job_id, since, max(size, 0) + 1
         )
         page = found[:size]
         edges = [

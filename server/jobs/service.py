@@ -52,9 +52,8 @@ from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.states import JobState, Transition
 from server.marketplace.lookup import Viewer
 from server.marketplace.references import ANONYMOUS, ReferenceResolver
-from server.protocol import Issue, JobSpec, parse_job
-from server.protocol.launch_checks import launch_issues
-from server.protocol.render import render_job
+from server.protocol import Issue, JobSpec, resolve_job
+from server.protocol.issues import WithIssues
 from server.store import Event, Job, JobExists, JobWarning, NameInUse, NewEvent, Store, User
 from server.store.availability import database_unavailable
 
@@ -71,38 +70,23 @@ _ID_TRIES = 5
 
 
 @dataclass(frozen=True)
-class Problem:
-    """Something the user can fix: where (path into the input), a stable code, what to do."""
-
-    path: list[str]
-    code: str
-    message: str
-
-    @classmethod
-    def from_issue(cls, issue: Issue) -> Problem:
-        return cls(path=issue.path_parts(), code=issue.code, message=issue.message)
-
-
-@dataclass(frozen=True)
-class ResolveOutcome:
+class ResolveOutcome(WithIssues):
     spec: JobSpec | None  # references resolved, rendered; its secrets are kept in memory only
-    errors: list[Problem]
-    warnings: list[Problem]
+    issues: list[Issue]
     item_ids: frozenset[str] = frozenset()  # the marketplace items the job uses
 
 
 @dataclass(frozen=True)
-class SubmitOutcome:
+class SubmitOutcome(WithIssues):
     job: Job | None  # as stored: WAITING right after the submission
-    errors: list[Problem]
+    issues: list[Issue]  # its warnings are kept with the job too
     item_ids: frozenset[str] = frozenset()  # the marketplace items the job uses
-    warnings: list[Problem] = field(default_factory=list)  # kept with the job too
 
 
 @dataclass(frozen=True)
 class StopOutcome:
     job: Job | None
-    errors: list[Problem]
+    errors: list[Issue]
 
 
 # --- one job in this process -------------------------------------------------------------------
@@ -236,47 +220,40 @@ class JobService:
         cannot run as it is (NotRunnable) is an error too, with code `not-runnable`, and so is
         one the backend can never run (`refused`), judged in `virtual_cluster` when given. Blocks
         (downloads, store reads): async callers run it in a thread."""
-        result = parse_job(config, parameters or {})
-        errors = [Problem.from_issue(issue) for issue in result.errors]
-        warnings = [Problem.from_issue(issue) for issue in result.warnings]
-        spec = result.spec if not errors else None
         item_ids: frozenset[str] = frozenset()
-        if spec is not None:
+
+        def replace_references(spec: JobSpec) -> tuple[JobSpec | None, list[Issue]]:
+            nonlocal item_ids
             resolved = self.references.resolve(spec, viewer or ANONYMOUS)
-            errors += [Problem.from_issue(issue) for issue in resolved.errors]
-            warnings += [Problem.from_issue(issue) for issue in resolved.warnings]
-            spec, item_ids = resolved.spec, resolved.item_ids
+            item_ids = resolved.item_ids
+            return resolved.spec, resolved.issues
+
+        result = resolve_job(config, parameters or {}, references=replace_references)
+        spec, issues = result.spec, result.issues
         if spec is not None:
-            spec, rendering = render_job(spec)
-            warnings += [Problem.from_issue(issue) for issue in rendering]
-            unlaunchable = [Problem.from_issue(issue) for issue in launch_issues(spec)]
-            if unlaunchable:
-                return ResolveOutcome(None, errors + unlaunchable, warnings, item_ids)
             if virtual_cluster and virtual_cluster != spec.virtual_cluster:
                 spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
             user = viewer.name if viewer is not None else "default"
             problem = self._unrunnable(spec, ask_backend=ask_backend, user=user)
             if problem is not None:
-                errors.append(problem)
+                issues.append(problem)
                 spec = None
-        return ResolveOutcome(spec=spec, errors=errors, warnings=warnings, item_ids=item_ids)
+        return ResolveOutcome(spec=spec, issues=issues, item_ids=item_ids)
 
     def _unrunnable(
         self, spec: JobSpec, *, ask_backend: bool = True, user: str = "default"
-    ) -> Problem | None:
+    ) -> Issue | None:
         """Why the job cannot run as it is (`not-runnable`), or can never run on this
         backend (`refused`: bigger than any node, data it cannot fetch...), if so; as `user`
         would run it (a v1 codeDir may name `$PAI_USER_NAME`)."""
         try:
             request = launch_request(spec, job_id="dry-run", user=user)
         except NotRunnable as exc:
-            return Problem.from_issue(Issue(exc.path, "not-runnable", exc.message))
+            return Issue(exc.path, "not-runnable", exc.message)
         if ask_backend and isinstance(self.backend, ChecksLaunches):
             reason = self.backend.refusal(request)
             if reason:
-                return Problem(
-                    ["taskRoles"], "refused", f"this cluster cannot run the job: {reason}"
-                )
+                return Issue("taskRoles", "refused", f"this cluster cannot run the job: {reason}")
         return None
 
     async def submit(
@@ -305,15 +282,15 @@ class JobService:
         )
         spec = outcome.spec
         if spec is None:
-            return SubmitOutcome(job=None, errors=outcome.errors, warnings=outcome.warnings)
+            return SubmitOutcome(job=None, issues=outcome.issues)
         vc = spec.virtual_cluster
         problem = await self._check_vc(user, vc)  # may the user use it, before can it run
         if problem is None:
             problem = await asyncio.to_thread(self._unrunnable, spec, user=user.name)
         if problem is not None:
-            return SubmitOutcome(job=None, errors=[problem], warnings=outcome.warnings)
+            return SubmitOutcome(job=None, issues=[*outcome.warnings, problem])
         policy = job_policy(spec)
-        warnings = [JobWarning(tuple(w.path), w.code, w.message) for w in outcome.warnings]
+        warnings = [JobWarning(w.segments, w.code, w.message) for w in outcome.warnings]
         for _ in range(_ID_TRIES):
             machine = ServiceMachine(policy, new_job_id(spec.name))
             try:
@@ -326,7 +303,7 @@ class JobService:
                     warnings=warnings,
                 )
             except NameInUse as exc:
-                return SubmitOutcome(job=None, errors=[Problem(["name"], "name-in-use", str(exc))])
+                return SubmitOutcome(job=None, issues=[Issue("name", "name-in-use", str(exc))])
             except JobExists:
                 continue
             break
@@ -334,9 +311,7 @@ class JobService:
             raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
         await self._publish(job.id, events, machine.state)
         self._run(spec, machine, user.name, Resumption(machine, fresh=True))
-        return SubmitOutcome(
-            job=job, errors=[], item_ids=outcome.item_ids, warnings=outcome.warnings
-        )
+        return SubmitOutcome(job=job, issues=outcome.warnings, item_ids=outcome.item_ids)
 
     async def stop(self, user: User, job_id: str) -> StopOutcome:
         """Ask the job to stop; answers once the stop is on record (or after a few seconds).
@@ -593,7 +568,7 @@ class JobService:
             # the event log has the change; subscribers catch up on their next notice or resync
             log.warning("job %s: notice not published: %s", job_id, exc)
 
-    async def _check_vc(self, user: User, vc: str) -> Problem | None:
+    async def _check_vc(self, user: User, vc: str) -> Issue | None:
         """Admins (the local admin too) may use any virtual cluster; everyone may use
         `default` (as in OpenPAI, where it is every user's); others need a membership."""
         if user.admin or vc == OPEN_VIRTUAL_CLUSTER:
@@ -602,8 +577,8 @@ class JobService:
         if vc in allowed:
             return None
         mine = ", ".join(allowed) if allowed else "none"
-        return Problem(
-            ["virtualCluster"],
+        return Issue(
+            "virtualCluster",
             "forbidden",
             f"user {user.name} may not submit to virtual cluster {vc!r} "
             f"(their virtual clusters: {mine})",
@@ -648,7 +623,7 @@ def _note_event(note: Note) -> NewEvent:
 
 
 def _stop_error(code: str, message: str, job: Job | None = None) -> StopOutcome:
-    return StopOutcome(job=job, errors=[Problem(["id"], code, message)])
+    return StopOutcome(job=job, errors=[Issue("id", code, message)])
 
 
 async def _call_if_present(target: object, name: str) -> None:

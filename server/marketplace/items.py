@@ -2,7 +2,7 @@
 
 A job template must be a valid job and a component a valid component; the item's kind follows
 from the content (a job is a JOB_TEMPLATE, a component its prerequisite type). Its name and
-version come from the content too. Every problem is a `Problem` with a path into the input, a
+version come from the content too. Every problem is an `Issue` with a path into the input, a
 stable code and a sentence that says what to do.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from server.api.ids import BadId, global_id, parse_global_id
 from server.marketplace.lookup import ItemKind
-from server.protocol import Kind, parse_document
+from server.protocol import Issue, Kind, parse_document
 from server.protocol.model import JobSpec, Prerequisite, PrerequisiteType
 from server.store.errors import InvalidValue
 from server.store.marketplace_values import ItemDetails, Visibility
@@ -35,21 +35,12 @@ _KIND_OF_TYPE: dict[PrerequisiteType, ItemKind] = {
 }
 
 
-@dataclass(frozen=True)
-class Problem:
-    """Something the user can fix: where (path into the input), a stable code, what to do."""
+class IssuesFound(Exception):
+    """Raised inside the marketplace to hand back every issue at once."""
 
-    path: list[str]
-    code: str
-    message: str
-
-
-class Problems(Exception):
-    """Raised inside the marketplace to hand back every problem at once."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        super().__init__("; ".join(p.message for p in problems))
-        self.problems = problems
+    def __init__(self, issues: list[Issue]) -> None:
+        super().__init__("; ".join(issue.message for issue in issues))
+        self.issues = issues
 
 
 @dataclass(frozen=True)
@@ -81,16 +72,11 @@ def item_key(item_id: str) -> str | None:
 
 
 def read_item(content: str, *, path: str = "content") -> ItemDocument:
-    """The item `content` describes; raises Problems (paths start at `path`) when the
+    """The item `content` describes; raises IssuesFound (paths start at `path`) when the
     protocol engine rejects it or its version breaks the version rule."""
     result = parse_document(content)
     if not result.ok:
-        raise Problems(
-            [
-                Problem([path, *issue.path_parts()], issue.code, issue.message)
-                for issue in result.errors
-            ]
-        )
+        raise IssuesFound([issue.within(path) for issue in result.errors])
     if result.kind is Kind.COMPONENT:
         component = result.component
         assert component is not None
@@ -105,9 +91,9 @@ def read_item(content: str, *, path: str = "content") -> ItemDocument:
         component = None
     if version is not None:
         version = str(version).strip()
-        problem = check_version(version, [path, "version"])
-        if problem is not None:
-            raise Problems([problem])
+        issue = check_version(version, [path, "version"])
+        if issue is not None:
+            raise IssuesFound([issue])
     # A job's source is its text with the secrets masked; a component has no secrets.
     stored = spec.source if spec is not None and spec.source else content
     return ItemDocument(
@@ -121,10 +107,10 @@ def read_item(content: str, *, path: str = "content") -> ItemDocument:
     )
 
 
-def check_version(version: str, path: list[str]) -> Problem | None:
+def check_version(version: str, path: list[str]) -> Issue | None:
     if VERSION.fullmatch(version):
         return None
-    return Problem(path, "pattern", f"version {version!r} is not allowed: use {VERSION_RULE}")
+    return Issue.at(path, "pattern", f"version {version!r} is not allowed: use {VERSION_RULE}")
 
 
 def summary_from(description: str | None) -> str | None:
@@ -137,17 +123,17 @@ def summary_from(description: str | None) -> str | None:
 
 def check_labels(
     values: list[str] | None, field: str
-) -> tuple[tuple[str, ...] | None, list[Problem]]:
+) -> tuple[tuple[str, ...] | None, list[Issue]]:
     """Tags or categories: trimmed, 1 to 64 characters, at most 20, duplicates dropped."""
     if values is None:
         return None, []
-    problems: list[Problem] = []
+    issues: list[Issue] = []
     seen: dict[str, str] = {}
     for index, raw in enumerate(values):
         value = raw.strip()
         if not value or len(value) > MAX_LABEL_LENGTH or any(ord(c) < 32 for c in value):
-            problems.append(
-                Problem(
+            issues.append(
+                Issue.at(
                     [field, str(index)],
                     "label",
                     f"{field} {raw!r} is not allowed: use 1 to {MAX_LABEL_LENGTH} printable "
@@ -157,24 +143,24 @@ def check_labels(
             continue
         seen.setdefault(value.lower(), value)
     if len(seen) > MAX_LABELS:
-        problems.append(
-            Problem([field], "too-many", f"give at most {MAX_LABELS} {field}, got {len(seen)}")
+        issues.append(
+            Issue.at([field], "too-many", f"give at most {MAX_LABELS} {field}, got {len(seen)}")
         )
-    return tuple(seen.values()), problems
+    return tuple(seen.values()), issues
 
 
-def check_groups(groups: list[str] | None) -> tuple[tuple[str, ...] | None, list[Problem]]:
+def check_groups(groups: list[str] | None) -> tuple[tuple[str, ...] | None, list[Issue]]:
     """Group names follow the virtual cluster name rule (groups are virtual clusters)."""
     if groups is None:
         return None, []
-    problems: list[Problem] = []
+    issues: list[Issue] = []
     names: list[str] = []
     for index, group in enumerate(groups):
         try:
             names.append(check_name(group.strip(), "group name"))
         except InvalidValue as exc:
-            problems.append(Problem(["groups", str(index)], "pattern", str(exc)))
-    return tuple(dict.fromkeys(names)), problems
+            issues.append(Issue.at(["groups", str(index)], "pattern", str(exc)))
+    return tuple(dict.fromkeys(names)), issues
 
 
 def check_visibility(
@@ -183,7 +169,7 @@ def check_visibility(
     *,
     current: Visibility | None = None,
     current_groups: tuple[str, ...] = (),
-) -> tuple[Visibility | None, list[Problem]]:
+) -> tuple[Visibility | None, list[Issue]]:
     """The visibility that results: groups alone mean GROUPS; GROUPS needs at least one group
     (given now or kept from before); PUBLIC and PRIVATE take no groups."""
     if visibility is None and groups:
@@ -193,7 +179,7 @@ def check_visibility(
             groups is None and not (current is Visibility.GROUPS and current_groups)
         ):
             return None, [
-                Problem(
+                Issue.at(
                     ["groups"],
                     "required",
                     "visibility GROUPS shares the item with groups: name at least one group "
@@ -202,7 +188,7 @@ def check_visibility(
             ]
     elif visibility is not None and groups:
         return None, [
-            Problem(
+            Issue.at(
                 ["groups"],
                 "conflict",
                 f"groups apply only with visibility GROUPS, not {visibility.name}",
@@ -222,20 +208,20 @@ def details_for(
     groups: list[str] | None,
 ) -> ItemDetails:
     """A new item's details: given values, else the content's description (and its first
-    line as the summary), public. Raises Problems."""
-    checked_tags, problems = check_labels(tags, "tags")
+    line as the summary), public. Raises IssuesFound."""
+    checked_tags, issues = check_labels(tags, "tags")
     checked_categories, more = check_labels(categories, "categories")
-    problems += more
+    issues += more
     checked_groups, more = check_groups(groups)
-    problems += more
+    issues += more
     chosen, more = check_visibility(visibility, checked_groups)
-    problems += more
+    issues += more
     if summary is not None and len(summary.strip()) > MAX_SUMMARY:
-        problems.append(
-            Problem(["summary"], "too-long", f"a summary has at most {MAX_SUMMARY} characters")
+        issues.append(
+            Issue.at(["summary"], "too-long", f"a summary has at most {MAX_SUMMARY} characters")
         )
-    if problems:
-        raise Problems(problems)
+    if issues:
+        raise IssuesFound(issues)
     text = description.strip() if description is not None else document.description
     return ItemDetails(
         summary=(summary.strip() if summary is not None else summary_from(text)) or None,

@@ -47,7 +47,7 @@ from server.marketplace.storages import (
     job_storages,
     required_storages,
 )
-from server.protocol.issues import Issue, Severity, join
+from server.protocol.issues import Issue, Severity, WithIssues, join
 from server.protocol.model import (
     JobSpec,
     Prerequisite,
@@ -97,18 +97,10 @@ class NoStorages:
 
 
 @dataclass(frozen=True)
-class ResolvedReferences:
+class ResolvedReferences(WithIssues):
     spec: JobSpec | None  # self-contained; None when there are errors
     issues: list[Issue]
     item_ids: frozenset[str] = frozenset()  # the marketplace items the job uses
-
-    @property
-    def errors(self) -> list[Issue]:
-        return [i for i in self.issues if i.severity is Severity.ERROR]
-
-    @property
-    def warnings(self) -> list[Issue]:
-        return [i for i in self.issues if i.severity is Severity.WARNING]
 
     @property
     def origins(self) -> dict[str, PrerequisiteOrigin]:

@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from server.marketplace.items import ItemDocument, Problem, Problems, read_item
+from server.marketplace.items import IssuesFound, ItemDocument, read_item
+from server.protocol import Issue
 from server.protocol.loader import load_document
 from server.protocol.model import Dialect
 from server.protocol.yaml_out import dump_yaml
 
 
 def renamed(document: ItemDocument, name: str) -> ItemDocument:
-    """The document named `name`; raises Problems at `name` when that name breaks the rules
+    """The document named `name`; raises IssuesFound at `name` when that name breaks the rules
     of the content's kind."""
     loaded = load_document(document.content)
     doc: dict[str, Any] = loaded.data
@@ -34,5 +35,5 @@ def renamed(document: ItemDocument, name: str) -> ItemDocument:
         text = dump_yaml(doc)
     try:
         return read_item(text)
-    except Problems as exc:
-        raise Problems([Problem(["name"], p.code, p.message) for p in exc.problems]) from None
+    except IssuesFound as exc:
+        raise IssuesFound([Issue.at(["name"], p.code, p.message) for p in exc.issues]) from None

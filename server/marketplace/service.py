@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from server.marketplace.items import (
+    IssuesFound,
     ItemDocument,
-    Problem,
-    Problems,
     api_id,
     check_groups,
     check_labels,
@@ -32,6 +31,7 @@ from server.marketplace.items import (
 from server.marketplace.lookup import ItemKind
 from server.marketplace.rename import renamed
 from server.marketplace.use import component_job, template_config
+from server.protocol import Issue
 from server.store import Store, User
 from server.store.marketplace_values import (
     KindMismatch,
@@ -48,7 +48,7 @@ from server.store.marketplace_values import (
 @dataclass(frozen=True)
 class ItemOutcome:
     item: MarketplaceItem | None
-    errors: list[Problem] = field(default_factory=list)
+    errors: list[Issue] = field(default_factory=list)
     created: bool = False  # publish: a new item
     unchanged: bool = False  # publish: that version existed with the same content
     version: str | None = None  # publish: the version published (or found)
@@ -58,7 +58,7 @@ class ItemOutcome:
 class UseOutcome:
     item: MarketplaceItem | None
     config: str | None
-    errors: list[Problem] = field(default_factory=list)
+    errors: list[Issue] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ class ItemFields:
         return any(v is not None for v in (*values, self.groups))
 
 
-def _not_found(key: str) -> Problem:
-    return Problem(["id"], "not-found", f"no marketplace item has id {api_id(key)!r}")
+def _not_found(key: str) -> Issue:
+    return Issue.at(["id"], "not-found", f"no marketplace item has id {api_id(key)!r}")
 
 
 class MarketplaceService:
@@ -106,20 +106,21 @@ class MarketplaceService:
         """Publish `content` as a new item or a new version of the user's item of that name."""
         try:
             return self._publish(user, read_item(content), fields)
-        except Problems as exc:
-            return ItemOutcome(item=None, errors=exc.problems)
+        except IssuesFound as exc:
+            return ItemOutcome(item=None, errors=exc.issues)
 
     def publish_job(self, user: User, job_id: str, fields: ItemFields) -> ItemOutcome:
         """Publish a job's config (secrets masked) as a template, with the parameter values it
         was submitted with; only the job's owner or an admin may."""
         job = self.store.get_job(job_id)
         if job is None:
-            return ItemOutcome(None, [Problem(["jobId"], "not-found", f"no job has id {job_id!r}")])
+            missing = Issue.at(["jobId"], "not-found", f"no job has id {job_id!r}")
+            return ItemOutcome(None, [missing])
         if not user.admin and job.owner_id != user.id:
             return ItemOutcome(
                 None,
                 [
-                    Problem(
+                    Issue.at(
                         ["jobId"],
                         "forbidden",
                         f"job {job.name!r} belongs to {job.owner}; only its owner or an admin "
@@ -141,20 +142,20 @@ class MarketplaceService:
                 if used:
                     document = read_item(template_config(document, used), path="jobId")
             return self._publish(user, document, fields)
-        except Problems as exc:
-            return ItemOutcome(item=None, errors=exc.problems)
+        except IssuesFound as exc:
+            return ItemOutcome(item=None, errors=exc.issues)
 
     def _publish(self, user: User, document: ItemDocument, fields: ItemFields) -> ItemOutcome:
         name = fields.name.strip() if fields.name is not None else None
         if name is not None and name != document.name:
             if not name:
-                raise Problems([Problem(["name"], "required", "give a name, or none at all")])
+                raise IssuesFound([Issue.at(["name"], "required", "give a name, or none at all")])
             document = renamed(document, name)
         version = fields.version.strip() if fields.version is not None else document.version
         if fields.version is not None and version is not None:
             problem = check_version(version, ["version"])
             if problem is not None:
-                raise Problems([problem])
+                raise IssuesFound([problem])
         details = details_for(
             document,
             summary=fields.summary,
@@ -174,11 +175,11 @@ class MarketplaceService:
                 details=details,
             )
         except NameTaken as exc:
-            raise Problems([Problem(["content", "name"], "name-taken", str(exc))]) from None
+            raise IssuesFound([Issue.at(["content", "name"], "name-taken", str(exc))]) from None
         except KindMismatch as exc:
-            raise Problems([Problem(["content", "type"], "kind-mismatch", str(exc))]) from None
+            raise IssuesFound([Issue.at(["content", "type"], "kind-mismatch", str(exc))]) from None
         except VersionExists as exc:
-            raise Problems([Problem(["version"], "version-exists", str(exc))]) from None
+            raise IssuesFound([Issue.at(["version"], "version-exists", str(exc))]) from None
         item = result.item
         if not result.created and fields.describes:
             item = self._change(user, item, fields)
@@ -201,9 +202,9 @@ class MarketplaceService:
             if content is not None:
                 document = read_item(content)
                 if document.name != item.name:
-                    raise Problems(
+                    raise IssuesFound(
                         [
-                            Problem(
+                            Issue.at(
                                 ["content", "name"],
                                 "name-mismatch",
                                 f"the content is named {document.name!r}, but this item is "
@@ -214,13 +215,13 @@ class MarketplaceService:
                 item = self._publish(user, document, ItemFields(version=fields.version)).item
                 assert item is not None
             elif fields.version is not None:
-                raise Problems(
-                    [Problem(["version"], "content-required", "a new version needs `content`")]
+                raise IssuesFound(
+                    [Issue.at(["version"], "content-required", "a new version needs `content`")]
                 )
             if fields.describes:
                 item = self._change(user, item, fields)
-        except Problems as exc:
-            return ItemOutcome(item=None, errors=exc.problems)
+        except IssuesFound as exc:
+            return ItemOutcome(item=None, errors=exc.issues)
         return ItemOutcome(item=item)
 
     def _change(self, user: User, item: MarketplaceItem, fields: ItemFields) -> MarketplaceItem:
@@ -234,7 +235,7 @@ class MarketplaceService:
         )
         problems += more
         if problems:
-            raise Problems(problems)
+            raise IssuesFound(problems)
         try:
             return self.store.update_item(
                 item.key,
@@ -247,9 +248,9 @@ class MarketplaceService:
                 groups=groups,
             )
         except NotItemOwner as exc:
-            raise Problems([Problem(["id"], "forbidden", str(exc))]) from None
+            raise IssuesFound([Issue.at(["id"], "forbidden", str(exc))]) from None
         except UnknownItem:
-            raise Problems([_not_found(item.key)]) from None
+            raise IssuesFound([_not_found(item.key)]) from None
 
     def delete(self, user: User, key: str) -> ItemOutcome:
         """Delete the item with all its versions; its owner or an admin only."""
@@ -291,14 +292,14 @@ class MarketplaceService:
         if found is None:
             known = ", ".join(v.version for v in self.store.item_versions([key])[key])
             message = f"item {item.name!r} has no version {version!r} (its versions: {known})"
-            return UseOutcome(item, None, [Problem(["version"], "not-found", message)])
+            return UseOutcome(item, None, [Issue.at(["version"], "not-found", message)])
         try:
             document = read_item(found.content)
             if item.kind is ItemKind.JOB_TEMPLATE:
                 if image is not None:
-                    raise Problems(
+                    raise IssuesFound(
                         [
-                            Problem(
+                            Issue.at(
                                 ["dockerImage"],
                                 "not-applicable",
                                 "a job template names its own docker images",
@@ -314,8 +315,8 @@ class MarketplaceService:
                     variables=parameters or {},
                     image=image,
                 )
-        except Problems as exc:
-            return UseOutcome(item, None, exc.problems)
+        except IssuesFound as exc:
+            return UseOutcome(item, None, exc.issues)
         return UseOutcome(item, config)
 
     def count_submit(self, key: str) -> None:
@@ -329,9 +330,24 @@ class MarketplaceService:
         for key in sorted(keys):
             self.store.count_submit(key)
 
+    def count_job_submit(
+        self, viewer: User, used: Iterable[str], made_from: Iterable[str] = ()
+    ) -> None:
+        """A job was submitted: count a submit of every item its references took in (`used`),
+        and of every item it was made from (`made_from`, API IDs) that `viewer` may see. An
+        ID of something else, or of an item hidden from the viewer, counts nothing and
+        reveals nothing; each item counts once."""
+        keys = set(used)
+        for item_id in made_from:
+            key = item_key(item_id)
+            if key is not None and self.visible(viewer, key) is not None:
+                keys.add(key)
+        if keys:
+            self.count_submits(keys)
 
-def _forbidden(item: MarketplaceItem, action: str) -> Problem:
-    return Problem(
+
+def _forbidden(item: MarketplaceItem, action: str) -> Issue:
+    return Issue.at(
         ["id"],
         "forbidden",
         f"item {item.name!r} belongs to {item.owner}; only its owner or an admin may {action} it",

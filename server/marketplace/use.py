@@ -16,8 +16,8 @@ import json
 import re
 from typing import Any
 
-from server.marketplace.items import ItemDocument, Problem, Problems
-from server.protocol import parse_job
+from server.marketplace.items import IssuesFound, ItemDocument
+from server.protocol import Issue, parse_job
 from server.protocol.loader import load_document
 from server.protocol.model import Dialect, PrerequisiteType
 from server.protocol.yaml_out import dump_yaml
@@ -43,7 +43,7 @@ def item_reference(item_id: str, name: str, version: str | None) -> str:
 
 
 def template_config(document: ItemDocument, parameters: dict[str, Any]) -> str:
-    """The template with `parameters` filled in; raises Problems for a parameter it does not
+    """The template with `parameters` filled in; raises IssuesFound for a parameter it does not
     declare or values that make it invalid."""
     spec = document.spec
     assert spec is not None
@@ -53,9 +53,9 @@ def template_config(document: ItemDocument, parameters: dict[str, Any]) -> str:
     unknown = [name for name in parameters if name not in declared]
     if unknown:
         known = ", ".join(declared) if declared else "it declares none"
-        raise Problems(
+        raise IssuesFound(
             [
-                Problem(
+                Issue.at(
                     ["parameters", name],
                     "unknown-parameter",
                     f"template {document.name!r} has no parameter {name!r} (its parameters: "
@@ -83,12 +83,7 @@ def template_config(document: ItemDocument, parameters: dict[str, Any]) -> str:
         text = dump_yaml(doc)
     checked = parse_job(text)
     if checked.errors:
-        raise Problems(
-            [
-                Problem(["parameters", *issue.path_parts()], issue.code, issue.message)
-                for issue in checked.errors
-            ]
-        )
+        raise IssuesFound([issue.within("parameters") for issue in checked.errors])
     return text
 
 
@@ -100,7 +95,7 @@ def component_job(
     variables: dict[str, Any],
     image: str | None,
 ) -> str:
-    """An empty v2 job that uses the component; raises Problems for missing or unknown
+    """An empty v2 job that uses the component; raises IssuesFound for missing or unknown
     template variables."""
     component = document.component
     assert component is not None
@@ -108,7 +103,7 @@ def component_job(
         return _image_job(document, variables, image)
     wanted = list(component.template_variables)
     problems = [
-        Problem(
+        Issue.at(
             ["parameters", name],
             "missing-variable",
             f"item {document.name!r} needs its template variable {name!r}: give it in parameters",
@@ -117,7 +112,7 @@ def component_job(
         if name not in variables
     ]
     problems += [
-        Problem(
+        Issue.at(
             ["parameters", name],
             "unknown-parameter",
             f"item {document.name!r} has no template variable {name!r} (its variables: "
@@ -127,7 +122,7 @@ def component_job(
         if name not in wanted
     ]
     if problems:
-        raise Problems(problems)
+        raise IssuesFound(problems)
     reference = item_reference(item_id, document.name, version)
     doc = _empty_job(document.name, image)
     role = doc["taskRoles"][ROLE]
@@ -159,14 +154,14 @@ def _image_job(document: ItemDocument, variables: dict[str, Any], image: str | N
     problems = []
     if image is not None:
         problems.append(
-            Problem(
+            Issue.at(
                 ["dockerImage"],
                 "not-applicable",
                 f"item {document.name!r} is a docker image itself: the job runs in it",
             )
         )
     problems += [
-        Problem(
+        Issue.at(
             ["parameters", name],
             "unknown-parameter",
             f"docker image {document.name!r} takes no parameters",
@@ -174,7 +169,7 @@ def _image_job(document: ItemDocument, variables: dict[str, Any], image: str | N
         for name in variables
     ]
     if problems:
-        raise Problems(problems)
+        raise IssuesFound(problems)
     doc = _empty_job(document.name, component.uri[0])
     image_entry = doc["prerequisites"][0]
     if component.auth is not None:

@@ -2,11 +2,14 @@
 
 parse_document(text)        a job in any dialect, or a standalone component
 parse_job(text, params)     a job only; a component is an error that says what it is
-resolve_job(text, params)   parse_job, then render parameters into commands
+resolve_job(text, params)   parse_job, then replace references (when given a way to), render
+                            parameters into commands, and check what can never launch: the
+                            one path of every dry run and submission
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -15,7 +18,7 @@ from server.protocol.dialect_draft import read_draft
 from server.protocol.dialect_v1 import read_v1
 from server.protocol.dialect_v2 import read_v2
 from server.protocol.fields import Fields, describe
-from server.protocol.issues import Issue, Issues, Severity
+from server.protocol.issues import Issue, Issues, WithIssues
 from server.protocol.launch_checks import launch_issues, nul_issues
 from server.protocol.loader import DEFAULT_MAX_BYTES, LoadError, load_document
 from server.protocol.model import DIALECT_TITLES, Dialect, JobSpec, Prerequisite
@@ -24,6 +27,10 @@ from server.protocol.privileges import check_tree
 from server.protocol.render import render_job
 from server.protocol.runtime_plugins import apply_runtime_plugins
 
+# Replaces a job's references with what they name: the spec (None when it cannot be done) and
+# what was found on the way. The marketplace provides one; the protocol engine knows none.
+ReferenceStep = Callable[[JobSpec], tuple[JobSpec | None, list[Issue]]]
+
 
 class Kind(StrEnum):
     JOB = "job"
@@ -31,20 +38,12 @@ class Kind(StrEnum):
 
 
 @dataclass
-class ParseResult:
+class ParseResult(WithIssues):
     dialect: Dialect | None = None
     kind: Kind | None = None
     spec: JobSpec | None = None
     component: Prerequisite | None = None
     issues: list[Issue] = field(default_factory=list)
-
-    @property
-    def errors(self) -> list[Issue]:
-        return [i for i in self.issues if i.severity is Severity.ERROR]
-
-    @property
-    def warnings(self) -> list[Issue]:
-        return [i for i in self.issues if i.severity is Severity.WARNING]
 
     @property
     def ok(self) -> bool:
@@ -148,10 +147,15 @@ def resolve_job(
     parameters: dict[str, Any] | None = None,
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    references: ReferenceStep | None = None,
 ) -> ParseResult:
-    """Parse a job and render its parameters; unresolved references become warnings, and
-    what the rendering makes unrunnable (`launch_issues`) errors."""
+    """Parse a job, replace its references with `references`, and render its parameters;
+    references left unresolved become warnings, and what the rendering makes unrunnable
+    (`launch_issues`) errors."""
     result = parse_job(text, parameters, max_bytes=max_bytes)
+    if result.spec is not None and references is not None:
+        result.spec, found = references(result.spec)
+        result.issues.extend(found)
     if result.spec is not None:
         result.spec, warnings = render_job(result.spec)
         result.issues.extend(warnings)
