@@ -39,16 +39,9 @@ from server.events import BusClosedError, BusUnavailableError, EventBus, JobNoti
 from server.jobs.launch import NotRunnable, launch_request
 from server.jobs.machine import Action, JobMachine, JobRecord, MachineSnapshot
 from server.jobs.policy import job_policy
-from server.jobs.reconcile import (
-    BackendOutage,
-    Note,
-    Resumption,
-    ServiceMachine,
-    plan_resumption,
-    stale_attempts,
-    stuck_in_starting,
-)
+from server.jobs.reconcile import Resumption, plan_resumption, stale_attempts
 from server.jobs.runner import JobRunner, release_attempt
+from server.jobs.service_machine import BackendOutage, Note, ServiceMachine, stuck_in_starting
 from server.jobs.states import JobState, Transition
 from server.marketplace.lookup import Viewer
 from server.marketplace.references import ANONYMOUS, ReferenceResolver
