@@ -1,8 +1,12 @@
-"""Drive one job to its end: the state machine decides, the backend does.
+"""Drive one job to its end: the state machine decides, the runner carries it out on the backend.
 
-The runner owns no policy. It feeds backend events to the JobMachine and carries out the actions
-the machine returns (launch, stop, relaunch an instance, release), in order. `paigraph run` uses
-it in the foreground; the service will use the same loop with persistence around it.
+`JobRunner` owns no policy. It feeds backend events to the machine (`JobMachine`, or the
+service's `ServiceMachine`) and carries out the actions the machine returns (launch, stop,
+relaunch an instance, release), in order, calling its change hook after every change.
+`paigraph run` (`server/foreground.py`) runs one in the foreground: it reads the backend's events
+itself and its hook redraws the table. The service (`service.py`) runs one per live job: it
+feeds each runner its job's events, its hook is the job's `Journal` (`journal.py`, which saves
+and announces), and after a restart the runner `resume`s what the restart interrupted.
 """
 
 from __future__ import annotations
@@ -110,6 +114,11 @@ class JobRunner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await pump
         return self.machine.record
+
+    async def resume(self, pending: Sequence[Action]) -> JobRecord:
+        """Go on with a restored machine, events coming by `feed`: first carry out `pending`,
+        what a restart interrupted (`server.jobs.reconcile.plan_resumption`)."""
+        return await self.run(read_backend_events=False, resume=True, pending=pending)
 
     # --- when the runner itself fails ---------------------------------------------------------
 
