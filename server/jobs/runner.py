@@ -60,20 +60,33 @@ class JobRunner:
         policy: JobPolicy | None = None,
         machine: JobMachine | None = None,
         on_change: Callable[[JobMachine], Awaitable[None] | None] | None = None,
+        request: LaunchRequest | None = None,
     ) -> None:
+        """`request`, when given, is the LaunchRequest of the machine's current attempt, built
+        already (the service builds the first attempt's at submission, to ask the backend
+        whether it refuses the job); otherwise it is built here, so a job that cannot run
+        (NotRunnable) says so now, before anything starts."""
         self.spec = spec
         self.backend = backend
         self.job_id = job_id
         self.user = user
         self.machine = machine or JobMachine(policy or job_policy(spec), job_id)
         self.on_change = on_change or (lambda machine: None)
-        self.request(1)  # a job that cannot run says so now, before anything starts
+        self._request = request
+        if request is None:
+            self.request(self.machine.attempt)
         self._events: asyncio.Queue[InstanceEvent] = asyncio.Queue()
         self._stop_reason: str | None = None
         self._wake = asyncio.Event()
 
     def request(self, attempt: int) -> LaunchRequest:
-        return launch_request(self.spec, job_id=self.job_id, attempt=attempt, user=self.user)
+        """The LaunchRequest of `attempt`, built once per attempt: a retry gets its own (its
+        attempt number, and with the ssh plugin's jobssh a new key pair)."""
+        if self._request is None or self._request.attempt != attempt:
+            self._request = launch_request(
+                self.spec, job_id=self.job_id, attempt=attempt, user=self.user
+            )
+        return self._request
 
     def request_stop(self, reason: str = "stop requested by user") -> None:
         """Ask the job to stop; safe to call from a signal handler on the runner's loop."""

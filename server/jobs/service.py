@@ -31,6 +31,7 @@ from backends.base import (
     BackendHealth,
     ChecksLaunches,
     InstanceKey,
+    LaunchRequest,
     LogChunk,
     ReportsHealth,
     UnknownInstance,
@@ -225,11 +226,21 @@ class JobService:
     def _unrunnable(
         self, spec: JobSpec, *, ask_backend: bool = True, user: str = "default"
     ) -> Problem | None:
-        """Why the job cannot run as it is (`not-runnable`), or can never run on this
-        backend (`refused`: bigger than any node, data it cannot fetch...), if so; as `user`
-        would run it (a v1 codeDir may name `$PAI_USER_NAME`)."""
+        """Why the job cannot run as it is, or can never run on this backend, if so (see
+        `_first_request`), judged on a request of a job that is not stored."""
+        checked = self._first_request(spec, job_id="dry-run", user=user, ask_backend=ask_backend)
+        return checked if isinstance(checked, Problem) else None
+
+    def _first_request(
+        self, spec: JobSpec, *, job_id: str, user: str, ask_backend: bool = True
+    ) -> LaunchRequest | Problem:
+        """The job's first attempt as the backend is to launch it, or why the job cannot run as
+        it is (`not-runnable`), or can never run on this backend (`refused`: bigger than any
+        node, data it cannot fetch...); as `user` would run it (a v1 codeDir may name
+        `$PAI_USER_NAME`). At submission the request checked here is the one the first attempt
+        launches, so it is built, and the backend asked, once."""
         try:
-            request = launch_request(spec, job_id="dry-run", user=user)
+            request = launch_request(spec, job_id=job_id, user=user)
         except NotRunnable as exc:
             return Problem.from_issue(Issue(exc.path, "not-runnable", exc.message))
         if ask_backend and isinstance(self.backend, ChecksLaunches):
@@ -238,7 +249,7 @@ class JobService:
                 return Problem(
                     ["taskRoles"], "refused", f"this cluster cannot run the job: {reason}"
                 )
-        return None
+        return request
 
     async def submit(
         self,
@@ -269,14 +280,18 @@ class JobService:
             return SubmitOutcome(job=None, errors=outcome.errors, warnings=outcome.warnings)
         vc = spec.virtual_cluster
         problem = await self._check_vc(user, vc)  # may the user use it, before can it run
-        if problem is None:
-            problem = await asyncio.to_thread(self._unrunnable, spec, user=user.name)
         if problem is not None:
             return SubmitOutcome(job=None, errors=[problem], warnings=outcome.warnings)
+        checked = await asyncio.to_thread(
+            partial(self._first_request, spec, job_id=new_job_id(spec.name), user=user.name)
+        )
+        if isinstance(checked, Problem):
+            return SubmitOutcome(job=None, errors=[checked], warnings=outcome.warnings)
+        request = checked
         policy = job_policy(spec)
         warnings = [JobWarning(tuple(w.path), w.code, w.message) for w in outcome.warnings]
-        for _ in range(_ID_TRIES):
-            machine = ServiceMachine(policy, new_job_id(spec.name))
+        for tries in range(1, _ID_TRIES + 1):
+            machine = ServiceMachine(policy, request.job_id)
             try:
                 job, events = await asyncio.to_thread(
                     self.store.create_job,
@@ -289,12 +304,16 @@ class JobService:
             except NameInUse as exc:
                 return SubmitOutcome(job=None, errors=[Problem(["name"], "name-in-use", str(exc))])
             except JobExists:
+                if tries < _ID_TRIES:  # the id is in the request: build it for the next id
+                    request = await asyncio.to_thread(
+                        partial(launch_request, spec, job_id=new_job_id(spec.name), user=user.name)
+                    )
                 continue
             break
         else:
             raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
         await self.announce(job.id, events, machine.state)
-        self._run(spec, machine, user.name, Resumption(machine, fresh=True))
+        self._run(spec, machine, user.name, Resumption(machine, fresh=True), request)
         return SubmitOutcome(
             job=job, errors=[], item_ids=outcome.item_ids, warnings=outcome.warnings
         )
@@ -377,11 +396,25 @@ class JobService:
 
     # --- running jobs ---
 
-    def _run(self, spec: JobSpec, machine: JobMachine, user: str, plan: Resumption) -> None:
-        """Register the job's runner (before anything it launches can report) and drive it."""
+    def _run(
+        self,
+        spec: JobSpec,
+        machine: JobMachine,
+        user: str,
+        plan: Resumption,
+        request: LaunchRequest | None = None,
+    ) -> None:
+        """Register the job's runner (before anything it launches can report) and drive it;
+        `request` is the current attempt's LaunchRequest when it was built already."""
         journal = Journal(self, machine.job_id, machine)
         runner = JobRunner(
-            spec, self.backend, job_id=machine.job_id, user=user, machine=machine, on_change=journal
+            spec,
+            self.backend,
+            job_id=machine.job_id,
+            user=user,
+            machine=machine,
+            on_change=journal,
+            request=request,
         )
         live = _Live(runner=runner, journal=journal)
         self._live[machine.job_id] = live
