@@ -22,7 +22,7 @@ Actions come in the order they must be carried out. Everything the machine knows
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -260,7 +260,7 @@ class JobMachine:
         return MachineSnapshot(policy=self._policy, record=self._record.model_copy(deep=True))
 
     @classmethod
-    def restore(cls, snapshot: MachineSnapshot) -> JobMachine:
+    def restore(cls, snapshot: MachineSnapshot) -> Self:
         return cls(snapshot.policy, record=snapshot.record.model_copy(deep=True))
 
     # --- inputs ---
@@ -709,7 +709,12 @@ def events_for_report(report: InstanceReport) -> list[InstanceEvent]:
     key = report.key
     if report.status is InstanceStatus.PENDING and report.placement is None:
         return []  # waiting to be placed (again): nothing has happened to it yet
-    base = {"job_id": key.job_id, "attempt": key.attempt, "role": key.role, "index": key.index}
+    base: dict[str, Any] = {
+        "job_id": key.job_id,
+        "attempt": key.attempt,
+        "role": key.role,
+        "index": key.index,
+    }
     events = [
         InstanceEvent(
             kind=EventKind.PLACED,

@@ -261,7 +261,7 @@ def _in_words(error: Exception) -> str:
 async def release_attempt(backend: Backend, job_id: str, attempt: int, grace: float) -> None:
     """Ask the backend to stop and forget an attempt; a failure is logged, not raised, since
     nothing more can be done about it here (the next start releases what is left)."""
-    steps = (
+    steps: tuple[tuple[str, Callable[[], Awaitable[None]]], ...] = (
         ("stopped", lambda: backend.stop(job_id, attempt, grace)),
         ("released", lambda: backend.forget(job_id, attempt)),
     )
