@@ -270,11 +270,13 @@ class JobService:
         """
         if not self._started:
             raise RuntimeError("start the job service before submitting jobs")
-        if viewer is None:
-            viewer = await asyncio.to_thread(self.viewer_of, user)
-        outcome = await asyncio.to_thread(
-            partial(self.resolve, config, parameters, viewer, virtual_cluster, ask_backend=False)
-        )
+
+        def resolve_as_seen() -> ResolveOutcome:
+            """One thread for both: who the user is to the marketplace, then resolving."""
+            seen_by = viewer if viewer is not None else self.viewer_of(user)
+            return self.resolve(config, parameters, seen_by, virtual_cluster, ask_backend=False)
+
+        outcome = await asyncio.to_thread(resolve_as_seen)
         spec = outcome.spec
         if spec is None:
             return SubmitOutcome(job=None, errors=outcome.errors, warnings=outcome.warnings)
