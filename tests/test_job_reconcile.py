@@ -15,14 +15,12 @@ from backends.base import (
 )
 from server.jobs import JobMachine, JobState, LaunchAttempt, StopAttempt, job_policy
 from server.jobs.machine import RetryInstance
-from server.jobs.reconcile import (
+from server.jobs.reconcile import UNKNOWN_TO_BACKEND, plan_resumption, stale_attempts
+from server.jobs.service_machine import (
     BACKEND_REACHABLE,
     BACKEND_UNREACHABLE,
-    UNKNOWN_TO_BACKEND,
     BackendOutage,
     ServiceMachine,
-    plan_resumption,
-    stale_attempts,
     stuck_in_starting,
 )
 from tests.service_support import job_config, ps_worker, spec_of

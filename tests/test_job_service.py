@@ -14,7 +14,7 @@ import anyio
 import docker
 import pytest
 
-from backends.base import Backend
+from backends.base import Backend, LaunchRequest
 from backends.docker import DockerBackend
 from server.events import JobNotice, bus_for
 from server.jobs import JobMachine, JobState, job_policy
@@ -357,4 +357,49 @@ async def test_jobs_cut_short_before_they_reached_the_backend_run_after_a_restar
             job = await until(lambda job_id=job_id: _final(service.store, job_id))
             assert (job.state, job.attempt, job.retries) == (JobState.SUCCEEDED, 1, 0)
             history(service.store, job)
+        await nothing_left(owner)
+
+
+class Counting(DockerBackend):
+    """The real backend, noting every request it is asked to judge and every one it launches."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.judged: list[LaunchRequest] = []
+        self.launched: list[tuple[LaunchRequest, int]] = []  # with how many were judged by then
+
+    def refusal(self, request: LaunchRequest) -> str | None:
+        self.judged.append(request)
+        return super().refusal(request)
+
+    async def launch(self, request: LaunchRequest) -> None:
+        self.launched.append((request, len(self.judged)))
+        await super().launch(request)
+
+
+async def test_the_first_attempt_launches_the_request_checked_at_submission(
+    db_url: str, tmp_path: Path, owner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built once, the backend asked once before the launch, under the stored job's id: also
+    when the first id drawn was taken (the request is built again for the next one)."""
+    backend = Counting(settings(tmp_path / "state"), owner=owner)
+    async with service_with(db_url, backend) as service:
+        ann = user(service.store, "ann", "default")
+        first = await submitted(service, ann, job_config({"main": {"commands": ["true"]}}))
+        await until(lambda: _final(service.store, first.id))
+        ((request, judged),) = backend.launched
+        assert judged == 1 and backend.judged[0] is request and request.job_id == first.id
+        assert request.attempt == 1 and request.user == "ann"
+
+        ids = iter([first.id, "second-0a1b2c3d"])
+        monkeypatch.setattr("server.jobs.service.new_job_id", lambda name: next(ids))
+        backend.judged.clear()
+        backend.launched.clear()
+        text = job_config({"main": {"commands": ["true"]}}, name="second")
+        second = await submitted(service, ann, text)
+        assert second.id == "second-0a1b2c3d"
+        await until(lambda: _final(service.store, second.id))
+        ((request, judged),) = backend.launched
+        assert judged == 1 and request.job_id == second.id and request.attempt == 1
+        assert backend.judged[0].job_id == first.id  # judged under the id that was taken
         await nothing_left(owner)

@@ -178,10 +178,10 @@ def _materials(spec: JobSpec, role: TaskRole) -> list[Material]:
     # Data and scripts the role lists among its prerequisites (seed 004's form, and how a
     # marketplace item with template variables is used) are fetched too, unless a plugin
     # handles them: a plugin prerequisite's callbacks do their own fetching.
-    for name in role.prerequisites:
-        listed = spec.prerequisite(name)
+    for listed_name in role.prerequisites:
+        listed = spec.prerequisite(listed_name)
         if listed is not None and listed.plugin is None and listed.type in _LISTED_KINDS:
-            wanted.append((name, (listed.type,)))
+            wanted.append((listed_name, (listed.type,)))
     materials: list[Material] = []
     mounted = {s.mount_path for s in role.storages}
     for name, types in wanted:

@@ -2,7 +2,8 @@
 
 `JobMachine` is pure and deterministic. It is fed the backend's `InstanceEvent`s, user stop
 requests and the results of the actions it asked for, and it answers each input with a list of
-actions for whoever drives it (the `paigraph run` runner, later the service):
+actions for the `JobRunner` (`runner.py`) that drives it, in `paigraph run` and in the service
+alike:
 
 - `LaunchAttempt`: build the attempt's LaunchRequest and call `backend.launch`; if the backend
   raises LaunchRefused, call `launch_refused(attempt, message)`.
@@ -21,7 +22,7 @@ Actions come in the order they must be carried out. Everything the machine knows
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -205,7 +206,7 @@ class JobMachine:
                 )
             )
         self._policy = policy
-        self._r = record
+        self._record = record
 
     # --- reading ---
 
@@ -216,61 +217,63 @@ class JobMachine:
     @property
     def record(self) -> JobRecord:
         """The live record; treat it as read-only."""
-        return self._r
+        return self._record
 
     @property
     def job_id(self) -> str:
-        return self._r.job_id
+        return self._record.job_id
 
     @property
     def state(self) -> JobState:
-        return self._r.state
+        return self._record.state
 
     @property
     def reason(self) -> str:
-        return self._r.reason
+        return self._record.reason
 
     @property
     def attempt(self) -> int:
-        return self._r.attempt
+        return self._record.attempt
 
     @property
     def retries(self) -> int:
-        return self._r.retries
+        return self._record.retries
 
     @property
     def is_final(self) -> bool:
-        return self._r.state.is_final
+        return self._record.state.is_final
 
     @property
     def instances(self) -> list[InstanceView]:
-        return self._r.instances
+        return self._record.instances
 
     @property
     def transitions(self) -> list[Transition]:
-        return self._r.transitions
+        return self._record.transitions
 
     def instance(self, role: str, index: int) -> InstanceView | None:
-        return next((v for v in self._r.instances if v.role == role and v.index == index), None)
+        return next(
+            (v for v in self._record.instances if v.role == role and v.index == index), None
+        )
 
     def snapshot(self) -> MachineSnapshot:
-        return MachineSnapshot(policy=self._policy, record=self._r.model_copy(deep=True))
+        return MachineSnapshot(policy=self._policy, record=self._record.model_copy(deep=True))
 
     @classmethod
-    def restore(cls, snapshot: MachineSnapshot) -> JobMachine:
+    def restore(cls, snapshot: MachineSnapshot) -> Self:
         return cls(snapshot.policy, record=snapshot.record.model_copy(deep=True))
 
     # --- inputs ---
 
     def start(self, *, at: datetime | None = None) -> list[Action]:
         """Launch the first attempt; does nothing when the job was started already."""
-        r = self._r
-        if r.attempts or r.state.is_final:
+        record = self._record
+        if record.attempts or record.state.is_final:
             return []
         when = at or utcnow()
-        r.attempts.append(AttemptRecord(attempt=r.attempt, launched_at=when))
-        r.reason = f"waiting: attempt {r.attempt} queued"
-        return [LaunchAttempt(attempt=r.attempt, reason="first attempt")]
+        record.attempts.append(AttemptRecord(attempt=record.attempt, launched_at=when))
+        record.reason = f"waiting: attempt {record.attempt} queued"
+        return [LaunchAttempt(attempt=record.attempt, reason="first attempt")]
 
     def apply(self, event: InstanceEvent, *, log_tail: str = "") -> list[Action]:
         """Apply one backend event. Events of other jobs and other attempts are ignored.
@@ -278,14 +281,14 @@ class JobMachine:
         `log_tail` is the end of the instance's log, worth passing with a failed EXITED event:
         known failures in it ("command not found", an ImportError ...) are classified.
         """
-        r = self._r
-        if r.state.is_final or not r.attempts or event.job_id != r.job_id:
+        record = self._record
+        if record.state.is_final or not record.attempts or event.job_id != record.job_id:
             return []
-        if event.attempt != r.attempt:
+        if event.attempt != record.attempt:
             return []
         if event.kind is EventKind.WAITING:
-            if r.state is JobState.WAITING and self._decided is None:
-                r.reason = _waiting_text(event.reason)
+            if record.state is JobState.WAITING and self._decided is None:
+                record.reason = _waiting_text(event.reason)
             return []
         key = event.key
         view = self.instance(key.role, key.index) if key is not None else None
@@ -303,7 +306,7 @@ class JobMachine:
             return self._progress(event.at)
         if event.kind is EventKind.STARTED:
             view.started_at = view.started_at or event.at
-            r.started_at = r.started_at or event.at
+            record.started_at = record.started_at or event.at
             if view.state in (JobState.WAITING, JobState.STARTING):
                 self._move(view, JobState.RUNNING, event.at, f"running on {view.node or 'a node'}")
             return self._progress(event.at)
@@ -315,14 +318,14 @@ class JobMachine:
         self, reason: str = "stop requested by user", *, at: datetime | None = None
     ) -> list[Action]:
         """A user asked to stop the job: it ends STOPPED unless its outcome was already decided."""
-        r = self._r
-        if r.state.is_final or r.stop_reason is not None:
+        record = self._record
+        if record.state.is_final or record.stop_reason is not None:
             return []
         when = at or utcnow()
-        r.stop_reason = reason
-        current = r.current
+        record.stop_reason = reason
+        current = record.current
         if current is None:  # never launched: nothing to stop
-            for view in r.instances:
+            for view in record.instances:
                 self._move(view, JobState.STOPPED, when, f"stopped: {reason}")
             return self._finish(JobState.STOPPED, f"stopped: {reason}", None, when, release=False)
         if current.completion is None:
@@ -337,9 +340,9 @@ class JobMachine:
 
     def stop_completed(self, attempt: int, *, at: datetime | None = None) -> list[Action]:
         """`backend.stop` returned for this attempt: every instance still shown live is gone."""
-        r = self._r
-        current = r.current
-        if r.state.is_final or current is None or attempt != r.attempt:
+        record = self._record
+        current = record.current
+        if record.state.is_final or current is None or attempt != record.attempt:
             return []
         when = at or utcnow()
         if current.completion is None:
@@ -348,7 +351,7 @@ class JobMachine:
                 exit=exit_codes.info(exit_codes.STOP_REQUESTED, "stopped: the attempt was stopped"),
                 by_user=True,
             )
-        for view in r.instances:
+        for view in record.instances:
             if not view.ended:
                 self._end_stopped(view, None, when)
         return self._after_end(when)
@@ -357,14 +360,14 @@ class JobMachine:
         self, attempt: int, reason: str, *, at: datetime | None = None
     ) -> list[Action]:
         """The backend refused the attempt (it can never run there): the job FAILED, no retry."""
-        r = self._r
-        current = r.current
-        if r.state.is_final or current is None or attempt != r.attempt:
+        record = self._record
+        current = record.current
+        if record.state.is_final or current is None or attempt != record.attempt:
             return []
         when = at or utcnow()
         text = f"refused: {reason}"
         ended = exit_codes.info(exit_codes.CREATION_REFUSED, text)
-        for view in r.instances:
+        for view in record.instances:
             if not view.ended:
                 view.exit, view.finished_at = ended, when
                 self._move(view, JobState.FAILED, when, text)
@@ -377,21 +380,21 @@ class JobMachine:
         now rather than leave it live with nothing to move it on. FAILED with `error` in its
         reason, or STOPPED when a user had asked to stop it; no retry. The caller then asks the
         backend to stop and forget the attempt, whatever it still holds."""
-        r = self._r
-        if r.state.is_final:
+        record = self._record
+        if record.state.is_final:
             return []
         when = at or utcnow()
-        if r.stop_reason is not None:
-            state, text = JobState.STOPPED, f"stopped: {r.stop_reason} ({error})"
+        if record.stop_reason is not None:
+            state, text = JobState.STOPPED, f"stopped: {record.stop_reason} ({error})"
             ended = exit_codes.info(exit_codes.STOP_REQUESTED, text)
         else:
             state, text = JobState.FAILED, f"failed: {error}"
             ended = exit_codes.info(exit_codes.ENGINE_FAILED, text)
-        for view in r.instances:
+        for view in record.instances:
             if not view.ended:
                 view.exit, view.finished_at = ended, when
                 self._move(view, state, when, text)
-        current = r.current
+        current = record.current
         if current is not None:
             current.completion = current.completion or Completion(message=text, exit=ended)
             current.state, current.finished_at = state, when
@@ -401,7 +404,7 @@ class JobMachine:
 
     @property
     def _decided(self) -> Completion | None:
-        current = self._r.current
+        current = self._record.current
         return current.completion if current else None
 
     def _instance_ended(
@@ -442,7 +445,7 @@ class JobMachine:
     ) -> list[Action] | None:
         """Retry one failed instance on its own (gang allocation off), or None when it is not."""
         policy = self._policy.task_retry(view.role)
-        if policy is None or self._decided is not None or self._r.stop_reason is not None:
+        if policy is None or self._decided is not None or self._record.stop_reason is not None:
             return None
         decision = policy.decide(
             ended, attempts=view.task_attempt, accountable_retries=view.task_accountable_retries
@@ -459,7 +462,7 @@ class JobMachine:
         self._progress(at)
         return [
             RetryInstance(
-                attempt=self._r.attempt,
+                attempt=self._record.attempt,
                 role=view.role,
                 index=view.index,
                 task_attempt=view.task_attempt,
@@ -470,11 +473,11 @@ class JobMachine:
 
     def _judge(self, view: InstanceView, outcome: Outcome) -> None:
         """Apply the completion rules after `view` ended; record the decision if one fires."""
-        r, current = self._r, self._r.current
+        record, current = self._record, self._record.current
         assert current is not None and view.exit is not None
         role = self._policy.role(view.role)
         wanted = JobState.FAILED if outcome is Outcome.FAILED else JobState.SUCCEEDED
-        count = sum(1 for v in r.instances if v.role == view.role and v.state is wanted)
+        count = sum(1 for v in record.instances if v.role == view.role and v.state is wanted)
         if role.reached(outcome, count):
             current.completion = Completion(
                 message=f"{role.rule_message(outcome, count)} ({_story(view, view.exit)})",
@@ -482,9 +485,9 @@ class JobMachine:
                 role=view.role,
                 index=view.index,
             )
-        elif all(v.ended for v in r.instances):
-            total = len(r.instances)
-            failed = sum(1 for v in r.instances if v.state is JobState.FAILED)
+        elif all(v.ended for v in record.instances):
+            total = len(record.instances)
+            failed = sum(1 for v in record.instances if v.state is JobState.FAILED)
             message = (
                 f"CompletedTaskCount {total} has reached TotalTaskCount {total} "
                 "and no minFailed / minSucceeded rule fired"
@@ -495,9 +498,9 @@ class JobMachine:
             )
 
     def _after_end(self, at: datetime) -> list[Action]:
-        r, current = self._r, self._r.current
+        record, current = self._record, self._record.current
         assert current is not None
-        live = [v for v in r.instances if not v.ended]
+        live = [v for v in record.instances if not v.ended]
         if current.completion is not None and live:
             return [] if current.stop_issued else self._stop_attempt(at)
         if live:
@@ -513,12 +516,12 @@ class JobMachine:
     # --- attempts ---
 
     def _stop_attempt(self, at: datetime) -> list[Action]:
-        r, current = self._r, self._r.current
+        record, current = self._record, self._record.current
         assert current is not None and current.completion is not None
         current.stop_issued = True
         message = current.completion.message
         why = message if current.completion.by_user else _decided_by(current.completion)
-        for view in r.instances:
+        for view in record.instances:
             if not view.ended:
                 self._move(
                     view, JobState.STOPPING, at, "stopping: " + why.removeprefix("stopped: ")
@@ -526,39 +529,43 @@ class JobMachine:
         self._set_job(JobState.STOPPING, "stopping: " + message.removeprefix("stopped: "), at)
         return [
             StopAttempt(
-                attempt=r.attempt, reason=message, grace_seconds=self._policy.stop_grace_seconds
+                attempt=record.attempt,
+                reason=message,
+                grace_seconds=self._policy.stop_grace_seconds,
             )
         ]
 
     def _end_attempt(self, at: datetime) -> list[Action]:
-        r, current = self._r, self._r.current
+        record, current = self._record, self._record.current
         assert current is not None and current.completion is not None
         completion = current.completion
         ended = completion.exit
-        if r.stop_reason is not None and not completion.by_user:
+        if record.stop_reason is not None and not completion.by_user:
             decision_reason, retry = "not run again: the job was stopped", None
         else:
             retry = self._policy.retry.decide(
-                ended, attempts=r.attempt, accountable_retries=r.accountable_retries
+                ended, attempts=record.attempt, accountable_retries=record.accountable_retries
             )
             decision_reason = retry.reason
         state = _final_state(ended)
         current.state, current.finished_at = state, at
         if retry is not None and retry.retry:
-            old = r.attempt
-            r.retries += 1
-            r.accountable_retries += int(retry.accountable)
-            r.attempt += 1
-            r.instances = _views(self._policy, r.attempt)
-            r.attempts.append(AttemptRecord(attempt=r.attempt, launched_at=at))
+            old = record.attempt
+            record.retries += 1
+            record.accountable_retries += int(retry.accountable)
+            record.attempt += 1
+            record.instances = _views(self._policy, record.attempt)
+            record.attempts.append(AttemptRecord(attempt=record.attempt, launched_at=at))
             text = (
-                f"waiting: attempt {r.attempt}, {decision_reason}; "
+                f"waiting: attempt {record.attempt}, {decision_reason}; "
                 f"attempt {old}: {completion.message}"
             )
             self._set_job(JobState.WAITING, text, at)
             return [
                 ReleaseAttempt(attempt=old),
-                LaunchAttempt(attempt=r.attempt, delay_seconds=retry.delay_seconds, reason=text),
+                LaunchAttempt(
+                    attempt=record.attempt, delay_seconds=retry.delay_seconds, reason=text
+                ),
             ]
         text = "; ".join(part for part in (completion.message, decision_reason) if part)
         return self._finish(state, text, ended, at, release=True)
@@ -566,21 +573,21 @@ class JobMachine:
     def _finish(
         self, state: JobState, reason: str, ended: ExitInfo | None, at: datetime, *, release: bool
     ) -> list[Action]:
-        r = self._r
-        r.exit = ended
-        r.completed_at = at
+        record = self._record
+        record.exit = ended
+        record.completed_at = at
         self._set_job(state, reason, at)
-        actions: list[Action] = [ReleaseAttempt(attempt=r.attempt)] if release else []
+        actions: list[Action] = [ReleaseAttempt(attempt=record.attempt)] if release else []
         return [*actions, Finish(state=state, reason=reason, exit=ended)]
 
     # --- state changes ---
 
     def _progress(self, at: datetime) -> list[Action]:
         """Move the job forward within an attempt and keep its reason current."""
-        r = self._r
-        if self._decided is not None or r.state not in _PROGRESS:
+        record = self._record
+        if self._decided is not None or record.state not in _PROGRESS:
             return []
-        views = r.instances
+        views = record.instances
         if any(v.started_at is not None or v.exit_code is not None for v in views):
             target = JobState.RUNNING
         elif any(v.state is not JobState.WAITING or v.node is not None for v in views):
@@ -599,28 +606,32 @@ class JobMachine:
             text = f"starting: {placed} of {total} instance(s) placed"
         else:
             return []
-        if _PROGRESS[target] > _PROGRESS[r.state]:
+        if _PROGRESS[target] > _PROGRESS[record.state]:
             self._set_job(target, text, at)
-        elif r.state is target:
-            r.reason = text
+        elif record.state is target:
+            record.reason = text
         return []
 
     def _set_job(self, state: JobState, reason: str, at: datetime) -> None:
-        r = self._r
-        if state is not r.state:
-            check_transition(r.state, state)
-            r.transitions.append(
+        record = self._record
+        if state is not record.state:
+            check_transition(record.state, state)
+            record.transitions.append(
                 Transition(
-                    at=at, attempt=r.attempt, from_state=r.state, to_state=state, reason=reason
+                    at=at,
+                    attempt=record.attempt,
+                    from_state=record.state,
+                    to_state=state,
+                    reason=reason,
                 )
             )
-            r.state = state
-        r.reason = reason
+            record.state = state
+        record.reason = reason
 
     def _move(self, view: InstanceView, state: JobState, at: datetime, reason: str) -> None:
         if state is not view.state:
             check_transition(view.state, state, instance=True)
-            self._r.transitions.append(
+            self._record.transitions.append(
                 Transition(
                     at=at,
                     attempt=view.attempt,
@@ -698,7 +709,12 @@ def events_for_report(report: InstanceReport) -> list[InstanceEvent]:
     key = report.key
     if report.status is InstanceStatus.PENDING and report.placement is None:
         return []  # waiting to be placed (again): nothing has happened to it yet
-    base = {"job_id": key.job_id, "attempt": key.attempt, "role": key.role, "index": key.index}
+    base: dict[str, Any] = {
+        "job_id": key.job_id,
+        "attempt": key.attempt,
+        "role": key.role,
+        "index": key.index,
+    }
     events = [
         InstanceEvent(
             kind=EventKind.PLACED,

@@ -1,8 +1,12 @@
-"""Drive one job to its end: the state machine decides, the backend does.
+"""Drive one job to its end: the state machine decides, the runner carries it out on the backend.
 
-The runner owns no policy. It feeds backend events to the JobMachine and carries out the actions
-the machine returns (launch, stop, relaunch an instance, release), in order. `paigraph run` uses
-it in the foreground; the service will use the same loop with persistence around it.
+`JobRunner` owns no policy. It feeds backend events to the machine (`JobMachine`, or the
+service's `ServiceMachine`) and carries out the actions the machine returns (launch, stop,
+relaunch an instance, release), in order, calling its change hook after every change.
+`paigraph run` (`server/foreground.py`) runs one in the foreground: it reads the backend's events
+itself and its hook redraws the table. The service (`service.py`) runs one per live job: it
+feeds each runner its job's events, its hook is the job's `Journal` (`journal.py`, which saves
+and announces), and after a restart the runner `resume`s what the restart interrupted.
 """
 
 from __future__ import annotations
@@ -56,20 +60,33 @@ class JobRunner:
         policy: JobPolicy | None = None,
         machine: JobMachine | None = None,
         on_change: Callable[[JobMachine], Awaitable[None] | None] | None = None,
+        request: LaunchRequest | None = None,
     ) -> None:
+        """`request`, when given, is the LaunchRequest of the machine's current attempt, built
+        already (the service builds the first attempt's at submission, to ask the backend
+        whether it refuses the job); otherwise it is built here, so a job that cannot run
+        (NotRunnable) says so now, before anything starts."""
         self.spec = spec
         self.backend = backend
         self.job_id = job_id
         self.user = user
         self.machine = machine or JobMachine(policy or job_policy(spec), job_id)
         self.on_change = on_change or (lambda machine: None)
-        self.request(1)  # a job that cannot run says so now, before anything starts
+        self._request = request
+        if request is None:
+            self.request(self.machine.attempt)
         self._events: asyncio.Queue[InstanceEvent] = asyncio.Queue()
         self._stop_reason: str | None = None
         self._wake = asyncio.Event()
 
     def request(self, attempt: int) -> LaunchRequest:
-        return launch_request(self.spec, job_id=self.job_id, attempt=attempt, user=self.user)
+        """The LaunchRequest of `attempt`, built once per attempt: a retry gets its own (its
+        attempt number, and with the ssh plugin's jobssh a new key pair)."""
+        if self._request is None or self._request.attempt != attempt:
+            self._request = launch_request(
+                self.spec, job_id=self.job_id, attempt=attempt, user=self.user
+            )
+        return self._request
 
     def request_stop(self, reason: str = "stop requested by user") -> None:
         """Ask the job to stop; safe to call from a signal handler on the runner's loop."""
@@ -110,6 +127,11 @@ class JobRunner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await pump
         return self.machine.record
+
+    async def resume(self, pending: Sequence[Action]) -> JobRecord:
+        """Go on with a restored machine, events coming by `feed`: first carry out `pending`,
+        what a restart interrupted (`server.jobs.reconcile.plan_resumption`)."""
+        return await self.run(read_backend_events=False, resume=True, pending=pending)
 
     # --- when the runner itself fails ---------------------------------------------------------
 
@@ -239,7 +261,7 @@ def _in_words(error: Exception) -> str:
 async def release_attempt(backend: Backend, job_id: str, attempt: int, grace: float) -> None:
     """Ask the backend to stop and forget an attempt; a failure is logged, not raised, since
     nothing more can be done about it here (the next start releases what is left)."""
-    steps = (
+    steps: tuple[tuple[str, Callable[[], Awaitable[None]]], ...] = (
         ("stopped", lambda: backend.stop(job_id, attempt, grace)),
         ("released", lambda: backend.forget(job_id, attempt)),
     )

@@ -1,9 +1,10 @@
 """The job service: submit, stop and follow jobs that survive a restart of the server.
 
-Each job has a JobRunner; one task reads the backend's event stream and hands each event to
-the runner of its job. Every change of a job is written to the store (job row, instance rows
-and event rows in one transaction) before a `JobNotice` is published, so a subscriber that
-reads the event log on a notice always finds what the notice announced.
+Each job has a JobRunner (`runner.py`); one task reads the backend's event stream and hands
+each event to the runner of its job. Every change of a job goes through the job's `Journal`
+(`journal.py`) to the service, which writes it to the store (job row, instance rows and event
+rows in one transaction, `save_changes`) before it publishes a `JobNotice` (`announce`), so a
+subscriber that reads the event log on a notice always finds what the notice announced.
 
 On `start()` the service reconciles (`server.jobs.reconcile`): each unfinished job's machine is
 rebuilt from the store, brought in line with what the backend reports, and its runner resumes.
@@ -30,25 +31,20 @@ from backends.base import (
     BackendHealth,
     ChecksLaunches,
     InstanceKey,
+    LaunchRequest,
     LogChunk,
     ReportsHealth,
     UnknownInstance,
     utcnow,
 )
 from server.events import BusClosedError, BusUnavailableError, EventBus, JobNotice
+from server.jobs.journal import Journal
 from server.jobs.launch import NotRunnable, launch_request
-from server.jobs.machine import Action, JobMachine, JobRecord, MachineSnapshot
+from server.jobs.machine import JobMachine, MachineSnapshot
 from server.jobs.policy import job_policy
-from server.jobs.reconcile import (
-    BackendOutage,
-    Note,
-    Resumption,
-    ServiceMachine,
-    plan_resumption,
-    stale_attempts,
-    stuck_in_starting,
-)
+from server.jobs.reconcile import Resumption, plan_resumption, stale_attempts
 from server.jobs.runner import JobRunner, release_attempt
+from server.jobs.service_machine import BackendOutage, ServiceMachine, stuck_in_starting
 from server.jobs.states import JobState, Transition
 from server.marketplace.lookup import Viewer
 from server.marketplace.references import ANONYMOUS, ReferenceResolver
@@ -92,46 +88,12 @@ class StopOutcome:
 # --- one job in this process -------------------------------------------------------------------
 
 
-class _Runner(JobRunner):
-    """A JobRunner that first carries out what a restart interrupted."""
-
-    async def resume(self, pending: Sequence[Action]) -> JobRecord:
-        return await self.run(read_backend_events=False, resume=True, pending=pending)
-
-
-class _Journal:
-    """The runner's change hook: save the machine with its new events, then publish."""
-
-    def __init__(self, service: JobService, job_id: str, machine: JobMachine) -> None:
-        self.service = service
-        self.job_id = job_id
-        self.saved = len(machine.transitions)  # transitions already in the event log
-        self.written = machine.snapshot().model_dump_json()
-        self.stop_on_record = asyncio.Event()  # set once a stop (or the end) is saved
-        if machine.record.stop_reason is not None or machine.is_final:
-            self.stop_on_record.set()
-
-    async def __call__(self, machine: JobMachine) -> None:
-        snapshot = machine.snapshot()
-        transitions = machine.transitions[self.saved :]
-        notes = machine.take_notes() if isinstance(machine, ServiceMachine) else []
-        changes = _in_order(transitions, self.saved, notes)
-        text = snapshot.model_dump_json()
-        if not changes and text == self.written:
-            return
-        events = await self.service._save(self.job_id, snapshot, changes)
-        self.saved += len(transitions)
-        self.written = text
-        record = snapshot.record
-        if record.stop_reason is not None or record.state.is_final:
-            self.stop_on_record.set()
-        await self.service._publish(self.job_id, events, record.state)
-
-
 @dataclass(eq=False)
 class _Live:
-    runner: _Runner
-    journal: _Journal
+    """A job this process drives: its runner, its journal, the task that runs them."""
+
+    runner: JobRunner
+    journal: Journal
     task: asyncio.Task[None] | None = None
     timed_out: set[tuple[int, str, int, int]] = field(default_factory=set)
 
@@ -243,18 +205,28 @@ class JobService:
     def _unrunnable(
         self, spec: JobSpec, *, ask_backend: bool = True, user: str = "default"
     ) -> Issue | None:
-        """Why the job cannot run as it is (`not-runnable`), or can never run on this
-        backend (`refused`: bigger than any node, data it cannot fetch...), if so; as `user`
-        would run it (a v1 codeDir may name `$PAI_USER_NAME`)."""
+        """Why the job cannot run as it is, or can never run on this backend, if so (see
+        `_first_request`), judged on a request of a job that is not stored."""
+        checked = self._first_request(spec, job_id="dry-run", user=user, ask_backend=ask_backend)
+        return checked if isinstance(checked, Issue) else None
+
+    def _first_request(
+        self, spec: JobSpec, *, job_id: str, user: str, ask_backend: bool = True
+    ) -> LaunchRequest | Issue:
+        """The job's first attempt as the backend is to launch it, or why the job cannot run as
+        it is (`not-runnable`), or can never run on this backend (`refused`: bigger than any
+        node, data it cannot fetch...); as `user` would run it (a v1 codeDir may name
+        `$PAI_USER_NAME`). At submission the request checked here is the one the first attempt
+        launches, so it is built, and the backend asked, once."""
         try:
-            request = launch_request(spec, job_id="dry-run", user=user)
+            request = launch_request(spec, job_id=job_id, user=user)
         except NotRunnable as exc:
             return Issue(exc.path, "not-runnable", exc.message)
         if ask_backend and isinstance(self.backend, ChecksLaunches):
             reason = self.backend.refusal(request)
             if reason:
                 return Issue("taskRoles", "refused", f"this cluster cannot run the job: {reason}")
-        return None
+        return request
 
     async def submit(
         self,
@@ -275,24 +247,30 @@ class JobService:
         """
         if not self._started:
             raise RuntimeError("start the job service before submitting jobs")
-        if viewer is None:
-            viewer = await asyncio.to_thread(self.viewer_of, user)
-        outcome = await asyncio.to_thread(
-            partial(self.resolve, config, parameters, viewer, virtual_cluster, ask_backend=False)
-        )
+
+        def resolve_as_seen() -> ResolveOutcome:
+            """One thread for both: who the user is to the marketplace, then resolving."""
+            seen_by = viewer if viewer is not None else self.viewer_of(user)
+            return self.resolve(config, parameters, seen_by, virtual_cluster, ask_backend=False)
+
+        outcome = await asyncio.to_thread(resolve_as_seen)
         spec = outcome.spec
         if spec is None:
             return SubmitOutcome(job=None, issues=outcome.issues)
         vc = spec.virtual_cluster
         problem = await self._check_vc(user, vc)  # may the user use it, before can it run
-        if problem is None:
-            problem = await asyncio.to_thread(self._unrunnable, spec, user=user.name)
         if problem is not None:
             return SubmitOutcome(job=None, issues=[*outcome.warnings, problem])
+        checked = await asyncio.to_thread(
+            partial(self._first_request, spec, job_id=new_job_id(spec.name), user=user.name)
+        )
+        if isinstance(checked, Issue):
+            return SubmitOutcome(job=None, issues=[*outcome.warnings, checked])
+        request = checked
         policy = job_policy(spec)
         warnings = [JobWarning(w.segments, w.code, w.message) for w in outcome.warnings]
-        for _ in range(_ID_TRIES):
-            machine = ServiceMachine(policy, new_job_id(spec.name))
+        for tries in range(1, _ID_TRIES + 1):
+            machine = ServiceMachine(policy, request.job_id)
             try:
                 job, events = await asyncio.to_thread(
                     self.store.create_job,
@@ -305,12 +283,16 @@ class JobService:
             except NameInUse as exc:
                 return SubmitOutcome(job=None, issues=[Issue("name", "name-in-use", str(exc))])
             except JobExists:
+                if tries < _ID_TRIES:  # the id is in the request: build it for the next id
+                    request = await asyncio.to_thread(
+                        partial(launch_request, spec, job_id=new_job_id(spec.name), user=user.name)
+                    )
                 continue
             break
         else:
             raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
-        await self._publish(job.id, events, machine.state)
-        self._run(spec, machine, user.name, Resumption(machine, fresh=True))
+        await self.announce(job.id, events, machine.state)
+        self._run(spec, machine, user.name, Resumption(machine, fresh=True), request)
         return SubmitOutcome(job=job, issues=outcome.warnings, item_ids=outcome.item_ids)
 
     async def stop(self, user: User, job_id: str) -> StopOutcome:
@@ -366,8 +348,8 @@ class JobService:
                 await release_attempt(self.backend, job.id, machine.attempt, grace)
                 machine.abandon("no runner drove the job any more; its attempt was released")
             changes = machine.transitions[saved:]
-            events = await self._save(job.id, machine.snapshot(), changes)
-            await self._publish(job.id, events, machine.state)
+            events = await self.save_changes(job.id, machine.snapshot(), changes)
+            await self.announce(job.id, events, machine.state)
         return StopOutcome(job=await asyncio.to_thread(self.store.get_job, job.id), errors=[])
 
     async def logs(
@@ -391,11 +373,25 @@ class JobService:
 
     # --- running jobs ---
 
-    def _run(self, spec: JobSpec, machine: JobMachine, user: str, plan: Resumption) -> None:
-        """Register the job's runner (before anything it launches can report) and drive it."""
-        journal = _Journal(self, machine.job_id, machine)
-        runner = _Runner(
-            spec, self.backend, job_id=machine.job_id, user=user, machine=machine, on_change=journal
+    def _run(
+        self,
+        spec: JobSpec,
+        machine: JobMachine,
+        user: str,
+        plan: Resumption,
+        request: LaunchRequest | None = None,
+    ) -> None:
+        """Register the job's runner (before anything it launches can report) and drive it;
+        `request` is the current attempt's LaunchRequest when it was built already."""
+        journal = Journal(self, machine.job_id, machine)
+        runner = JobRunner(
+            spec,
+            self.backend,
+            job_id=machine.job_id,
+            user=user,
+            machine=machine,
+            on_change=journal,
+            request=request,
         )
         live = _Live(runner=runner, journal=journal)
         self._live[machine.job_id] = live
@@ -519,13 +515,14 @@ class JobService:
                 log.exception("job %s cannot be resumed; stopping it ends it", job.id)
         self._reconciled = True
 
-    # --- storing and publishing ---
+    # --- storing and announcing (the Recorder every job's Journal writes through) ---
 
-    async def _save(
-        self, job_id: str, snapshot: MachineSnapshot, changes: Sequence[Transition]
+    async def save_changes(
+        self, job_id: str, snapshot: MachineSnapshot, changes: Sequence[Transition | NewEvent]
     ) -> list[Event]:
-        """Write in a thread; a write under way finishes even when its runner is cancelled
-        (`close` waits for it), so what was written and what the runner saw never part.
+        """Write the job's machine and its new events in one transaction (`Store.save_machine`),
+        in a thread; a write under way finishes even when its runner is cancelled (`close`
+        waits for it), so what was written and what the runner saw never part.
 
         While the database cannot be used (restarting, unreachable, its disk full) the write is
         made again with back-off until it can: the runner waits, and the backend's events queue
@@ -558,7 +555,9 @@ class JobService:
                 log.warning("job %s: its changes are written, after %.1f s", job_id, took)
             return events
 
-    async def _publish(self, job_id: str, events: Sequence[Event], state: JobState) -> None:
+    async def announce(self, job_id: str, events: Sequence[Event], state: JobState) -> None:
+        """Publish a notice of the job's stored `events` on the bus; a bus that cannot take it
+        is logged (subscribers catch up from the store)."""
         if not events:
             return
         notice = JobNotice(job_id=job_id, sequence=events[-1].sequence, state=state.value)
@@ -598,27 +597,6 @@ def _outage_event(job_id: str, health: BackendHealth) -> BackendOutage:
     """What a job is told when the backend's health changes (the attempt is not looked at)."""
     return BackendOutage(
         job_id=job_id, attempt=0, over=health.healthy, reason=health.reason, at=utcnow()
-    )
-
-
-def _in_order(
-    transitions: Sequence[Transition], first: int, notes: Sequence[Note]
-) -> list[Transition | NewEvent]:
-    """The new transitions (the first being the machine's `first`) and notes, as they were
-    made: each note before the transitions made after it."""
-    changes: list[Transition | NewEvent] = []
-    waiting = sorted(notes, key=lambda note: note.position)
-    for number, transition in enumerate(transitions, start=first):
-        while waiting and waiting[0].position <= number:
-            changes.append(_note_event(waiting.pop(0)))
-        changes.append(transition)
-    changes += map(_note_event, waiting)
-    return changes
-
-
-def _note_event(note: Note) -> NewEvent:
-    return NewEvent(
-        type=note.type, at=note.at, message=note.message, state=note.state, attempt=note.attempt
     )
 
 
