@@ -119,12 +119,14 @@ class PortAllocator:
 
     # -- public --
 
-    def allocate(self, owner: str, requests: Sequence[PortAsk | tuple]) -> dict[str, list[int]]:
+    def allocate(
+        self, owner: str, requests: Sequence[PortAsk | tuple[Any, ...]]
+    ) -> dict[str, list[int]]:
         """Ports for one owner: label -> ports, labels in request order."""
         return self.allocate_many([(owner, requests)])[0]
 
     def allocate_many(
-        self, asks: Sequence[tuple[str, Sequence[PortAsk | tuple]]]
+        self, asks: Sequence[tuple[str, Sequence[PortAsk | tuple[Any, ...]]]]
     ) -> list[dict[str, list[int]]]:
         """Ports for several owners at once (e.g. every instance of a gang): all or none."""
         wanted = [(owner, _normalize(owner, reqs)) for owner, reqs in asks]
@@ -313,7 +315,7 @@ class PortAllocator:
         os.replace(tmp, self.state_file)
 
 
-def _normalize(owner: str, requests: Sequence[PortAsk | tuple]) -> list[PortAsk]:
+def _normalize(owner: str, requests: Sequence[PortAsk | tuple[Any, ...]]) -> list[PortAsk]:
     asks: list[PortAsk] = []
     for raw in requests:
         ask = PortAsk(*raw)
