@@ -24,11 +24,10 @@ again, would leave its peers with an environment naming a port it does not have.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -46,7 +45,6 @@ from backends.base import (
     InstanceStatus,
     LaunchRefused,
     LaunchRequest,
-    LogChunk,
     Material,
     Placement,
     RoleLaunch,
@@ -84,11 +82,11 @@ from backends.docker_specs import (
 )
 from backends.entrypoint import WORK_DIR
 from backends.instance_exec import ExecRequest
-from backends.log_stream import stream_log
 from backends.runtime_env import runtime_env
 from backends.secrets_env import secret_environment, with_secret_variables
 from backends.ssh_access import ssh_files
-from simulator.cluster import Cluster, Demand, NeverFits, Placed, Shortage, Slot
+from backends.threaded import LogSource, ThreadedBackend
+from simulator.cluster import Cluster, Demand, Placed, Slot
 from simulator.containers import (
     OWNER,
     BindMount,
@@ -111,6 +109,7 @@ from simulator.prereqs import (
     UnservableMaterial,
     check_storage,
 )
+from simulator.scheduler import GangAsk, Scheduler, SoloAsk
 from simulator.settings import SimulatorSettings, load_settings
 
 __all__ = ["DockerBackend", "run_owner"]
@@ -127,7 +126,7 @@ _PORT_TRIES = 3  # starts of a gang (or a relaunch) whose ports other programs k
 _LOG_CHECK_SECONDS = 2.0  # how often running instances' logs are kept within their limit
 
 
-class DockerBackend:
+class DockerBackend(ThreadedBackend):
     """The simulator backend. Create it, `await start()`, then use the Backend methods."""
 
     def __init__(
@@ -138,6 +137,7 @@ class DockerBackend:
         engine: Engine | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings or load_settings()
         self.owner = owner
         self.engine = engine or Engine()
@@ -165,8 +165,9 @@ class DockerBackend:
         self._host = HostLimits(self.host_cpus, self.host_memory_mb, self.settings.pids_limit)
         self._lock = threading.RLock()
         self._attempts: dict[str, Attempt] = {}
-        self._queue: list[str] = []  # attempt ids waiting for capacity, in arrival order
-        self._relaunches: list[Instance] = []  # instances to start again, in arrival order
+        self._scheduler: Scheduler[Attempt, Instance] = Scheduler(
+            self.cluster, self.ports, _Placing(self), self._lock
+        )
         self._by_container: dict[str, Instance] = {}
         # control work (placing, finishing) and Docker calls get separate pools, so a task of
         # the first never waits for a worker of its own pool
@@ -174,18 +175,14 @@ class DockerBackend:
         self._docker_pool = ThreadPoolExecutor(
             max_workers=_PARALLEL_STARTS, thread_name_prefix="sim-docker"
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._events: asyncio.Queue[InstanceEvent] | None = None
         self._watch: EngineWatch | None = None
-        self._scheduling = threading.Lock()
         self._closed = threading.Event()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Watch Docker, adopt what this owner left running, and remove what belongs to no one."""
-        self._loop = asyncio.get_running_loop()
-        self._events = asyncio.Queue()
+        self._open_events()
         self._watch = self.engine.watch({OWNER: self.owner}, self._on_container_event, self._resync)
         await asyncio.to_thread(self._adopt)
         threading.Thread(target=self._keep_logs, name="sim-logs", daemon=True).start()
@@ -212,49 +209,19 @@ class DockerBackend:
             detail=condition.error,
         )
 
-    async def launch(self, request: LaunchRequest) -> None:
-        await asyncio.to_thread(self._launch, request)
+    def _stop_grace_seconds(self) -> float:
+        return self.settings.stop_grace_seconds
 
-    async def stop(self, job_id: str, attempt: int, grace_seconds: float | None = None) -> None:
-        grace = self.settings.stop_grace_seconds if grace_seconds is None else grace_seconds
-        await asyncio.to_thread(self._stop, attempt_id(job_id, attempt), grace)
-
-    async def events(self) -> AsyncIterator[InstanceEvent]:  # type: ignore[override]
-        assert self._events is not None, "call start() first"
-        while True:
-            yield await self._events.get()
-
-    async def logs(
-        self,
-        key: InstanceKey,
-        *,
-        offset: int = 0,
-        tail: int | None = None,
-        follow: bool = False,
-    ) -> AsyncIterator[LogChunk]:
+    def _log_source(self, key: InstanceKey) -> LogSource:
         directory = self._instance_dir(key)
         log_file = records.instance_log(directory)
         if not directory.is_dir():
             raise UnknownInstance(f"no instance {key.role}-{key.index} in attempt {key.attempt}")
-        async for chunk in stream_log(
-            key,
+        return LogSource(
             read_from=log_file.read,
             tail_offset=log_file.tail_offset,
             running=lambda: not records.has_exit(directory),
-            offset=offset,
-            tail=tail,
-            follow=follow,
-        ):
-            yield chunk
-
-    async def relaunch(self, key: InstanceKey) -> None:
-        await asyncio.to_thread(self._relaunch, key)
-
-    async def reconcile(self) -> list[InstanceReport]:
-        return await asyncio.to_thread(self._reports)
-
-    async def forget(self, job_id: str, attempt: int) -> None:
-        await asyncio.to_thread(self._forget, attempt_id(job_id, attempt))
+        )
 
     # --- launching ---------------------------------------------------------------------------
 
@@ -311,6 +278,9 @@ class DockerBackend:
         return None
 
     def _launch(self, request: LaunchRequest) -> None:
+        # Asked again although the job service asks at submission: a launch is also reached
+        # without that check (a later attempt, a job resumed after a restart with other
+        # settings, `paigraph run`), and must then refuse rather than wait for ever.
         refused = self.refusal(request)
         if refused:
             raise LaunchRefused(refused)
@@ -323,8 +293,7 @@ class DockerBackend:
             self._attempts[attempt.id] = attempt
         if self._outage() is None and not self._images_ready(attempt):
             return
-        with self._lock:
-            self._queue.append(attempt.id)
+        self._scheduler.add(attempt.id)
         self._schedule()
 
     def _images_ready(self, attempt: Attempt) -> bool:
@@ -340,9 +309,7 @@ class DockerBackend:
             self._unreachable(exc, f"{attempt.id} waits for the engine to check its images")
             return True
         if reason:
-            with self._lock:
-                if attempt.id in self._queue:
-                    self._queue.remove(attempt.id)
+            self._scheduler.remove(attempt.id)
             self._end_all(attempt, EventKind.START_FAILED, reason)
             return False
         attempt.images_checked = True
@@ -373,69 +340,7 @@ class DockerBackend:
         return self.materials.read_local_text("authFile", location)
 
     def _schedule(self) -> None:
-        """Place every queued attempt that fits now, in arrival order (gang: all or none).
-
-        Instances to start again come first: their attempts already run, and a peer waiting
-        for them holds resources that a new attempt would only wait for as well.
-        """
-        with self._scheduling:
-            while True:
-                placed_any = False
-                with self._lock:
-                    relaunches = list(self._relaunches)
-                    queued = list(self._queue)
-                for instance in relaunches:
-                    if self._try_relaunch(instance):
-                        placed_any = True
-                for queued_id in queued:
-                    attempt = self._attempts.get(queued_id)
-                    if attempt is None or attempt.stopping:
-                        continue
-                    if self._try_place(attempt):
-                        placed_any = True
-                if not placed_any:
-                    return
-
-    def _try_place(self, attempt: Attempt) -> bool:
-        request = attempt.request
-        outage = self._outage()
-        if outage is not None:
-            self._wait(attempt, outage)
-            return False
-        if not self._images_ready(attempt):
-            return False
-        if not attempt.images_checked:  # the engine stopped answering meanwhile
-            return False
-        order = gang_order(request)
-        demands = [demand(role) for role, _ in order]
-        try:
-            result = self.cluster.place(attempt.id, request.virtual_cluster, demands)
-        except NeverFits as exc:
-            with self._lock:
-                self._queue.remove(attempt.id)
-            self._end_all(attempt, EventKind.START_FAILED, exc.reason)
-            return False
-        if isinstance(result, Shortage):
-            self._wait(attempt, result.reason)
-            return False
-        asks = [
-            (attempt.instances[(role.name, index)].port_owner, port_asks(role, index))
-            for role, index in order
-        ]
-        try:
-            allocated = self.ports.allocate_many(asks)
-        except PortError as exc:
-            self.cluster.release(attempt.id)
-            self._wait(attempt, f"waiting for ports: {exc}")
-            return False
-        with self._lock:
-            self._queue.remove(attempt.id)
-            attempt.placed = True
-            attempt.waiting_reason = None
-        slots = {(role.name, index): result.slots[n] for n, (role, index) in enumerate(order)}
-        ports = {(role.name, index): allocated[n] for n, (role, index) in enumerate(order)}
-        self._background(self._start_attempt, attempt, slots, ports)
-        return True
+        self._scheduler.schedule()
 
     def _wait(self, attempt: Attempt, reason: str) -> None:
         if attempt.waiting_reason == reason:
@@ -539,8 +444,7 @@ class DockerBackend:
             attempt.waiting_reason = None
             for instance in attempt.instances.values():
                 instance.gated = False
-            if attempt.id not in self._queue:
-                self._queue.insert(0, attempt.id)
+            self._scheduler.add_first(attempt.id)
         self._wait(attempt, self._outage() or f"waiting: {error}")
 
     def _run_gang(
@@ -790,7 +694,7 @@ class DockerBackend:
             if old:
                 self._by_container.pop(old, None)
             self._write_run(instance, queued=True)
-            self._relaunches.append(instance)
+            self._scheduler.add_relaunch(instance)
         records.log_retry(instance.dir, instance.run)
         if old:
             self._remove(old)  # its address is given to the new run
@@ -798,77 +702,6 @@ class DockerBackend:
 
     def _write_run(self, instance: Instance, *, queued: bool) -> None:
         records.write_run(instance.dir, records.RunRecord(instance.run, queued, instance.placement))
-
-    def _try_relaunch(self, instance: Instance) -> bool:
-        """Place one instance to run again, alone; False while it does not fit."""
-        key = instance.key
-        with self._lock:
-            attempt = self._attempts.get(instance.attempt_id)
-            if attempt is None or attempt.stopping or instance.ended:
-                with contextlib.suppress(ValueError):
-                    self._relaunches.remove(instance)
-                return False
-        outage = self._outage()
-        if outage is not None:
-            self._wait_instance(instance, outage)
-            return False
-        request = attempt.request
-        role = request.role(key.role)
-        if any(i.placement is None for i in attempt.instances.values()):
-            reason = (
-                "cannot run on its own: its attempt was never placed, so its peers have no "
-                "addresses; launch the attempt again instead"
-            )
-            self._drop_relaunch(attempt, instance, reason)
-            return False
-        previous = instance.placement
-        assert previous is not None
-        position = gang_position(request, key)
-        try:
-            result = self.cluster.place_one(
-                attempt.id, request.virtual_cluster, position, demand(role), prefer=previous.node
-            )
-        except NeverFits as exc:  # the settings changed since the attempt was placed
-            self._drop_relaunch(attempt, instance, exc.reason)
-            return False
-        if isinstance(result, Shortage):
-            self._wait_instance(instance, result.reason)
-            return False
-        owner = instance.port_owner
-        try:
-            ports = self._ports_again(owner, role, key.index, previous)
-        except PortError as exc:
-            self.cluster.release_one(attempt.id, position)
-            self._wait_instance(instance, f"waiting for ports: {exc}")
-            return False
-        with self._lock:
-            stopped = attempt.stopping or instance not in self._relaunches
-            if not stopped:
-                self._relaunches.remove(instance)
-                instance.waiting_reason = None
-        if stopped:  # a stop took it off the queue meanwhile; it ends as stopped
-            self.ports.release(owner)
-            self.cluster.release_one(attempt.id, position)
-            return False
-        self._background(self._start_relaunch, attempt, instance, result, ports)
-        return True
-
-    def _ports_again(
-        self, owner: str, role: RoleLaunch, index: int, previous: Placement
-    ) -> dict[str, list[int]]:
-        """The ports the instance had, when each label's ports are a free run; else new ones."""
-        asks = port_asks(role, index)
-        again = same_ports(asks, previous)
-        if again is not None:
-            with contextlib.suppress(PortError):
-                return self.ports.allocate(owner, again)
-        return self.ports.allocate(owner, asks)
-
-    def _drop_relaunch(self, attempt: Attempt, instance: Instance, reason: str) -> None:
-        with self._lock, contextlib.suppress(ValueError):
-            self._relaunches.remove(instance)
-        self._end(attempt, instance, EventKind.START_FAILED, reason=reason)
-        self._cleanup_if_done(attempt)
 
     def _wait_instance(self, instance: Instance, reason: str) -> None:
         if instance.waiting_reason == reason:
@@ -943,7 +776,7 @@ class DockerBackend:
             instance.gated = False
             instance.waiting_reason = None
             self._write_run(instance, queued=True)
-            self._relaunches.insert(0, instance)
+            self._scheduler.add_relaunch_first(instance)
         if old:
             self._remove(old)
         self.ports.release(instance.port_owner)
@@ -1095,8 +928,7 @@ class DockerBackend:
         with self._lock:  # checked under the lock: a relaunch may be bringing one back
             if not attempt.all_ended():
                 return
-            if attempt.id in self._queue:
-                self._queue.remove(attempt.id)
+            self._scheduler.remove(attempt.id)
             network, attempt.network = attempt.network, None
         if network:
             try:
@@ -1137,12 +969,8 @@ class DockerBackend:
             if attempt is None:
                 return
             attempt.stopping = True
-            queued = stopped_id in self._queue
-            if queued:
-                self._queue.remove(stopped_id)
-            relaunching = [i for i in self._relaunches if i.attempt_id == stopped_id]
-            for instance in relaunching:
-                self._relaunches.remove(instance)
+            queued = self._scheduler.remove(stopped_id)
+            relaunching = self._scheduler.remove_relaunches(lambda i: i.attempt_id == stopped_id)
             running = [i.container_id for i in attempt.instances.values() if i.container_id]
         if queued or not attempt.placed:
             self._end_all(attempt, EventKind.STOPPED, "stopped while waiting")
@@ -1160,9 +988,8 @@ class DockerBackend:
             if attempt is None:
                 return
             attempt.forgotten = True
-            if forgotten_id in self._queue:
-                self._queue.remove(forgotten_id)
-            self._relaunches = [i for i in self._relaunches if i.attempt_id != forgotten_id]
+            self._scheduler.remove(forgotten_id)
+            self._scheduler.remove_relaunches(lambda i: i.attempt_id == forgotten_id)
             network, attempt.network = attempt.network, None
         for instance in attempt.instances.values():
             if instance.container_id:
@@ -1333,18 +1160,20 @@ class DockerBackend:
         removed = {container_id for _, ids in cut_short for container_id in ids}
         self._adopt_containers([c for c in containers if c.id not in removed])
         self._start_again(cut_short)
-        self._relaunches.extend(i for i in requeue if not i.ended and i.container_id is None)
+        for instance in requeue:
+            if not instance.ended and instance.container_id is None:
+                self._scheduler.add_relaunch(instance)
         for attempt in self._attempts.values():
             for instance in attempt.instances.values():
                 if (
                     attempt.placed
                     and not instance.ended
                     and instance.container_id is None
-                    and instance not in self._relaunches
+                    and not self._scheduler.relaunching(instance)
                 ):
                     self._end(attempt, instance, EventKind.LOST, reason="its container is gone")
         self._adopt_networks()
-        if self._relaunches or self._queue:
+        if self._scheduler.pending():
             self._schedule()
 
     def _starts_cut_short(self, containers: list[ContainerInfo]) -> list[tuple[Attempt, list[str]]]:
@@ -1389,7 +1218,7 @@ class DockerBackend:
             for container_id in ids:
                 self.engine.remove(container_id)
             attempt.placed = False
-            self._queue.append(attempt.id)
+            self._scheduler.add(attempt.id)
 
     def _adopt_containers(self, containers: list[ContainerInfo]) -> None:
         """Attach each container to its instance, hold the capacity and ports of the running
@@ -1499,23 +1328,100 @@ class DockerBackend:
         directory = records.attempt_dir(self.attempts_dir, key.job_id, key.attempt)
         return records.instance_dir(directory, key.role, key.index)
 
-    def _event(self, instance: Instance, kind: EventKind, **fields) -> InstanceEvent:
-        if fields.get("at") is None:
-            fields["at"] = utcnow()
-        return InstanceEvent(
-            job_id=instance.key.job_id,
-            attempt=instance.key.attempt,
-            role=instance.key.role,
-            index=instance.key.index,
-            kind=kind,
-            **fields,
+
+class _Placing:
+    """The simulator backend's answers to the scheduler: what its attempts and instances ask
+    of the cluster, and what placing them leads to (starting their containers)."""
+
+    def __init__(self, backend: DockerBackend) -> None:
+        self._backend = backend
+
+    def queued_attempt(self, attempt_id: str) -> Attempt | None:
+        attempt = self._backend._attempts.get(attempt_id)
+        return None if attempt is None or attempt.stopping else attempt
+
+    def outage(self) -> str | None:
+        return self._backend._outage()
+
+    def ready(self, attempt: Attempt) -> bool:
+        # not checked yet after `_images_ready`: the engine stopped answering meanwhile
+        return self._backend._images_ready(attempt) and attempt.images_checked
+
+    def gang_ask(self, attempt: Attempt) -> GangAsk:
+        order = gang_order(attempt.request)
+        return GangAsk(
+            attempt_id=attempt.id,
+            virtual_cluster=attempt.request.virtual_cluster,
+            demands=[demand(role) for role, _ in order],
+            port_asks=[
+                (attempt.instances[(role.name, index)].port_owner, port_asks(role, index))
+                for role, index in order
+            ],
         )
 
-    def _emit(self, event: InstanceEvent) -> None:
-        if self._loop is None or self._events is None:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop is closing
-            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+    def wait(self, attempt: Attempt, reason: str) -> None:
+        self._backend._wait(attempt, reason)
+
+    def never_fits(self, attempt: Attempt, reason: str) -> None:
+        self._backend._end_all(attempt, EventKind.START_FAILED, reason)
+
+    def placed(self, attempt: Attempt) -> None:
+        attempt.placed = True
+        attempt.waiting_reason = None
+
+    def start(
+        self, attempt: Attempt, slots: Sequence[Slot], ports: Sequence[dict[str, list[int]]]
+    ) -> None:
+        order = gang_order(attempt.request)
+        slot_of = {(role.name, index): slots[n] for n, (role, index) in enumerate(order)}
+        ports_of = {(role.name, index): ports[n] for n, (role, index) in enumerate(order)}
+        self._backend._background(self._backend._start_attempt, attempt, slot_of, ports_of)
+
+    def relaunch_attempt(self, instance: Instance) -> Attempt | None:
+        attempt = self._backend._attempts.get(instance.attempt_id)
+        if attempt is None or attempt.stopping or instance.ended:
+            return None
+        return attempt
+
+    def solo_ask(self, attempt: Attempt, instance: Instance) -> SoloAsk | str:
+        if any(i.placement is None for i in attempt.instances.values()):
+            return (
+                "cannot run on its own: its attempt was never placed, so its peers have no "
+                "addresses; launch the attempt again instead"
+            )
+        previous = instance.placement
+        assert previous is not None
+        request, key = attempt.request, instance.key
+        role = request.role(key.role)
+        asks = port_asks(role, key.index)
+        return SoloAsk(
+            attempt_id=attempt.id,
+            virtual_cluster=request.virtual_cluster,
+            position=gang_position(request, key),
+            demand=demand(role),
+            prefer_node=previous.node,
+            port_owner=instance.port_owner,
+            port_asks=asks,
+            same_ports=same_ports(asks, previous),
+        )
+
+    def stopping(self, attempt: Attempt) -> bool:
+        return attempt.stopping
+
+    def wait_instance(self, instance: Instance, reason: str) -> None:
+        self._backend._wait_instance(instance, reason)
+
+    def drop_relaunch(self, attempt: Attempt, instance: Instance, reason: str) -> None:
+        self._backend._end(attempt, instance, EventKind.START_FAILED, reason=reason)
+        self._backend._cleanup_if_done(attempt)
+
+    def relaunch_placed(self, instance: Instance) -> None:
+        instance.waiting_reason = None
+
+    def start_relaunch(
+        self, attempt: Attempt, instance: Instance, placed: Placed, ports: dict[str, list[int]]
+    ) -> None:
+        self._backend._background(self._backend._start_relaunch, attempt, instance, placed, ports)
 
 
 def skipped_note(material: Material, error: Exception) -> str:

@@ -14,13 +14,9 @@ from pathlib import Path
 from backends.base import InstanceKey, LaunchRequest, Placement, RoleLaunch
 from backends.docker_records import instance_dir, read_exit, read_run
 from backends.runtime_env import port_requests
+from backends.threaded import attempt_id as attempt_id  # re-exported: one definition
 from simulator.cluster import Demand
 from simulator.ports import PortAsk
-
-
-def attempt_id(job_id: str, attempt: int) -> str:
-    """The attempt's name in the backend's tables, the cluster's holds and the port owners."""
-    return f"{job_id}#{attempt}"
 
 
 @dataclass(eq=False)  # compared by identity: the relaunch queue holds these

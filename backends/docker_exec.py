@@ -48,8 +48,8 @@ class DockerExecSession:
 
     def read(self) -> tuple[int, bytes] | None:
         if self.tty:
-            data = self._recv()
-            return (STDOUT, data) if data else None
+            received = self._recv()
+            return (STDOUT, received) if received else None
         header = self._exactly(_HEADER.size)
         if header is None:
             return None

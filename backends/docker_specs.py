@@ -45,7 +45,7 @@ def left_by_dead_run(owner: str, me: str) -> bool:
     """Whether `owner` is a `paigraph run` on this host (not `me`) whose process is gone
     (killed, machine rebooted): what it left behind belongs to no one."""
     match = re.fullmatch(rf"run-{re.escape(socket.gethostname())}-(\d+)", owner)
-    return bool(match) and owner != me and not _pid_alive(int(match.group(1)))
+    return match is not None and owner != me and not _pid_alive(int(match.group(1)))
 
 
 def network_name(request: LaunchRequest) -> str:

@@ -29,12 +29,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import urllib3
 from kubernetes import client as k8s
@@ -52,10 +52,8 @@ from backends.base import (
     InstanceStatus,
     LaunchRefused,
     LaunchRequest,
-    LogChunk,
     Placement,
     UnknownInstance,
-    utcnow,
 )
 from backends.instance_exec import ExecRequest
 from backends.kubernetes_exec import KubernetesExecSession
@@ -76,7 +74,7 @@ from backends.kubernetes_names import (
 from backends.kubernetes_pods import PodFacts, Termination, pod_facts
 from backends.kubernetes_reach import Reachability
 from backends.kubernetes_settings import KubernetesSettings, load_settings
-from backends.log_stream import stream_log
+from backends.threaded import LogSource, ThreadedBackend, attempt_id
 
 __all__ = ["KubernetesBackend", "api_client"]
 
@@ -109,10 +107,6 @@ def api_client(settings: KubernetesSettings) -> k8s.ApiClient:
             f"no usable Kubernetes configuration ({where}, not running in a cluster): {exc}"
         ) from None
     return k8s.ApiClient(configuration)
-
-
-def attempt_id(job_id: str, attempt: int) -> str:
-    return f"{job_id}#{attempt}"
 
 
 @dataclass(eq=False)
@@ -154,7 +148,7 @@ class _Attempt:
         return [i for i in self.instances.values() if not i.ended]
 
 
-class KubernetesBackend:
+class KubernetesBackend(ThreadedBackend):
     """Create it, `await start()`, then use the Backend methods."""
 
     def __init__(
@@ -163,6 +157,7 @@ class KubernetesBackend:
         *,
         client: k8s.ApiClient | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings or load_settings()
         self.namespace = self.settings.resolved_namespace()
         self.client = client or api_client(self.settings)
@@ -173,8 +168,6 @@ class KubernetesBackend:
         self._changed = threading.Condition(self._lock)
         self._attempts: dict[str, _Attempt] = {}
         self._pool = ThreadPoolExecutor(max_workers=_PARALLEL, thread_name_prefix="k8s")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._events: asyncio.Queue[InstanceEvent] | None = None
         self._closed = threading.Event()
         self._listed = threading.Event()
         self._watch_response: Any = None  # the pod watch's open stream, hung up on close
@@ -205,8 +198,7 @@ class KubernetesBackend:
 
     async def start(self) -> None:
         """Take back this server's attempts, then watch their pods."""
-        self._loop = asyncio.get_running_loop()
-        self._events = asyncio.Queue()
+        self._open_events()
         await asyncio.to_thread(self._adopt_attempts)
         for target, name in ((self._watch_pods, "k8s watch"), (self._keep_time, "k8s gang")):
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -230,47 +222,17 @@ class KubernetesBackend:
         """Unhealthy while the API server does not answer the pod listing."""
         return self._reach.health()
 
-    async def launch(self, request: LaunchRequest) -> None:
-        await asyncio.to_thread(self._launch, request)
+    def _stop_grace_seconds(self) -> float:
+        return self.settings.stop_grace_seconds
 
-    async def stop(self, job_id: str, attempt: int, grace_seconds: float | None = None) -> None:
-        grace = self.settings.stop_grace_seconds if grace_seconds is None else grace_seconds
-        await asyncio.to_thread(self._stop, attempt_id(job_id, attempt), grace)
-
-    async def events(self) -> AsyncIterator[InstanceEvent]:  # type: ignore[override]
-        assert self._events is not None, "call start() first"
-        while True:
-            yield await self._events.get()
-
-    async def logs(
-        self,
-        key: InstanceKey,
-        *,
-        offset: int = 0,
-        tail: int | None = None,
-        follow: bool = False,
-    ) -> AsyncIterator[LogChunk]:
+    def _log_source(self, key: InstanceKey) -> LogSource:
         if not self.logbook.exists(key):
             raise UnknownInstance(f"no instance {key.role}-{key.index} in attempt {key.attempt}")
-        async for chunk in stream_log(
-            key,
+        return LogSource(
             read_from=partial(self.logbook.read_from, key),
             tail_offset=partial(self.logbook.tail_offset, key),
             running=lambda: self._live(key),
-            offset=offset,
-            tail=tail,
-            follow=follow,
-        ):
-            yield chunk
-
-    async def relaunch(self, key: InstanceKey) -> None:
-        await asyncio.to_thread(self._relaunch, key)
-
-    async def reconcile(self) -> list[InstanceReport]:
-        return await asyncio.to_thread(self._reports)
-
-    async def forget(self, job_id: str, attempt: int) -> None:
-        await asyncio.to_thread(self._forget, attempt_id(job_id, attempt))
+        )
 
     # --- launching ---------------------------------------------------------------------------
 
@@ -394,14 +356,14 @@ class KubernetesBackend:
         return None
 
     def _create(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-        call = {
+        create: dict[str, Callable[..., Any]] = {
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
             "Secret": self.core.create_namespaced_secret,
             "Pod": self.core.create_namespaced_pod,
-        }[kind]
-        response = call(self.namespace, body, _preload_content=False)
-        return json.loads(response.data)
+        }
+        call = create[kind]
+        return _body(call(self.namespace, body, _preload_content=False))
 
     def _drop(self, attempt: _Attempt) -> None:
         """Remove what a launch that failed half-way created (the Service owns the rest)."""
@@ -456,7 +418,7 @@ class KubernetesBackend:
     def _follow(self, version: str) -> str | None:
         """Apply the pods' changes after `version` until the watch times out (the version to go
         on from) or the server says it expired (None: list again)."""
-        response = self.core.list_namespaced_pod(
+        response: Any = self.core.list_namespaced_pod(
             self.namespace,
             label_selector=self.selector,
             resource_version=version,
@@ -496,7 +458,7 @@ class KubernetesBackend:
             _preload_content=False,
             _request_timeout=_LIST_TIMEOUT,
         )
-        listing = json.loads(response.data)
+        listing = _body(response)
         seen = set()
         for pod in listing.get("items") or []:
             seen.add(pod["metadata"]["name"])
@@ -743,11 +705,7 @@ class KubernetesBackend:
             except Exception as exc:  # a reason is extra: the wait goes on without it
                 log.info("cannot read the events of pod %s (%s); its reason says less", pod, exc)
                 continue
-            warnings = [
-                e
-                for e in json.loads(response.data).get("items") or []
-                if e.get("type") == "Warning"
-            ]
+            warnings = [e for e in _body(response).get("items") or [] if e.get("type") == "Warning"]
             if warnings:
                 return warnings[-1].get("message")
         return None
@@ -887,7 +845,7 @@ class KubernetesBackend:
         response = self.core.list_namespaced_config_map(
             self.namespace, label_selector=self.selector, _preload_content=False
         )
-        for item in json.loads(response.data).get("items") or []:
+        for item in _body(response).get("items") or []:
             try:
                 self._adopt_attempt(item)
             except Exception as exc:
@@ -898,10 +856,10 @@ class KubernetesBackend:
         request = LaunchRequest.model_validate_json(config_map["data"][LAUNCH_KEY])
         builder = AttemptBuilder(request, self.settings, self.namespace)
         try:
-            service = json.loads(
+            service = _body(
                 self.core.read_namespaced_service(
                     builder.service, self.namespace, _preload_content=False
-                ).data
+                )
             )
         except ApiException as exc:
             if exc.status == 404:  # the attempt's owner is gone: what it owned goes too
@@ -924,12 +882,12 @@ class KubernetesBackend:
                 attempt.instances[(role.name, index)] = _Instance(
                     key=key, pod=builder.pod_name(role.name, index)
                 )
-        pods = json.loads(
+        pods = _body(
             self.core.list_namespaced_pod(
                 self.namespace,
                 label_selector=f"{self.selector},{ATTEMPT}={request.attempt}",
                 _preload_content=False,
-            ).data
+            )
         )
         for pod in pods.get("items") or []:
             notes = pod["metadata"].get("annotations") or {}
@@ -937,7 +895,7 @@ class KubernetesBackend:
             if notes.get(JOB_ID_ANNOTATION) != request.job_id:
                 continue
             instance = attempt.instances.get(
-                (notes.get(ROLE_ANNOTATION), int(labels.get(INDEX, -1)))
+                (cast(str, notes.get(ROLE_ANNOTATION)), int(labels.get(INDEX, -1)))
             )
             run = int(labels.get(RUN, "1"))
             if instance is not None and run >= instance.run:
@@ -949,8 +907,8 @@ class KubernetesBackend:
 
     def _read_secrets(self, name: str) -> dict[str, str]:
         try:
-            secret = json.loads(
-                self.core.read_namespaced_secret(name, self.namespace, _preload_content=False).data
+            secret = _body(
+                self.core.read_namespaced_secret(name, self.namespace, _preload_content=False)
             )
         except ApiException:
             return {}
@@ -1022,29 +980,11 @@ class KubernetesBackend:
             ports=attempt.builder.ports[(instance.key.role, instance.key.index)],
         )
 
-    def _event(self, instance: _Instance, kind: EventKind, **fields: Any) -> InstanceEvent:
-        if fields.get("at") is None:
-            fields["at"] = utcnow()
-        return InstanceEvent(
-            job_id=instance.key.job_id,
-            attempt=instance.key.attempt,
-            role=instance.key.role,
-            index=instance.key.index,
-            kind=kind,
-            **fields,
-        )
-
     def _emit_attempt(self, attempt: _Attempt, kind: EventKind, reason: str) -> None:
         request = attempt.request
         self._emit(
             InstanceEvent(job_id=request.job_id, attempt=request.attempt, kind=kind, reason=reason)
         )
-
-    def _emit(self, event: InstanceEvent) -> None:
-        if self._loop is None or self._events is None:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop is closing
-            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
 
 
 def _missing(instance: _Instance, asked_at: float, listed_before: bool) -> bool:
@@ -1055,10 +995,16 @@ def _missing(instance: _Instance, asked_at: float, listed_before: bool) -> bool:
     return instance.created_at < asked_at
 
 
+def _body(response: Any) -> Any:
+    """The JSON body of a response asked for with `_preload_content=False`: a raw urllib3
+    response, which the client's annotations do not know of."""
+    return json.loads(response.data)
+
+
 def _api_message(exc: ApiException) -> str:
     """The API server's own message, else the HTTP reason."""
     with contextlib.suppress(ValueError, TypeError, AttributeError):  # not a JSON object
-        body = json.loads(exc.body)
+        body = json.loads(cast(str, exc.body))
         if body.get("message"):
             return str(body["message"])
     return f"{exc.status} {exc.reason}".strip()

@@ -419,7 +419,10 @@ class AttemptBuilder:
             if material.kind is Fetch.MOUNT:
                 if not main:
                     continue
-                mount = {"name": f"storage-{n}", "mountPath": f"{WORK_DIR}/{material.name}"}
+                mount: dict[str, Any] = {
+                    "name": f"storage-{n}",
+                    "mountPath": f"{WORK_DIR}/{material.name}",
+                }
                 if material.read_only:
                     mount["readOnly"] = True
             else:
@@ -465,7 +468,7 @@ class AttemptBuilder:
             )
         for n, material in enumerate(role.materials):
             if material.kind is Fetch.MOUNT:
-                claim = {"claimName": _claim_of(role, material)}
+                claim: dict[str, Any] = {"claimName": _claim_of(role, material)}
                 if material.read_only:
                     claim["readOnly"] = True
                 volumes.append({"name": f"storage-{n}", "persistentVolumeClaim": claim})

@@ -78,7 +78,7 @@ def pod_facts(pod: dict[str, Any]) -> PodFacts:
     start_error = None
     for init in status.get("initContainerStatuses") or []:
         start_error = start_error or _init_problem(init, images.get(init.get("name"), ""))
-    main = next(
+    main: dict[str, Any] = next(
         (c for c in status.get("containerStatuses") or [] if c.get("name") == MAIN_CONTAINER), {}
     )
     state = main.get("state") or {}

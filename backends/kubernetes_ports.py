@@ -52,7 +52,7 @@ def instance_ports(
         if p.begin_at:
             ports[p.label] = [p.begin_at + i for i in range(p.count)]
             continue
-        chosen = []
+        chosen: list[int] = []
         while len(chosen) < p.count:
             if cursor not in fixed:
                 chosen.append(cursor)

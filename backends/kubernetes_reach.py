@@ -13,6 +13,7 @@ import threading
 from datetime import UTC, datetime
 
 from backends.base import BackendHealth
+from simulator.backoff import Backoff
 
 FIRST_DELAY = 0.2  # seconds before the first retry of a failed listing; doubled after each
 MAX_DELAY = 3.0  # the longest wait between two tries: the server's return is seen this soon
@@ -27,13 +28,14 @@ class Reachability:
         self._reachable.set()
         self._since: datetime | None = None
         self._error = ""
-        self._delay = FIRST_DELAY
+        self._backoff = Backoff(FIRST_DELAY, MAX_DELAY)
 
     def answered(self) -> bool:
         """The server answered; whether it had been unreachable until now."""
         with self._lock:
             was_away = self._since is not None
-            self._since, self._error, self._delay = None, "", FIRST_DELAY
+            self._since, self._error = None, ""
+            self._backoff.reset()
             self._reachable.set()
         return was_away
 
@@ -44,9 +46,7 @@ class Reachability:
                 self._since = datetime.now(UTC)
             self._error = error
             self._reachable.clear()
-            delay = self._delay
-            self._delay = min(self._delay * 2, MAX_DELAY)
-        return delay
+            return self._backoff.next_delay()
 
     @property
     def reachable(self) -> bool:

@@ -88,8 +88,8 @@ def default_state_dir(environ: Mapping[str, str]) -> Path:
 class PortRange(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    start: int = Field(15000, ge=1, le=65535)
-    end: int = Field(40000, ge=2, le=65536)  # exclusive
+    start: int = Field(default=15000, ge=1, le=65535)
+    end: int = Field(default=40000, ge=2, le=65536)  # exclusive
 
     @model_validator(mode="after")
     def _ordered(self) -> PortRange:
@@ -105,20 +105,20 @@ class KubernetesSettings(BaseModel):
 
     kubeconfig: str | None = None
     context: str | None = None
-    namespace: str | None = Field(None, pattern=_DNS_LABEL, max_length=63)
-    owner: str = Field("paigraph", min_length=1, max_length=63)
+    namespace: str | None = Field(default=None, pattern=_DNS_LABEL, max_length=63)
+    owner: str = Field(default="paigraph", min_length=1, max_length=63)
     gpu_resource: str = "nvidia.com/gpu"
     host_network: bool = False
     port_range: PortRange = PortRange()
-    init_image: str = Field("alpine/git:v2.36.1", min_length=1)
+    init_image: str = Field(default="alpine/git:v2.36.1", min_length=1)
     image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
-    scheduler_name: str | None = Field(None, pattern=_DNS_LABEL)
+    scheduler_name: str | None = Field(default=None, pattern=_DNS_LABEL)
     pod_labels: dict[str, str] = Field(default_factory=dict)
     pod_annotations: dict[str, str] = Field(default_factory=dict)
     node_selector: dict[str, str] = Field(default_factory=dict)
-    service_account: str | None = Field(None, pattern=_DNS_LABEL)
-    gang_timeout_seconds: float = Field(600.0, ge=0)
-    stop_grace_seconds: float = Field(30.0, ge=0, le=86400)
+    service_account: str | None = Field(default=None, pattern=_DNS_LABEL)
+    gang_timeout_seconds: float = Field(default=600.0, ge=0)
+    stop_grace_seconds: float = Field(default=30.0, ge=0, le=86400)
     state_dir: Path = Field(default_factory=lambda: default_state_dir(os.environ))
 
     @field_validator("port_range", mode="before")

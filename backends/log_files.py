@@ -76,8 +76,10 @@ class LogFile:
         try:
             data = host_files.read_at(self.path, offset, limit)
         except UnsafeFile as exc:
-            note = f"{MARKER} the log cannot be read: {exc}\n".encode() if offset == 0 else b""
-            return note, offset + len(note) if offset == 0 else offset
+            unreadable = (
+                f"{MARKER} the log cannot be read: {exc}\n".encode() if offset == 0 else b""
+            )
+            return unreadable, offset + len(unreadable) if offset == 0 else offset
         return data, offset + len(data)
 
     def tail_offset(self, lines: int) -> int:

@@ -71,14 +71,14 @@ def make_backend(
         raise BackendUnavailable(f"the docker backend cannot start: {exc}") from None
 
 
-def _kubernetes_backend(**overrides: str | None) -> Backend:
+def _kubernetes_backend(namespace: str | None, kubeconfig: str | None) -> Backend:
     """The kubernetes backend on the cluster its settings name, once the cluster answers."""
     from backends.base import BackendError
     from backends.kubernetes import KubernetesBackend
     from backends.kubernetes_settings import SettingsError, load_settings
 
     try:
-        backend = KubernetesBackend(load_settings(**overrides))
+        backend = KubernetesBackend(load_settings(namespace=namespace, kubeconfig=kubeconfig))
         backend.check()
     except (SettingsError, BackendError) as exc:
         raise BackendUnavailable(f"the kubernetes backend cannot start: {exc}") from None

@@ -24,6 +24,11 @@ class _Console(Console):
             return measured
         return ConsoleDimensions(UNLIMITED, measured.height)
 
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        """As rich's: a console's size stays settable."""
+        self.width, self.height = new_size
+
 
 def console(stderr: bool = False) -> Console:
     """A console on standard output (or error): no syntax highlighting, long lines kept

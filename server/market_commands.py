@@ -184,7 +184,8 @@ def _print_items(items: list[dict[str, Any]]) -> None:
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in _COLUMNS:
-        table.add_column(column, overflow="fold" if column in ("ID", "SUMMARY") else None)
+        # folded, never cut short: an ID or a name is only of use whole
+        table.add_column(column, overflow="fold")
     for item in items:
         table.add_row(*map(escape, _row(item)))
     out.print(table)
@@ -240,12 +241,12 @@ def import_files(
     ones with their errors and go on."""
     report = ImportReport()
     for path in files:
-        shown = escape(str(path))
+        escaped_path = escape(str(path))
         try:
             content = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             report.rejected.append(str(path))
-            announce(f"[red]REJECTED[/red]    {shown}: cannot read it: {escape(str(exc))}")
+            announce(f"[red]REJECTED[/red]    {escaped_path}: cannot read it: {escape(str(exc))}")
             step()
             continue
         fixed = fix_variables(content, variables or {})
@@ -259,7 +260,7 @@ def import_files(
                 result = market.publish(retry)
         if result["errors"]:
             report.rejected.append(str(path))
-            announce(f"[red]REJECTED[/red]    {shown}")
+            announce(f"[red]REJECTED[/red]    {escaped_path}")
             for e in result["errors"]:
                 where = escape(".".join(e["path"]) or "(document)")
                 code = escape(f"[{e['code']}]")
@@ -280,7 +281,7 @@ def import_files(
             report.unchanged += 1
         announce(
             f"{label} {escape(item['name'])} {escape(item['version'])} "
-            f"[dim]{item['type'].lower()} {item['id']}[/dim]  {shown}"
+            f"[dim]{item['type'].lower()} {item['id']}[/dim]  {escaped_path}"
         )
         step()
     return report
@@ -307,393 +308,407 @@ def _variable_values(pairs: list[str]) -> dict[str, str]:
     return values
 
 
+market_app = Typer(help="Share and reuse job templates and components.", no_args_is_help=True)
+storages_app = Typer(
+    help="Storages jobs may mount (an admin's job; works on the database directly).",
+    no_args_is_help=True,
+)
+
+
+class _FromCli:
+    """The two helpers of server/cli.py these commands share with its own. cli.py imports this
+    module, so it hands them over in `register` instead of this module importing cli.py."""
+
+    parse_params: Callable[[list[str]], dict[str, Any]]
+    open_store: Callable[[str | None], Store]
+
+
+_from_cli = _FromCli()
+
+
 def register(
-    app: typer.Typer, parse_params: Any, open_store: Callable[[str | None], Store]
+    app: typer.Typer,
+    parse_params: Callable[[list[str]], dict[str, Any]],
+    open_store: Callable[[str | None], Store],
 ) -> None:
     """Add `market` and `storages` to the `paigraph` command."""
-    market_app = Typer(help="Share and reuse job templates and components.", no_args_is_help=True)
+    _from_cli.parse_params = parse_params
+    _from_cli.open_store = open_store
     app.add_typer(market_app, name="market")
-
-    @market_app.command("list")
-    def market_list(
-        type_: Annotated[
-            str | None, typer.Option("--type", help=f"Only items of a type: {', '.join(TYPES)}.")
-        ] = None,
-        search: Annotated[
-            str | None, typer.Option("--search", help="Text in the name, summary or description.")
-        ] = None,
-        tag: Annotated[str | None, typer.Option("--tag", help="Only items with this tag.")] = None,
-        owner: Annotated[
-            str | None, typer.Option("--owner", help="Only this user's items.")
-        ] = None,
-        sort: Annotated[str, typer.Option("--sort", help="recent, stars or submits.")] = "recent",
-        limit: Annotated[
-            int, typer.Option("--limit", min=1, help="Show at most this many items.")
-        ] = 50,
-        url: UrlOption = DEFAULT_URL,
-        token: TokenOption = None,
-    ) -> None:
-        """List the marketplace items you may see: a table, or tab-separated lines when the
-        output is not a terminal."""
-        where = {
-            "type": (_choice(type_, TYPES, "--type") or "").upper() or None,
-            "search": search,
-            "tag": tag,
-            "owner": owner,
-        }
-        where = {k: v for k, v in where.items() if v is not None}
-        chosen = _choice(sort, SORTS, "--sort") or "recent"
-        market = MarketClient(Client(url, token or None))
-        shown: list[dict[str, Any]] = []
-        more = False
-
-        def read() -> None:
-            nonlocal more
-            for item, follows in market.items(where, chosen, page=min(limit, 100)):
-                shown.append(item)
-                if len(shown) == limit:
-                    more = follows
-                    return
-
-        _call(read)
-        if not shown:
-            out.print("no marketplace items match")
-            return
-        _print_items(shown)
-        if more:
-            err.print(f"[dim]more items match; raise --limit (it is {limit}) to see them[/dim]")
-
-    @market_app.command("show")
-    def market_show(
-        item: Annotated[str, typer.Argument(help="The item's ID or name.")],
-        version: Annotated[
-            str | None, typer.Option("--version", help="A version (default: the latest).")
-        ] = None,
-        content: Annotated[
-            bool, typer.Option("--content", help="Print only the YAML content.")
-        ] = False,
-        url: UrlOption = DEFAULT_URL,
-        token: TokenOption = None,
-    ) -> None:
-        """Show an item: what it is, its versions, and its content."""
-        market = MarketClient(Client(url, token or None))
-        found = _call(lambda: market.item(item, version))
-        if content:
-            typer.echo(found["content"], nl=not found["content"].endswith("\n"))
-            return
-        out.print(
-            f"[bold]{escape(found['name'])}[/bold] {escape(found['version'])}  ({found['id']})"
-        )
-        rows = [
-            ("type", found["type"].lower()),
-            ("owner", found["owner"]["name"]),
-            (
-                "visibility",
-                found["visibility"].lower()
-                + (f" ({', '.join(found['groups'])})" if found["groups"] else ""),
-            ),
-            (
-                "stars",
-                f"{found['stars']}" + (" (starred by you)" if found["viewerHasStarred"] else ""),
-            ),
-            ("submits", str(found["submits"])),
-            ("tags", ", ".join(found["tags"]) or "-"),
-            (
-                "versions",
-                ", ".join(
-                    v["version"] + (" (latest)" if v["latest"] else "") for v in found["versions"]
-                ),
-            ),
-            ("summary", found.get("summary") or "-"),
-        ]
-        if found["templateVariables"]:
-            rows.append(("template variables", ", ".join(found["templateVariables"])))
-        if found["parameters"]:
-            rows.append(
-                ("parameters", ", ".join(f"{k}={v}" for k, v in found["parameters"].items()))
-            )
-        for role in found["taskRoles"]:
-            image = role["dockerImage"]["uri"] or [role["dockerImage"]["name"]]
-            rows.append((f"task role {role['name']}", f"{role['instanceCount']} x {image[0]}"))
-        for label, value in rows:
-            out.print(f"  [dim]{label:<19}[/dim] {escape(value)}")
-        if found.get("description"):
-            out.print()
-            out.print(escape(found["description"]))
-        out.print()
-        out.print(escape(found["content"]), end="" if found["content"].endswith("\n") else "\n")
-
-    @market_app.command("publish")
-    def market_publish(
-        file: Annotated[Path, typer.Argument(help="A job template or a component (YAML or JSON).")],
-        version: Annotated[
-            str | None,
-            typer.Option("--version", help="Default: the file's version, else the next number."),
-        ] = None,
-        summary: Annotated[str | None, typer.Option("--summary")] = None,
-        tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag (repeatable).")] = None,
-        category: Annotated[list[str] | None, typer.Option("--category")] = None,
-        visibility: Annotated[
-            str | None, typer.Option("--visibility", help="public, private or groups.")
-        ] = None,
-        group: Annotated[
-            list[str] | None,
-            typer.Option("--group", help="Share with this group (virtual cluster); repeatable."),
-        ] = None,
-        url: UrlOption = DEFAULT_URL,
-        token: TokenOption = None,
-    ) -> None:
-        """Publish an item, or a new version of your item of that name; print its ID."""
-        values = _publish_values(
-            version,
-            summary,
-            tag,
-            category,
-            _choice(visibility, VISIBILITIES, "--visibility"),
-            group,
-        )
-        market = MarketClient(Client(url, token or None))
-        result = _call(lambda: market.publish({**values, "content": _read_text(file)}))
-        if result["errors"]:
-            err.print(f"[red]REFUSED[/red] {escape(str(file))}")
-            _print_errors(result["errors"])
-            raise typer.Exit(1)
-        item = result["item"]
-        what = {
-            "NEW_ITEM": "published",
-            "NEW_VERSION": "published a new version of",
-            "UNCHANGED": "already published:",
-        }[result["outcome"]]
-        err.print(
-            f"{what} {escape(item['name'])} {escape(item['version'])} ({item['type'].lower()})"
-        )
-        out.print(item["id"])
-
-    @market_app.command("use")
-    def market_use(
-        item: Annotated[str, typer.Argument(help="The item's ID or name.")],
-        param: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--param",
-                "-p",
-                metavar="KEY=VALUE",
-                help="A template parameter or template variable: key=value.",
-            ),
-        ] = None,
-        version: Annotated[str | None, typer.Option("--version", help="Pin a version.")] = None,
-        image: Annotated[
-            str | None,
-            typer.Option("--image", help="The image a component's empty job runs in."),
-        ] = None,
-        submit: Annotated[
-            bool, typer.Option("--submit", help="Submit the job and print its ID.")
-        ] = False,
-        url: UrlOption = DEFAULT_URL,
-        token: TokenOption = None,
-    ) -> None:
-        """Print a job config made from the item, ready to submit (or submit it)."""
-        market = MarketClient(Client(url, token or None))
-        values: dict[str, Any] = {
-            "id": _call(lambda: market.item_id(item)),
-            "parameters": parse_params(param or []),
-            "submit": submit,
-        }
-        if version is not None:
-            values["version"] = version
-        if image is not None:
-            values["dockerImage"] = image
-        result = _call(lambda: market.use(values))
-        if result["errors"]:
-            err.print(f"[red]REFUSED[/red] {escape(item)}")
-            _print_errors(result["errors"])
-            raise typer.Exit(1)
-        if submit:
-            out.print(result["job"]["id"])
-            return
-        typer.echo(result["config"], nl=not result["config"].endswith("\n"))
-
-    @market_app.command("star")
-    def market_star(
-        item: Annotated[str, typer.Argument(help="The item's ID or name.")],
-        unstar: Annotated[bool, typer.Option("--unstar", help="Take your star back.")] = False,
-        url: UrlOption = DEFAULT_URL,
-        token: TokenOption = None,
-    ) -> None:
-        """Star an item (or unstar it)."""
-        market = MarketClient(Client(url, token or None))
-        result = _call(lambda: market.star(market.item_id(item), not unstar))
-        if result["errors"]:
-            _print_errors(result["errors"], indent="error: ")
-            raise typer.Exit(1)
-        found = result["item"]
-        verb = "unstarred" if unstar else "starred"
-        out.print(f"{verb} {escape(found['name'])}: {found['stars']} star(s)")
-
-    @market_app.command("import")
-    def market_import(
-        directory: Annotated[Path, typer.Argument(help="A directory of YAML / JSON items.")],
-        tag: Annotated[list[str] | None, typer.Option("--tag", help="Tag every item.")] = None,
-        visibility: Annotated[
-            str | None, typer.Option("--visibility", help="public, private or groups.")
-        ] = None,
-        group: Annotated[list[str] | None, typer.Option("--group")] = None,
-        set_: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--set",
-                metavar="NAME=VALUE",
-                help="Fill in template variable NAME of every item that declares it "
-                "(the items are published without it).",
-            ),
-        ] = None,
-        url: UrlOption = DEFAULT_URL,
-        token: TokenOption = None,
-    ) -> None:
-        """Publish every job template and component in a directory and below it.
-
-        Files the protocol engine rejects are reported with their errors and skipped; the exit
-        status is 1 when any was."""
-        variables = _variable_values(set_ or [])
-        if not directory.is_dir():
-            err.print(f"[red]error:[/red] {escape(str(directory))} is not a directory")
-            raise typer.Exit(2)
-        files = sorted(
-            p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in IMPORTED_SUFFIXES
-        )
-        if not files:
-            err.print(
-                f"[red]error:[/red] no .yaml, .yml or .json files in {escape(str(directory))}"
-            )
-            raise typer.Exit(2)
-        base = _publish_values(
-            None, None, tag, None, _choice(visibility, VISIBILITIES, "--visibility"), group
-        )
-        market = MarketClient(Client(url, token or None))
-        progress = Progress(
-            TextColumn("importing"), BarColumn(), MofNCompleteColumn(), console=err, transient=True
-        )
-        with progress:
-            task = progress.add_task("import", total=len(files))
-            report = _call(
-                lambda: import_files(
-                    market,
-                    files,
-                    base,
-                    out.print,
-                    lambda: progress.advance(task),
-                    variables,
-                )
-            )
-        unused = sorted(set(variables) - report.variables_used)
-        if unused:
-            names = ", ".join(repr(name) for name in unused)
-            err.print(
-                f"[yellow]warning:[/yellow] --set {escape(names)}: no item in "
-                f"{escape(str(directory))} declares such a template variable"
-            )
-        out.print(
-            f"{report.published} published ({report.new_items} new items, "
-            f"{report.new_versions} new versions), {report.unchanged} unchanged, "
-            f"{len(report.rejected)} rejected, of {len(files)} files"
-        )
-        if report.rejected:
-            raise typer.Exit(1)
-
-    storages_app = Typer(
-        help="Storages jobs may mount (an admin's job; works on the database directly).",
-        no_args_is_help=True,
-    )
     app.add_typer(storages_app, name="storages")
 
-    @storages_app.command("add")
-    def storages_add(
-        name: Annotated[str, typer.Argument(help="The storage's name, as jobs refer to it.")],
-        path: Annotated[
-            Path | None, typer.Option("--path", help="A host directory (absolute).")
-        ] = None,
-        volume: Annotated[str | None, typer.Option("--volume", help="A Docker volume.")] = None,
-        read_only: Annotated[bool, typer.Option("--read-only", help="Mount it read-only.")] = False,
-        user: Annotated[
-            list[str] | None, typer.Option("--user", help="A user who may use it (repeatable).")
-        ] = None,
-        group: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--group",
-                help="A group (virtual cluster) whose members may use it; `default` is "
-                "everyone (repeatable).",
-            ),
-        ] = None,
-        db: Annotated[
-            str | None,
-            typer.Option(
-                "--db", envvar="PAIGRAPH_DB", metavar="URL", help="Database URL (as for serve)."
-            ),
-        ] = None,
-    ) -> None:
-        """Define a storage: a host directory or a Docker volume, and who may use it (admins
-        always may)."""
-        from server.store import StoreError
-        from server.store.users import check_name
 
-        if (path is None) == (volume is None):
-            err.print("[red]error:[/red] give exactly one of --path and --volume")
-            raise typer.Exit(2)
-        if path is not None and not path.is_absolute():
-            err.print(f"[red]error:[/red] --path must be absolute, got {escape(str(path))}")
-            raise typer.Exit(2)
-        try:
-            check_name(name, "storage name")
-            if volume is not None:
-                check_name(volume, "volume name")
-            for g in group or []:
-                check_name(g, "group name")
-        except StoreError as exc:
-            err.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from None
-        store = open_store(db)
-        try:
-            unknown = [u for u in user or [] if store.user_named(u) is None]
-            if unknown:
-                err.print(f"[red]error:[/red] no user named {', '.join(map(repr, unknown))}")
-                raise typer.Exit(1)
-            added = store.add_storage(
-                name,
-                str(path) if path is not None else str(volume),
-                is_volume=volume is not None,
-                read_only=read_only,
-                users=user or [],
-                groups=group or [],
+@market_app.command("list")
+def market_list(
+    type_: Annotated[
+        str | None, typer.Option("--type", help=f"Only items of a type: {', '.join(TYPES)}.")
+    ] = None,
+    search: Annotated[
+        str | None, typer.Option("--search", help="Text in the name, summary or description.")
+    ] = None,
+    tag: Annotated[str | None, typer.Option("--tag", help="Only items with this tag.")] = None,
+    owner: Annotated[str | None, typer.Option("--owner", help="Only this user's items.")] = None,
+    sort: Annotated[str, typer.Option("--sort", help="recent, stars or submits.")] = "recent",
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help="Show at most this many items.")
+    ] = 50,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """List the marketplace items you may see: a table, or tab-separated lines when the
+    output is not a terminal."""
+    where = {
+        "type": (_choice(type_, TYPES, "--type") or "").upper() or None,
+        "search": search,
+        "tag": tag,
+        "owner": owner,
+    }
+    where = {k: v for k, v in where.items() if v is not None}
+    chosen = _choice(sort, SORTS, "--sort") or "recent"
+    market = MarketClient(Client(url, token or None))
+    listed_items: list[dict[str, Any]] = []
+    more = False
+
+    def read() -> None:
+        nonlocal more
+        for item, follows in market.items(where, chosen, page=min(limit, 100)):
+            listed_items.append(item)
+            if len(listed_items) == limit:
+                more = follows
+                return
+
+    _call(read)
+    if not listed_items:
+        out.print("no marketplace items match")
+        return
+    _print_items(listed_items)
+    if more:
+        err.print(f"[dim]more items match; raise --limit (it is {limit}) to see them[/dim]")
+
+
+@market_app.command("show")
+def market_show(
+    item: Annotated[str, typer.Argument(help="The item's ID or name.")],
+    version: Annotated[
+        str | None, typer.Option("--version", help="A version (default: the latest).")
+    ] = None,
+    content: Annotated[
+        bool, typer.Option("--content", help="Print only the YAML content.")
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Show an item: what it is, its versions, and its content."""
+    market = MarketClient(Client(url, token or None))
+    found = _call(lambda: market.item(item, version))
+    if content:
+        typer.echo(found["content"], nl=not found["content"].endswith("\n"))
+        return
+    out.print(f"[bold]{escape(found['name'])}[/bold] {escape(found['version'])}  ({found['id']})")
+    rows = [
+        ("type", found["type"].lower()),
+        ("owner", found["owner"]["name"]),
+        (
+            "visibility",
+            found["visibility"].lower()
+            + (f" ({', '.join(found['groups'])})" if found["groups"] else ""),
+        ),
+        (
+            "stars",
+            f"{found['stars']}" + (" (starred by you)" if found["viewerHasStarred"] else ""),
+        ),
+        ("submits", str(found["submits"])),
+        ("tags", ", ".join(found["tags"]) or "-"),
+        (
+            "versions",
+            ", ".join(
+                v["version"] + (" (latest)" if v["latest"] else "") for v in found["versions"]
+            ),
+        ),
+        ("summary", found.get("summary") or "-"),
+    ]
+    if found["templateVariables"]:
+        rows.append(("template variables", ", ".join(found["templateVariables"])))
+    if found["parameters"]:
+        rows.append(("parameters", ", ".join(f"{k}={v}" for k, v in found["parameters"].items())))
+    for role in found["taskRoles"]:
+        image = role["dockerImage"]["uri"] or [role["dockerImage"]["name"]]
+        rows.append((f"task role {role['name']}", f"{role['instanceCount']} x {image[0]}"))
+    for label, value in rows:
+        out.print(f"  [dim]{label:<19}[/dim] {escape(value)}")
+    if found.get("description"):
+        out.print()
+        out.print(escape(found["description"]))
+    out.print()
+    out.print(escape(found["content"]), end="" if found["content"].endswith("\n") else "\n")
+
+
+@market_app.command("publish")
+def market_publish(
+    file: Annotated[Path, typer.Argument(help="A job template or a component (YAML or JSON).")],
+    version: Annotated[
+        str | None,
+        typer.Option("--version", help="Default: the file's version, else the next number."),
+    ] = None,
+    summary: Annotated[str | None, typer.Option("--summary")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag (repeatable).")] = None,
+    category: Annotated[list[str] | None, typer.Option("--category")] = None,
+    visibility: Annotated[
+        str | None, typer.Option("--visibility", help="public, private or groups.")
+    ] = None,
+    group: Annotated[
+        list[str] | None,
+        typer.Option("--group", help="Share with this group (virtual cluster); repeatable."),
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Publish an item, or a new version of your item of that name; print its ID."""
+    values = _publish_values(
+        version,
+        summary,
+        tag,
+        category,
+        _choice(visibility, VISIBILITIES, "--visibility"),
+        group,
+    )
+    market = MarketClient(Client(url, token or None))
+    result = _call(lambda: market.publish({**values, "content": _read_text(file)}))
+    if result["errors"]:
+        err.print(f"[red]REFUSED[/red] {escape(str(file))}")
+        _print_errors(result["errors"])
+        raise typer.Exit(1)
+    item = result["item"]
+    what = {
+        "NEW_ITEM": "published",
+        "NEW_VERSION": "published a new version of",
+        "UNCHANGED": "already published:",
+    }[result["outcome"]]
+    err.print(f"{what} {escape(item['name'])} {escape(item['version'])} ({item['type'].lower()})")
+    out.print(item["id"])
+
+
+@market_app.command("use")
+def market_use(
+    item: Annotated[str, typer.Argument(help="The item's ID or name.")],
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            "-p",
+            metavar="KEY=VALUE",
+            help="A template parameter or template variable: key=value.",
+        ),
+    ] = None,
+    version: Annotated[str | None, typer.Option("--version", help="Pin a version.")] = None,
+    image: Annotated[
+        str | None,
+        typer.Option("--image", help="The image a component's empty job runs in."),
+    ] = None,
+    submit: Annotated[
+        bool, typer.Option("--submit", help="Submit the job and print its ID.")
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Print a job config made from the item, ready to submit (or submit it)."""
+    market = MarketClient(Client(url, token or None))
+    values: dict[str, Any] = {
+        "id": _call(lambda: market.item_id(item)),
+        "parameters": _from_cli.parse_params(param or []),
+        "submit": submit,
+    }
+    if version is not None:
+        values["version"] = version
+    if image is not None:
+        values["dockerImage"] = image
+    result = _call(lambda: market.use(values))
+    if result["errors"]:
+        err.print(f"[red]REFUSED[/red] {escape(item)}")
+        _print_errors(result["errors"])
+        raise typer.Exit(1)
+    if submit:
+        out.print(result["job"]["id"])
+        return
+    typer.echo(result["config"], nl=not result["config"].endswith("\n"))
+
+
+@market_app.command("star")
+def market_star(
+    item: Annotated[str, typer.Argument(help="The item's ID or name.")],
+    unstar: Annotated[bool, typer.Option("--unstar", help="Take your star back.")] = False,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Star an item (or unstar it)."""
+    market = MarketClient(Client(url, token or None))
+    result = _call(lambda: market.star(market.item_id(item), not unstar))
+    if result["errors"]:
+        _print_errors(result["errors"], indent="error: ")
+        raise typer.Exit(1)
+    found = result["item"]
+    verb = "unstarred" if unstar else "starred"
+    out.print(f"{verb} {escape(found['name'])}: {found['stars']} star(s)")
+
+
+@market_app.command("import")
+def market_import(
+    directory: Annotated[Path, typer.Argument(help="A directory of YAML / JSON items.")],
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="Tag every item.")] = None,
+    visibility: Annotated[
+        str | None, typer.Option("--visibility", help="public, private or groups.")
+    ] = None,
+    group: Annotated[list[str] | None, typer.Option("--group")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="NAME=VALUE",
+            help="Fill in template variable NAME of every item that declares it "
+            "(the items are published without it).",
+        ),
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Publish every job template and component in a directory and below it.
+
+    Files the protocol engine rejects are reported with their errors and skipped; the exit
+    status is 1 when any was."""
+    variables = _variable_values(set_ or [])
+    if not directory.is_dir():
+        err.print(f"[red]error:[/red] {escape(str(directory))} is not a directory")
+        raise typer.Exit(2)
+    files = sorted(
+        p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in IMPORTED_SUFFIXES
+    )
+    if not files:
+        err.print(f"[red]error:[/red] no .yaml, .yml or .json files in {escape(str(directory))}")
+        raise typer.Exit(2)
+    base = _publish_values(
+        None, None, tag, None, _choice(visibility, VISIBILITIES, "--visibility"), group
+    )
+    market = MarketClient(Client(url, token or None))
+    progress = Progress(
+        TextColumn("importing"), BarColumn(), MofNCompleteColumn(), console=err, transient=True
+    )
+    with progress:
+        task = progress.add_task("import", total=len(files))
+        report = _call(
+            lambda: import_files(
+                market,
+                files,
+                base,
+                out.print,
+                lambda: progress.advance(task),
+                variables,
             )
-        except StoreError as exc:
-            err.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(1) from None
-        finally:
-            store.close()
-        if path is not None and not path.is_dir():
-            err.print(f"[yellow]warning:[/yellow] {escape(str(path))} is not a directory here yet")
-        out.print(_describe_storage(added))
+        )
+    unused = sorted(set(variables) - report.variables_used)
+    if unused:
+        names = ", ".join(repr(name) for name in unused)
+        err.print(
+            f"[yellow]warning:[/yellow] --set {escape(names)}: no item in "
+            f"{escape(str(directory))} declares such a template variable"
+        )
+    out.print(
+        f"{report.published} published ({report.new_items} new items, "
+        f"{report.new_versions} new versions), {report.unchanged} unchanged, "
+        f"{len(report.rejected)} rejected, of {len(files)} files"
+    )
+    if report.rejected:
+        raise typer.Exit(1)
 
-    @storages_app.command("list")
-    def storages_list(
-        db: Annotated[
-            str | None,
-            typer.Option(
-                "--db", envvar="PAIGRAPH_DB", metavar="URL", help="Database URL (as for serve)."
-            ),
-        ] = None,
-    ) -> None:
-        """List the storages and who may use them."""
-        store = open_store(db)
-        try:
-            found = store.list_storages()
-        finally:
-            store.close()
-        if not found:
-            out.print("no storages")
-        for storage in found:
-            out.print(_describe_storage(storage))
+
+@storages_app.command("add")
+def storages_add(
+    name: Annotated[str, typer.Argument(help="The storage's name, as jobs refer to it.")],
+    path: Annotated[
+        Path | None, typer.Option("--path", help="A host directory (absolute).")
+    ] = None,
+    volume: Annotated[str | None, typer.Option("--volume", help="A Docker volume.")] = None,
+    read_only: Annotated[bool, typer.Option("--read-only", help="Mount it read-only.")] = False,
+    user: Annotated[
+        list[str] | None, typer.Option("--user", help="A user who may use it (repeatable).")
+    ] = None,
+    group: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--group",
+            help="A group (virtual cluster) whose members may use it; `default` is "
+            "everyone (repeatable).",
+        ),
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db", envvar="PAIGRAPH_DB", metavar="URL", help="Database URL (as for serve)."
+        ),
+    ] = None,
+) -> None:
+    """Define a storage: a host directory or a Docker volume, and who may use it (admins
+    always may)."""
+    from server.store import StoreError
+    from server.store.users import check_name
+
+    if (path is None) == (volume is None):
+        err.print("[red]error:[/red] give exactly one of --path and --volume")
+        raise typer.Exit(2)
+    if path is not None and not path.is_absolute():
+        err.print(f"[red]error:[/red] --path must be absolute, got {escape(str(path))}")
+        raise typer.Exit(2)
+    try:
+        check_name(name, "storage name")
+        if volume is not None:
+            check_name(volume, "volume name")
+        for g in group or []:
+            check_name(g, "group name")
+    except StoreError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    store = _from_cli.open_store(db)
+    try:
+        unknown = [u for u in user or [] if store.user_named(u) is None]
+        if unknown:
+            err.print(f"[red]error:[/red] no user named {', '.join(map(repr, unknown))}")
+            raise typer.Exit(1)
+        added = store.add_storage(
+            name,
+            str(path) if path is not None else str(volume),
+            is_volume=volume is not None,
+            read_only=read_only,
+            users=user or [],
+            groups=group or [],
+        )
+    except StoreError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
+    finally:
+        store.close()
+    if path is not None and not path.is_dir():
+        err.print(f"[yellow]warning:[/yellow] {escape(str(path))} is not a directory here yet")
+    out.print(_describe_storage(added))
+
+
+@storages_app.command("list")
+def storages_list(
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db", envvar="PAIGRAPH_DB", metavar="URL", help="Database URL (as for serve)."
+        ),
+    ] = None,
+) -> None:
+    """List the storages and who may use them."""
+    store = _from_cli.open_store(db)
+    try:
+        found = store.list_storages()
+    finally:
+        store.close()
+    if not found:
+        out.print("no storages")
+    for storage in found:
+        out.print(_describe_storage(storage))
 
 
 def _describe_storage(storage: Any) -> str:

@@ -138,6 +138,7 @@ def register(app: typer.Typer, parse_params: Any) -> None:
         client = _client(url, token)
         if every:
             raise typer.Exit(_stop_all(client))
+        assert job is not None  # checked above: one job, or --all
         found = _call(lambda: client.job(job))
         raise typer.Exit(0 if _stop_one(client, found) else 1)
 

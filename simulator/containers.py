@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 import docker
 import docker.errors
@@ -276,7 +276,7 @@ class Engine:
     def _free_subnet(
         self, prefix: int, tried: list[ipaddress.IPv4Network]
     ) -> ipaddress.IPv4Network:
-        taken = [*tried, *host_routes()]
+        taken: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = [*tried, *host_routes()]
         for network in self.api.networks():
             for config in (network.get("IPAM") or {}).get("Config") or []:
                 with contextlib.suppress(KeyError, ValueError):
@@ -298,7 +298,7 @@ class Engine:
     @_reaching
     def networks(self, labels: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
         found = self.client.networks.list(filters={"label": _label_filter(labels)})
-        return [(n.name, n.attrs.get("Labels") or {}) for n in found]
+        return [(cast(str, n.name), n.attrs.get("Labels") or {}) for n in found]
 
     # --- containers --------------------------------------------------------------------------
 
@@ -340,9 +340,11 @@ class Engine:
             ),
             network_mode=spec.network,
         )
-        networking = api.create_networking_config(
-            {spec.network: api.create_endpoint_config(ipv4_address=spec.ip, aliases=spec.aliases)}
-        )
+        # by network name, which the SDK takes although its stubs say one endpoint config
+        endpoints: Any = {
+            spec.network: api.create_endpoint_config(ipv4_address=spec.ip, aliases=spec.aliases)
+        }
+        networking = api.create_networking_config(endpoints)
         try:
             created = api.create_container(
                 spec.image,

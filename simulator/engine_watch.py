@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from simulator.backoff import Backoff
+
 log = logging.getLogger(__name__)
 
 FIRST_DELAY = 0.2  # seconds before the first re-open; doubled after each failure
@@ -143,10 +145,12 @@ class EngineWatch:
 
     def _reopen(self, broke_at: datetime, error: str) -> Iterator[Any] | None:
         """Open a new stream with back-off, then re-list; None when stopped meanwhile."""
-        delay = FIRST_DELAY
-        tries = 0
-        while not self._stopped.wait(delay if tries else 0):
-            tries += 1
+        backoff = Backoff(FIRST_DELAY, MAX_DELAY)
+        # the first try is made at once, and the wait after it fails has always been the
+        # doubled one: the first delay is skipped
+        backoff.next_delay()
+        delay = 0.0
+        while not self._stopped.wait(delay):
             try:
                 stream = self._open_one()
             except Exception as exc:
@@ -163,7 +167,7 @@ class EngineWatch:
                     else:
                         self._condition = EngineCondition(False, self._condition.since, error)
                         log.debug("the Docker engine is still unreachable (%s)", error)
-                delay = min(delay * 2, MAX_DELAY)
+                delay = backoff.next_delay()
                 continue
             self.reopened += 1
             self._resync()

@@ -45,7 +45,7 @@ class PortAsk(NamedTuple):
     """``count`` ports for ``label``; ``begin_at`` > 0 asks for the ports from there on."""
 
     label: str
-    count: int = 1
+    count: int = 1  # type: ignore[assignment]  # shadows tuple.count, as callers expect
     begin_at: int = 0
 
 
@@ -144,7 +144,11 @@ class PortAllocator:
                         labels[ask.label] = []
                 result.append(labels)
             need = sum(a.count for _, reqs in wanted for a in reqs if a.begin_at == 0)
-            cursor = table.cursor if table and self._in_range(table.cursor) else self._cursor
+            cursor = (
+                table.cursor
+                if table and table.cursor is not None and self._in_range(table.cursor)
+                else self._cursor
+            )
             found, cursor = self._scan(need, cursor, holders, fresh, owners)
             picks = iter(found)
             for (owner, reqs), labels in zip(wanted, result, strict=True):

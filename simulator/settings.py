@@ -70,7 +70,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, get_args, get_origin
+from typing import Any, NamedTuple, cast, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -127,12 +127,12 @@ class _Strict(BaseModel):
 class NodeTemplate(_Strict):
     """What every node of the ``node_count`` shorthand has."""
 
-    cpu: int = Field(16, ge=1, le=100_000, description="Simulated cpu cores of the node.")
+    cpu: int = Field(default=16, ge=1, le=100_000, description="Simulated cpu cores of the node.")
     memory_mb: int = Field(
-        65536, ge=1, le=1 << 40, description="Simulated memory of the node, in MB."
+        default=65536, ge=1, le=1 << 40, description="Simulated memory of the node, in MB."
     )
     gpu: int | None = Field(
-        None, ge=0, le=1024, description="Simulated GPUs of the node; unset: gpus_per_node."
+        default=None, ge=0, le=1024, description="Simulated GPUs of the node; unset: gpus_per_node."
     )
 
 
@@ -143,7 +143,7 @@ class NodeSpec(_Strict):
     cpu: int = Field(ge=1, le=100_000, description="Simulated cpu cores of the node.")
     memory_mb: int = Field(ge=1, le=1 << 40, description="Simulated memory of the node, in MB.")
     gpu: int | None = Field(
-        None, ge=0, le=1024, description="Simulated GPUs of the node; unset: gpus_per_node."
+        default=None, ge=0, le=1024, description="Simulated GPUs of the node; unset: gpus_per_node."
     )
 
     @property
@@ -156,11 +156,14 @@ class VirtualClusterSpec(_Strict):
 
     name: str = Field(pattern=_NAME, description=f"The virtual cluster's name ({_NAME_RULE}).")
     share: float | None = Field(
-        None, gt=0, le=100, description="Quota as a percentage of every resource of the cluster."
+        default=None,
+        gt=0,
+        le=100,
+        description="Quota as a percentage of every resource of the cluster.",
     )
-    cpu: int | None = Field(None, ge=0, description="Absolute quota: cpu cores.")
-    memory_mb: int | None = Field(None, ge=0, description="Absolute quota: memory in MB.")
-    gpu: int | None = Field(None, ge=0, description="Absolute quota: GPUs (default 0).")
+    cpu: int | None = Field(default=None, ge=0, description="Absolute quota: cpu cores.")
+    memory_mb: int | None = Field(default=None, ge=0, description="Absolute quota: memory in MB.")
+    gpu: int | None = Field(default=None, ge=0, description="Absolute quota: GPUs (default 0).")
 
     @model_validator(mode="after")
     def _share_or_absolute(self) -> VirtualClusterSpec:
@@ -189,8 +192,10 @@ class VirtualClusterSpec(_Strict):
 class PortRange(_Strict):
     """Host ports ``[start, end)``."""
 
-    start: int = Field(15000, ge=1, le=65535, description="First port of the range.")
-    end: int = Field(40000, ge=2, le=65536, description="One past the last port of the range.")
+    start: int = Field(default=15000, ge=1, le=65535, description="First port of the range.")
+    end: int = Field(
+        default=40000, ge=2, le=65536, description="One past the last port of the range."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> PortRange:
@@ -207,14 +212,18 @@ class SimulatorSettings(_Strict):
     """Everything the simulator can be told; see the module docstring for each key."""
 
     nodes: list[NodeSpec] | None = Field(
-        None, min_length=1, description="Simulated nodes; unset: node_count copies of node."
+        default=None, min_length=1, description="Simulated nodes; unset: node_count copies of node."
     )
-    node_count: int = Field(4, ge=1, le=10_000, description="Number of nodes of the shorthand.")
+    node_count: int = Field(
+        default=4, ge=1, le=10_000, description="Number of nodes of the shorthand."
+    )
     node: NodeTemplate = Field(
         default_factory=NodeTemplate, description="Template of the shorthand's nodes."
     )
-    gpus_per_node: int = Field(0, ge=0, le=1024, description="Simulated GPUs per node.")
-    use_host_gpus: bool = Field(True, description="Give the first node the host's real GPUs.")
+    gpus_per_node: int = Field(default=0, ge=0, le=1024, description="Simulated GPUs per node.")
+    use_host_gpus: bool = Field(
+        default=True, description="Give the first node the host's real GPUs."
+    )
     virtual_clusters: list[VirtualClusterSpec] = Field(
         default_factory=_default_vcs, min_length=1, description="Virtual clusters and quotas."
     )
@@ -222,7 +231,7 @@ class SimulatorSettings(_Strict):
         default_factory=PortRange, description="Host ports [start, end) for instances."
     )
     publish_address: str = Field(
-        "127.0.0.1", description="Host address the instances' ports are published on."
+        default="127.0.0.1", description="Host address the instances' ports are published on."
     )
     state_dir: Path = Field(
         default_factory=default_state_dir, description="Where logs and the port table live."
@@ -230,14 +239,19 @@ class SimulatorSettings(_Strict):
     allowed_file_roots: list[Path] = Field(
         default_factory=list, description="Host directories file:// prerequisites may read."
     )
-    pids_limit: int = Field(1024, ge=16, le=4_194_304, description="Processes per container.")
+    pids_limit: int = Field(
+        default=1024, ge=16, le=4_194_304, description="Processes per container."
+    )
     stop_grace_seconds: float = Field(
-        10, ge=0, le=3600, description="Seconds from SIGTERM to SIGKILL on stop."
+        default=10, ge=0, le=3600, description="Seconds from SIGTERM to SIGKILL on stop."
     )
     log_limit_mb: int = Field(
-        256, ge=1, le=1_048_576, description="Most log kept per instance: its head and tail."
+        default=256,
+        ge=1,
+        le=1_048_576,
+        description="Most log kept per instance: its head and tail.",
     )
-    image_pull: bool = Field(False, description="Pull missing images from a registry.")
+    image_pull: bool = Field(default=False, description="Pull missing images from a registry.")
     allowed_fetch_networks: list[str] = Field(
         default_factory=list, description="Non-public networks and hosts downloads may reach."
     )
@@ -454,7 +468,7 @@ def _known_keys(loc: tuple[Any, ...]) -> list[str]:
     for part in loc:
         if isinstance(part, int):
             continue
-        field = model.model_fields.get(part) if isinstance(model, type) else None
+        field = cast(Any, model).model_fields.get(part) if isinstance(model, type) else None
         if field is None:
             return []
         model = _model_in(field.annotation)

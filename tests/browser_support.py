@@ -135,7 +135,8 @@ def screenshot(page: Any, name: str) -> Path:
 
 
 def keep_for_docs(shot: Path, name: str) -> None:
-    """Copy a screenshot to docs/ when PAIGRAPH_UPDATE_DOCS_SCREENSHOTS=1 (the README shows it)."""
+    """Copy a screenshot to docs/ when PAIGRAPH_UPDATE_DOCS_SCREENSHOTS=1 (the README or
+    docs/web-ui.md shows it)."""
     if os.environ.get("PAIGRAPH_UPDATE_DOCS_SCREENSHOTS") == "1":
         shutil.copyfile(shot, ROOT / "docs" / name)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 from cross_web import HTTPException
+from graphql import GraphQLFormattedError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
@@ -32,6 +33,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 )
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     ConnectionInitMessage,
+    ErrorMessage,
     SubscribeMessage,
 )
 from strawberry.types import ExecutionResult
@@ -100,8 +102,11 @@ class _TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         ones go on. Count the ones started until their task ends (completed or cancelled)."""
         refusal = self._over_limit(message["id"])
         if refusal is not None:
-            error = {"message": refusal, "extensions": {"code": "TOO_MANY_SUBSCRIPTIONS"}}
-            await self.send_message({"id": message["id"], "type": "error", "payload": [error]})
+            error: GraphQLFormattedError = {
+                "message": refusal,
+                "extensions": {"code": "TOO_MANY_SUBSCRIPTIONS"},
+            }
+            await self.send_message(ErrorMessage(id=message["id"], type="error", payload=[error]))
             return
         await super().handle_subscribe(message)
         operation = self.operations.get(message["id"])

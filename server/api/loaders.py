@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
-from typing import TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from sqlalchemy import select
 from sqlmodel import col
@@ -31,7 +31,9 @@ def job_configs(store: Store, job_ids: Iterable[str]) -> dict[str, str]:
     if not wanted:
         return {}
     with session_scope(store.engine) as session:
-        rows = session.execute(select(JobRow.id, JobRow.config).where(col(JobRow.id).in_(wanted)))
+        rows = session.execute(
+            select(col(JobRow.id), col(JobRow.config)).where(col(JobRow.id).in_(wanted))
+        )
         return {job_id: config for job_id, config in rows}
 
 
@@ -43,10 +45,13 @@ def memberships(store: Store, user_ids: Iterable[int]) -> dict[int, list[str]]:
         return result
     with session_scope(store.engine) as session:
         rows = session.execute(
-            select(MembershipRow.user_id, VirtualClusterRow.name)
-            .join(VirtualClusterRow, VirtualClusterRow.id == MembershipRow.virtual_cluster_id)
+            select(col(MembershipRow.user_id), col(VirtualClusterRow.name))
+            .join(
+                VirtualClusterRow,
+                col(VirtualClusterRow.id) == col(MembershipRow.virtual_cluster_id),
+            )
             .where(col(MembershipRow.user_id).in_(wanted))
-            .order_by(VirtualClusterRow.name)
+            .order_by(col(VirtualClusterRow.name))
         )
         for user_id, name in rows:
             result[user_id].append(name)
@@ -67,13 +72,24 @@ class SharedLoader(DataLoader[K, V]):
         return future
 
 
-def ready(loader: DataLoader[K, V], key: K) -> tuple[bool, V | None]:
-    """(True, value) when the loader already holds `key`'s value (read earlier in this request,
-    or primed by a resolver that read ahead); (False, None) when it would have to load it."""
+class Cached(NamedTuple, Generic[V]):
+    """What a loader already holds for a key: `hit` says whether it holds the value at all
+    (a held value may itself be None, so `value` alone cannot say)."""
+
+    hit: bool
+    value: V | None
+
+
+_MISS: Cached[Any] = Cached(False, None)
+
+
+def ready(loader: DataLoader[K, V], key: K) -> Cached[V]:
+    """A hit with the value when the loader already holds `key`'s value (read earlier in this
+    request, or primed by a resolver that read ahead); a miss when it would have to load it."""
     future = loader.cache_map.get(key) if loader.cache else None
     if future is None or not future.done() or future.cancelled() or future.exception():
-        return False, None
-    return True, future.result()
+        return _MISS
+    return Cached(True, future.result())
 
 
 def _loader(

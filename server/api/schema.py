@@ -42,9 +42,12 @@ class Schema(strawberry.Schema):
     async def execute(
         self,
         query: str | None,
-        *args: Any,
+        variable_values: dict[str, Any] | None = None,
+        context_value: Any | None = None,
+        root_value: Any | None = None,
+        operation_name: str | None = None,
         allowed_operation_types: Iterable[OperationType] | None = None,
-        **kwargs: Any,
+        operation_extensions: dict[str, Any] | None = None,
     ) -> ExecutionResult:
         """A single result (an HTTP request): never a subscription, which strawberry would
         run into a masked "Unexpected error."; asked for one, it raises
@@ -54,7 +57,15 @@ class Schema(strawberry.Schema):
             allowed = {OperationType.QUERY, OperationType.MUTATION}
         else:
             allowed = set(allowed_operation_types) - {OperationType.SUBSCRIPTION}
-        return await super().execute(query, *args, allowed_operation_types=allowed, **kwargs)
+        return await super().execute(
+            query,
+            variable_values=variable_values,
+            context_value=context_value,
+            root_value=root_value,
+            operation_name=operation_name,
+            allowed_operation_types=allowed,
+            operation_extensions=operation_extensions,
+        )
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None

@@ -37,15 +37,6 @@ log = logging.getLogger(__name__)
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
-# libpq notices a peer that vanished without closing the socket (a dead host, a cut network)
-# after about idle + interval * count seconds; a terminated backend is noticed at once.
-_KEEPALIVES = {
-    "keepalives": 1,
-    "keepalives_idle": 15,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-}
-
 
 def is_postgres_url(url: str) -> bool:
     scheme = url.partition("://")[0].lower() if "://" in url else ""
@@ -189,7 +180,13 @@ class PostgresBus:
             autocommit=True,
             connect_timeout=max(1, round(self._connect_timeout)),
             application_name=f"{self._name}-{role}"[:63],
-            **_KEEPALIVES,
+            # libpq notices a peer that vanished without closing the socket (a dead host, a cut
+            # network) after about idle + interval * count seconds; a terminated backend is
+            # noticed at once.
+            keepalives=1,
+            keepalives_idle=15,
+            keepalives_interval=5,
+            keepalives_count=3,
         )
 
     async def _connect_listener(self) -> psycopg.AsyncConnection:

@@ -8,6 +8,7 @@ environment variables, and each role's `portList` keeps its `beginAt`.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
 from server.protocol.fields import Fields
@@ -191,7 +192,13 @@ def _fields() -> dict[str, frozenset[str]]:
 class _V1Fields(Fields):
     """v1 reported unknown keys the Joi way: `"x" is not allowed`."""
 
-    def known_keys(self, obj, path, allowed, hints=None):  # type: ignore[no-untyped-def]
+    def known_keys(
+        self,
+        obj: dict[str, Any],
+        path: str,
+        allowed: Collection[str],
+        hints: dict[str, str] | None = None,
+    ) -> None:
         for key in obj:
             if key not in allowed:
                 self.issues.error(

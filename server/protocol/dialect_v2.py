@@ -122,7 +122,7 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     secrets = _mapping(doc, "secrets", f)
     extras = _mapping(doc, "extras", f)
     extras_warnings(extras, issues)
-    ours = extras.get(EXTRAS_KEY) if isinstance(extras.get(EXTRAS_KEY), dict) else {}
+    ours = _dict_at(extras, EXTRAS_KEY)
     retry = f.integer(doc, "jobRetryCount", "", default=0)
     if retry is not None and "jobRetryCount" in doc and not 0 <= retry <= MAX_RETRIES:
         issues.error("jobRetryCount", "range", f"must be between 0 and {MAX_RETRIES}, got {retry}")
@@ -142,10 +142,8 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
             f"Default deployment {default_deployment} does not exist.",
         )
     reference_names = _reference_prerequisite_names(extras, f)
-    begin_at = ours.get("portBeginAt") if isinstance(ours.get("portBeginAt"), dict) else {}
-    role_parameters = (
-        ours.get("roleParameters") if isinstance(ours.get("roleParameters"), dict) else {}
-    )
+    begin_at = _dict_at(ours, "portBeginAt")
+    role_parameters = _dict_at(ours, "roleParameters")
 
     roles: list[TaskRole] = []
     raw_roles = doc.get("taskRoles")
@@ -160,12 +158,12 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
             if role_name in misplaced:
                 continue
             before, start = issues.error_count(), len(issues.items)
-            role = _read_role(str(role_name), raw, f, begin_at.get(role_name) or {})
+            read = _read_role(str(role_name), raw, f, begin_at.get(role_name) or {})
             issues.forget_required(start, f"taskRoles.{role_name}", misplaced.get(role_name, []))
-            if role is None:
+            if read is None:
                 issues.ensure_error(before, f"taskRoles.{role_name}", "this task role")
                 continue
-            role, paths, shm_defaulted = role
+            role, paths, shm_defaulted = read
             if isinstance(role_parameters.get(role.name), dict):
                 role = role.model_copy(update={"parameters": role_parameters[role.name]})
             roles.append(role)
@@ -240,6 +238,13 @@ def _original_prerequisite_names(
         [p.model_copy(update={"name": renamed.get(p.name, p.name)}) for p in prerequisites],
         [rename_references(role, renamed) for role in roles],
     )
+
+
+def _dict_at(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """`obj[key]` when it is a mapping, else an empty one: `extras.paigraph` and its parts
+    are written by paigraph itself, and anything else found there is passed over."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def _mapping(obj: dict[str, Any], key: str, f: Fields) -> dict[str, Any]:

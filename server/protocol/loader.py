@@ -457,7 +457,8 @@ def _check_unique_keys(node: yaml.MappingNode) -> None:
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.SequenceNode):
-        return node.value
+        items: list[yaml.Node] = node.value  # the stubs type a node's value as Any
+        return items
     if isinstance(node, yaml.MappingNode):
         return [part for pair in node.value for part in pair]
     return []

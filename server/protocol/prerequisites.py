@@ -121,18 +121,18 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
                 _PLUGIN_KEYS, "a dockerimage prerequisite takes no plugin settings"
             ),
         )
-        uri = f.string(obj, "uri", path, required=True)
-        if uri is not None and not uri.strip():
+        image = f.string(obj, "uri", path, required=True)
+        if image is not None and not image.strip():
             f.issues.error(join(path, "uri"), "empty", "the image name must not be empty")
-        elif uri is not None:
-            f.issues.items.extend(image_issues(uri, join(path, "uri")))
+        elif image is not None:
+            f.issues.items.extend(image_issues(image, join(path, "uri")))
         auth = _read_auth(obj, path, f)
-        if name is None or uri is None:
+        if name is None or image is None:
             return None
         return Prerequisite(
             name=name,
             type=type_,
-            uri=[uri],
+            uri=[image],
             version=version,
             contributor=contributor,
             description=description,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, Row, Select, func, insert, select, tuple_, update
+from sqlalchemy import Engine, Select, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlmodel import col
@@ -40,53 +40,53 @@ from server.store.values import (
 MAX_PAGE = 100
 _FINAL = [s.value for s in JobState if s.is_final]
 _JOB_COLUMNS = (
-    JobRow.id,
-    JobRow.name,
-    JobRow.owner_id,
-    UserRow.name,
-    JobRow.virtual_cluster,
-    JobRow.state,
-    JobRow.state_reason,
-    JobRow.submitted_at,
-    JobRow.started_at,
-    JobRow.completed_at,
-    JobRow.attempt,
-    JobRow.retries,
-    JobRow.last_sequence,
-    JobRow.warnings,
+    col(JobRow.id),
+    col(JobRow.name),
+    col(JobRow.owner_id),
+    col(UserRow.name),
+    col(JobRow.virtual_cluster),
+    col(JobRow.state),
+    col(JobRow.state_reason),
+    col(JobRow.submitted_at),
+    col(JobRow.started_at),
+    col(JobRow.completed_at),
+    col(JobRow.attempt),
+    col(JobRow.retries),
+    col(JobRow.last_sequence),
+    col(JobRow.warnings),
 )
 _INSTANCE_COLUMNS = (
-    InstanceRow.job_id,
-    InstanceRow.attempt,
-    InstanceRow.role,
-    InstanceRow.task_index,
-    InstanceRow.task_attempt,
-    InstanceRow.state,
-    InstanceRow.state_reason,
-    InstanceRow.exit_code,
-    InstanceRow.exit_reason,
-    InstanceRow.node,
-    InstanceRow.host_ip,
-    InstanceRow.ports,
-    InstanceRow.started_at,
-    InstanceRow.finished_at,
+    col(InstanceRow.job_id),
+    col(InstanceRow.attempt),
+    col(InstanceRow.role),
+    col(InstanceRow.task_index),
+    col(InstanceRow.task_attempt),
+    col(InstanceRow.state),
+    col(InstanceRow.state_reason),
+    col(InstanceRow.exit_code),
+    col(InstanceRow.exit_reason),
+    col(InstanceRow.node),
+    col(InstanceRow.host_ip),
+    col(InstanceRow.ports),
+    col(InstanceRow.started_at),
+    col(InstanceRow.finished_at),
 )
 _INSTANCE_ORDER = (
-    InstanceRow.job_id,
-    InstanceRow.attempt,
-    InstanceRow.role,
-    InstanceRow.task_index,
+    col(InstanceRow.job_id),
+    col(InstanceRow.attempt),
+    col(InstanceRow.role),
+    col(InstanceRow.task_index),
 )
 _EVENT_COLUMNS = (
-    EventRow.job_id,
-    EventRow.sequence,
-    EventRow.at,
-    EventRow.type,
-    EventRow.message,
-    EventRow.state,
-    EventRow.attempt,
-    EventRow.task_role,
-    EventRow.task_index,
+    col(EventRow.job_id),
+    col(EventRow.sequence),
+    col(EventRow.at),
+    col(EventRow.type),
+    col(EventRow.message),
+    col(EventRow.state),
+    col(EventRow.attempt),
+    col(EventRow.task_role),
+    col(EventRow.task_index),
 )
 _NEWEST_FIRST = (col(JobRow.submitted_at).desc(), col(JobRow.id).desc())
 # The instance columns that a save compares to decide whether a row changed.
@@ -148,14 +148,14 @@ class JobStore(Repository):
             with self._write() as session:
                 # Lock the owner so two submissions of one name cannot both pass the check.
                 owner = session.scalar(
-                    select(UserRow.name).where(UserRow.id == owner_id).with_for_update()
+                    select(col(UserRow.name)).where(col(UserRow.id) == owner_id).with_for_update()
                 )
                 if owner is None:
                     raise UnknownUser(f"no user has id {owner_id}")
                 live = session.scalar(
-                    select(JobRow.id).where(
-                        JobRow.owner_id == owner_id,
-                        JobRow.name == spec.name,
+                    select(col(JobRow.id)).where(
+                        col(JobRow.owner_id) == owner_id,
+                        col(JobRow.name) == spec.name,
                         col(JobRow.state).not_in(_FINAL),
                     )
                 )
@@ -192,7 +192,7 @@ class JobStore(Repository):
             last = _lock(session, job_id)
             session.execute(
                 update(JobRow)
-                .where(JobRow.id == job_id)
+                .where(col(JobRow.id) == job_id)
                 .values(**_job_values(record, snapshot), updated_at=utcnow())
             )
             _write_instances(session, record)
@@ -223,7 +223,7 @@ class JobStore(Repository):
         with self._read() as session:
             row = session.execute(
                 _jobs_query()
-                .where(JobRow.owner_id == owner_id, JobRow.name == name)
+                .where(col(JobRow.owner_id) == owner_id, col(JobRow.name) == name)
                 .order_by(*_NEWEST_FIRST)
                 .limit(1)
             ).first()
@@ -240,18 +240,19 @@ class JobStore(Repository):
         if where.states:
             query = query.where(col(JobRow.state).in_([JobState(s).value for s in where.states]))
         if where.owner is not None:
-            query = query.where(UserRow.name == where.owner)
+            query = query.where(col(UserRow.name) == where.owner)
         if where.virtual_cluster is not None:
-            query = query.where(JobRow.virtual_cluster == where.virtual_cluster)
+            query = query.where(col(JobRow.virtual_cluster) == where.virtual_cluster)
         if where.name is not None:
-            query = query.where(JobRow.name == where.name)
+            query = query.where(col(JobRow.name) == where.name)
         if where.name_contains:
             query = query.where(
-                func.lower(JobRow.name).contains(where.name_contains.lower(), autoescape=True)
+                func.lower(col(JobRow.name)).contains(where.name_contains.lower(), autoescape=True)
             )
         if after is not None:
             query = query.where(
-                tuple_(JobRow.submitted_at, JobRow.id) < tuple_(after.submitted_at, after.id)
+                tuple_(col(JobRow.submitted_at), col(JobRow.id))
+                < tuple_(after.submitted_at, after.id)
             )
         query = query.order_by(*_NEWEST_FIRST).limit(first + 1)
         with self._read() as session:
@@ -264,14 +265,14 @@ class JobStore(Repository):
             rows = session.execute(
                 _jobs_query()
                 .where(col(JobRow.state).not_in(_FINAL))
-                .order_by(JobRow.submitted_at, JobRow.id)
+                .order_by(col(JobRow.submitted_at), col(JobRow.id))
             )
             return [_job(row) for row in rows]
 
     def load_machine(self, job_id: str) -> MachineSnapshot:
         """The job machine's snapshot as last saved; `JobMachine.restore` rebuilds it."""
         with self._read() as session:
-            text = session.scalar(select(JobRow.machine).where(JobRow.id == job_id))
+            text = session.scalar(select(col(JobRow.machine)).where(col(JobRow.id) == job_id))
         if text is None:
             raise UnknownJob(f"no job has id {job_id!r}")
         return MachineSnapshot.model_validate_json(text)
@@ -279,7 +280,7 @@ class JobStore(Repository):
     def job_config(self, job_id: str) -> str | None:
         """The config as submitted, secrets masked."""
         with self._read() as session:
-            return session.scalar(select(JobRow.config).where(JobRow.id == job_id))
+            return session.scalar(select(col(JobRow.config)).where(col(JobRow.id) == job_id))
 
     def job_specs(self, job_ids: Iterable[str]) -> dict[str, JobSpec]:
         """The resolved specs of many jobs in one query (for a loader)."""
@@ -288,7 +289,7 @@ class JobStore(Repository):
             return found
         with self._read() as session:
             rows = session.connection().execute(
-                select(JobRow.id, JobRow.spec).where(col(JobRow.id).in_(wanted))
+                select(col(JobRow.id), col(JobRow.spec)).where(col(JobRow.id).in_(wanted))
             )
             read = {job_id: JobSpec.model_validate_json(text) for job_id, text in rows}
         self.spec_cache.put_many(read)
@@ -308,7 +309,9 @@ class JobStore(Repository):
         query = select(*_INSTANCE_COLUMNS).where(col(InstanceRow.job_id).in_(wanted))
         if not all_attempts:
             query = query.join(
-                JobRow, (JobRow.id == InstanceRow.job_id) & (JobRow.attempt == InstanceRow.attempt)
+                JobRow,
+                (col(JobRow.id) == col(InstanceRow.job_id))
+                & (col(JobRow.attempt) == col(InstanceRow.attempt)),
             )
         return self._read_instances(query, result)
 
@@ -323,7 +326,7 @@ class JobStore(Repository):
 
     def _read_instances(
         self,
-        query: Select[Any],
+        query: Select[*tuple[Any, ...]],
         into: dict[str, list[Instance]],
         attempts: Mapping[str, int] | None = None,
     ) -> dict[str, list[Instance]]:
@@ -343,8 +346,8 @@ class JobStore(Repository):
         with self._read() as session:
             rows = session.execute(
                 select(*_EVENT_COLUMNS)
-                .where(EventRow.job_id == job_id, EventRow.sequence > sequence)
-                .order_by(EventRow.sequence)
+                .where(col(EventRow.job_id) == job_id, col(EventRow.sequence) > sequence)
+                .order_by(col(EventRow.sequence))
                 .limit(limit)
             )
             return [_event(row) for row in rows]
@@ -356,7 +359,9 @@ class JobStore(Repository):
 def _lock(session: Session, job_id: str) -> int:
     """Lock the job row for this transaction (FOR UPDATE; SQLite holds its write lock already)
     and return the sequence of its newest event."""
-    last = session.scalar(select(JobRow.last_sequence).where(JobRow.id == job_id).with_for_update())
+    last = session.scalar(
+        select(col(JobRow.last_sequence)).where(col(JobRow.id) == job_id).with_for_update()
+    )
     if last is None:
         raise UnknownJob(f"no job has id {job_id!r}")
     return last
@@ -397,13 +402,13 @@ def _write_instances(session: Session, record: JobRecord) -> None:
         columns = [getattr(InstanceRow, name) for name in _INSTANCE_FIELDS]
         rows = session.execute(
             select(
-                InstanceRow.id,
-                InstanceRow.attempt,
-                InstanceRow.role,
-                InstanceRow.task_index,
+                col(InstanceRow.id),
+                col(InstanceRow.attempt),
+                col(InstanceRow.role),
+                col(InstanceRow.task_index),
                 *columns,
             ).where(
-                InstanceRow.job_id == record.job_id,
+                col(InstanceRow.job_id) == record.job_id,
                 col(InstanceRow.attempt).in_(attempts),
             )
         )
@@ -451,10 +456,10 @@ def _end_earlier_attempts(
             continue
         values: dict[str, Any] = {"state": change.to_state.value, "state_reason": change.reason}
         where = [
-            InstanceRow.job_id == record.job_id,
-            InstanceRow.attempt == change.attempt,
-            InstanceRow.role == change.role,
-            InstanceRow.task_index == change.index,
+            col(InstanceRow.job_id) == record.job_id,
+            col(InstanceRow.attempt) == change.attempt,
+            col(InstanceRow.role) == change.role,
+            col(InstanceRow.task_index) == change.index,
         ]
         session.execute(update(InstanceRow).where(*where).values(**values))
         if change.to_state.is_final:
@@ -490,7 +495,7 @@ def _append(
         ],
     )
     session.execute(
-        update(JobRow).where(JobRow.id == job_id).values(last_sequence=events[-1].sequence)
+        update(JobRow).where(col(JobRow.id) == job_id).values(last_sequence=events[-1].sequence)
     )
     return events
 
@@ -524,11 +529,11 @@ def _new_event(job_id: str, sequence: int, change: Transition | NewEvent) -> Eve
 # --- reading helpers -------------------------------------------------------------------------
 
 
-def _jobs_query() -> Any:
-    return select(*_JOB_COLUMNS).join(UserRow, UserRow.id == JobRow.owner_id)
+def _jobs_query() -> Select[*tuple[Any, ...]]:
+    return select(*_JOB_COLUMNS).join(UserRow, col(UserRow.id) == col(JobRow.owner_id))
 
 
-def _job(row: Row[Any]) -> Job:
+def _job(row: Sequence[Any]) -> Job:
     (
         job_id,
         name,
@@ -566,12 +571,13 @@ def _job(row: Row[Any]) -> Job:
     )
 
 
-def _instance(row: Row[Any]) -> Instance:
+def _instance(row: Sequence[Any]) -> Instance:
     """_INSTANCE_COLUMNS are Instance's fields in order; only the state needs converting."""
-    return Instance(*row[:5], JobState(row[5]), *row[6:])
+    job_id, attempt, role, index, task_attempt, state, *rest = row
+    return Instance(job_id, attempt, role, index, task_attempt, JobState(state), *rest)
 
 
-def _event(row: Row[Any]) -> Event:
+def _event(row: Sequence[Any]) -> Event:
     job_id, sequence, at, type_, message, state, attempt, role, index = row
     return Event(
         job_id=job_id,

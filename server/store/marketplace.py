@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, delete, exists, func, or_, select, true, tuple_
+from sqlalchemy import ColumnElement, Select, and_, delete, exists, func, or_, select, true, tuple_
 from sqlalchemy import update as sql_update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
@@ -57,24 +57,24 @@ MAX_PAGE = 100
 _KEY_TRIES = 3
 _ITEM = MarketplaceItemRow
 _ITEM_COLUMNS = (
-    _ITEM.id,
-    _ITEM.name,
-    _ITEM.kind,
-    _ITEM.owner_id,
-    UserRow.name,
-    _ITEM.latest_version,
-    _ITEM.summary,
-    _ITEM.description,
-    _ITEM.visibility,
-    _ITEM.star_count,
-    _ITEM.submit_count,
-    _ITEM.created_at,
-    _ITEM.updated_at,
+    col(_ITEM.id),
+    col(_ITEM.name),
+    col(_ITEM.kind),
+    col(_ITEM.owner_id),
+    col(UserRow.name),
+    col(_ITEM.latest_version),
+    col(_ITEM.summary),
+    col(_ITEM.description),
+    col(_ITEM.visibility),
+    col(_ITEM.star_count),
+    col(_ITEM.submit_count),
+    col(_ITEM.created_at),
+    col(_ITEM.updated_at),
 )
 _SORT_COLUMN = {
-    ItemSort.RECENT: _ITEM.updated_at,
-    ItemSort.STARS: _ITEM.star_count,
-    ItemSort.SUBMITS: _ITEM.submit_count,
+    ItemSort.RECENT: col(_ITEM.updated_at),
+    ItemSort.STARS: col(_ITEM.star_count),
+    ItemSort.SUBMITS: col(_ITEM.submit_count),
 }
 
 
@@ -90,9 +90,12 @@ class MarketplaceStore(Repository):
         `default`, which everyone belongs to."""
         with self._read() as session:
             names = session.scalars(
-                select(VirtualClusterRow.name)
-                .join(MembershipRow, MembershipRow.virtual_cluster_id == VirtualClusterRow.id)
-                .where(MembershipRow.user_id == user_id)
+                select(col(VirtualClusterRow.name))
+                .join(
+                    MembershipRow,
+                    col(MembershipRow.virtual_cluster_id) == col(VirtualClusterRow.id),
+                )
+                .where(col(MembershipRow.user_id) == user_id)
             )
             return Reader(user_id=user_id, admin=admin, groups=frozenset({EVERYONE_GROUP, *names}))
 
@@ -135,7 +138,7 @@ class MarketplaceStore(Repository):
     ) -> PublishResult:
         now = utcnow()
         with self._write() as session:
-            row = session.scalar(select(_ITEM).where(_ITEM.name == name).with_for_update())
+            row = session.scalar(select(_ITEM).where(col(_ITEM.name) == name).with_for_update())
             if row is None:
                 key = new_item_key()
                 chosen = version or "1"
@@ -169,9 +172,9 @@ class MarketplaceStore(Repository):
                     f"not a {_kind_words(kind.value)}"
                 )
             rows = session.execute(
-                select(MarketplaceVersionRow.version, MarketplaceVersionRow.content)
-                .where(MarketplaceVersionRow.item_id == row.id)
-                .order_by(MarketplaceVersionRow.id)
+                select(col(MarketplaceVersionRow.version), col(MarketplaceVersionRow.content))
+                .where(col(MarketplaceVersionRow.item_id) == row.id)
+                .order_by(col(MarketplaceVersionRow.id))
             )
             taken = {found: text for found, text in rows}
             if version is None:
@@ -240,7 +243,8 @@ class MarketplaceStore(Repository):
             for kind, values in replace.items():
                 session.execute(
                     delete(MarketplaceLabelRow).where(
-                        MarketplaceLabelRow.item_id == key, MarketplaceLabelRow.kind == kind.value
+                        col(MarketplaceLabelRow.item_id) == key,
+                        col(MarketplaceLabelRow.kind) == kind.value,
                     )
                 )
                 _insert_labels(session, key, kind, values)
@@ -256,7 +260,7 @@ class MarketplaceStore(Repository):
                     "delete it"
                 )
             item = _load_item(session, key)
-            session.execute(delete(MarketplaceItemRow).where(MarketplaceItemRow.id == key))
+            session.execute(delete(MarketplaceItemRow).where(col(MarketplaceItemRow.id) == key))
             return item
 
     def set_star(self, key: str, user_id: int, starred: bool) -> MarketplaceItem:
@@ -274,8 +278,8 @@ class MarketplaceStore(Repository):
             if change:
                 session.execute(
                     sql_update(MarketplaceItemRow)
-                    .where(MarketplaceItemRow.id == key)
-                    .values(star_count=MarketplaceItemRow.star_count + change)
+                    .where(col(MarketplaceItemRow.id) == key)
+                    .values(star_count=col(MarketplaceItemRow.star_count) + change)
                 )
             session.flush()
             return _load_item(session, key)
@@ -285,8 +289,8 @@ class MarketplaceStore(Repository):
         with self._write() as session:
             session.execute(
                 sql_update(MarketplaceItemRow)
-                .where(MarketplaceItemRow.id == key)
-                .values(submit_count=MarketplaceItemRow.submit_count + 1)
+                .where(col(MarketplaceItemRow.id) == key)
+                .values(submit_count=col(MarketplaceItemRow.submit_count) + 1)
             )
 
     # --- reading ---
@@ -304,19 +308,22 @@ class MarketplaceStore(Repository):
 
     def item_named(self, name: str) -> MarketplaceItem | None:
         with self._read() as session:
-            found = _items(session, _items_query().where(_ITEM.name == name))
+            found = _items(session, _items_query().where(col(_ITEM.name) == name))
             return next(iter(found.values()), None)
 
     def item_version(self, key: str, version: str | None = None) -> ItemVersion | None:
         """One version of the item: `version`, or the latest when None."""
         with self._read() as session:
             if version is None:
-                version = session.scalar(select(_ITEM.latest_version).where(_ITEM.id == key))
+                version = session.scalar(
+                    select(col(_ITEM.latest_version)).where(col(_ITEM.id) == key)
+                )
                 if version is None:
                     return None
             row = session.scalar(
                 select(MarketplaceVersionRow).where(
-                    MarketplaceVersionRow.item_id == key, MarketplaceVersionRow.version == version
+                    col(MarketplaceVersionRow.item_id) == key,
+                    col(MarketplaceVersionRow.version) == version,
                 )
             )
             return _version(row) if row is not None else None
@@ -344,8 +351,8 @@ class MarketplaceStore(Repository):
             return set()
         with self._read() as session:
             found = session.scalars(
-                select(MarketplaceStarRow.item_id).where(
-                    MarketplaceStarRow.user_id == user_id,
+                select(col(MarketplaceStarRow.item_id)).where(
+                    col(MarketplaceStarRow.user_id) == user_id,
                     col(MarketplaceStarRow.item_id).in_(wanted),
                 )
             )
@@ -372,7 +379,7 @@ class MarketplaceStore(Repository):
         query = _items_query().where(_visible_to(reader), *_matching(where))
         column = _SORT_COLUMN[sort]
         if after is not None:
-            query = query.where(tuple_(column, _ITEM.id) < tuple_(after.value, after.key))
+            query = query.where(tuple_(column, col(_ITEM.id)) < tuple_(after.value, after.key))
         query = query.order_by(col(column).desc(), col(_ITEM.id).desc()).limit(first + 1)
         with self._read() as session:
             items = list(_items(session, query).values())
@@ -383,7 +390,7 @@ class MarketplaceStore(Repository):
         query = (
             select(func.count())
             .select_from(_ITEM)
-            .join(UserRow, UserRow.id == _ITEM.owner_id)
+            .join(UserRow, col(UserRow.id) == col(_ITEM.owner_id))
             .where(_visible_to(reader), *_matching(where or ItemFilter()))
         )
         with self._read() as session:
@@ -395,13 +402,13 @@ class MarketplaceStore(Repository):
         spell it."""
         label = aliased(MarketplaceLabelRow)  # the visibility rule reads labels of its own
         query = (
-            select(label.value, func.count())
-            .join(_ITEM, _ITEM.id == label.item_id)
-            .where(label.kind == LabelKind.TAG.value, _visible_to(reader))
-            .group_by(label.value)
+            select(col(label.value), func.count())
+            .join(_ITEM, col(_ITEM.id) == col(label.item_id))
+            .where(col(label.kind) == LabelKind.TAG.value, _visible_to(reader))
+            .group_by(col(label.value))
         )
         if kind is not None:
-            query = query.where(_ITEM.kind == ItemKind(kind).value)
+            query = query.where(col(_ITEM.kind) == ItemKind(kind).value)
         merged: dict[str, tuple[str, int, int]] = {}  # lower -> (spelling, its count, total)
         with self._read() as session:
             for value, count in session.execute(query):
@@ -427,7 +434,7 @@ class MarketplaceStore(Repository):
         """Define a storage; raises StorageExists for a taken name."""
         try:
             with self._write() as session:
-                if session.scalar(select(StorageRow.id).where(StorageRow.name == name)):
+                if session.scalar(select(col(StorageRow.id)).where(col(StorageRow.name) == name)):
                     raise StorageExists(f"a storage named {name!r} exists already")
                 row = StorageRow(
                     name=name,
@@ -449,24 +456,28 @@ class MarketplaceStore(Repository):
         return found
 
     def get_storage(self, name: str) -> Storage | None:
-        found = self._storages(StorageRow.name == name)
+        found = self._storages(col(StorageRow.name) == name)
         return found[0] if found else None
 
     def list_storages(self) -> list[Storage]:
         """Every storage, by name."""
         return self._storages(true())
 
-    def _storages(self, where: Any) -> list[Storage]:
+    def _storages(self, where: ColumnElement[bool]) -> list[Storage]:
         with self._read() as session:
-            rows = list(session.scalars(select(StorageRow).where(where).order_by(StorageRow.name)))
+            rows = list(
+                session.scalars(select(StorageRow).where(where).order_by(col(StorageRow.name)))
+            )
             grants: dict[int, list[tuple[str, str]]] = {row.id or 0: [] for row in rows}
             if grants:
                 found = session.execute(
                     select(
-                        StorageGrantRow.storage_id, StorageGrantRow.kind, StorageGrantRow.subject
+                        col(StorageGrantRow.storage_id),
+                        col(StorageGrantRow.kind),
+                        col(StorageGrantRow.subject),
                     )
                     .where(col(StorageGrantRow.storage_id).in_(list(grants)))
-                    .order_by(StorageGrantRow.subject)
+                    .order_by(col(StorageGrantRow.subject))
                 )
                 for storage_id, kind, subject in found:
                     grants[storage_id].append((kind, subject))
@@ -505,7 +516,7 @@ def _next_number(taken: dict[str, str]) -> str:
 
 
 def _lock_item(session: Session, key: str) -> MarketplaceItemRow:
-    row = session.scalar(select(_ITEM).where(_ITEM.id == key).with_for_update())
+    row = session.scalar(select(_ITEM).where(col(_ITEM.id) == key).with_for_update())
     if row is None:
         raise UnknownItem(f"no marketplace item has id {key!r}")
     return row
@@ -534,37 +545,37 @@ def _visible_to(reader: Reader) -> ColumnElement[bool]:
     if reader.admin:
         return true()
     shared = exists().where(
-        MarketplaceLabelRow.item_id == _ITEM.id,
-        MarketplaceLabelRow.kind == LabelKind.GROUP.value,
+        col(MarketplaceLabelRow.item_id) == col(_ITEM.id),
+        col(MarketplaceLabelRow.kind) == LabelKind.GROUP.value,
         col(MarketplaceLabelRow.value).in_(sorted(reader.groups)),
     )
     return or_(
-        _ITEM.visibility == Visibility.PUBLIC.value,
-        _ITEM.owner_id == reader.user_id,
-        and_(_ITEM.visibility == Visibility.GROUPS.value, shared),
+        col(_ITEM.visibility) == Visibility.PUBLIC.value,
+        col(_ITEM.owner_id) == reader.user_id,
+        and_(col(_ITEM.visibility) == Visibility.GROUPS.value, shared),
     )
 
 
 def _has_label(kind: LabelKind, value: str) -> ColumnElement[bool]:
     return exists().where(
-        MarketplaceLabelRow.item_id == _ITEM.id,
-        MarketplaceLabelRow.kind == kind.value,
-        func.lower(MarketplaceLabelRow.value) == value.lower(),
+        col(MarketplaceLabelRow.item_id) == col(_ITEM.id),
+        col(MarketplaceLabelRow.kind) == kind.value,
+        func.lower(col(MarketplaceLabelRow.value)) == value.lower(),
     )
 
 
 def _matching(where: ItemFilter) -> list[ColumnElement[bool]]:
     clauses: list[ColumnElement[bool]] = []
     if where.kind is not None:
-        clauses.append(_ITEM.kind == ItemKind(where.kind).value)
+        clauses.append(col(_ITEM.kind) == ItemKind(where.kind).value)
     if where.tag is not None:
         clauses.append(_has_label(LabelKind.TAG, where.tag))
     if where.category is not None:
         clauses.append(_has_label(LabelKind.CATEGORY, where.category))
     if where.owner is not None:
-        clauses.append(UserRow.name == where.owner)
+        clauses.append(col(UserRow.name) == where.owner)
     if where.name is not None:
-        clauses.append(_ITEM.name == where.name)
+        clauses.append(col(_ITEM.name) == where.name)
     if where.search:
         pattern = "%" + _escape_like(where.search.strip()) + "%"
         clauses.append(
@@ -581,27 +592,33 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _items_query() -> Any:
-    return select(*_ITEM_COLUMNS).join(UserRow, UserRow.id == _ITEM.owner_id)
+def _items_query() -> Select[*tuple[Any, ...]]:
+    return select(*_ITEM_COLUMNS).join(UserRow, col(UserRow.id) == col(_ITEM.owner_id))
 
 
 def _load_item(session: Session, key: str) -> MarketplaceItem:
-    found = _items(session, _items_query().where(_ITEM.id == key))
+    found = _items(session, _items_query().where(col(_ITEM.id) == key))
     if key not in found:
         raise UnknownItem(f"no marketplace item has id {key!r}")
     return found[key]
 
 
-def _items(session: Session, query: Any) -> dict[str, MarketplaceItem]:
+def _items(session: Session, query: Select[*tuple[Any, ...]]) -> dict[str, MarketplaceItem]:
     """The items the query selects, in its order, with their labels (one more query)."""
     rows = session.execute(query).all()
     labels: dict[str, dict[str, list[str]]] = {row[0]: {} for row in rows}
     if labels:
         found = session.execute(
-            select(MarketplaceLabelRow.item_id, MarketplaceLabelRow.kind, MarketplaceLabelRow.value)
+            select(
+                col(MarketplaceLabelRow.item_id),
+                col(MarketplaceLabelRow.kind),
+                col(MarketplaceLabelRow.value),
+            )
             .where(col(MarketplaceLabelRow.item_id).in_(list(labels)))
             .order_by(
-                MarketplaceLabelRow.item_id, MarketplaceLabelRow.kind, MarketplaceLabelRow.position
+                col(MarketplaceLabelRow.item_id),
+                col(MarketplaceLabelRow.kind),
+                col(MarketplaceLabelRow.position),
             )
         )
         for item_id, kind, value in found:
@@ -609,7 +626,7 @@ def _items(session: Session, query: Any) -> dict[str, MarketplaceItem]:
     return {row[0]: _item(row, labels[row[0]]) for row in rows}
 
 
-def _item(row: Row[Any], labels: dict[str, list[str]]) -> MarketplaceItem:
+def _item(row: Sequence[Any], labels: dict[str, list[str]]) -> MarketplaceItem:
     (key, name, kind, owner_id, owner, version, summary, description, visibility) = row[:9]
     stars, submits, created, updated = row[9:]
     return MarketplaceItem(

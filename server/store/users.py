@@ -81,7 +81,10 @@ class UserStore(Repository):
         token = new_token()
         try:
             with self._write() as session:
-                if session.scalar(select(UserRow.id).where(UserRow.name == name)) is not None:
+                if (
+                    session.scalar(select(col(UserRow.id)).where(col(UserRow.name) == name))
+                    is not None
+                ):
                     raise UserExists(f"a user named {name!r} exists already")
                 row = UserRow(name=name, admin=admin, created_at=utcnow())
                 session.add(row)
@@ -114,13 +117,22 @@ class UserStore(Repository):
             row = (
                 session.connection()
                 .execute(
-                    select(UserRow.id, UserRow.name, UserRow.admin, UserRow.created_at)
-                    .join(TokenRow, TokenRow.user_id == UserRow.id)
-                    .where(TokenRow.token_hash == token_hash(token))
+                    select(
+                        col(UserRow.id),
+                        col(UserRow.name),
+                        col(UserRow.admin),
+                        col(UserRow.created_at),
+                    )
+                    .join(TokenRow, col(TokenRow.user_id) == col(UserRow.id))
+                    .where(col(TokenRow.token_hash) == token_hash(token))
                 )
                 .first()
             )
-            return User(*row) if row is not None else None
+        if row is None:
+            return None
+        user_id, name, admin, created_at = row
+        assert user_id is not None  # a stored row has its id
+        return User(id=user_id, name=name, admin=admin, created_at=created_at)
 
     def get_user(self, user_id: int) -> User | None:
         with self._read() as session:
@@ -129,7 +141,7 @@ class UserStore(Repository):
 
     def user_named(self, name: str) -> User | None:
         with self._read() as session:
-            row = session.scalar(select(UserRow).where(UserRow.name == name))
+            row = session.scalar(select(UserRow).where(col(UserRow.name) == name))
             return _user(row) if row is not None else None
 
     def users_by_ids(self, user_ids: Iterable[int]) -> dict[int, User]:
@@ -144,7 +156,7 @@ class UserStore(Repository):
     def count_users(self) -> int:
         """Users who were added (the reserved local admin does not count)."""
         with self._read() as session:
-            query = select(func.count()).select_from(UserRow).where(UserRow.name != LOCAL_USER)
+            query = select(func.count()).select_from(UserRow).where(col(UserRow.name) != LOCAL_USER)
             return session.scalar(query) or 0
 
     def add_membership(self, user_id: int, virtual_cluster: str) -> None:
@@ -160,7 +172,9 @@ class UserStore(Repository):
                 "name",
             )
             vc_id = session.scalar(
-                select(VirtualClusterRow.id).where(VirtualClusterRow.name == virtual_cluster)
+                select(col(VirtualClusterRow.id)).where(
+                    col(VirtualClusterRow.name) == virtual_cluster
+                )
             )
             _insert_missing(
                 session,
@@ -174,10 +188,13 @@ class UserStore(Repository):
         """The names of the virtual clusters the user belongs to, sorted."""
         with self._read() as session:
             names = session.scalars(
-                select(VirtualClusterRow.name)
-                .join(MembershipRow, MembershipRow.virtual_cluster_id == VirtualClusterRow.id)
-                .where(MembershipRow.user_id == user_id)
-                .order_by(VirtualClusterRow.name)
+                select(col(VirtualClusterRow.name))
+                .join(
+                    MembershipRow,
+                    col(MembershipRow.virtual_cluster_id) == col(VirtualClusterRow.id),
+                )
+                .where(col(MembershipRow.user_id) == user_id)
+                .order_by(col(VirtualClusterRow.name))
             )
             return list(names)
 

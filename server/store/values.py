@@ -70,7 +70,7 @@ class Instance(NamedTuple):
     job_id: str
     attempt: int
     role: str
-    index: int
+    index: int  # type: ignore[assignment]  # hides tuple.index on purpose (see above)
     task_attempt: int
     state: JobState
     state_reason: str
