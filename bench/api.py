@@ -312,7 +312,8 @@ def serve(url: str, fd: int) -> None:
     from server.serving import server_config
 
     app = create_app(db_url=url, backend=None)
-    app.router.routes.append(Route("/plain/jobs", plain_jobs))
+    # Ahead of the web UI's catch-all route, which would otherwise answer it with the UI's page.
+    app.router.routes.insert(0, Route("/plain/jobs", plain_jobs))
     # A socket object of the right family: uvicorn's own `fd=` takes every fd for AF_UNIX and
     # then leaves TCP_NODELAY off, which stalls responses written in two parts by 40 ms.
     sock = socket.socket(fileno=fd)

@@ -3,6 +3,9 @@ PAIGRAPH_EXECUTOR or `serve --executor`; anything else is refused naming the set
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from typer.testing import CliRunner
 
@@ -26,6 +29,18 @@ def test_each_executor_has_its_own_schema_with_the_same_sdl() -> None:
     # strawberry's own, graphql-core's executor with nothing overridden
     assert standard.execution_context_class.__name__ == "StrawberryGraphQLCoreExecutionContext"
     assert fast.as_str() == standard.as_str()
+
+
+def test_the_standard_executor_never_imports_the_fast_one() -> None:
+    """It keeps serving when graphql-core changes the internals the fast one overrides."""
+    check = (
+        "import sys\n"
+        "from server.app import create_app\n"
+        "create_app(db_url='sqlite://', backend=None, executor='standard')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('server.api.execution')))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]"
 
 
 def test_an_unknown_executor_is_refused_naming_the_setting_and_its_values() -> None:

@@ -20,8 +20,8 @@ from strawberry.extensions import (
 )
 
 from server.api.errors import ApiError, MaskUnexpectedErrors
-from server.api.known_queries import SkipKnownValidQueries
 from server.api.operation_name import RequireOperationName
+from server.api.validation_cache import REMEMBERED, KnownValidDocuments
 
 MAX_FIRST = 100
 DEFAULT_FIRST = 50
@@ -65,9 +65,9 @@ _SHAPE_RULES = [
 def schema_extensions() -> list[Callable[[], SchemaExtension]]:
     """Factories: each operation gets its own extension objects."""
     return [
-        partial(ParserCache, maxsize=256),
+        partial(ParserCache, maxsize=REMEMBERED),
+        KnownValidDocuments,  # before RequireOperationName, whose error must stand
         RequireOperationName,
-        SkipKnownValidQueries,
         partial(AddValidationRules, _SHAPE_RULES),
         partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
         MaskUnexpectedErrors,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from graphql.pyutils import Path
 from strawberry.types.nodes import SelectedField, Selection
 
 from server.api.context import Info
@@ -25,17 +26,31 @@ def _selects(selections: Iterable[Selection], path: tuple[str, ...]) -> bool:
     return False
 
 
+def _field_path(at: Path | None) -> tuple[tuple[str, str | None], ...]:
+    """The response path to a field without list indices (every item of a list has the same
+    fields of the query), each key with its parent type's name (which fragments apply)."""
+    keys = []
+    while at is not None:
+        if type(at.key) is str:
+            keys.append((at.key, at.typename))
+        at = at.prev
+    return tuple(keys)
+
+
 def selected_below(info: Info, *path: str) -> bool:
     """Whether the field being resolved has `path` (GraphQL field names) in its selection.
 
     Asked once per object of a list (every job of a page asks it of its taskRoles), the answer
-    is kept for the request by the field's nodes in the query document."""
-    nodes = info._raw_info.field_nodes
+    is kept for the execution by the field's response path: within one operation and one set
+    of variables (which decide `@include` and `@skip`), that path names the same nodes of the
+    query document."""
+    operation, variables = info.operation, info.variable_values
     memo = info.context.lookahead
-    key = (*map(id, nodes), path)
+    key = (id(operation), _field_path(info.path), path)
     found = memo.get(key)
-    if found is not None and all(a is b for a, b in zip(found[0], nodes, strict=True)):
-        return found[1]  # the very nodes (kept in the entry, so their ids are not reused)
+    if found is not None and found[0] is operation and found[1] is variables:
+        # The very objects the entry keeps (so their ids are not reused): the same execution.
+        return found[2]
     answer = any(_selects(field.selections, path) for field in info.selected_fields)
-    memo[key] = (nodes, answer)
+    memo[key] = (operation, variables, answer)
     return answer

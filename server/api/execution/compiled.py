@@ -1,0 +1,125 @@
+"""A selection made of plain fields all the way down, compiled into one function.
+
+Replaces, for such a selection (a role's instances and their ports: scalars, enums, and lists
+of objects whose own selections are such), graphql-core's walk through `execute_fields`,
+`complete_list_value` and `complete_object_value` for every item, which builds a `Path` per
+field and per item and looks each field up again. The compiled function reads the attributes
+and builds the result dicts directly, with no paths: paths are needed only to report errors,
+and any value that could err makes it answer `SLOW` before anything counts, so the caller
+completes the whole value the general way, where the error is reported with its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
+
+from graphql import GraphQLObjectType
+from graphql.execution.collect_fields import FieldDetailsList
+
+from server.api.execution.field_plans import (
+    LISTS,
+    SLOW,
+    STRAWBERRY_FIELD,
+    LeafRead,
+    ObjectsRead,
+    Plan,
+)
+
+Compiled = Callable[[Any], Any]  # a value -> its completed dict, or SLOW
+# The class the items of an object type must have, and the compiled selection made of them;
+# None when there is no such class or the selection is not plain.
+ItemsOf = Callable[[GraphQLObjectType, FieldDetailsList], "tuple[type, Compiled] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One field of a compiled selection: a leaf, or a list of objects completed by `items`
+    (whose values must be of the exact class `item_class`)."""
+
+    name: str
+    get: Callable[[Any], Any]
+    leaf: LeafRead | None
+    items: Compiled | None = None
+    item_class: type | None = None
+
+
+def compile_plan(plan: Sequence[Plan], items_of: ItemsOf) -> Compiled | None:
+    """The selection planned as `plan` compiled, or None when one of its fields is not plain
+    (`items_of` compiles the selections of its lists of objects)."""
+    steps = []
+    for name, details, read in plan:
+        if type(read) is LeafRead:
+            steps.append(Step(name, _getter(read.read, read.attribute), read))
+            continue
+        if type(read) is not ObjectsRead or any(d.node.directives for d in details):
+            return None
+        items = items_of(read.shape.object_type, details)
+        if items is None:
+            return None
+        item_class, completion = items
+        getter = _getter(read.read, read.attribute)
+        steps.append(Step(name, getter, None, completion, item_class))
+    return compile_selection(steps)
+
+
+def compile_selection(steps: Sequence[Step]) -> Compiled:
+    """A completion of a selection of attribute fields only, scalars, enums and lists of
+    objects whose own selections are such, with no paths built: SLOW as soon as a value
+    would need anything else (a null where none is allowed, a value a scalar refuses, an item
+    of another class), and the caller then completes the whole value the general way."""
+    fields = tuple((s.name, s.get, s.leaf, s.items, s.item_class) for s in steps)
+
+    def complete(source: Any) -> Any:
+        out: dict[str, Any] = {}
+        for name, get, leaf, items, item_class in fields:
+            value = get(source)
+            if leaf is not None:
+                if value is None:
+                    if leaf.non_null:
+                        return SLOW
+                    out[name] = None
+                    continue
+                value = leaf.complete_value(value) if leaf.is_list else leaf.coerce(value)
+                if value is SLOW:
+                    return SLOW
+                out[name] = value
+                continue
+            if type(value) not in LISTS:
+                return SLOW
+            value = complete_items(items, item_class, value)  # type: ignore[arg-type]
+            if value is SLOW:
+                return SLOW
+            out[name] = value
+        return out
+
+    return complete
+
+
+def complete_items(completion: Compiled, item_class: type, items: Sequence[Any]) -> Any:
+    """Each item through `completion`, or SLOW when one is not of `item_class` or needs
+    the general way."""
+    completed = []
+    for item in items:
+        if type(item) is not item_class:
+            return SLOW
+        value = completion(item)
+        if value is SLOW:
+            return SLOW
+        completed.append(value)
+    return completed
+
+
+def _getter(read: Callable[[Any, str], Any], attribute: str) -> Callable[[Any], Any]:
+    if read is getattr:
+        return attrgetter(attribute)
+    return lambda source: read(source, attribute)
+
+
+def origin_class(object_type: GraphQLObjectType) -> type | None:
+    """The Python class strawberry made `object_type` from."""
+    definition = object_type.extensions.get(STRAWBERRY_FIELD)
+    origin = getattr(definition, "origin", None)
+    return origin if isinstance(origin, type) else None

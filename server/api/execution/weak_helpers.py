@@ -1,0 +1,41 @@
+"""The helpers resolvers reach through their info, holding the executor weakly.
+
+Replaces graphql-core's `GraphQLResolveInfoHelpers` as its executor builds them: from the
+executor's bound methods (`gather_async_work`, `track_async_work`), which makes a reference
+cycle (executor -> helpers -> bound method -> executor). The cycle kept everything a request
+read and built (the context's loaders, their rows) alive until Python's cycle collector found
+it, which then took tens of milliseconds in whichever request came next. Resolvers only use
+the helpers while the executor runs them, so a weak reference is enough, and the request's
+objects are freed by reference counting when it ends.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from graphql import GraphQLResolveInfoHelpers
+
+if TYPE_CHECKING:
+    from server.api.execution.executor import FastExecutionContext
+
+
+def helpers_of(context: FastExecutionContext) -> GraphQLResolveInfoHelpers:
+    """`context`'s gather and track helpers, holding it through a weak reference."""
+    ref = weakref.ref(context)
+
+    def gather(values: Sequence[Awaitable[Any]]) -> Awaitable[list[Any]]:
+        return _live(ref).gather_async_work(values)
+
+    def track(values: Sequence[Any]) -> None:
+        _live(ref).track_async_work(values)
+
+    return GraphQLResolveInfoHelpers(gather=gather, track=track)
+
+
+def _live(ref: weakref.ReferenceType[FastExecutionContext]) -> FastExecutionContext:
+    context = ref()
+    if context is None:  # a resolver kept its info past the execution that made it
+        raise RuntimeError("the execution this info belongs to has ended")
+    return context
