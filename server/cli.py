@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from server.cli_args import open_store_or_exit, parse_params
 from server.cli_help import Typer
 from server.cli_output import console
 from server.exec_commands import register as register_exec_commands
@@ -141,21 +141,6 @@ def validate(
     raise typer.Exit(0 if all_ok else 1)
 
 
-def _parse_params(params: list[str]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for item in params:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            err.print(f"[red]error:[/red] --param takes key=value, got {escape(item)!r}")
-            raise typer.Exit(2)
-        try:
-            value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            value = raw
-        values[key] = value if isinstance(value, (str, int, float, bool)) or value is None else raw
-    return values
-
-
 def _unknown_parameters(raw: bytes, values: dict[str, Any]) -> list[Issue]:
     """An error for each value given for a parameter the job does not declare (a typo would
     otherwise be ignored silently), as `market use` reports it."""
@@ -177,7 +162,7 @@ def _unknown_parameters(raw: bytes, values: dict[str, Any]) -> list[Issue]:
 
 def _resolved(file: Path, params: list[str] | None) -> JobSpec:
     """The job in `file` with its parameters rendered; exit 1 with every error when invalid."""
-    raw, values = _read(file), _parse_params(params or [])
+    raw, values = _read(file), parse_params(params or [])
     result = resolve_job(raw, values)
     result.issues.extend(_unknown_parameters(raw, values) if result.spec is not None else [])
     if result.errors:
@@ -274,17 +259,6 @@ DbOption = Annotated[
 ]
 
 
-def _open_store(db: str | None) -> Store:
-    """The store on `db`, migrated; exit 1 with the reason when the database is not usable."""
-    from server.store import StoreError, open_store
-
-    try:
-        return open_store(db)
-    except StoreError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(1) from None
-
-
 @app.command()
 def serve(
     host: Annotated[
@@ -345,7 +319,7 @@ def serve(
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from None
     with sock:
-        _open_store(db).close()  # brings the schema up to date before anything is served
+        open_store_or_exit(db).close()  # brings the schema up to date before anything is served
         try:
             chosen = make_backend(backend, namespace=namespace, kubeconfig=kubeconfig)
         except BackendUnavailable as exc:
@@ -402,7 +376,7 @@ def users_add(
     Everyone may submit to the virtual cluster `default`; `--vc` grants others."""
     from server.store import StoreError
 
-    store = _open_store(db)
+    store = open_store_or_exit(db)
     try:
         user, token = store.create_user(name, admin=admin)
         for cluster in vc or []:
@@ -415,7 +389,7 @@ def users_add(
     typer.echo(token)
 
 
-register_remote_commands(app, _parse_params)
+register_remote_commands(app, parse_params)
 register_exec_commands(app)
 
 
@@ -456,7 +430,7 @@ def doctor(
     raise typer.Exit(1 if problems else 0)
 
 
-register_market_commands(app, _parse_params, _open_store)
+register_market_commands(app)
 
 
 @app.command()

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from server.api.ids import BadId, parse_global_id
+from server.cli_args import open_store_or_exit, parse_params
 from server.cli_help import Typer
 from server.cli_output import console
 from server.marketplace.fixed_variables import fix_variables
@@ -26,7 +27,7 @@ from server.remote import DEFAULT_URL, Client, RemoteError
 from server.remote_commands import TokenOption, UrlOption
 
 if TYPE_CHECKING:
-    from server.store import Store
+    pass
 
 out = console()
 err = console(stderr=True)
@@ -315,25 +316,8 @@ storages_app = Typer(
 )
 
 
-class _FromCli:
-    """The two helpers of server/cli.py these commands share with its own. cli.py imports this
-    module, so it hands them over in `register` instead of this module importing cli.py."""
-
-    parse_params: Callable[[list[str]], dict[str, Any]]
-    open_store: Callable[[str | None], Store]
-
-
-_from_cli = _FromCli()
-
-
-def register(
-    app: typer.Typer,
-    parse_params: Callable[[list[str]], dict[str, Any]],
-    open_store: Callable[[str | None], Store],
-) -> None:
+def register(app: typer.Typer) -> None:
     """Add `market` and `storages` to the `paigraph` command."""
-    _from_cli.parse_params = parse_params
-    _from_cli.open_store = open_store
     app.add_typer(market_app, name="market")
     app.add_typer(storages_app, name="storages")
 
@@ -515,7 +499,7 @@ def market_use(
     market = MarketClient(Client(url, token or None))
     values: dict[str, Any] = {
         "id": _call(lambda: market.item_id(item)),
-        "parameters": _from_cli.parse_params(param or []),
+        "parameters": parse_params(param or []),
         "submit": submit,
     }
     if version is not None:
@@ -666,7 +650,7 @@ def storages_add(
     except StoreError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
-    store = _from_cli.open_store(db)
+    store = open_store_or_exit(db)
     try:
         unknown = [u for u in user or [] if store.user_named(u) is None]
         if unknown:
@@ -700,7 +684,7 @@ def storages_list(
     ] = None,
 ) -> None:
     """List the storages and who may use them."""
-    store = _from_cli.open_store(db)
+    store = open_store_or_exit(db)
     try:
         found = store.list_storages()
     finally:
