@@ -31,11 +31,11 @@ from tests.test_e2e_server import (
     instances,
     nothing_left,
     served,
-    until,
 )
 from tests.test_e2e_server import (
     job as job_of,
 )
+from tests.waiting import until, until_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -62,13 +62,6 @@ async def backend_through(
     finally:
         await sim.close()
         client.close()
-
-
-async def eventually(check, what: str, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        await asyncio.sleep(0.05)
 
 
 async def test_exits_while_the_event_stream_is_cut_arrive_with_their_codes_and_times(
@@ -110,7 +103,9 @@ async def test_while_the_engine_is_unreachable_launches_wait_and_exits_are_kept(
         await sim.launch(running)
         await events.until(lambda: len(events.started(running)) == 2)
         proxy.refuse()
-        await eventually(lambda: not sim.health().healthy, "the backend seeing the engine gone")
+        await until_async(
+            lambda: not sim.health().healthy, "the backend seeing the engine gone", 30, 0.05
+        )
         health = sim.health()
         assert health.reason is not None and health.since is not None
         assert health.reason.startswith("Docker engine unreachable since ")
