@@ -18,8 +18,8 @@ import pytest
 
 from server.remote import Client, RemoteError
 from tests.private_postgres import private_postgres
+from tests.servers import Server, event_log, final_job, job
 from tests.simulated import job_config, remove_leftovers
-from tests.test_e2e_server import Server, event_log, final_job, job
 from tests.waiting import until
 
 pytestmark = pytest.mark.docker

@@ -23,18 +23,9 @@ from backends.docker import DockerBackend
 from server.remote import Client
 from simulator.containers import Engine
 from tests.docker_proxy import DockerProxy
+from tests.servers import Server, event_log, final_job, instances, nothing_left, served
+from tests.servers import job as job_of
 from tests.simulated import Collector, job, job_config, role, settings
-from tests.test_e2e_server import (
-    Server,
-    event_log,
-    final_job,
-    instances,
-    nothing_left,
-    served,
-)
-from tests.test_e2e_server import (
-    job as job_of,
-)
 from tests.waiting import until, until_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

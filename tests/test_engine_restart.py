@@ -26,9 +26,9 @@ import pytest
 import requests.exceptions
 
 from simulator.containers import OWNER, host_routes
+from tests.servers import event_log, final_job, instances, served
+from tests.servers import job as job_of
 from tests.simulated import IMAGE, job_config
-from tests.test_e2e_server import event_log, final_job, instances, served
-from tests.test_e2e_server import job as job_of
 from tests.waiting import NotInTime, until
 
 pytestmark = pytest.mark.docker

@@ -36,7 +36,7 @@ from server.jobs.service import JobService
 from server.jobs.states import JobState
 from server.store import Store
 from tests.fake_kube_api import FakeKubeAPI
-from tests.test_e2e_server import Server
+from tests.servers import Server
 from tests.waiting import until_async, until_notified_async
 
 pytestmark = pytest.mark.anyio
