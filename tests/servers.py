@@ -21,6 +21,8 @@ from typing import Any
 import docker
 import httpx
 
+from backends.docker_specs import JOB as JOB_LABEL
+from server.api.ids import parse_global_id
 from server.app import server_owner
 from server.remote import Client
 from simulator.containers import OWNER
@@ -229,6 +231,13 @@ def final_job(client: Client, job_id: str, timeout: float = 60) -> dict[str, Any
 def containers(owner: str, status: str) -> list[str]:
     api = docker.from_env().api
     found = api.containers(all=True, filters={"label": f"{OWNER}={owner}", "status": status})
+    return sorted(c["Names"][0].lstrip("/") for c in found)
+
+
+def job_containers(job_id: str, status: str) -> list[str]:
+    """The names of the containers of the job (by its API id) that Docker has in `status`."""
+    labels = f"{JOB_LABEL}={parse_global_id(job_id)[1]}"
+    found = docker.from_env().api.containers(all=True, filters={"label": labels, "status": status})
     return sorted(c["Names"][0].lstrip("/") for c in found)
 
 

@@ -23,7 +23,16 @@ from backends.docker import DockerBackend
 from server.remote import Client
 from simulator.containers import Engine
 from tests.docker_proxy import DockerProxy
-from tests.servers import Server, event_log, final_job, instances, nothing_left, served
+from tests.servers import (
+    Server,
+    containers,
+    event_log,
+    final_job,
+    instances,
+    job_containers,
+    nothing_left,
+    served,
+)
 from tests.servers import job as job_of
 from tests.simulated import Collector, job, job_config, role, settings
 from tests.waiting import until, until_async
@@ -110,7 +119,11 @@ async def test_while_the_engine_is_unreachable_launches_wait_and_exits_are_kept(
                 e.kind is EventKind.WAITING and e.reason == health.reason for e in events.of(later)
             )
         )
-        await asyncio.sleep(3)  # both running instances exit meanwhile
+        await until_async(  # both running instances exit meanwhile (Docker says so directly)
+            lambda: asyncio.to_thread(lambda: len(containers(owner, "exited")) == 2),
+            "both running instances exiting",
+            30,
+        )
         assert events.ended(running) == {}  # nothing is decided while the engine is away
         back, back_at = time.monotonic(), datetime.now(UTC)
         proxy.accept()
@@ -214,7 +227,9 @@ def test_a_server_keeps_its_word_through_a_cut_stream_and_an_unreachable_engine(
             "the new job showing the engine unreachable",
             timeout=10,
         )
-        time.sleep(3)  # `outlives` exits while the engine is away
+        until(  # `outlives` exits while the engine is away
+            lambda: job_containers(outlives, "exited"), "outlives' instance exiting", 30
+        )
         assert job_of(client, outlives)["state"] == "RUNNING"
 
         proxy.accept()
