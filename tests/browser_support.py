@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.test_e2e_server import Server, served
+from tests.servers import Server, served
 from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,6 +40,7 @@ import kubernetes_validate.utils
 import yaml
 
 from tests.fake_kube_exec import ExecConnection, accept_key, choose_protocol
+from tests.waiting import NotInTime, until_notified
 
 KUBERNETES_VERSION = "1.33"  # the schema objects are validated against
 TOKEN = "fake-token"
@@ -250,20 +251,20 @@ class FakeKubeAPI:
         return sorted(p["metadata"]["name"] for p in self.pods(namespace))
 
     def wait_for_pods(self, count: int, namespace: str = "jobs", timeout: float = 10) -> list[str]:
-        deadline = time.monotonic() + timeout
-        with self.lock:
-            while True:
-                names = sorted(
-                    name for (res, ns, name) in self.objects if res == "pods" and ns == namespace
-                )
-                if len(names) >= count:
-                    return names
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(
-                        f"{len(names)} pod(s) after {timeout} s, not {count}: {names}"
-                    )
-                self.lock.wait(left)
+        def names() -> list[str]:
+            return sorted(
+                name for (res, ns, name) in self.objects if res == "pods" and ns == namespace
+            )
+
+        def enough() -> list[str]:
+            found = names()
+            return found if len(found) >= count else []
+
+        try:
+            return until_notified(self.lock, enough, f"{count} pod(s) in {namespace}", timeout)
+        except NotInTime as late:
+            with self.lock:
+                raise NotInTime(f"{late} (there are {names()})") from None
 
     @contextmanager
     def _pod(self, name: str, namespace: str) -> Iterator[dict[str, Any]]:

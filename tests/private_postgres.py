@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_e2e_server import free_port
+from tests.servers import free_port
 
 
 def _binaries() -> Path | None:

@@ -27,6 +27,7 @@ from backends.base import (
 from backends.docker import DockerBackend
 from simulator.containers import OWNER
 from simulator.settings import SimulatorSettings
+from tests.waiting import until_async, until_notified_async
 
 IMAGE = "paigraph/busybox:test"
 ENDED = (EventKind.EXITED, EventKind.STOPPED, EventKind.START_FAILED, EventKind.LOST)
@@ -141,15 +142,17 @@ class Collector:
             e.key: e for e in self.of(request) if e.kind is EventKind.STARTED and e.key is not None
         }
 
-    async def until(self, condition: Any, timeout: float = 90) -> None:
-        async def wait() -> None:
-            async with self._changed:
-                await self._changed.wait_for(condition)
-
-        await asyncio.wait_for(wait(), timeout)
+    async def until(
+        self, condition: Any, timeout: float = 90, what: str = "the events awaited"
+    ) -> None:
+        await until_notified_async(self._changed, condition, what, timeout)
 
     async def all_ended(self, request: LaunchRequest, timeout: float = 90) -> dict:
-        await self.until(lambda: len(self.ended(request)) == request.total_instances, timeout)
+        await self.until(
+            lambda: len(self.ended(request)) == request.total_instances,
+            timeout,
+            f"every instance of {request.job_id} ending",
+        )
         return self.ended(request)
 
     def close(self) -> None:
@@ -163,6 +166,21 @@ def leftovers(owner: str) -> tuple[list[str], list[str]]:
     containers = [c["Names"][0].lstrip("/") for c in api.containers(all=True, filters=labels)]
     networks = [n["Name"] for n in api.networks(filters=labels)]
     return containers, networks
+
+
+async def nothing_left(owner: str, timeout: float = 30) -> None:
+    """Until Docker has no container or network of the owner: removal follows the ending
+    event."""
+
+    def gone() -> bool:
+        with contextlib.suppress(docker.errors.NotFound):  # listed, then removed meanwhile
+            return leftovers(owner) == ([], [])
+        return False
+
+    async def gone_off_the_loop() -> bool:  # the backend's loop goes on meanwhile
+        return await asyncio.to_thread(gone)
+
+    await until_async(gone_off_the_loop, f"no container or network of {owner} left", timeout)
 
 
 def remove_leftovers(owner: str) -> None:

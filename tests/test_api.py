@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +16,7 @@ from server.api.schema import current_schema
 from server.app import create_app
 from tests.api_support import gql, serving
 from tests.jobs import as_json, as_yaml, v1, v2
+from tests.servers import paigraph
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schema.graphql"
 
@@ -217,22 +215,10 @@ async def test_health(client: httpx.AsyncClient) -> None:
 
 
 def test_serve_refuses_a_kubernetes_backend_without_a_cluster(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "server.cli",
-            "serve",
-            "--backend",
-            "kubernetes",
-            "--db",
-            f"sqlite:///{tmp_path / 'k.db'}",
-        ],
-        cwd=SCHEMA_FILE.parent,
-        capture_output=True,
-        text=True,
+    done = paigraph(
+        *("serve", "--backend", "kubernetes", "--db", f"sqlite:///{tmp_path / 'k.db'}"),
+        env={"PAIGRAPH_KUBECONFIG": str(tmp_path / "no-such-kubeconfig")},
         timeout=60,
-        env={**os.environ, "PAIGRAPH_KUBECONFIG": str(tmp_path / "no-such-kubeconfig")},
     )
     assert done.returncode == 1
     assert "the kubernetes backend cannot start: no usable Kubernetes configuration" in done.stderr

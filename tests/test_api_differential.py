@@ -35,6 +35,7 @@ from tests.api_support import finish, place_and_start
 from tests.differential_support import SCHEMA_FILE, T0, World, ask, two_executors
 from tests.query_generator import GeneratedSelection, QueryGenerator
 from tests.store_support import submit
+from tests.waiting import until_async
 
 pytestmark = [
     pytest.mark.anyio,
@@ -169,9 +170,9 @@ async def test_live_subscribers_of_one_document_agree_with_the_standard_executor
 
 async def until_listening(bus: Any, count: int) -> None:
     """Until `count` subscribers listen on the bus (the in-process one, else its local part)."""
-
-    async def poll() -> None:
-        while getattr(bus, "local", bus).subscriber_count != count:
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(poll(), 30)
+    await until_async(
+        lambda: getattr(bus, "local", bus).subscriber_count == count,
+        f"{count} subscribers listening",
+        30,
+        0.01,
+    )

@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
@@ -30,7 +29,8 @@ from tests.api_support import (
     ws_connection,
 )
 from tests.service_support import job_config, ps_worker
-from tests.simulated import leftovers, settings
+from tests.simulated import nothing_left, settings
+from tests.waiting import until_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -83,10 +83,13 @@ class Served:
         return (await data(self.client, INSTANCES, {"id": job_id}, token=token))["job"]
 
     async def until(self, token: str, job_id: str, check: Any, timeout: float = 90) -> dict:
-        with anyio.fail_after(timeout):
-            while not check(found := await self.job(token, job_id)):
-                await asyncio.sleep(0.2)
-        return found
+        """The job as `token`'s user sees it, once `check` holds for it."""
+
+        async def checked() -> dict[str, Any] | None:
+            found = await self.job(token, job_id)
+            return found if check(found) else None
+
+        return await until_async(checked, f"job {job_id} as awaited", timeout)
 
 
 @asynccontextmanager
@@ -109,12 +112,6 @@ async def served(db_url: str, state_dir: Path, owner: str) -> AsyncIterator[Serv
 def instance(job: dict[str, Any], role: str, index: int) -> dict[str, Any]:
     found = next(r for r in job["taskRoles"] if r["name"] == role)
     return found["instances"][index]
-
-
-async def nothing_left(owner: str, timeout: float = 30) -> None:
-    with anyio.fail_after(timeout):
-        while await asyncio.to_thread(leftovers, owner) != ([], []):
-            await asyncio.sleep(0.2)
 
 
 async def test_a_ps_worker_job_runs_to_success_with_live_events_and_logs(

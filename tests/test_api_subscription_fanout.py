@@ -5,7 +5,6 @@ for all of them rather than once per subscriber."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 
@@ -21,6 +20,7 @@ from server.jobs import JobMachine
 from server.store import Store
 from tests.api_support import live_server, place_and_start, runtime, subscription, ws_connection
 from tests.store_support import StatementLog, submit
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.anyio
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -51,14 +51,6 @@ def end_next_instance(store: Store, machine: JobMachine, at: datetime) -> int:
     return events[-1].sequence
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(poll(), 30)
-
-
 async def test_every_subscriber_gets_every_event_and_a_change_is_read_once(
     db_url: str, store: Store
 ) -> None:
@@ -84,7 +76,9 @@ async def test_every_subscriber_gets_every_event_and_a_change_is_read_once(
         )
         bus = runtime(app).bus
         await bus.publish(JobNotice(job_id=job.id, sequence=last, state=machine.state.value))
-        await until(lambda: everyone_has(last))
+        await until_async(
+            lambda: everyone_has(last), "every subscriber has the last event", 30, 0.01
+        )
         return last
 
     async with live_server(app) as url, AsyncExitStack() as stack:
@@ -95,7 +89,12 @@ async def test_every_subscriber_gets_every_event_and_a_change_is_read_once(
         pairs = zip(sockets, received, strict=True)
         tasks = [asyncio.create_task(follow(ws, into)) for ws, into in pairs]
         bus = runtime(app).bus
-        await until(lambda: getattr(bus, "local", bus).subscriber_count == SUBSCRIBERS)
+        await until_async(
+            lambda: getattr(bus, "local", bus).subscriber_count == SUBSCRIBERS,
+            "every subscriber listening",
+            30,
+            0.01,
+        )
         await change(1)  # after it, every subscriber is waiting for the next notice
         log = StatementLog(runtime(app).store.engine)
         changes, last = 1, 0
@@ -152,11 +151,19 @@ async def test_subscribers_of_one_document_with_different_variables_get_their_ow
             for ws, with_text in zip(sockets, (True, False), strict=True)
         ]
         bus = runtime(app).bus
-        await until(lambda: getattr(bus, "local", bus).subscriber_count == 2)
+        await until_async(
+            lambda: getattr(bus, "local", bus).subscriber_count == 2,
+            "both subscribers listening",
+            30,
+            0.01,
+        )
         last = await asyncio.to_thread(end_next_instance, store, machine, T0 + timedelta(minutes=1))
         await bus.publish(JobNotice(job_id=job.id, sequence=last, state=machine.state.value))
-        await until(
-            lambda: all(seen and seen[-1]["sequence"] == last for seen in received.values())
+        await until_async(
+            lambda: all(seen and seen[-1]["sequence"] == last for seen in received.values()),
+            "both subscribers have the last event",
+            30,
+            0.01,
         )
         for task in tasks:
             task.cancel()

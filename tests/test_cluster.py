@@ -20,6 +20,7 @@ from simulator.cluster import (
 from simulator.ports import PortAllocator
 from simulator.settings import Capacity, load_settings, settings_from_yaml
 from tests.test_ports import free_window
+from tests.waiting import NotInTime, until
 
 
 def cluster(yaml_text: str = "", host_gpus: tuple[int, ...] = ()) -> Cluster:
@@ -329,35 +330,37 @@ def test_20_jobs_waiting_and_finishing_never_overcommit() -> None:
     finished: list[int] = []
 
     def run(i: int) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        def placed() -> Placed | None:
             result = c.place(f"job{i}", "default", JOB)
-            if isinstance(result, Shortage):
-                time.sleep(0.002)
-                continue
-            held = [ports.allocate(f"job{i}/{k}", PORTS) for k in range(len(JOB))]
-            mine = {p for h in held for v in h.values() for p in v}
-            slots = [(s.node, g) for s in result.slots for g in s.gpus]
-            with ledger_lock:
-                for slot, demand in zip(result.slots, JOB, strict=True):
-                    cpu_in_use[slot.node] += demand.cpu
-                if any(v > 16 for v in cpu_in_use.values()):
-                    problems.append(f"cpu overcommitted: {dict(cpu_in_use)}")
-                if gpus_in_use & set(slots) or ports_in_use & mine:
-                    problems.append(f"job{i} got a gpu or port someone holds")
-                gpus_in_use.update(slots)
-                ports_in_use.update(mine)
-            time.sleep(0.005)
-            with ledger_lock:
-                for slot, demand in zip(result.slots, JOB, strict=True):
-                    cpu_in_use[slot.node] -= demand.cpu
-                gpus_in_use.difference_update(slots)
-                ports_in_use.difference_update(mine)
-            for k in range(len(JOB)):
-                ports.release(f"job{i}/{k}")
-            c.release(f"job{i}")
-            finished.append(i)
+            return None if isinstance(result, Shortage) else result
+
+        try:
+            result = until(placed, f"job{i} placed", timeout=30, every=0.002)
+        except NotInTime as late:
+            problems.append(str(late))
             return
+        held = [ports.allocate(f"job{i}/{k}", PORTS) for k in range(len(JOB))]
+        mine = {p for h in held for v in h.values() for p in v}
+        slots = [(s.node, g) for s in result.slots for g in s.gpus]
+        with ledger_lock:
+            for slot, demand in zip(result.slots, JOB, strict=True):
+                cpu_in_use[slot.node] += demand.cpu
+            if any(v > 16 for v in cpu_in_use.values()):
+                problems.append(f"cpu overcommitted: {dict(cpu_in_use)}")
+            if gpus_in_use & set(slots) or ports_in_use & mine:
+                problems.append(f"job{i} got a gpu or port someone holds")
+            gpus_in_use.update(slots)
+            ports_in_use.update(mine)
+        time.sleep(0.005)
+        with ledger_lock:
+            for slot, demand in zip(result.slots, JOB, strict=True):
+                cpu_in_use[slot.node] -= demand.cpu
+            gpus_in_use.difference_update(slots)
+            ports_in_use.difference_update(mine)
+        for k in range(len(JOB)):
+            ports.release(f"job{i}/{k}")
+        c.release(f"job{i}")
+        finished.append(i)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(20)]
     for t in threads:

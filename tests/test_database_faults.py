@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,8 +17,8 @@ import pytest
 
 from server.remote import Client, RemoteError
 from tests.private_postgres import private_postgres
+from tests.servers import Server, event_log, final_job, job, job_containers
 from tests.simulated import job_config, remove_leftovers
-from tests.test_e2e_server import Server, event_log, final_job, job
 from tests.waiting import until
 
 pytestmark = pytest.mark.docker
@@ -70,7 +69,11 @@ def test_a_postgresql_restart_while_a_job_runs_loses_no_event(tmp_path: Path) ->
             until(lambda: job(client, job_id)["state"] == "RUNNING", "the job running", 60)
 
             pg.stop()  # every connection of the server is cut; the instances go on meanwhile
-            time.sleep(10)  # the workers end, then the parameter server: all while it is down
+            until(  # the workers end, then the parameter server: all while it is down
+                lambda: not job_containers(job_id, "running"),
+                "the job's instances ending while PostgreSQL is down",
+                60,
+            )
             pg.start()
 
             found = final_job(client, job_id, timeout=120)
@@ -149,7 +152,11 @@ def test_a_sqlite_database_on_a_full_disk_says_so_and_recovers(tmp_path: Path) -
             refusal = refused_submission(client, accepted)
             assert refusal == "the database cannot be used right now; try again shortly"
             assert job(client, running)["state"] == "RUNNING"  # reads still work
-            time.sleep(10)  # the job's instances end while nothing can be written
+            until(  # the job's instances end while nothing can be written
+                lambda: not job_containers(running, "running"),
+                "the job's instances ending while the disk is full",
+                60,
+            )
 
             filler.unlink()
             for job_id in accepted:

@@ -30,7 +30,17 @@ from backends.base import (
     UnknownInstance,
 )
 from simulator.containers import OWNER
-from tests.simulated import IMAGE, Collector, backend, job, leftovers, log_text, role
+from tests.simulated import (
+    IMAGE,
+    Collector,
+    backend,
+    job,
+    leftovers,
+    log_text,
+    nothing_left,
+    role,
+)
+from tests.waiting import until_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -64,15 +74,17 @@ async def test_ps_and_workers_talk_over_their_allocated_ports(tmp_path: Path) ->
         ps_key = InstanceKey(job_id=request.job_id, attempt=1, role="ps", index=0)
         await events.until(lambda: ps_key in events.started(request))
         http_port = events.started(request)[ps_key].placement.ports["http"][0]
-        answer = ""
-        for _ in range(100):  # the host reaches the ps at 127.0.0.1:<its allocated port>
+
+        def talk() -> httpx.Response | None:
             try:
-                answer = httpx.post(
+                return httpx.post(
                     f"http://127.0.0.1:{http_port}/cgi-bin/talk", content="host", timeout=2
-                ).text
-                break
+                )
             except httpx.TransportError:
-                await asyncio.sleep(0.2)
+                return None
+
+        # the host reaches the ps at 127.0.0.1:<its allocated port>
+        answer = (await until_async(talk, "the ps answering the host", 30)).text
         ended = await events.all_ended(request)
         assert answer.strip() == "ack host from ps"
         assert {k.role: e.exit_code for k, e in ended.items()} == {"ps": 0, "worker": 0}
@@ -387,17 +399,6 @@ def _runs(events: Collector, key: InstanceKey) -> list[EventKind]:
     return [e.kind for e in events.events if e.key == key]
 
 
-async def _nothing_left(owner: str, timeout: float = 10) -> bool:
-    """Whether Docker has no container or network of the owner, within the timeout: removal
-    follows the ending event."""
-    for _ in range(int(timeout / 0.2)):
-        with contextlib.suppress(docker.errors.NotFound):  # listed, then removed meanwhile
-            if leftovers(owner) == ([], []):
-                return True
-        await asyncio.sleep(0.2)
-    return False
-
-
 async def test_relaunch_runs_one_failed_instance_again_where_its_peers_expect_it(
     tmp_path: Path,
 ) -> None:
@@ -468,7 +469,7 @@ async def test_relaunch_after_every_peer_ended_gets_a_network_again(tmp_path: Pa
         assert (ended[retried].kind, ended[retried].exit_code) == (EventKind.EXITED, 2), [
             e.reason for e in ended.values()
         ]
-        assert await _nothing_left(sim.owner)
+        await nothing_left(sim.owner, 10)
         await sim.relaunch(retried)
         await events.until(lambda: _runs(events, retried).count(EventKind.EXITED) == 2)
         second = events.ended(request)[retried]
@@ -478,7 +479,7 @@ async def test_relaunch_after_every_peer_ended_gets_a_network_again(tmp_path: Pa
         [report] = [r for r in await sim.reconcile() if r.key == retried]
         assert (report.status, report.exit_code) == (InstanceStatus.EXITED, 0)
         # the network made for the second run is gone with it
-        assert await _nothing_left(sim.owner)
+        await nothing_left(sim.owner, 10)
         await sim.forget(request.job_id, 1)
         events.close()
 
@@ -592,12 +593,10 @@ async def _published(tmp_path: Path, **overrides: str) -> tuple[list[dict], int,
         key = InstanceKey(job_id=request.job_id, attempt=1, role="web", index=0)
         await events.until(lambda: key in events.started(request))
         port = events.started(request)[key].placement.ports["http"][0]
-        reached = {"127.0.0.1": False}
-        for _ in range(50):
-            reached["127.0.0.1"] = _answers("127.0.0.1", port)
-            if reached["127.0.0.1"]:
-                break
-            await asyncio.sleep(0.2)
+        await until_async(
+            lambda: _answers("127.0.0.1", port), "the host reaching the instance on loopback", 10
+        )
+        reached = {"127.0.0.1": True}
         if other is not None:
             reached[other] = _answers(other, port)
         [info] = docker.from_env().api.containers(filters={"label": f"{OWNER}={sim.owner}"})
@@ -681,7 +680,7 @@ async def test_a_port_taken_before_docker_publishes_it_is_replaced_before_any_co
         assert kinds == [EventKind.PLACED, EventKind.STARTED, EventKind.EXITED], kinds
         await sim.forget(request.job_id, 1)
         events.close()
-        assert await _nothing_left(sim.owner)
+        await nothing_left(sim.owner, 10)
 
 
 async def test_a_port_lost_on_every_try_fails_the_start_naming_the_port(

@@ -8,162 +8,34 @@ owner label no other server shares, and what it leaves behind can be counted.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import docker
-import httpx
 import pytest
 
 from backends.docker_specs import JOB as JOB_LABEL
 from server.api.ids import parse_global_id
-from server.app import server_owner
 from server.remote import Client
-from simulator.containers import OWNER
-from tests.simulated import job_config, leftovers, remove_leftovers
-from tests.store_support import KINDS, fresh_database
+from tests.servers import (
+    FINAL,
+    FOLLOW,
+    Server,
+    containers,
+    event_log,
+    final_job,
+    instances,
+    job,
+    nothing_left,
+    served,
+)
+from tests.simulated import job_config
+from tests.store_support import KINDS
 from tests.waiting import until
 
 pytestmark = pytest.mark.docker
-
-ROOT = Path(__file__).resolve().parents[1]
-FINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
-T = TypeVar("T")
-
-
-# --- servers and the command line --------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    """`python -m server.cli serve` on its own database, state directory and port; it can be
-    killed and started again on the same three."""
-
-    def __init__(
-        self, db_url: str, state_dir: Path, log: Path, serve_args: tuple[str, ...] = ()
-    ) -> None:
-        self.db_url = db_url
-        self.serve_args = serve_args  # more options of `paigraph serve`
-        self.state_dir = state_dir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.owner = server_owner(state_dir)
-        self.log = log
-        self.settings: dict[str, str] = {}  # more PAIGRAPH_* settings of this server
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def env(self, **extra: str) -> dict[str, str]:
-        """The caller's environment without any PAIGRAPH_* setting of its own, plus ours."""
-        base = {k: v for k, v in os.environ.items() if not k.startswith("PAIGRAPH_")}
-        return base | {
-            "PAIGRAPH_DB": self.db_url,
-            "PAIGRAPH_SIMULATOR_STATE": str(self.state_dir),
-            "PAIGRAPH_URL": self.url,
-            **self.settings,
-            **extra,
-        }
-
-    def launch(self) -> None:
-        """Start the server process, its output going to the log, without waiting for it."""
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "server.cli", "serve"),
-                    *("--port", str(self.port), *self.serve_args),
-                ],
-                env=self.env(),
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def start(self) -> None:
-        """Start the server process and wait until it answers."""
-        self.launch()
-
-        def answers() -> bool:
-            assert self.process is not None and self.process.poll() is None, self.output()
-            try:
-                return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        until(answers, f"the server on port {self.port} answering", timeout=30, every=0.1)
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown code runs, the containers keep going."""
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-        self.process = None
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-        self.process = None
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
-    def paigraph(
-        self, *args: str, token: str | None = None, stdin: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """The `paigraph` command pointed at this server, as a user with `token` (or none),
-        reading `stdin` when given."""
-        return subprocess.run(
-            [sys.executable, "-m", "server.cli", *args],
-            env=self.env(**({"PAIGRAPH_TOKEN": token} if token else {})),
-            cwd=ROOT,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    def start_paigraph(self, *args: str, token: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "server.cli", *args],
-            env=self.env(PAIGRAPH_TOKEN=token),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-
-    def client(self, token: str | None = None) -> Client:
-        return Client(self.url, token or "")
-
-
-@contextmanager
-def served(kind: str, tmp_path: Path, name: str = "server") -> Iterator[Server]:
-    """A server (not started yet) on a fresh database of `kind`; stopped, and its containers
-    and networks removed, at the end whatever happened."""
-    (tmp_path / name).mkdir()
-    with fresh_database(kind, tmp_path / name) as url:
-        server = Server(url, tmp_path / name / "state", tmp_path / f"{name}.log")
-        try:
-            yield server
-        finally:
-            server.stop()
-            remove_leftovers(server.owner)
 
 
 @pytest.fixture(params=KINDS)
@@ -202,65 +74,6 @@ RESTARTED_ENDS = {
     "worker-0": ("SUCCEEDED", 0),
     "worker-1": ("SUCCEEDED", 0),
 }
-
-JOB = """query($id: ID!) { job(id: $id) {
-  id name state stateReason attempt retries
-  taskRoles { name instances {
-    index attempt taskAttempt state exitCode node hostIp startedAt ports { label ports } } }
-} }"""
-
-EVENTS = """query($id: ID!, $after: String) { job(id: $id) {
-  events(first: 100, after: $after) {
-    edges { node { cursor sequence type state attempt taskRole index message } }
-    pageInfo { hasNextPage endCursor }
-  }
-} }"""
-
-FOLLOW = """subscription($id: ID!, $after: String) { jobEvents(jobId: $id, after: $after) {
-  cursor sequence type state attempt taskRole index message } }"""
-
-
-def job(client: Client, job_id: str) -> dict[str, Any]:
-    found = client.execute(JOB, {"id": job_id})["job"]
-    assert found is not None, f"no job {job_id}"
-    return found
-
-
-def instances(found: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {
-        f"{role['name']}-{i['index']}": i for role in found["taskRoles"] for i in role["instances"]
-    }
-
-
-def event_log(client: Client, job_id: str) -> list[dict[str, Any]]:
-    """The job's whole event log, page after page from the first event."""
-    events: list[dict[str, Any]] = []
-    after = None
-    while True:
-        page = client.execute(EVENTS, {"id": job_id, "after": after})["job"]["events"]
-        events += [edge["node"] for edge in page["edges"]]
-        if not page["pageInfo"]["hasNextPage"]:
-            return events
-        after = page["pageInfo"]["endCursor"]
-
-
-def final_job(client: Client, job_id: str, timeout: float = 60) -> dict[str, Any]:
-    def ended() -> dict[str, Any] | None:
-        found = job(client, job_id)
-        return found if found["state"] in FINAL else None
-
-    return until(ended, f"job {job_id} ending", timeout)
-
-
-def containers(owner: str, status: str) -> list[str]:
-    api = docker.from_env().api
-    found = api.containers(all=True, filters={"label": f"{OWNER}={owner}", "status": status})
-    return sorted(c["Names"][0].lstrip("/") for c in found)
-
-
-def nothing_left(owner: str) -> None:
-    until(lambda: leftovers(owner) == ([], []), f"containers and networks of {owner} gone", 30)
-
 
 # --- the command line against a server --------------------------------------------------------
 

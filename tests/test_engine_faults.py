@@ -23,19 +23,19 @@ from backends.docker import DockerBackend
 from server.remote import Client
 from simulator.containers import Engine
 from tests.docker_proxy import DockerProxy
-from tests.simulated import Collector, job, job_config, role, settings
-from tests.test_e2e_server import (
+from tests.servers import (
     Server,
+    containers,
     event_log,
     final_job,
     instances,
+    job_containers,
     nothing_left,
     served,
-    until,
 )
-from tests.test_e2e_server import (
-    job as job_of,
-)
+from tests.servers import job as job_of
+from tests.simulated import Collector, job, job_config, role, settings
+from tests.waiting import until, until_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -62,13 +62,6 @@ async def backend_through(
     finally:
         await sim.close()
         client.close()
-
-
-async def eventually(check, what: str, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        await asyncio.sleep(0.05)
 
 
 async def test_exits_while_the_event_stream_is_cut_arrive_with_their_codes_and_times(
@@ -110,7 +103,9 @@ async def test_while_the_engine_is_unreachable_launches_wait_and_exits_are_kept(
         await sim.launch(running)
         await events.until(lambda: len(events.started(running)) == 2)
         proxy.refuse()
-        await eventually(lambda: not sim.health().healthy, "the backend seeing the engine gone")
+        await until_async(
+            lambda: not sim.health().healthy, "the backend seeing the engine gone", 30, 0.05
+        )
         health = sim.health()
         assert health.reason is not None and health.since is not None
         assert health.reason.startswith("Docker engine unreachable since ")
@@ -124,7 +119,11 @@ async def test_while_the_engine_is_unreachable_launches_wait_and_exits_are_kept(
                 e.kind is EventKind.WAITING and e.reason == health.reason for e in events.of(later)
             )
         )
-        await asyncio.sleep(3)  # both running instances exit meanwhile
+        await until_async(  # both running instances exit meanwhile (Docker says so directly)
+            lambda: asyncio.to_thread(lambda: len(containers(owner, "exited")) == 2),
+            "both running instances exiting",
+            30,
+        )
         assert events.ended(running) == {}  # nothing is decided while the engine is away
         back, back_at = time.monotonic(), datetime.now(UTC)
         proxy.accept()
@@ -228,7 +227,9 @@ def test_a_server_keeps_its_word_through_a_cut_stream_and_an_unreachable_engine(
             "the new job showing the engine unreachable",
             timeout=10,
         )
-        time.sleep(3)  # `outlives` exits while the engine is away
+        until(  # `outlives` exits while the engine is away
+            lambda: job_containers(outlives, "exited"), "outlives' instance exiting", 30
+        )
         assert job_of(client, outlives)["state"] == "RUNNING"
 
         proxy.accept()

@@ -26,9 +26,10 @@ import pytest
 import requests.exceptions
 
 from simulator.containers import OWNER, host_routes
+from tests.servers import event_log, final_job, instances, served
+from tests.servers import job as job_of
 from tests.simulated import IMAGE, job_config
-from tests.test_e2e_server import event_log, final_job, instances, served, until
-from tests.test_e2e_server import job as job_of
+from tests.waiting import NotInTime, until
 
 pytestmark = pytest.mark.docker
 
@@ -64,11 +65,17 @@ class PrivateEngine:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + timeout
-        while not self.answers():
-            if self.process.poll() is not None or time.monotonic() > deadline:
+
+        def answers() -> bool:
+            assert self.process is not None
+            if self.process.poll() is not None:
                 raise RuntimeError(f"dockerd did not start: {self.tail()}")
-            time.sleep(0.2)
+            return self.answers()
+
+        try:
+            until(answers, "the private dockerd answering", timeout)
+        except NotInTime as late:  # the engine fixture skips on RuntimeError
+            raise RuntimeError(f"dockerd did not start: {self.tail()}") from late
 
     def answers(self) -> bool:
         try:

@@ -23,8 +23,8 @@ import yaml
 
 from server.protocol import Kind, parse_document
 from server.remote import Client
+from tests.servers import ROOT, Server, final_job, free_port, instances, job, served
 from tests.simulated import leftovers
-from tests.test_e2e_server import ROOT, Server, final_job, free_port, instances, job, served
 from tests.waiting import until
 
 pytestmark = pytest.mark.docker

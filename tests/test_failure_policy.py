@@ -17,9 +17,9 @@ from tests.test_job_service import (
     job_of,
     service_on,
     submitted,
-    until,
     user,
 )
+from tests.waiting import until_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -62,7 +62,7 @@ async def test_data_that_cannot_be_fetched_with_failure_policy_ignore_is_skipped
     async with service_on(db_url, tmp_path / "state", owner) as service:
         ann = user(service.store, "ann", "default")
         job = await submitted(service, ann, job_with_data("tolerant", "ignore"))
-        job = await until(lambda: _ended(service.store, job.id))
+        job = await until_async(lambda: _ended(service.store, job.id), "the job ending", 90)
         assert job.state is JobState.SUCCEEDED, job.state_reason
         messages = [e.message or "" for e in history(service.store, job)]
         (warning,) = [m for m in messages if "failurePolicy is ignore" in m]
@@ -80,7 +80,7 @@ async def test_without_failure_policy_ignore_the_instance_fails_to_start(
     async with service_on(db_url, tmp_path / "state", owner) as service:
         ann = user(service.store, "ann", "default")
         job = await submitted(service, ann, job_with_data("strict", policy))
-        job = await until(lambda: _ended(service.store, job.id))
+        job = await until_async(lambda: _ended(service.store, job.id), "the job ending", 90)
         assert job.state is JobState.FAILED
         assert "mnist" in job.state_reason
         messages = [e.message or "" for e in history(service.store, job)]

@@ -21,7 +21,7 @@ from server.protocol.engine import parse_document
 from server.protocol.fields import MAX_UNKNOWN_REPORTED
 from server.protocol.loader import MAX_VALUES
 from tests.fuzzing import TIME_BOUND, Mutator, check, hammer, percentile
-from tests.test_e2e_server import ROOT, Server, served
+from tests.servers import ROOT, Server, served
 
 SEED = 20261124
 BUDGET_DOCUMENTS = 1500

@@ -18,8 +18,8 @@ from websockets.sync.client import connect
 
 from server import exec_frames as frames
 from server.api.exec_socket import MAX_SESSIONS_PER_USER
+from tests.servers import ROOT, Server, instances, job, served
 from tests.simulated import IMAGE
-from tests.test_e2e_server import ROOT, Server, instances, job, served
 from tests.waiting import until
 
 pytestmark = pytest.mark.docker

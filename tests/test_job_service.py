@@ -7,6 +7,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,8 @@ from server.protocol import Issue
 from server.store import INSTANCE_STATE, JOB_STATE, Event, Instance, Job, Store, User, open_store
 from simulator.containers import OWNER
 from tests.service_support import job_config, ps_worker, spec_of
-from tests.simulated import leftovers, settings
+from tests.simulated import leftovers, nothing_left, settings
+from tests.waiting import until_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -91,20 +93,6 @@ async def follow(
     raise AssertionError("the notices ended before the job did")
 
 
-async def until(check: Any, timeout: float = 90, every: float = 0.2) -> Any:
-    with anyio.fail_after(timeout):
-        while not (result := await check()):
-            await asyncio.sleep(every)
-        return result
-
-
-async def nothing_left(owner: str, timeout: float = 30) -> None:
-    async def empty() -> bool:
-        return await asyncio.to_thread(leftovers, owner) == ([], [])
-
-    await until(empty, timeout)
-
-
 async def submitted(service: JobService, who: User, text: str, **kw: Any) -> Job:
     outcome = await service.submit(who, text, {}, **kw)
     assert outcome.errors == [] and outcome.job is not None
@@ -117,7 +105,7 @@ async def running(service: JobService, job_id: str, count: int) -> None:
         found = await instances_of(service.store, job_id)
         return sum(i.state is JobState.RUNNING for i in found.values()) == count
 
-    await until(all_running)
+    await until_async(all_running, f"{count} instances of {job_id} running", 90)
 
 
 async def test_a_ps_worker_job_succeeds_and_its_history_is_stored(
@@ -171,8 +159,8 @@ async def test_a_failing_role_ends_the_job_as_its_completion_policy_says(
             job = await job_of(service.store, job_id)
             return job if job.state.is_final else None
 
-        strict_job = await until(lambda: ended(strict.id))
-        tolerant_job = await until(lambda: ended(tolerant.id))
+        strict_job = await until_async(lambda: ended(strict.id), "the strict job ending", 90)
+        tolerant_job = await until_async(lambda: ended(tolerant.id), "the tolerant job ending", 90)
         assert strict_job.state is JobState.FAILED
         assert "MinFailedTaskCount 1 in role worker" in strict_job.state_reason
         failed = await instances_of(service.store, strict.id)
@@ -209,7 +197,7 @@ async def test_stopping_a_job_and_who_may(db_url: str, tmp_path: Path, owner: st
         stopped = await service.stop(ann, job.id)
         assert stopped.errors == [] and stopped.job is not None
         assert stopped.job.state in (JobState.STOPPING, JobState.STOPPED)  # on record already
-        final = await until(lambda: _final(store, job.id), timeout=60)
+        final = await until_async(lambda: _final(store, job.id), "the stopped job ending", 60)
         assert final.state is JobState.STOPPED
         assert "stop requested by ann" in final.state_reason
         assert all(
@@ -225,9 +213,10 @@ async def test_stopping_a_job_and_who_may(db_url: str, tmp_path: Path, owner: st
         second = await submitted(service, ann, sleeper)
         await running(service, second.id, 2)
         assert (await service.stop(root, second.id)).errors == []
-        assert (await until(lambda: _final(store, second.id), timeout=60)).state is (
-            JobState.STOPPED
+        second_job = await until_async(
+            lambda: _final(store, second.id), "the second job ending", 60
         )
+        assert second_job.state is JobState.STOPPED
         await nothing_left(owner)
 
 
@@ -256,7 +245,8 @@ async def test_virtual_clusters_are_for_their_members_and_admins(
         # `default` is everyone's, as in OpenPAI
         opened = await submitted(service, carl, quick)
         assert opened.virtual_cluster == "default"
-        assert (await until(lambda: _final(store, opened.id))).state is JobState.SUCCEEDED
+        opened_job = await until_async(lambda: _final(store, opened.id), "the job ending", 90)
+        assert opened_job.state is JobState.SUCCEEDED
 
         # a member may use the cluster, and an admin needs no membership: both get past the
         # check, and this simulator has no vc "gpu", so the backend refuses the job at once,
@@ -305,7 +295,7 @@ async def test_a_job_goes_on_after_the_service_stopped_without_stopping_it(
         found = await asyncio.to_thread(docker.from_env().containers.list, all=True, filters=exited)
         return len(found) == 2
 
-    await until(workers_ended, timeout=60)
+    await until_async(workers_ended, "both workers' containers exited", 60)
     # a restart that died as soon as its backend had taken the containers back: the workers'
     # exits are now on the backend's record only, their containers are gone
     crashed = DockerBackend(settings(state), owner=owner)
@@ -354,7 +344,7 @@ async def test_jobs_cut_short_before_they_reached_the_backend_run_after_a_restar
         store.close()
     async with service_on(db_url, tmp_path / "state", owner) as service:
         for job_id in ("unstarted-1", "unlaunched-1"):
-            job = await until(lambda job_id=job_id: _final(service.store, job_id))
+            job = await until_async(partial(_final, service.store, job_id), f"{job_id} ending", 90)
             assert (job.state, job.attempt, job.retries) == (JobState.SUCCEEDED, 1, 0)
             history(service.store, job)
         await nothing_left(owner)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.browser_support import Api, browser_page, chromium, need_browser_and_build
+from tests.servers import final_job, served
 from tests.simulated import job_config
-from tests.test_e2e_server import final_job, served
 
 pytestmark = pytest.mark.docker
 

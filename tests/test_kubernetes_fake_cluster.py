@@ -36,8 +36,8 @@ from server.jobs.service import JobService
 from server.jobs.states import JobState
 from server.store import Store
 from tests.fake_kube_api import FakeKubeAPI
-from tests.test_e2e_server import Server
-from tests.waiting import until_async
+from tests.servers import Server
+from tests.waiting import until_async, until_notified_async
 
 pytestmark = pytest.mark.anyio
 
@@ -106,13 +106,10 @@ class Events:
     def ended(self) -> dict[str, InstanceEvent]:
         return {f"{e.role}-{e.index}": e for e in self.seen if e.kind in ENDED}
 
-    async def until(self, condition: Callable[[], Any], timeout: float = 10) -> Any:
-        async def wait() -> Any:
-            async with self._changed:
-                await self._changed.wait_for(condition)
-                return condition()
-
-        return await asyncio.wait_for(wait(), timeout)
+    async def until(
+        self, condition: Callable[[], Any], timeout: float = 10, what: str = "the events awaited"
+    ) -> Any:
+        return await until_notified_async(self._changed, condition, what, timeout)
 
     def close(self) -> None:
         self._task.cancel()
@@ -349,10 +346,7 @@ async def test_fake_cluster_stop_ends_running_and_waiting_instances(
         api.write_log(pod_of(api, "ps-0"), "about to be stopped\n")
         ps = key(request, "ps", 0)
         # copied while it runs, even though the gang never formed
-        for _ in range(100):
-            if await log_text(backend, ps):
-                break
-            await asyncio.sleep(0.05)
+        await until_async(lambda: log_text(backend, ps), "ps-0's log copied", 10, 0.05)
         await asyncio.wait_for(backend.stop(request.job_id, 1, grace_seconds=3), 10)
         # every instance has ended when stop returns (its events may still be on their way)
         ended = await events.until(lambda: len(events.ended()) == 3 and events.ended(), 1)
@@ -457,10 +451,7 @@ async def test_fake_cluster_the_service_runs_a_job_to_succeeded(
             job = await asyncio.to_thread(store.get_job, job_id)
             return job if job is not None and job.state.is_final else None
 
-        job = None
-        async with asyncio.timeout(15):
-            while (job := await done()) is None:
-                await asyncio.sleep(0.05)
+        job = await until_async(done, "the job ending", 15, 0.05)
         assert job.state is JobState.SUCCEEDED
         found = await asyncio.to_thread(store.instances_for_jobs, [job_id])
         assert sorted(i.host_ip for i in found[job_id]) == ["10.2.0.1", "10.2.0.2", "10.2.0.3"]
@@ -528,9 +519,11 @@ async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
                 api.schedule(name)
                 api.run(name)
             state = "query($id: ID!) { job(id: $id) { state } }"
-            async with asyncio.timeout(15):
-                while (await graphql(state, id=job_id))["job"]["state"] != "RUNNING":
-                    await asyncio.sleep(0.1)
+
+            async def running() -> bool:
+                return (await graphql(state, id=job_id))["job"]["state"] == "RUNNING"
+
+            await until_async(running, "the job running", 15, 0.1)
             # `paigraph exec` through the server's /exec and the cluster's exec API
             script = "echo in ps-0; read line; echo got $line >&2; exit 4"
             executed = await asyncio.to_thread(
@@ -545,10 +538,13 @@ async def test_fake_cluster_paigraph_serve_runs_jobs_on_the_cluster(
             for name in names:
                 api.exit(name, 0)
             query = "query($id: ID!) { job(id: $id) { state taskRoles { instances { hostIp } } } }"
-            async with asyncio.timeout(15):
-                while (job := (await graphql(query, id=job_id))["job"])["state"] != "SUCCEEDED":
-                    assert job["state"] not in ("FAILED", "STOPPED"), job
-                    await asyncio.sleep(0.1)
+
+            async def succeeded() -> dict[str, Any] | None:
+                job = (await graphql(query, id=job_id))["job"]
+                assert job["state"] not in ("FAILED", "STOPPED"), job
+                return job if job["state"] == "SUCCEEDED" else None
+
+            job = await until_async(succeeded, "the job succeeding", 15, 0.1)
             ips = [i["hostIp"] for r in job["taskRoles"] for i in r["instances"]]
             assert len(ips) == 3 and all(ip.startswith("10.") for ip in ips)
     finally:

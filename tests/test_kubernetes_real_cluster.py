@@ -26,6 +26,7 @@ from backends.base import (
 )
 from backends.kubernetes import KubernetesBackend
 from backends.kubernetes_settings import KubernetesSettings
+from tests.waiting import until_async
 
 KUBECONFIG = os.environ.get("PAIGRAPH_TEST_KUBECONFIG")
 IMAGE = os.environ.get("PAIGRAPH_TEST_K8S_IMAGE", "busybox:1.36")
@@ -94,9 +95,9 @@ async def test_a_ps_worker_job_runs_on_a_real_cluster(tmp_path: Path) -> None:
     reader = asyncio.create_task(collect())
     try:
         await backend.launch(request)
-        async with asyncio.timeout(600):
-            while sum(e.kind in ENDED for e in seen) < 3:
-                await asyncio.sleep(1)
+        await until_async(
+            lambda: sum(e.kind in ENDED for e in seen) >= 3, "the three instances ending", 600, 1
+        )
         ended = {f"{e.role}-{e.index}": e for e in seen if e.kind in ENDED}
         assert {k: (e.kind, e.exit_code) for k, e in ended.items()} == {
             "ps-0": (EventKind.EXITED, 0),

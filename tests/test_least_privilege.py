@@ -18,8 +18,8 @@ import yaml
 from backends.base import InstanceKey
 from server.protocol.engine import parse_document
 from simulator.containers import KEPT_CAPABILITIES, BindMount, ContainerSpec, Engine, EngineError
+from tests.servers import Server, served
 from tests.simulated import IMAGE, Collector, backend, job, job_config, log_text, role
-from tests.test_e2e_server import Server, served
 
 # What a job tries from inside: each line prints what happened.
 ATTEMPTS = [

@@ -13,7 +13,8 @@ import yaml
 from server.protocol import parse_document
 from tests.corpus import CORPUS
 from tests.marketplace_support import accepted_corpus_items, corpus_files, data_item, template
-from tests.test_e2e_server import KINDS, Server, final_job, served
+from tests.servers import Server, final_job, served
+from tests.store_support import KINDS
 
 pytestmark = pytest.mark.docker
 

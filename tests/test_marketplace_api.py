@@ -13,7 +13,6 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 import yaml
@@ -29,6 +28,7 @@ from tests.api_support import data, gql, live_server, runtime, serving
 from tests.marketplace_support import accepted_corpus_items, data_item, image_item, template
 from tests.simulated import settings
 from tests.store_support import submit
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -575,12 +575,14 @@ async def with_backend(db_url: str, state_dir: Path, owner: str) -> AsyncIterato
 async def final_state(server: Api, who: str, job_id: str) -> dict[str, Any]:
     query = """query($id: ID!) { job(id: $id) { state user { name } taskRoles { commands
       prerequisites { name type uri reference marketplaceItem { id name version } } } } }"""
-    with anyio.fail_after(120):
-        while True:
-            answer = await data(server.client, query, {"id": job_id}, token=server.tokens[who])
-            if answer["job"]["state"] in ("SUCCEEDED", "FAILED", "STOPPED"):
-                return answer["job"]
-            await anyio.sleep(0.2)
+
+    async def ended() -> dict[str, Any] | None:
+        answer = await data(server.client, query, {"id": job_id}, token=server.tokens[who])
+        return (
+            answer["job"] if answer["job"]["state"] in ("SUCCEEDED", "FAILED", "STOPPED") else None
+        )
+
+    return await until_async(ended, f"job {job_id} ending", 120)
 
 
 async def log_of(server: Api, job_id: str, role: str) -> str:

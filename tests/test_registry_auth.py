@@ -20,7 +20,8 @@ import docker.errors
 import httpx
 import pytest
 
-from tests.test_e2e_server import Server, free_port, served, until
+from tests.servers import Server, free_port, served
+from tests.waiting import until
 
 pytestmark = pytest.mark.docker
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.test_e2e_server import ROOT, free_port
+from tests.servers import ROOT, free_port
 from tests.waiting import until
 
 pytestmark = [pytest.mark.docker, pytest.mark.venv]

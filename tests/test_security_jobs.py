@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from server.remote import Client
+from tests.servers import Server, final_job, served
 from tests.simulated import job_config
-from tests.test_e2e_server import Server, final_job, served
 from tests.waiting import until
 
 pytestmark = pytest.mark.docker

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_e2e_server import Server, served
+from tests.servers import Server, served
 
 pytestmark = pytest.mark.docker
 

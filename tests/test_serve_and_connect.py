@@ -3,32 +3,15 @@ are pointed at a server (`--url`, `--token` or the environment) and told about a
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.test_e2e_server import ROOT, Server, served
+from tests.servers import Server, paigraph, served
 from tests.waiting import until
-
-
-def paigraph(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`paigraph ARGS` with none of the caller's PAIGRAPH_* settings."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("PAIGRAPH_")}
-    return subprocess.run(
-        [sys.executable, "-m", "server.cli", *args],
-        env=base | (env or {}),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_serve_on_a_taken_port_says_so_and_never_claims_to_serve(tmp_path: Path) -> None:

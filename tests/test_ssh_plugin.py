@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.servers import ROOT, Server, final_job, instances, job, served
 from tests.simulated import IMAGE
-from tests.test_e2e_server import ROOT, Server, final_job, instances, job, served
 from tests.waiting import until
 
 pytestmark = pytest.mark.docker

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,23 +16,15 @@ from server.store import (
     head_revision,
     open_store,
 )
+from tests import servers
+from tests.servers import Server, free_port
 from tests.store_support import fresh_database
-from tests.test_e2e_server import Server, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
 TOKEN = re.compile(r"pgt_[A-Za-z0-9_-]{43}\n")
 
 
 def paigraph(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k != "PAIGRAPH_DB"}
-    return subprocess.run(
-        [sys.executable, "-m", "server.cli", *args],
-        cwd=ROOT,
-        env={**base, "NO_COLOR": "1", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return servers.paigraph(*args, env={"NO_COLOR": "1", **(env or {})}, timeout=60)
 
 
 def test_users_add_prints_only_the_token_and_the_token_authenticates(db_url: str) -> None:

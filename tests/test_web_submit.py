@@ -19,7 +19,7 @@ from tests.browser_support import (
     keep_for_docs,
     screenshot,
 )
-from tests.test_e2e_server import ROOT
+from tests.servers import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 

@@ -18,8 +18,8 @@ from tests.browser_support import (
     keep_for_docs,
     screenshot,
 )
+from tests.servers import ROOT
 from tests.simulated import job_config
-from tests.test_e2e_server import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 

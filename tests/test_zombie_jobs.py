@@ -30,9 +30,9 @@ from tests.test_job_service import (
     service_on,
     service_with,
     submitted,
-    until,
     user,
 )
+from tests.waiting import until_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -79,7 +79,7 @@ async def ended(service: JobService, job_id: str) -> Job:
         job = await job_of(service.store, job_id)
         return job if job.state.is_final else None
 
-    return await until(final, timeout=60)
+    return await until_async(final, f"job {job_id} ending", 60)
 
 
 # --- refused at submission ---------------------------------------------------------------------
