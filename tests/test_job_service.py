@@ -376,7 +376,7 @@ async def test_the_first_attempt_launches_the_request_checked_at_submission(
     async with service_with(db_url, backend) as service:
         ann = user(service.store, "ann", "default")
         first = await submitted(service, ann, job_config({"main": {"commands": ["true"]}}))
-        await until(lambda: _final(service.store, first.id))
+        await until_async(lambda: _final(service.store, first.id), "the first job ending", 60)
         ((request, judged),) = backend.launched
         assert judged == 1 and backend.judged[0] is request and request.job_id == first.id
         assert request.attempt == 1 and request.user == "ann"
@@ -388,7 +388,7 @@ async def test_the_first_attempt_launches_the_request_checked_at_submission(
         text = job_config({"main": {"commands": ["true"]}}, name="second")
         second = await submitted(service, ann, text)
         assert second.id == "second-0a1b2c3d"
-        await until(lambda: _final(service.store, second.id))
+        await until_async(lambda: _final(service.store, second.id), "the second job ending", 60)
         ((request, judged),) = backend.launched
         assert judged == 1 and request.job_id == second.id and request.attempt == 1
         assert backend.judged[0].job_id == first.id  # judged under the id that was taken
