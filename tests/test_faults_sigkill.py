@@ -36,8 +36,7 @@ import pytest
 from server.api.ids import parse_global_id
 from server.remote import Client, RemoteError
 from simulator.containers import OWNER
-from tests.simulated import job_config, leftovers, remove_leftovers
-from tests.test_e2e_server import (
+from tests.servers import (
     FINAL,
     FOLLOW,
     Server,
@@ -47,6 +46,7 @@ from tests.test_e2e_server import (
     nothing_left,
     served,
 )
+from tests.simulated import job_config, leftovers, remove_leftovers
 from tests.waiting import NotInTime, until
 
 pytestmark = [pytest.mark.docker, pytest.mark.faults]
