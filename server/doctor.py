@@ -174,10 +174,10 @@ def check_database(url: str | None) -> Finding:
         chosen = database_url(url)
     except DatabaseError as exc:
         return Finding(name, False, str(exc), _DB_ADVICE)
-    shown = _shown(chosen)
+    masked_url = _password_hidden(chosen)
     file = _sqlite_file(chosen)
     if file is not None and not file.exists() and file.parent.is_dir():
-        return Finding(name, True, f"{shown}: no file yet; paigraph serve creates it")
+        return Finding(name, True, f"{masked_url}: no file yet; paigraph serve creates it")
     try:
         engine = create_store_engine(chosen)
     except DatabaseError as exc:
@@ -185,10 +185,11 @@ def check_database(url: str | None) -> Finding:
     try:
         current = current_revision(engine)
     except Exception as exc:
-        return Finding(name, False, f"{shown}: cannot read the schema version: {exc}", _DB_ADVICE)
+        reason = f"{masked_url}: cannot read the schema version: {exc}"
+        return Finding(name, False, reason, _DB_ADVICE)
     finally:
         engine.dispose()
-    return _schema_finding(name, shown, current)
+    return _schema_finding(name, masked_url, current)
 
 
 _DB_ADVICE = (
@@ -198,28 +199,28 @@ _DB_ADVICE = (
 )
 
 
-def _schema_finding(name: str, shown: str, current: str | None) -> Finding:
+def _schema_finding(name: str, masked_url: str, current: str | None) -> Finding:
     from alembic.script import ScriptDirectory
 
     scripts = ScriptDirectory.from_config(alembic_config())
     head = scripts.get_current_head()
     if current is None:
-        return Finding(name, True, f"{shown}: empty; paigraph serve creates the tables")
+        return Finding(name, True, f"{masked_url}: empty; paigraph serve creates the tables")
     if current == head:
-        return Finding(name, True, f"{shown}: schema up to date (revision {head})")
+        return Finding(name, True, f"{masked_url}: schema up to date (revision {head})")
     known = {script.revision for script in scripts.walk_revisions()}
     if current not in known:
         return Finding(
             name,
             False,
-            f"{shown}: schema revision {current!r} is unknown to this paigraph (head {head})",
+            f"{masked_url}: schema revision {current!r} is unknown to this paigraph (head {head})",
             "the database was migrated by a newer paigraph: upgrade paigraph, or use another "
             "database",
         )
     return Finding(
         name,
         False,
-        f"{shown}: schema at revision {current}, this paigraph needs {head}",
+        f"{masked_url}: schema at revision {current}, this paigraph needs {head}",
         "migrate it: paigraph serve (or paigraph users add) brings the schema up to date "
         "when it starts",
     )
@@ -340,7 +341,7 @@ def _sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def _shown(url: str) -> str:
+def _password_hidden(url: str) -> str:
     """The URL with its password hidden."""
     try:
         return make_url(url).render_as_string(hide_password=True)
