@@ -176,12 +176,14 @@ class JobService:
         virtual_cluster: str | None = None,
         *,
         ask_backend: bool = True,
+        check_runnable: bool = True,
     ) -> ResolveOutcome:
         """The dry run: protocol errors and warnings, or the spec with its references resolved
         (as `viewer` sees the marketplace; anonymous by default) and rendered. A valid job that
         cannot run as it is (NotRunnable) is an error too, with code `not-runnable`, and so is
-        one the backend can never run (`refused`), judged in `virtual_cluster` when given. Blocks
-        (downloads, store reads): async callers run it in a thread."""
+        one the backend can never run (`refused`), judged in `virtual_cluster` when given;
+        `check_runnable=False` leaves both to the caller (`submit` checks them on the request
+        it launches). Blocks (downloads, store reads): async callers run it in a thread."""
         item_ids: frozenset[str] = frozenset()
 
         def replace_references(spec: JobSpec) -> tuple[JobSpec | None, list[Issue]]:
@@ -192,9 +194,9 @@ class JobService:
 
         result = resolve_job(config, parameters or {}, references=replace_references)
         spec, issues = result.spec, result.issues
-        if spec is not None:
-            if virtual_cluster and virtual_cluster != spec.virtual_cluster:
-                spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
+        if spec is not None and virtual_cluster and virtual_cluster != spec.virtual_cluster:
+            spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
+        if spec is not None and check_runnable:
             user = viewer.name if viewer is not None else "default"
             problem = self._unrunnable(spec, ask_backend=ask_backend, user=user)
             if problem is not None:
@@ -222,11 +224,16 @@ class JobService:
             request = launch_request(spec, job_id=job_id, user=user)
         except NotRunnable as exc:
             return Issue(exc.path, "not-runnable", exc.message)
-        if ask_backend and isinstance(self.backend, ChecksLaunches):
+        refused = self._refusal(request) if ask_backend else None
+        return request if refused is None else refused
+
+    def _refusal(self, request: LaunchRequest) -> Issue | None:
+        """Why the backend can never run the request (`refused`), if it says so."""
+        if isinstance(self.backend, ChecksLaunches):
             reason = self.backend.refusal(request)
             if reason:
                 return Issue("taskRoles", "refused", f"this cluster cannot run the job: {reason}")
-        return request
+        return None
 
     async def submit(
         self,
@@ -248,25 +255,34 @@ class JobService:
         if not self._started:
             raise RuntimeError("start the job service before submitting jobs")
 
-        def resolve_as_seen() -> ResolveOutcome:
-            """One thread for both: who the user is to the marketplace, then resolving."""
+        def resolve_as_seen() -> tuple[ResolveOutcome, LaunchRequest | Issue | None]:
+            """One thread for all three: who the user is to the marketplace, resolving, and
+            the first attempt's request (or why the job cannot run as it is)."""
             seen_by = viewer if viewer is not None else self.viewer_of(user)
-            return self.resolve(config, parameters, seen_by, virtual_cluster, ask_backend=False)
+            resolved = self.resolve(
+                config, parameters, seen_by, virtual_cluster, check_runnable=False
+            )
+            if resolved.spec is None:
+                return resolved, None
+            job_id = new_job_id(resolved.spec.name)
+            built = self._first_request(
+                resolved.spec, job_id=job_id, user=user.name, ask_backend=False
+            )
+            return resolved, built
 
-        outcome = await asyncio.to_thread(resolve_as_seen)
+        outcome, built = await asyncio.to_thread(resolve_as_seen)
         spec = outcome.spec
-        if spec is None:
+        if spec is None or built is None:
             return SubmitOutcome(job=None, issues=outcome.issues)
+        if isinstance(built, Issue):
+            return SubmitOutcome(job=None, issues=[*outcome.warnings, built])
         vc = spec.virtual_cluster
-        problem = await self._check_vc(user, vc)  # may the user use it, before can it run
+        problem = await self._check_vc(user, vc)  # may the user use it, before can it run here
+        if problem is None:
+            problem = await asyncio.to_thread(self._refusal, built)
         if problem is not None:
             return SubmitOutcome(job=None, issues=[*outcome.warnings, problem])
-        checked = await asyncio.to_thread(
-            partial(self._first_request, spec, job_id=new_job_id(spec.name), user=user.name)
-        )
-        if isinstance(checked, Issue):
-            return SubmitOutcome(job=None, issues=[*outcome.warnings, checked])
-        request = checked
+        request = built
         policy = job_policy(spec)
         warnings = [JobWarning(w.segments, w.code, w.message) for w in outcome.warnings]
         for tries in range(1, _ID_TRIES + 1):
