@@ -28,33 +28,17 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-# Modules without Docker tests that bind host ports in the simulator's range or probe them.
-BINDS_HOST_PORTS = frozenset(
-    {
-        "test_cluster.py",
-        "test_ports.py",
-        "test_exec_socket.py",
-        "test_prereqs.py",
-        "test_security_api.py",
-        "test_store_cli.py",
-        "test_fuzz.py",
-    }
-)
-
-
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put the tests that use the Docker engine or bind host ports in one pytest-xdist group,
-    and skip the tests whose ../shared folder is missing, saying which (not under CI).
+    """Put every Docker test in one pytest-xdist group, and skip the tests whose ../shared
+    folder is missing, saying which (not under CI).
 
-    scripts/test runs the suite on two workers with `--dist loadgroup`: that group one test
-    after another on one worker, everything else (in-process work) on the other. Run side by
-    side, simulators and port probes would race for the same host ports: a module with any
-    Docker test goes whole, and so do the modules in `BINDS_HOST_PORTS`."""
-    serial_modules = {item.path for item in items if item.get_closest_marker("docker")}
+    scripts/test runs the suite on two workers with `--dist loadgroup`: the Docker tests one
+    after another on one worker (run side by side, simulators would race for the same host
+    ports and the engine's time), everything else on the other."""
     for item in items:
-        if item.path in serial_modules or item.path.name in BINDS_HOST_PORTS:
-            item.add_marker(pytest.mark.xdist_group("host"))
+        if item.get_closest_marker("docker") is not None:
+            item.add_marker(pytest.mark.xdist_group("docker"))
     if in_ci():
         return
     for item in items:
