@@ -28,17 +28,8 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put every Docker test in one pytest-xdist group, and skip the tests whose ../shared
-    folder is missing, saying which (not under CI).
-
-    scripts/test runs the suite on two workers with `--dist loadgroup`: the Docker tests one
-    after another on one worker (run side by side, simulators would race for the same host
-    ports and the engine's time), everything else on the other."""
-    for item in items:
-        if item.get_closest_marker("docker") is not None:
-            item.add_marker(pytest.mark.xdist_group("docker"))
+    """Skip the tests whose ../shared folder is missing, saying which (not under CI)."""
     if in_ci():
         return
     for item in items:
