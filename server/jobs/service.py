@@ -175,7 +175,6 @@ class JobService:
         viewer: Viewer | None = None,
         virtual_cluster: str | None = None,
         *,
-        ask_backend: bool = True,
         check_runnable: bool = True,
     ) -> ResolveOutcome:
         """The dry run: protocol errors and warnings, or the spec with its references resolved
@@ -198,37 +197,30 @@ class JobService:
             spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
         if spec is not None and check_runnable:
             user = viewer.name if viewer is not None else "default"
-            problem = self._unrunnable(spec, ask_backend=ask_backend, user=user)
+            problem = self._unrunnable(spec, user=user)
             if problem is not None:
                 issues.append(problem)
                 spec = None
         return ResolveOutcome(spec=spec, issues=issues, item_ids=item_ids)
 
-    def _unrunnable(
-        self, spec: JobSpec, *, ask_backend: bool = True, user: str = "default"
-    ) -> Issue | None:
-        """Why the job cannot run as it is, or can never run on this backend, if so (see
-        `_first_request`), judged on a request of a job that is not stored."""
-        checked = self._first_request(spec, job_id="dry-run", user=user, ask_backend=ask_backend)
-        return checked if isinstance(checked, Issue) else None
+    def _unrunnable(self, spec: JobSpec, *, user: str) -> Issue | None:
+        """Why the job cannot run as it is, or can never run on this backend, if so, judged on
+        a request of a job that is not stored."""
+        built = self._first_request(spec, job_id="dry-run", user=user)
+        return built if isinstance(built, Issue) else self._refusal(built)
 
-    def _first_request(
-        self, spec: JobSpec, *, job_id: str, user: str, ask_backend: bool = True
-    ) -> LaunchRequest | Issue:
+    def _first_request(self, spec: JobSpec, *, job_id: str, user: str) -> LaunchRequest | Issue:
         """The job's first attempt as the backend is to launch it, or why the job cannot run as
-        it is (`not-runnable`), or can never run on this backend (`refused`: bigger than any
-        node, data it cannot fetch...); as `user` would run it (a v1 codeDir may name
-        `$PAI_USER_NAME`). At submission the request checked here is the one the first attempt
-        launches, so it is built, and the backend asked, once."""
+        it is (`not-runnable`); as `user` would run it (a v1 codeDir may name `$PAI_USER_NAME`).
+        At submission the request built here is the one the first attempt launches."""
         try:
-            request = launch_request(spec, job_id=job_id, user=user)
+            return launch_request(spec, job_id=job_id, user=user)
         except NotRunnable as exc:
             return Issue(exc.path, "not-runnable", exc.message)
-        refused = self._refusal(request) if ask_backend else None
-        return request if refused is None else refused
 
     def _refusal(self, request: LaunchRequest) -> Issue | None:
-        """Why the backend can never run the request (`refused`), if it says so."""
+        """Why the backend can never run the request (`refused`: bigger than any node, data it
+        cannot fetch...), if it says so."""
         if isinstance(self.backend, ChecksLaunches):
             reason = self.backend.refusal(request)
             if reason:
@@ -265,10 +257,7 @@ class JobService:
             if resolved.spec is None:
                 return resolved, None
             job_id = new_job_id(resolved.spec.name)
-            built = self._first_request(
-                resolved.spec, job_id=job_id, user=user.name, ask_backend=False
-            )
-            return resolved, built
+            return resolved, self._first_request(resolved.spec, job_id=job_id, user=user.name)
 
         outcome, built = await asyncio.to_thread(resolve_as_seen)
         spec = outcome.spec
