@@ -52,6 +52,7 @@ from server.protocol import Issue, JobSpec, resolve_job
 from server.protocol.issues import WithIssues
 from server.store import Event, Job, JobExists, JobWarning, NameInUse, NewEvent, Store, User
 from server.store.availability import database_unavailable
+from simulator.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -532,7 +533,7 @@ class JobService:
         While the database cannot be used (restarting, unreachable, its disk full) the write is
         made again with back-off until it can: the runner waits, and the backend's events queue
         up meanwhile, so nothing is lost and nothing is decided twice."""
-        delay, failing_since = SAVE_RETRY_FIRST, None
+        backoff, failing_since = Backoff(SAVE_RETRY_FIRST, SAVE_RETRY_MAX), None
         while True:
             write = asyncio.ensure_future(
                 asyncio.to_thread(self.store.save_machine, job_id, snapshot, list(changes))
@@ -552,8 +553,7 @@ class JobService:
                         job_id,
                         str(exc).splitlines()[0],
                     )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, SAVE_RETRY_MAX)
+                await asyncio.sleep(backoff.next_delay())
                 continue
             if failing_since is not None:
                 took = asyncio.get_running_loop().time() - failing_since
