@@ -381,7 +381,7 @@ class MaterialStore:
         try:
             path = Path(raw).resolve()
         except OSError as exc:  # a link on the way changed while it was being resolved
-            raise MaterialError(
+            raise UnservableMaterial(
                 f"prerequisite {name!r}: {raw} cannot be resolved: {exc.strerror or exc}"
             ) from None
         if not self.allowed_file_roots:
