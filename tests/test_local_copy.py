@@ -252,3 +252,17 @@ def test_no_copy_follows_a_folder_swapped_for_a_link_while_copies_run(
     # the flipper while its descriptor was being read)
     assert {line.split(" ")[0] for text in copied for line in text.splitlines()} == {"inside"}
     assert OUTSIDE_LINE not in everything_under(store.cache_dir)
+
+
+def test_a_code_directory_is_the_mount_itself_with_its_links_kept(
+    store: MaterialStore, allowed: Path, outside: Path
+) -> None:
+    (allowed / "code" / "pkg").mkdir(parents=True)
+    (allowed / "code" / "pkg" / "train.py").write_text("print('train')\n")
+    (allowed / "code" / "secret.txt").symlink_to(outside / "data.txt")
+    mount = store.materialize(
+        "code", MaterialKind.DOWNLOAD, [str(allowed / "code")], as_directory=True
+    )
+    assert (mount.host_path / "pkg" / "train.py").read_text() == "print('train')\n"
+    assert os.readlink(mount.host_path / "secret.txt") == str(outside / "data.txt")
+    assert OUTSIDE_LINE not in everything_under(mount.host_path)
