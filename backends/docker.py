@@ -111,6 +111,7 @@ from simulator.prereqs import (
 )
 from simulator.scheduler import GangAsk, Scheduler, SoloAsk
 from simulator.settings import SimulatorSettings, load_settings
+from simulator.state_lock import StateDirInUse, StateLock, hold_state_dir
 
 __all__ = ["DockerBackend", "run_owner"]
 
@@ -136,16 +137,36 @@ class DockerBackend(ThreadedBackend):
         owner: str = "server",
         engine: Engine | None = None,
         progress: Callable[[str], None] | None = None,
+        exclusive: str | None = None,
     ) -> None:
+        """`exclusive` (what this process serves, e.g. its address) makes this backend the
+        only server on its state directory until it is closed (simulator/state_lock.py); a
+        second one is refused with a BackendError naming the first."""
         super().__init__()
         self.settings = settings or load_settings()
         self.owner = owner
+        state = Path(self.settings.state_dir)
+        self._state_lock: StateLock | None = None
+        if exclusive is not None:
+            try:
+                self._state_lock = hold_state_dir(state, exclusive)
+            except StateDirInUse as exc:
+                raise BackendError(str(exc)) from None
+        try:
+            self._set_up(engine, progress, state)
+        except BaseException:
+            self._release_state()
+            raise
+
+    def _set_up(
+        self, engine: Engine | None, progress: Callable[[str], None] | None, state: Path
+    ) -> None:
+        """Everything the constructor makes once the state directory is this backend's."""
         self.engine = engine or Engine()
         self.progress = progress or (lambda message: None)
-        state = Path(self.settings.state_dir)
         # one folder per owner: a server and a `paigraph run` sharing the state dir never
         # adopt (or declare lost) each other's attempts
-        self.attempts_dir = state / "attempts" / safe(owner)
+        self.attempts_dir = state / "attempts" / safe(self.owner)
         self.attempts_dir.mkdir(parents=True, exist_ok=True)
         self.cluster = Cluster(self.settings)
         self.ports = PortAllocator(
@@ -194,6 +215,12 @@ class DockerBackend(ThreadedBackend):
             self._watch = None
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._docker_pool.shutdown(wait=False, cancel_futures=True)
+        self._release_state()
+
+    def _release_state(self) -> None:
+        if self._state_lock is not None:
+            self._state_lock.release()
+            self._state_lock = None
 
     # --- Backend -----------------------------------------------------------------------------
 

@@ -51,11 +51,18 @@ def check_backend(name: str) -> None:
 
 
 def make_backend(
-    name: str, *, namespace: str | None = None, kubeconfig: str | None = None
+    name: str,
+    *,
+    namespace: str | None = None,
+    kubeconfig: str | None = None,
+    serving: str = "",
 ) -> Backend:
     """The backend called `name`, not started yet; BackendUnavailable when it cannot be made
-    (no Docker engine answers, no cluster answers, the settings are wrong, ...). `namespace`
-    and `kubeconfig` override the kubernetes backend's settings (PAIGRAPH_K8S_*)."""
+    (no Docker engine answers, no cluster answers, the settings are wrong, another server
+    drives the simulator state directory, ...). `namespace` and `kubeconfig` override the
+    kubernetes backend's settings (PAIGRAPH_K8S_*). The docker backend holds its state
+    directory for this server until it is closed; `serving` (the address) is what a second
+    server on that directory is told about this one."""
     check_backend(name)
     if name == "kubernetes":
         return _kubernetes_backend(namespace=namespace, kubeconfig=kubeconfig)
@@ -66,7 +73,7 @@ def make_backend(
 
     try:
         settings = load_settings()
-        return DockerBackend(settings, owner=server_owner(settings.state_dir))
+        return DockerBackend(settings, owner=server_owner(settings.state_dir), exclusive=serving)
     except (EngineError, SettingsError, BackendError, OSError) as exc:
         raise BackendUnavailable(f"the docker backend cannot start: {exc}") from None
 

@@ -321,7 +321,12 @@ def serve(
     with sock:
         open_store_or_exit(db).close()  # brings the schema up to date before anything is served
         try:
-            chosen = make_backend(backend, namespace=namespace, kubeconfig=kubeconfig)
+            chosen = make_backend(
+                backend,
+                namespace=namespace,
+                kubeconfig=kubeconfig,
+                serving=f"{_address(host, port)}/graphql",
+            )
         except BackendUnavailable as exc:
             err.print(f"[red]error:[/red] {escape(str(exc))}")
             raise typer.Exit(2 if backend not in BACKENDS else 1) from None

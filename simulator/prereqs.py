@@ -25,13 +25,20 @@ What a URI may be, per kind:
   another directory), or a local directory `file:///abs/path` / `/abs/path` under the allowed
   roots, which exists already and is mounted read-only: the allowed roots are for reading.
 
-Cache keys: a download is keyed by its URIs plus, for local sources, the size and modification
-time of every file, so an edited local file gives a new entry; a remote URL is fetched once and
-kept until the cache directory is cleared. Local sources are copied, not linked, so an entry never
-changes once made; mount large local data sets as storage instead. A clone is keyed by repository
-and resolved commit. Fetches of one key are serialised by a per-key thread lock and an fcntl lock
-file (so separate processes sharing a cache also fetch once) and published by renaming a temporary
-directory into place: an entry either exists complete or not at all.
+Local sources are read without following links: from the allowed root down, each component is
+opened relative to its parent's descriptor with O_NOFOLLOW (`local_copy`), so a folder swapped for
+a symlink after the check is refused instead of followed, and symlinks inside a copied tree are
+kept as symlinks.
+
+Cache keys: a download is keyed by its URIs plus, for local sources, the size, modification time
+and inode of every file (and the text of every symlink), so an edited or replaced local file gives
+a new entry; the entry is published under the key of what the copy actually read, so a source
+changed during the copy never fills the key of what was there before. A remote URL is fetched once
+and kept until the cache directory is cleared. Local sources are copied, not linked, so an entry
+never changes once made; mount large local data sets as storage instead. A clone is keyed by
+repository and resolved commit. Fetches of one key are serialised by a per-key thread lock and an
+fcntl lock file (so separate processes sharing a cache also fetch once) and published by renaming a
+temporary directory into place: an entry either exists complete or not at all.
 
 Everything here blocks; async callers run it in a worker thread (`asyncio.to_thread`).
 """
@@ -50,13 +57,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from enum import StrEnum
-from pathlib import Path
+from pathlib import Path, PurePath
 from urllib.parse import unquote, urlsplit
 
 import httpx
 
+from simulator import local_copy
 from simulator.fetch_policy import BlockedAddress, FetchPolicy, GuardedTransport
 from simulator.names import safe
 
@@ -330,8 +338,13 @@ class MaterialStore:
         v1 authFile); `what` names it in errors."""
         path = self._local(what, uri)
         try:
-            with path.open("rb") as file:
-                data = file.read(limit + 1)
+            fd = local_copy.open_beneath(*self._beneath(path))
+            try:
+                data = local_copy.read_file(fd, path, limit)
+            finally:
+                os.close(fd)
+        except local_copy.CopyRefused as exc:
+            raise MaterialError(f"{what}: {exc}") from None
         except OSError as exc:
             raise MaterialError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
         if len(data) > limit:
@@ -365,7 +378,12 @@ class MaterialStore:
             raw = unquote(parts.path)
         if not raw.startswith("/"):
             raise UnservableMaterial(f"prerequisite {name!r}: {uri} is not an absolute path")
-        path = Path(raw).resolve()
+        try:
+            path = Path(raw).resolve()
+        except OSError as exc:  # a link on the way changed while it was being resolved
+            raise UnservableMaterial(
+                f"prerequisite {name!r}: {raw} cannot be resolved: {exc.strerror or exc}"
+            ) from None
         if not self.allowed_file_roots:
             raise UnservableMaterial(
                 f"prerequisite {name!r}: {path} is a local path, and no allowed roots are "
@@ -388,6 +406,15 @@ class MaterialStore:
                 "which jobs may not read even under an allowed root"
             )
         return path
+
+    def _beneath(self, path: Path) -> tuple[Path, PurePath]:
+        """The outermost allowed root holding the checked path, and the path within it: every
+        component below the root is opened without following links."""
+        root = min(
+            (r for r in self.allowed_file_roots if path.is_relative_to(r)),
+            key=lambda r: len(r.parts),
+        )
+        return root, path.relative_to(root)
 
     def _allowed(self, path: Path) -> bool:
         """Inside an allowed root and outside everything protected."""
@@ -511,11 +538,15 @@ class MaterialStore:
         name: str,
         kind: MaterialKind,
         key: str,
-        fill: Callable[[Path], None],
+        fill: Callable[[Path], str | None],
         on_wait: Callable[[], None],
         on_hit: Callable[[], None],
     ) -> Path:
-        """The entry for key, filled once by `fill(temp_dir)` and renamed into place."""
+        """The entry for key, filled once by `fill(temp_dir)` and renamed into place.
+
+        `fill` may return another key: what it read was not what the key was made from (a local
+        file changed between the look and the copy), so the entry is kept under the key of what
+        was read, never under one that promises other content."""
         final = self.cache_dir / kind.value / key
         if final.is_dir():
             on_hit()
@@ -533,8 +564,15 @@ class MaterialStore:
                 work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=scratch))
                 try:
                     work.chmod(0o755)  # readable by whatever user the container runs as
-                    fill(work)
-                    work.rename(final)
+                    read = fill(work)
+                    if read is not None and read != key:
+                        final = self.cache_dir / kind.value / read
+                    try:
+                        work.rename(final)
+                    except OSError:
+                        if not final.is_dir():
+                            raise
+                        # made meanwhile by a fetch that read the same content: use that one
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
         except OSError as exc:  # a full disk, an unwritable cache directory ...
@@ -549,13 +587,20 @@ class MaterialStore:
         self, name: str, uris: Sequence[str], report: Progress, whole: bool = False
     ) -> Path:
         sources = self._sources(name, uris)
-        stamps = [_fingerprint(s.path) if s.path else None for s in sources]
-        whole = whole and sources[0].path is not None and sources[0].path.is_dir()
-        key = _key(MaterialKind.DOWNLOAD.value, list(uris), stamps, *(["whole"] if whole else []))
+        looked = [self._scan(name, s.path) if s.path else None for s in sources]
+        first = looked[0]
+        whole = whole and bool(first and first[0].kind == "dir")
+        marks = ["whole"] if whole else []
+
+        def key_of(stamps: Sequence[list[local_copy.Entry] | None]) -> str:
+            data = [None if s is None else [astuple(e) for e in s] for s in stamps]
+            return _key(MaterialKind.DOWNLOAD.value, list(uris), data, *marks)
+
         noun = f"data {name!r}"
 
-        def fill(work: Path) -> None:
+        def fill(work: Path) -> str:
             budget = [self.max_download_bytes]
+            read: list[list[local_copy.Entry] | None] = []
             with httpx.Client(
                 transport=GuardedTransport(self.fetch_policy),  # every hop's address checked
                 timeout=self.http_timeout,
@@ -566,19 +611,41 @@ class MaterialStore:
                     target = work if whole else work / source.entry
                     if source.url is not None:
                         self._fetch_url(client, name, source.url, target, budget, report)
+                        read.append(None)
                     else:
                         assert source.path is not None
-                        self._copy_local(name, source.path, target, budget, report)
+                        read.append(self._copy_local(name, source.path, target, budget, report))
             report(name, f"{noun} is ready ({_human(self.max_download_bytes - budget[0])})")
+            return key_of(read)
 
         return self._cached(
             name,
             MaterialKind.DOWNLOAD,
-            key,
+            key_of(looked),
             fill,
             on_wait=lambda: report(name, f"waiting for another download of {noun}"),
             on_hit=lambda: report(name, f"{noun} is cached"),
         )
+
+    def _scan(self, name: str, path: Path) -> list[local_copy.Entry]:
+        """What a copy of the local path would read now ([] when it does not exist: the copy
+        says so), looked at without following links."""
+        try:
+            fd = local_copy.open_beneath(*self._beneath(path))
+        except local_copy.Missing:
+            return []
+        except local_copy.CopyRefused as exc:
+            raise MaterialError(f"prerequisite {name!r}: {exc}") from None
+        except OSError as exc:
+            raise MaterialError(f"prerequisite {name!r}: cannot read {path}: {exc}") from None
+        try:
+            return local_copy.scan(fd, path)
+        except local_copy.CopyRefused as exc:
+            raise MaterialError(f"prerequisite {name!r}: {exc}") from None
+        except OSError as exc:
+            raise MaterialError(f"prerequisite {name!r}: cannot read {path}: {exc}") from None
+        finally:
+            os.close(fd)
 
     def _fetch_url(
         self,
@@ -643,22 +710,32 @@ class MaterialStore:
 
     def _copy_local(
         self, name: str, source: Path, target: Path, budget: list[int], report: Progress
-    ) -> None:
+    ) -> list[local_copy.Entry]:
+        """Copy the checked local path, reached from its root without following a link; returns
+        what was read."""
         where = f"prerequisite {name!r}: {source}"
-        if not source.exists():
-            raise MaterialError(f"{where} does not exist")
-        size = sum(entry[1] for entry in _fingerprint(source))
-        if size > budget[0]:
-            raise MaterialError(self._too_big(where, size, budget))
-        report(name, f"copying data {name!r} ({_human(size)}) from {source}")
         try:
-            if source.is_dir():
-                shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
-            else:
-                shutil.copy2(source, target)
+            fd = local_copy.open_beneath(*self._beneath(source))
+        except local_copy.CopyRefused as exc:
+            raise MaterialError(f"prerequisite {name!r}: {exc}") from None
         except OSError as exc:
             raise MaterialError(f"{where} could not be copied: {exc}") from exc
-        budget[0] -= size
+        try:
+            size = sum(entry.size for entry in local_copy.scan(fd, source))
+            if size > budget[0]:
+                raise MaterialError(self._too_big(where, size, budget))
+            report(name, f"copying data {name!r} ({_human(size)}) from {source}")
+            read, copied = local_copy.copy(fd, source, target, budget[0])
+        except local_copy.OverLimit:
+            raise MaterialError(self._too_big(where, None, budget)) from None
+        except local_copy.CopyRefused as exc:
+            raise MaterialError(f"prerequisite {name!r}: {exc}") from None
+        except OSError as exc:
+            raise MaterialError(f"{where} could not be copied: {exc}") from exc
+        finally:
+            os.close(fd)
+        budget[0] -= copied
+        return read
 
     # --- scripts -----------------------------------------------------------------------------
 
@@ -842,23 +919,6 @@ def _content_length(response: httpx.Response) -> int | None:
         return int(response.headers["content-length"])
     except (KeyError, ValueError):
         return None
-
-
-def _fingerprint(path: Path) -> list[tuple[str, int, int]]:
-    """(relative path, size, mtime_ns) of a file or of every file under a directory."""
-    try:
-        if not path.is_dir():
-            stat = path.stat()
-            return [("", stat.st_size, stat.st_mtime_ns)]
-    except OSError:
-        return []  # reported as missing when copied
-    entries = []
-    for folder, _dirs, files in os.walk(path):
-        for file in files:
-            full = Path(folder, file)
-            stat = full.lstat()
-            entries.append((str(full.relative_to(path)), stat.st_size, stat.st_mtime_ns))
-    return sorted(entries)
 
 
 def _first_error(stderr: str) -> str:

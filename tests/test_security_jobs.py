@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from server.remote import Client
-from tests.servers import Server, final_job, served
+from tests.servers import Server, event_log, final_job, served
 from tests.simulated import job_config
 from tests.waiting import until
 
@@ -232,3 +232,71 @@ def test_a_log_printed_without_end_keeps_its_head_and_tail_only(
     assert "line 79999 of a job" in last_lines and "dropped" not in last_lines
     logs = list(server.state_dir.glob("attempts/*/*/*/main-0/pai/run/output.log"))
     assert len(logs) == 1 and logs[0].stat().st_blocks * 512 < 1_500_000
+
+
+def test_a_job_flipping_a_folder_to_a_host_link_never_gets_another_users_copy_to_read_it(
+    server: Server, tmp_path: Path
+) -> None:
+    """The security review's race, as real jobs: bob may write under an allowed root through a
+    storage the admin granted him, and keeps swapping a folder there between a real one and a
+    symlink to a host folder while alice's jobs copy data from under it. None of alice's jobs
+    may print the host file, and the shared download cache must never hold it."""
+    root = tmp_path / "datasets"
+    shared = root / "shared"
+    (shared / "dir").mkdir(parents=True)
+    (shared / "dir" / "data.txt").write_text("inside 0\n")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "data.txt").write_text(SECRET + "\n")
+    settings = tmp_path / "simulator.yaml"
+    settings.write_text(f"allowed_file_roots: [{root}]\n")
+    server.settings["PAIGRAPH_SIMULATOR_CONFIG"] = str(settings)
+    server.start()
+    bob, alice = ordinary_user(server, "bob"), ordinary_user(server, "alice")
+    granted = server.paigraph("storages", "add", "shared", "--path", str(shared), "--user", "bob")
+    assert granted.returncode == 0, granted.stderr
+
+    flipping = [  # a fresh real folder (new files: a new cache key) and the link, in turn
+        "cd /mnt/shared; i=0",
+        "while true; do i=$((i+1));"
+        ' mkdir fresh; echo "inside $i" > fresh/data.txt; rm -rf gone;'  # while dir is real
+        f" mv dir gone; ln -s {host} dir;"  # the link, until
+        " rm dir; mv fresh dir; done",  # a real folder again
+    ]
+    flipper = json.loads(job_config(one_role(flipping), name="flipper"))
+    flipper["extras"] = {"storages": [{"name": "shared", "mountPath": "/mnt/shared"}]}
+    flipper_id = submit(bob, json.dumps(flipper))
+    until(lambda: bob.job(flipper_id)["state"] == "RUNNING", "the flipper running", 60)
+    until(lambda: (shared / "gone").exists() or (shared / "dir").is_symlink(), "flips", 30)
+
+    def reader(n: int, uri: str) -> str:
+        doc = json.loads(job_config(one_role(["cat /work/ds/* /work/ds/*/* 2>/dev/null; true"])))
+        doc["name"] = f"reader-{n}"
+        doc["prerequisites"].append({"name": "ds", "type": "data", "uri": [uri]})
+        doc["taskRoles"]["main"]["data"] = "ds"
+        return json.dumps(doc)
+
+    uris = [str(shared / "dir" / "data.txt"), (shared / "dir").as_uri()]
+    read: list[str] = []
+    refused: list[str] = []
+    for batch in range(12):  # until both outcomes were seen, many rounds of the race
+        ids = []
+        for n in range(batch * 8, batch * 8 + 8):
+            submitted = alice.submit(reader(n, uris[n % 2]), {})
+            if submitted["errors"]:
+                refused.append(json.dumps(submitted["errors"]))
+            else:
+                ids.append(submitted["job"]["id"])
+        for job_id in ids:
+            ended = final_job(alice, job_id, timeout=120)
+            text = log_text(alice, job_id) if ended["state"] == "SUCCEEDED" else ""
+            said = json.dumps(event_log(alice, job_id))
+            assert SECRET not in text and SECRET not in said, (text, said)
+            (read if "inside" in text else refused).append(text or said)
+        if batch >= 5 and read and refused:
+            break
+    bob.stop(flipper_id)
+    assert read and refused, (len(read), refused[:3])  # the race was run both ways
+    cache = server.state_dir / "cache"
+    leaked = [p for p in cache.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert all(SECRET not in p.read_text(errors="replace") for p in leaked)

@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import Server, paigraph, served
+from tests.servers import Server, free_port, paigraph, served
+from tests.simulated import job_config
 from tests.waiting import until
 
 
@@ -51,6 +52,42 @@ def test_serve_announces_its_address_only_once_it_answers(tmp_path: Path) -> Non
         # announced: it must answer now, without waiting
         assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
         assert server.output().count(announcement) == 1
+
+
+@pytest.mark.docker
+def test_a_second_server_on_the_same_state_directory_is_refused_naming_the_first(
+    tmp_path: Path,
+) -> None:
+    with served("sqlite", tmp_path) as first:
+        first.start()
+        assert first.process is not None
+        second_port = free_port()
+        second = first.paigraph("serve", "--port", str(second_port))
+        assert second.returncode == 1
+        assert second.stderr.startswith(
+            f"error: the docker backend cannot start: the simulator state directory "
+            f"{first.state_dir} is in use by another paigraph server (pid {first.process.pid}, "
+            f"serving {first.url}/graphql, command: "
+        )
+        assert f"serve --port {first.port}" in second.stderr
+        assert "PAIGRAPH_SIMULATOR_STATE" in second.stderr and "Traceback" not in second.stderr
+        assert "serving GraphQL" not in second.stderr
+        # the first keeps serving; the second never listened
+        assert httpx.get(f"{first.url}/healthz", timeout=5).status_code == 200
+        assert first.client().execute("{ viewer { name } }")["viewer"]["name"]
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"http://127.0.0.1:{second_port}/healthz", timeout=5)
+        # a `paigraph run` on the same state directory still runs beside it
+        config = tmp_path / "beside.yaml"
+        config.write_text(
+            job_config(name="beside", roles={"main": {"commands": ["echo beside the server"]}})
+        )
+        ran = first.paigraph("run", str(config))
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "job beside: SUCCEEDED" in ran.stdout
+        # the lock goes with the process, however it ends: a killed server starts again
+        first.kill()
+        first.start()
 
 
 @pytest.fixture
