@@ -1,4 +1,4 @@
-"""Validation's answers are cached (strawberry's ValidationCache), and nothing a client reads
+"""Validation's answers are kept by query text (server.api.validation_cache), and nothing a client reads
 changes for it: errors are located in the text that came, and a document of several
 operations without a name is refused even when the cache knows it to be valid."""
 
