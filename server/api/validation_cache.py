@@ -102,7 +102,7 @@ class Checker:
         deadline = check_deadline()
         key = (schema, text)
         running = self._running.get(key)
-        if running is None:
+        if running is None or running.get_loop() is not asyncio.get_running_loop():
             work = self._pool.submit(self.check_now, schema, text, time.monotonic() + deadline)
             running = asyncio.wrap_future(work)
             self._running[key] = running
@@ -117,7 +117,8 @@ class Checker:
 
     def _finished(self, key: tuple[GraphQLSchema, str], done: asyncio.Future[Checked]) -> None:
         """On the event loop: a check has ended, whether or not anyone still waits for it."""
-        self._running.pop(key, None)
+        if self._running.get(key) is done:
+            del self._running[key]
         if not done.cancelled() and done.exception() is None:
             self._remember(done.result())
 
