@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -28,6 +29,7 @@ from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSu
 from server.api.schema import executor_setting, schema_for
 from server.events import bus_for
 from server.exec_frames import PATH as EXEC_PATH
+from server.security_headers import SecurityHeaders
 from server.store import database_url, open_store
 from server.webapp import Assets, app_page, build_dir
 
@@ -224,6 +226,7 @@ def create_app(
             Route("/{path:path}", app_page, methods=["GET", "HEAD"]),
         ],
         lifespan=lifespan,
+        middleware=[Middleware(SecurityHeaders)],  # server.security_headers says why each
     )
     app.state.runtime = slot  # the running parts, for operators and tests: .get()
     return app

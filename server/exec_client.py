@@ -27,6 +27,10 @@ from server.remote import Client, RemoteError
 
 CLIENT_ERROR = 255  # the exit status when the command did not run to its end (as ssh's)
 _READ_SIZE = 1 << 14
+# How long the server may take to start the command once it has the start message (a busy
+# Docker engine or cluster can be slow to open an exec); the server's own wait for the start
+# message is much shorter.
+STARTED_WAIT_SECONDS = 60.0
 
 
 def shell_command(term: str | None) -> list[str]:
@@ -104,7 +108,7 @@ class ExecClient:
     def _expect_started(self, ws: ClientConnection) -> None:
         """Wait for `started`; RemoteError with the server's reason when it refused."""
         try:
-            reply = ws.recv(timeout=frames.START_TIMEOUT_SECONDS + 30)
+            reply = ws.recv(timeout=STARTED_WAIT_SECONDS)
         except TimeoutError:
             raise RemoteError("the server did not start the command in time") from None
         if isinstance(reply, bytes):

@@ -35,9 +35,12 @@ ERROR_CLOSE = {
     "not-found": 4404,
     "not-running": 4409,
     "too-many-sessions": 4429,
+    "too-many-connections": 4429,
     "unavailable": 4503,
 }
-START_TIMEOUT_SECONDS = 30.0  # a connection that sends no start message in time is closed
+# A connection that sends no start message in time is closed: a client sends it at once, and
+# a connection that has not said who it is holds the server's resources for nothing.
+START_TIMEOUT_SECONDS = 5.0
 MAX_COMMAND_ARGS = 1000
 
 

@@ -110,7 +110,11 @@ async def test_aliases_tokens_and_depth_are_limited(db_url: str) -> None:
         assert "errors" not in await gql(client, allowed)
         aliases = "{ " + " ".join(f"a{n}: viewer {{ name }}" for n in range(31)) + " }"
         body = await gql(client, aliases)
-        assert body["errors"][0]["message"] == "31 aliases found. Allowed: 30"
+        assert body["errors"][0]["message"] == (
+            "the unnamed query uses 31 aliases, counting a fragment's once for every place it "
+            "is spread; the alias limit of this server is 30"
+        )
+        assert body["errors"][0]["extensions"] == {"code": "TOO_MANY_ALIASES", "limit": 30}
 
         tokens = "{ viewer { " + " ".join("name" for _ in range(2100)) + " } }"
         body = await gql(client, tokens)
@@ -123,9 +127,11 @@ async def test_aliases_tokens_and_depth_are_limited(db_url: str) -> None:
             roles = f"taskRoles {{ prerequisites {{ {inner} }} }}"
             return f"{{ marketplaceItems {{ edges {{ node {{ {roles} }} }} }} }}"
 
-        assert "errors" not in await gql(client, nested(2))  # depth 12: the deepest allowed
+        assert "errors" not in await gql(client, nested(2))  # depth 11
         body = await gql(client, nested(3))
-        assert body["errors"][0]["message"] == "'anonymous' exceeds maximum operation depth of 12"
+        assert body["errors"][0]["message"] == (
+            "the unnamed query is nested 14 levels deep; the query depth limit of this server is 12"
+        )
 
 
 async def test_a_fresh_loopback_server_accepts_websockets_without_a_token(db_url: str) -> None:

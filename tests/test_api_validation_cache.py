@@ -1,6 +1,6 @@
-"""Validation's answers are cached (strawberry's ValidationCache), and nothing a client reads
-changes for it: errors are located in the text that came, and a document of several
-operations without a name is refused even when the cache knows it to be valid."""
+"""Validation's answers are kept by query text (server.api.validation_cache), and nothing a
+client reads changes for it: errors are located in the text that came, and a document of
+several operations without a name is refused even when the cache knows it to be valid."""
 
 from __future__ import annotations
 

@@ -5,7 +5,10 @@ tests/test_kubernetes_fake_cluster.py (the Kubernetes exec API)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -13,9 +16,11 @@ import websockets
 from websockets.exceptions import ConnectionClosed
 
 from server import exec_frames as frames
+from server.api.exec_socket import MAX_ANONYMOUS_PER_ADDRESS
 from server.api.ids import global_id
 from server.app import create_app
 from tests.api_support import live_server
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -73,3 +78,76 @@ async def test_exec_refuses_an_unknown_token(db_url: str) -> None:
     assert message["code"] == "unauthorized" and "not valid" in message["message"]
     assert close == 4401
     assert in_start["code"] == "unauthorized"
+
+
+def _exec_url(url: str) -> str:
+    return url.replace("http", "ws", 1) + frames.PATH
+
+
+async def test_a_connection_that_sends_nothing_is_closed_within_seconds(db_url: str) -> None:
+    async with (
+        live_server(create_app(db_url=db_url, backend=None)) as url,
+        websockets.connect(_exec_url(url), subprotocols=[frames.SUBPROTOCOL]) as ws,  # type: ignore[list-item]
+    ):
+        # it was held for 30 seconds; the bound here only tells 5 from 30
+        message = json.loads(await asyncio.wait_for(ws.recv(), 20))
+        with pytest.raises(ConnectionClosed):
+            await ws.recv()
+    assert message == {
+        "type": "error",
+        "code": "bad-request",
+        "message": f"no start message within {frames.START_TIMEOUT_SECONDS:g} seconds",
+    }
+    assert frames.START_TIMEOUT_SECONDS <= 5
+    assert ws.close_code == 4400
+
+
+async def test_one_address_holds_at_most_8_connections_that_have_not_started(
+    db_url: str,
+) -> None:
+    async with live_server(create_app(db_url=db_url, backend=None)) as url:
+        async with contextlib.AsyncExitStack() as waiting:
+            for _ in range(MAX_ANONYMOUS_PER_ADDRESS):
+                ws = await waiting.enter_async_context(
+                    websockets.connect(_exec_url(url), subprotocols=[frames.SUBPROTOCOL])  # type: ignore[list-item]
+                )
+            # the next is refused before it sends anything
+            async with websockets.connect(
+                _exec_url(url),
+                subprotocols=[frames.SUBPROTOCOL],  # type: ignore[list-item]
+            ) as extra:
+                message = json.loads(await extra.recv())
+                with pytest.raises(ConnectionClosed):
+                    await extra.recv()
+                close = extra.close_code
+            assert message["code"] == "too-many-connections"
+            assert message["message"] == (
+                "127.0.0.1 has 8 exec connections that have not sent their start message yet, "
+                "the most one address may have (limit 8); send `start` on those first"
+            )
+            assert close == 4429
+            await ws.send(json.dumps({**START, "command": ["ls"]}))  # the last one starts
+            assert json.loads(await ws.recv())["code"] == "not-found"
+            # so another may come: refused for its own reason only
+            message, _ = await refusal(url, json.dumps({**START, "command": ["ls"]}))
+            assert message["code"] == "not-found"
+        # all gone: a new one is heard out
+        message, _ = await refusal(url, json.dumps({**START, "command": ["ls"]}))
+        assert message["code"] == "not-found"
+
+
+async def test_a_client_leaving_before_start_is_one_info_line(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with live_server(create_app(db_url=db_url, backend=None)) as url:
+        for _ in range(3):
+            async with websockets.connect(_exec_url(url), subprotocols=[frames.SUBPROTOCOL]):  # type: ignore[list-item]
+                pass
+        await until_async(lambda: len(_left(caplog)) == 3, "three clients logged as gone", 20)
+    assert [r.levelno for r in _left(caplog)] == [logging.INFO] * 3
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+
+
+def _left(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "left before its session started" in r.getMessage()]

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
 
@@ -119,7 +123,8 @@ def test_a_multi_role_job_page_shows_every_instance_with_ports_and_a_worker_log(
         page.locator("tr[data-instance=worker-1]").get_by_role("button", name="Log").click()
         log = page.get_by_test_id("log-text")
         page.wait_for_function(
-            "document.querySelector('[data-testid=log-text]').innerText.includes('worker 1 hello')"
+            "() => document.querySelector('[data-testid=log-text]').innerText"
+            ".includes('worker 1 hello')"
         )
         assert "worker 1 hello on port" in log.inner_text()
         assert page.url.endswith("?log=worker%2F1") or "log=worker" in page.url
@@ -144,10 +149,10 @@ def test_the_log_follows_the_live_output_of_a_running_instance(
         page.goto(f"/jobs/{job_id}?log=main/0")
         page.get_by_text("following live output").wait_for()
         text = "document.querySelector('[data-testid=log-text]').innerText"
-        page.wait_for_function(f"{text}.includes('tick 2\\n')")
+        page.wait_for_function(f"() => {text}.includes('tick 2\\n')")
         seen = page.evaluate(text)
         assert "tick 30" not in seen  # what comes next arrives while the page watches
-        page.wait_for_function(f"{text}.includes('tick 30\\n')", timeout=30_000)
+        page.wait_for_function(f"() => {text}.includes('tick 30\\n')", timeout=30_000)
         screenshot(page, "log")
         page.wait_for_selector("h1 [data-state=SUCCEEDED]", timeout=30_000)
         page.get_by_text("the instance has ended").wait_for()
@@ -218,11 +223,11 @@ def test_graphiql_renders_and_runs_a_query_with_only_the_server_reachable(
         page.goto("/graphql")
         page.locator(".graphiql-container").wait_for()
         page.wait_for_function(  # the editor holds its default query once it has loaded
-            "document.querySelector('.graphiql-query-editor')?.innerText.includes('viewer')"
+            "() => document.querySelector('.graphiql-query-editor')?.innerText.includes('viewer')"
         )
         page.locator(".graphiql-execute-button").click()
         page.wait_for_function(
-            "document.querySelector('.graphiql-response')?.innerText.includes('alice')"
+            "() => document.querySelector('.graphiql-response')?.innerText.includes('alice')"
         )
         answer = json.loads(page.locator(".graphiql-response").inner_text().replace("\xa0", " "))
         assert answer["data"]["viewer"] == {"name": "alice", "admin": False}
@@ -256,7 +261,8 @@ def test_a_job_page_that_loses_its_websocket_misses_no_event_and_repeats_none(
         events = api.job(job_id)["events"]["edges"]
         expected = [edge["node"]["sequence"] for edge in events]
         page.wait_for_function(
-            f"document.querySelectorAll('[data-testid=timeline] li').length >= {len(expected)}"
+            "() => document.querySelectorAll('[data-testid=timeline] li').length"
+            f" >= {len(expected)}"
         )
         shown = page.eval_on_selector_all(
             "[data-testid=timeline] li", "items => items.map(i => Number(i.dataset.sequence))"
@@ -334,3 +340,60 @@ def test_an_admin_switches_the_list_to_every_users_jobs(site: Site, web_browser:
         page.goto("/")
         page.locator("tr[data-job=bobs]").wait_for()
         assert page.locator("select[name=owner]").count() == 0  # only admins may switch
+
+
+def test_under_the_content_security_policy_no_inline_script_runs_and_no_other_site_frames_a_page(
+    site: Site, web_browser: Any
+) -> None:
+    """The app itself runs under the policy without a console error (as every test here
+    checks); a script put inline into it does not run, and a page of another site that frames
+    the app shows nothing of it, so its Stop and Delete buttons cannot be clicked through."""
+    with browser_page(web_browser, site.url, site.alice) as (page, watched):
+        inline = "Executing inline script violates the following Content Security Policy"
+        watched.expect(inline)
+        page.goto("/")
+        page.get_by_test_id("viewer").wait_for()
+        page.evaluate(
+            "() => { const s = document.createElement('script');"
+            " s.textContent = 'window.__inlineRan = true'; document.head.appendChild(s); }"
+        )
+        page.wait_for_timeout(200)
+        assert page.evaluate("window.__inlineRan") is None
+        assert any(inline in problem for problem in watched.problems)
+
+    framing = f'<iframe src="{site.url}/" width="800" height="600"></iframe>'.encode()
+    with (
+        another_site(framing) as elsewhere,
+        browser_page(web_browser, elsewhere) as (page, watched),
+    ):
+        watched.expect(r"frame-ancestors|Refused to (display|frame)|ERR_BLOCKED_BY_RESPONSE")
+        page.goto("/")
+        page.wait_for_timeout(1500)  # time for the frame to load, had it been allowed
+        (framed,) = [f for f in page.frames if f is not page.main_frame]
+        assert not framed.url.startswith(site.url)  # an error page in its place
+        assert any("frame-ancestors" in problem for problem in watched.problems)
+
+
+@contextmanager
+def another_site(page: bytes) -> Iterator[str]:
+    """A web server of another origin (this machine, another port) answering `page`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -32,6 +32,9 @@ from server.store import User
 
 log = logging.getLogger(__name__)
 MAX_SESSIONS_PER_USER = 16  # exec sessions one user has open at once, over all connections
+# Connections from one client address that have not yet said who they are (no start message
+# read, or its user not yet known): a client needs one per session it opens.
+MAX_ANONYMOUS_PER_ADDRESS = 8
 _QUEUED_CHUNKS = 64  # output chunks waiting for a slow client before the reader waits too
 
 
@@ -39,6 +42,10 @@ class _Refused(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class _Left(Exception):
+    """The client went away before its session started."""
 
 
 @dataclass(frozen=True)
@@ -53,30 +60,66 @@ class _Start:
 class ExecEndpoint:
     """The ASGI websocket app at /exec."""
 
-    def __init__(self, slot: RuntimeSlot, max_sessions_per_user: int = MAX_SESSIONS_PER_USER):
+    def __init__(
+        self,
+        slot: RuntimeSlot,
+        max_sessions_per_user: int = MAX_SESSIONS_PER_USER,
+        max_anonymous_per_address: int = MAX_ANONYMOUS_PER_ADDRESS,
+    ):
         self.slot = slot
         self.max_sessions_per_user = max_sessions_per_user
+        self.max_anonymous_per_address = max_anonymous_per_address
         self._sessions: dict[int, int] = {}  # user id: sessions open (or opening)
+        self._anonymous: dict[str, int] = {}  # client address: connections not yet identified
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         websocket = WebSocket(scope, receive, send)
         offered = scope.get("subprotocols") or []
         await websocket.accept(frames.SUBPROTOCOL if frames.SUBPROTOCOL in offered else None)
+        address = _address(scope)
+        anonymous = self._anonymous.get(address, 0)
+        if anonymous >= self.max_anonymous_per_address:
+            await _refuse(
+                websocket,
+                "too-many-connections",
+                f"{address} has {anonymous} exec connections that have not sent their start "
+                f"message yet, the most one address may have (limit "
+                f"{self.max_anonymous_per_address}); send `start` on those first",
+            )
+            return
+        self._anonymous[address] = anonymous + 1
+        unidentified = [address]  # emptied once the connection's user is known
         opened: list[int] = []  # the user whose session this is, once counted
         try:
-            session = await self._open(websocket, opened)
+            session = await self._open(websocket, opened, unidentified)
         except _Refused as refused:
             self._release(opened)
             await _refuse(websocket, refused.code, str(refused))
             return
+        except _Left:
+            self._release(opened)
+            log.info("exec: a client at %s left before its session started", address)
+            return
         except BaseException:
             self._release(opened)
             raise
+        finally:
+            self._identified(unidentified)
         try:
             await _pump(websocket, session)
         finally:
             self._release(opened)
             await asyncio.to_thread(session.close)
+
+    def _identified(self, unidentified: list[str]) -> None:
+        """The connection no longer counts as anonymous for its address."""
+        for address in unidentified:
+            left = self._anonymous.get(address, 1) - 1
+            if left > 0:
+                self._anonymous[address] = left
+            else:
+                self._anonymous.pop(address, None)
+        unidentified.clear()
 
     def _count(self, user: User, opened: list[int]) -> None:
         """Count a session of `user`; _Refused when they have as many as one user may."""
@@ -99,9 +142,12 @@ class ExecEndpoint:
                 self._sessions.pop(user_id, None)
         opened.clear()
 
-    async def _open(self, websocket: WebSocket, opened: list[int]) -> ExecSession:
-        """Read the start message, check who asks, and start the command (counted in
-        `opened` as a session of its user)."""
+    async def _open(
+        self, websocket: WebSocket, opened: list[int], unidentified: list[str]
+    ) -> ExecSession:
+        """Read the start message, check who asks (then the connection leaves
+        `unidentified`), and start the command (counted in `opened` as a session of its
+        user). _Left when the client goes away before its start message."""
         try:
             runtime = self.slot.get()
         except ApiError as exc:
@@ -115,8 +161,11 @@ class ExecEndpoint:
             ) from None
         except KeyError:  # a binary frame first
             raise _Refused("bad-request", "the first message must be a start message") from None
+        except WebSocketDisconnect:
+            raise _Left from None
         start = _start(first)
         user = await self._user(websocket, runtime, start.token)
+        self._identified(unidentified)
         job = await asyncio.to_thread(runtime.store.get_job, start.job_id)
         if job is None:
             raise _Refused("not-found", f"no job has id {start.job_id!r}")
@@ -157,6 +206,11 @@ class ExecEndpoint:
             return await runtime.auth.user(token)
         except Unauthorized as exc:
             raise _Refused("unauthorized", str(exc)) from None
+
+
+def _address(scope: Any) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "an unknown address"
 
 
 def _start(text: str) -> _Start:

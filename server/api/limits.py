@@ -10,23 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from strawberry.extensions import (
-    AddValidationRules,
-    MaxAliasesLimiter,
-    MaxTokensLimiter,
-    ParserCache,
-    QueryDepthLimiter,
-    SchemaExtension,
-)
+from graphql import specified_rules
+from strawberry.extensions import SchemaExtension
 
+from server.api.document_shape import ShapeLimits, shape_rule
 from server.api.errors import ApiError, MaskUnexpectedErrors
 from server.api.operation_name import RequireOperationName
-from server.api.validation_cache import REMEMBERED, KnownValidDocuments
+from server.api.validation_cache import CheckedDocuments, Checker
 
 MAX_FIRST = 100
 DEFAULT_FIRST = 50
 MAX_DEPTH = 12
-MAX_ALIASES = 30
+MAX_ALIASES = 30  # per operation, each fragment's counted once for every place it is spread
+# Fields one operation asks for once its fragments are expanded (server.api.document_shape):
+# the web UI's largest query asks for a few hundred.
+MAX_FIELDS = 10_000
 MAX_TOKENS = 2000
 MAX_BODY_BYTES = 1024 * 1024  # an HTTP request body, and each websocket message
 # Nesting of a request's JSON (the request object is level 1, `variables` 2): job parameters
@@ -53,23 +51,22 @@ def page_size(first: int | None, *, argument: str = "first", default: int = DEFA
     return first
 
 
-# The depth and alias limiters make a new rule class each time they are built, which for a
-# per-operation extension means two classes per request (and garbage only the cycle collector
-# frees); their rules are made once here instead.
-_SHAPE_RULES = [
-    *QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
-    *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
-]
+# Every rule a query is validated with: graphql-core's (the specification's, and its bound on
+# introspection depth, `__schema { types { fields { type { fields ...`) and the shape limits,
+# each linear in the document however its fragments expand.
+VALIDATION_RULES = (
+    *specified_rules,
+    shape_rule(ShapeLimits(depth=MAX_DEPTH, fields=MAX_FIELDS, aliases=MAX_ALIASES)),
+)
+# One for the process: the answers it keeps are by schema and text.
+CHECKER = Checker(VALIDATION_RULES, max_tokens=MAX_TOKENS)
 
 
 def schema_extensions() -> list[Callable[[], SchemaExtension]]:
     """Factories: each operation gets its own extension objects."""
     return [
-        partial(ParserCache, maxsize=REMEMBERED),
-        KnownValidDocuments,  # before RequireOperationName, whose error must stand
+        partial(CheckedDocuments, CHECKER),  # before RequireOperationName, whose error stands
         RequireOperationName,
-        partial(AddValidationRules, _SHAPE_RULES),
-        partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
         MaskUnexpectedErrors,
     ]
 

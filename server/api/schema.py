@@ -17,21 +17,23 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import strawberry
 from graphql import GraphQLError
 from strawberry.types import ExecutionContext, ExecutionResult
+from strawberry.types.execution import PreExecutionError
 from strawberry.types.graphql import OperationType
 
 from server.api.errors import should_mask
-from server.api.limits import schema_extensions
+from server.api.limits import CHECKER, schema_extensions
 from server.api.marketplace_mutations import Mutation  # the job mutations and the marketplace's
 from server.api.marketplace_queries import Query  # the job queries and the marketplace's
 from server.api.marketplace_types import MarketplaceItem
 from server.api.subscriptions import Subscription
 from server.api.types import Job, User
+from server.api.validation_cache import hand_over
 
 EXECUTOR_ENV = "PAIGRAPH_EXECUTOR"
 FAST, STANDARD = "fast", "standard"
@@ -39,6 +41,22 @@ EXECUTORS = (FAST, STANDARD)
 
 
 class Schema(strawberry.Schema):
+    """strawberry's, with each text parsed and validated off the event loop first
+    (server.api.validation_cache): a syntax error, or a check past its deadline, is answered
+    here; anything else goes on to strawberry with its checked document."""
+
+    async def _refusal(self, query: str | None) -> PreExecutionError | None:
+        if not query:
+            return None  # strawberry's own "no query" error
+        try:
+            checked = await CHECKER.check(self._schema, query)
+        except GraphQLError as error:
+            return PreExecutionError(data=None, errors=[error])
+        if checked.document is None:
+            return PreExecutionError(data=None, errors=list(checked.errors))
+        hand_over(checked)
+        return None
+
     async def execute(
         self,
         query: str | None,
@@ -57,6 +75,9 @@ class Schema(strawberry.Schema):
             allowed = {OperationType.QUERY, OperationType.MUTATION}
         else:
             allowed = set(allowed_operation_types) - {OperationType.SUBSCRIPTION}
+        refusal = await self._refusal(query)
+        if refusal is not None:
+            return refusal
         return await super().execute(
             query,
             variable_values=variable_values,
@@ -67,11 +88,40 @@ class Schema(strawberry.Schema):
             operation_extensions=operation_extensions,
         )
 
+    async def stream(
+        self,
+        query: str | None,
+        variable_values: dict[str, Any] | None = None,
+        context_value: Any | None = None,
+        root_value: Any | None = None,
+        operation_name: str | None = None,
+        operation_extensions: dict[str, Any] | None = None,
+        allowed_operation_types: Iterable[OperationType] | None = None,
+    ) -> Any:
+        """An operation over the websocket (graphql-transport-ws runs every operation, queries
+        too, through here)."""
+        refusal = await self._refusal(query)
+        if refusal is not None:
+            return _single(refusal)
+        return await super().stream(
+            query,
+            variable_values=variable_values,
+            context_value=context_value,
+            root_value=root_value,
+            operation_name=operation_name,
+            operation_extensions=operation_extensions,
+            allowed_operation_types=allowed_operation_types,
+        )
+
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
     ) -> None:
         """Log only faults of the server: a user's bad argument is answered, not logged."""
         super().process_errors([e for e in errors if should_mask(e)], execution_context)
+
+
+async def _single(result: ExecutionResult) -> AsyncIterator[ExecutionResult]:
+    yield result
 
 
 def executor_setting(value: str | None = None, environ: Mapping[str, str] | None = None) -> str:
