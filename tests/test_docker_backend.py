@@ -213,8 +213,8 @@ async def test_failures_are_reported_with_their_cause(tmp_path: Path) -> None:
 
 async def test_a_job_that_can_never_fit_is_refused_at_launch(tmp_path: Path) -> None:
     async with backend(tmp_path) as sim:
-        with pytest.raises(LaunchRefused, match="largest node has 16 cpu"):
-            await sim.launch(job(role("big", ["true"], cpu=17)))
+        with pytest.raises(LaunchRefused, match="largest node has 32 cpu"):
+            await sim.launch(job(role("big", ["true"], cpu=33)))
         with pytest.raises(LaunchRefused, match="hdfs"):
             await sim.launch(
                 job(
