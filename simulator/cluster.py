@@ -251,14 +251,16 @@ class Cluster:
             if asked[i] > quota[i]:
                 return (
                     f"needs {_amount(name, asked[i])} in total, more than the quota of "
-                    f"vc {vc} ({_amount(name, quota[i])})"
+                    f"vc {vc} ({_amount(name, quota[i])}; virtual_clusters in the simulator "
+                    f"settings)"
                 )
         empty = {n.name: n.capacity for n in infos}
         placed, _ = _first_fit_decreasing(demands, empty)
         if placed < len(demands):
             return (
                 f"even an empty cluster fits only {placed} of the {len(demands)} instances "
-                f"at once; the nodes are too small for this mix"
+                f"at once; the nodes are too small for this mix (node_count, node or nodes in "
+                f"the simulator settings)"
             )
         return None
 
@@ -443,10 +445,13 @@ class Cluster:
             if getattr(d, name) > largest:
                 return (
                     f"an instance asks {_amount(name, getattr(d, name))}, the largest node "
-                    f"has {_amount(name, largest)}"
+                    f"has {_amount(name, largest)} ({_SIZE_SETTINGS[name]})"
                 )
         if not any(_fits(d, n.capacity) for n in infos):
-            return f"an instance asks {_describe(d)}; no node has all of that"
+            return (
+                f"an instance asks {_describe(d)}; no node has all of that (the nodes' sizes "
+                f"are node or nodes in the simulator settings)"
+            )
         return None
 
     def _vc_shortage(self, vc: str, demands: Sequence[Demand]) -> str | None:
@@ -487,6 +492,14 @@ class Cluster:
             f"only {placed} of {len(demands)} instances fit on the free nodes; none has room "
             f"for one more with {_describe(first_left)}"
         )
+
+
+# The settings that make a node larger, named when an instance is larger than every node.
+_SIZE_SETTINGS = {
+    "cpu": "node.cpu, or cpu in nodes, in the simulator settings",
+    "memory_mb": "node.memory_mb, or memory_mb in nodes, in the simulator settings",
+    "gpu": "gpus_per_node, node.gpu, or gpu in nodes, in the simulator settings",
+}
 
 
 def _fits(d: Demand, free: Capacity) -> bool:

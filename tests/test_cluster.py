@@ -179,11 +179,17 @@ virtual_clusters:
     ("vc", "demands", "reason"),
     [
         ("research", [Demand(1, 128)], "unknown virtual cluster 'research'; known: default, small"),
-        ("default", [Demand(33, 128)], "an instance asks 33 cpu, the largest node has 32 cpu"),
+        (
+            "default",
+            [Demand(33, 128)],
+            "an instance asks 33 cpu, the largest node has 32 cpu (node.cpu, or cpu in nodes, in "
+            "the simulator settings)",
+        ),
         (
             "default",
             [Demand(1, 70000)],
-            "an instance asks 70000 MB memory, the largest node has 65536 MB memory",
+            "an instance asks 70000 MB memory, the largest node has 65536 MB memory "
+            "(node.memory_mb, or memory_mb in nodes, in the simulator settings)",
         ),
         (
             "default",
@@ -194,18 +200,21 @@ virtual_clusters:
         (
             "default",
             [Demand(16, 8192)],
-            "an instance asks 16 cpu and 8192 MB memory; no node has all of that",
+            "an instance asks 16 cpu and 8192 MB memory; no node has all of that (the nodes' "
+            "sizes are node or nodes in the simulator settings)",
         ),
         (
             "small",
             [Demand(4, 1024)] * 3,
-            "needs 12 cpu in total, more than the quota of vc small (8 cpu)",
+            "needs 12 cpu in total, more than the quota of vc small (8 cpu; virtual_clusters "
+            "in the simulator settings)",
         ),
         (
             "default",
             [Demand(3, 3000)] * 3,
             "even an empty cluster fits only 2 of the 3 instances at once; "
-            "the nodes are too small for this mix",
+            "the nodes are too small for this mix (node_count, node or nodes in the simulator "
+            "settings)",
         ),
     ],
 )
