@@ -256,6 +256,16 @@ class ChecksLaunches(Protocol):
 
 
 @runtime_checkable
+class WarnsLaunches(Protocol):
+    """A backend that runs some requests other than as asked, and says so before they run."""
+
+    def launch_warnings(self, request: LaunchRequest) -> list[str]:
+        """What the backend will simulate or scale down for the request (GPUs without devices,
+        limits capped to the machine), one sentence each; kept with the job as warnings.
+        Cheap and without side effects, like `refusal`."""
+
+
+@runtime_checkable
 class ReportsHealth(Protocol):
     """A backend that can say whether the engine or cluster it drives answers right now."""
 

@@ -16,8 +16,8 @@ Settings (YAML keys):
     the template ``node: {cpu, memory_mb, gpu}``. Default: 4 nodes of 32 cpu, 262144 MB
     (256 GB) and 8 GPUs each, a small GPU cluster on which the published OpenPAI examples fit
     and a 64-instance job of 1 cpu / 128 MB instances too, on any machine (the capacity here
-    is only accounted; real container limits are the requests scaled to what the machine
-    has, see ``backends.docker_specs.HostLimits``).
+    is only accounted; the containers' real limits are the requests scaled to what the
+    machine has).
 ``gpus_per_node``
     Simulated GPUs of each node that does not set ``gpu`` itself (default 8), so GPU jobs
     run on a machine without GPUs; ``0`` makes a cluster without GPUs, where a job asking

@@ -301,7 +301,7 @@ class JobMachine:
         if event.kind is EventKind.PLACED:
             if view.state is JobState.WAITING:
                 placed = f"placed on {view.node or 'a node'}"
-                note = f"; {event.reason}" if event.reason else ""  # e.g. limits clipped
+                note = f"; {event.reason}" if event.reason else ""  # e.g. limits scaled
                 self._move(view, JobState.STARTING, event.at, placed + note)
             return self._progress(event.at)
         if event.kind is EventKind.STARTED:
