@@ -212,6 +212,9 @@ class Cluster:
             gpus = tuple(host_gpus) if real else tuple(range(spec.gpu or 0))
             infos.append(NodeInfo(spec.name, spec.cpu, spec.memory_mb, gpus, real))
         self._nodes = {info.name: _NodeState(info) for info in infos}
+        # what the nodes have never changes: kept, as every submission asks about it
+        self._capacities = {info.name: info.capacity for info in infos}
+        self._largest = Capacity(*(max(c[i] for c in self._capacities.values()) for i in range(3)))
         total = Capacity(*(sum(n.capacity[i] for n in infos) for i in range(3)))
         self._total = total
         self._quotas = {vc.name: vc.quota_of(total) for vc in settings.virtual_clusters}
@@ -240,9 +243,8 @@ class Cluster:
         """Why this attempt can never run here, or None when it can once room is free."""
         if vc not in self._quotas:
             return self._unknown_vc(vc)
-        infos = self.nodes
-        for d in demands:
-            reason = self._too_big(d, infos)
+        for d in dict.fromkeys(demands):  # each different demand once: most repeat
+            reason = self._too_big(d)
             if reason:
                 return reason
         quota = self._quotas[vc]
@@ -254,7 +256,7 @@ class Cluster:
                     f"vc {vc} ({_amount(name, quota[i])}; virtual_clusters in the simulator "
                     f"settings)"
                 )
-        empty = {n.name: n.capacity for n in infos}
+        empty = dict(self._capacities)
         placed, _ = _first_fit_decreasing(demands, empty)
         if placed < len(demands):
             return (
@@ -434,20 +436,20 @@ class Cluster:
     def _unknown_vc(self, vc: str) -> str:
         return f"unknown virtual cluster {vc!r}; known: {', '.join(self._quotas)}"
 
-    def _too_big(self, d: Demand, infos: Sequence[NodeInfo]) -> str | None:
+    def _too_big(self, d: Demand) -> str | None:
         if d.gpu and self._total.gpu == 0:
             return (
                 f"an instance asks {_amount('gpu', d.gpu)}, but the cluster has no gpus "
                 f"(set gpus_per_node in the simulator settings to simulate some)"
             )
         for i, name in enumerate(_RESOURCES):
-            largest = max(n.capacity[i] for n in infos)
+            largest = self._largest[i]
             if getattr(d, name) > largest:
                 return (
                     f"an instance asks {_amount(name, getattr(d, name))}, the largest node "
                     f"has {_amount(name, largest)} ({_SIZE_SETTINGS[name]})"
                 )
-        if not any(_fits(d, n.capacity) for n in infos):
+        if not any(_fits(d, c) for c in self._capacities.values()):
             return (
                 f"an instance asks {_describe(d)}; no node has all of that (the nodes' sizes "
                 f"are node or nodes in the simulator settings)"
