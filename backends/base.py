@@ -174,7 +174,18 @@ class EventKind(StrEnum):
     LOST = "lost"  # it vanished without an exit being observed
 
 
+def oom_reason(limit_mb: int) -> str:
+    """The end reason of an instance killed for using more than the memory it asked for."""
+    return (
+        f"killed because it used more memory than it asked for (out of memory: its limit of "
+        f"{limit_mb} MB exceeded)"
+    )
+
+
 class InstanceEvent(_Value):
+    """A change of an instance's state. `reason` of an OOM kill (EXITED with `oom_killed`)
+    is a whole sentence the job shows as the instance's exit reason (see `oom_reason`)."""
+
     job_id: str
     attempt: int
     kind: EventKind

@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.base import InstanceKey, LaunchRequest, Placement, RoleLaunch
+from backends.base import InstanceKey, LaunchRequest, Placement, RoleLaunch, oom_reason
 from backends.entrypoint import ENTRYPOINT, RUN_DIR, RUNTIME_DIR, WORK_DIR
 from simulator.cluster import Slot
 from simulator.containers import LABEL, OWNER, BindMount, ContainerSpec
@@ -123,10 +123,11 @@ class HostLimits:
         asked, given = role.resources.memory_mb, self.memory_limit(request, role)
         if given < asked:
             return (
-                f"killed: out of memory (asked {asked} MB; this machine gave {given} MB, "
-                f"its share of this machine's {self.memory_mb} MB)"
+                f"killed because it used more memory than this machine gave it (out of memory: "
+                f"asked {asked} MB; this machine gave {given} MB, its share of this machine's "
+                f"{self.memory_mb} MB)"
             )
-        return f"killed: memory limit of {asked} MB exceeded"
+        return oom_reason(asked)
 
 
 def gpu_env(slot: Slot) -> dict[str, str]:

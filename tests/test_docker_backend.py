@@ -200,7 +200,7 @@ async def test_failures_are_reported_with_their_cause(tmp_path: Path) -> None:
         [missing_end] = (await events.all_ended(missing)).values()
         assert oom_end.kind is EventKind.EXITED and oom_end.oom_killed, oom_end.reason
         assert oom_end.exit_code == 137, oom_end.reason
-        assert "memory limit of 32 MB" in oom_end.reason
+        assert "its limit of 32 MB exceeded" in oom_end.reason
         assert (fail_end.kind, fail_end.exit_code) == (EventKind.EXITED, 3), fail_end.reason
         assert "about to fail" in await log_text(sim, fail_end.key)
         assert missing_end.kind is EventKind.START_FAILED, missing_end.reason

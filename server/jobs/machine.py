@@ -672,7 +672,12 @@ def _classify(event: InstanceEvent, log_tail: str) -> ExitInfo:
         return exit_codes.vanished(event.reason)
     if event.kind is EventKind.STOPPED and event.exit_code is None and not event.oom_killed:
         return exit_codes.vanished(event.reason or "stopped from outside the job engine")
-    return exit_codes.classify(event.exit_code, oom_killed=event.oom_killed, log_tail=log_tail)
+    return exit_codes.classify(
+        event.exit_code,
+        oom_killed=event.oom_killed,
+        oom_reason=event.reason if event.oom_killed else None,
+        log_tail=log_tail,
+    )
 
 
 def _story(view: InstanceView, ended: ExitInfo) -> str:
