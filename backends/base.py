@@ -174,7 +174,18 @@ class EventKind(StrEnum):
     LOST = "lost"  # it vanished without an exit being observed
 
 
+def oom_reason(limit_mb: int) -> str:
+    """The end reason of an instance killed for using more than the memory it asked for."""
+    return (
+        f"killed because it used more memory than it asked for (out of memory: its limit of "
+        f"{limit_mb} MB exceeded)"
+    )
+
+
 class InstanceEvent(_Value):
+    """A change of an instance's state. `reason` of an OOM kill (EXITED with `oom_killed`)
+    is a whole sentence the job shows as the instance's exit reason (see `oom_reason`)."""
+
     job_id: str
     attempt: int
     kind: EventKind
@@ -253,6 +264,16 @@ class ChecksLaunches(Protocol):
     def refusal(self, request: LaunchRequest) -> str | None:
         """Why the request can never run here (what `launch` would raise LaunchRefused with),
         or None when it can. Cheap and without side effects: called for every submission."""
+
+
+@runtime_checkable
+class WarnsLaunches(Protocol):
+    """A backend that runs some requests other than as asked, and says so before they run."""
+
+    def launch_warnings(self, request: LaunchRequest) -> list[str]:
+        """What the backend will simulate or scale down for the request (GPUs without devices,
+        limits capped to the machine), one sentence each; kept with the job as warnings.
+        Cheap and without side effects, like `refusal`."""
 
 
 @runtime_checkable

@@ -75,10 +75,12 @@ from backends.docker_specs import (
     HostLimits,
     attempt_labels,
     container_spec,
+    gpu_env,
     left_by_dead_run,
     network_name,
     run_owner,
     safe,
+    simulated_gpu_note,
 )
 from backends.entrypoint import WORK_DIR
 from backends.instance_exec import ExecRequest
@@ -304,6 +306,28 @@ class DockerBackend(ThreadedBackend):
                     return str(exc)
         return None
 
+    def launch_warnings(self, request: LaunchRequest) -> list[str]:
+        """GPUs that are simulated (indices without a device) and limits scaled to this
+        machine, for the job's warnings; the instance's log and PLACED event say it again."""
+        warnings = []
+        asking = [r for r in request.roles if r.resources.gpu > 0]
+        if asking:
+            real = [n.name for n in self.cluster.nodes if n.real_gpus]
+            names = ", ".join(r.name for r in asking)
+            where = (
+                f"only {real[0]} has this machine's GPUs; instances placed on another node get"
+                if real
+                else "this machine has no GPUs for them: the instances get"
+            )
+            warnings.append(
+                f"task role(s) {names} ask for GPUs, which are simulated: {where} the indices "
+                f"of simulated GPUs in NVIDIA_VISIBLE_DEVICES, with no device behind them"
+            )
+        capped = self._host.capping_warning(request)
+        if capped:
+            warnings.append(capped)
+        return warnings
+
     def _launch(self, request: LaunchRequest) -> None:
         # Asked again although the job service asks at submission: a launch is also reached
         # without that check (a later attempt, a job resumed after a restart with other
@@ -437,7 +461,8 @@ class DockerBackend(ThreadedBackend):
         for role, index in order:
             instance = attempt.instances[(role.name, index)]
             if not instance.ended:
-                self._emit_placed(instance, role, skipped.get(role.name, []))
+                slot = slots[(role.name, index)]
+                self._emit_placed(attempt.request, instance, slot, skipped.get(role.name, []))
         self._open_gates(started)
         # every container may have failed to start: then the network is not needed any more
         self._cleanup_if_done(attempt)
@@ -632,9 +657,13 @@ class DockerBackend(ThreadedBackend):
         placement) and specify its container."""
         request, key, placement = attempt.request, instance.key, instance.placement
         assert placement is not None
-        env = runtime_env(request, placements, key.role, key.index)
+        env = {**runtime_env(request, placements, key.role, key.index), **gpu_env(slot)}
         role = with_secret_variables(request.role(key.role), request)  # values not in files
-        records.write_runtime_files(instance.dir, env, role, ssh_files(request, env))
+        real_gpus = self.cluster.node(slot.node).real_gpus
+        note = simulated_gpu_note(slot, real_gpus)
+        records.write_runtime_files(
+            instance.dir, env, role, ssh_files(request, env), notes=[note] if note else []
+        )
         return container_spec(
             self.owner,
             request,
@@ -647,7 +676,7 @@ class DockerBackend(ThreadedBackend):
             network=network,
             mounts=mounts,
             slot=slot,
-            real_gpus=self.cluster.node(slot.node).real_gpus,
+            real_gpus=real_gpus,
             host=self._host,
             publish_address=self.settings.publish_address,
         )
@@ -687,11 +716,20 @@ class DockerBackend(ThreadedBackend):
         return mounts, skipped
 
     def _emit_placed(
-        self, instance: Instance, role: RoleLaunch, skipped: list[str] | None = None
+        self,
+        request: LaunchRequest,
+        instance: Instance,
+        slot: Slot,
+        skipped: list[str] | None = None,
     ) -> None:
-        """PLACED, with what was clipped to fit this machine and the optional materials it
-        starts without as its reason."""
-        notes = [self._host.clipping_note(role), *(skipped or [])]
+        """PLACED, with what was scaled to fit this machine, its simulated GPUs and the
+        optional materials it starts without as its reason."""
+        role = request.role(instance.key.role)
+        notes = [
+            self._host.clipping_note(request, role),
+            simulated_gpu_note(slot, self.cluster.node(slot.node).real_gpus),
+            *(skipped or []),
+        ]
         reason = "; ".join(note for note in notes if note) or None
         self._emit(
             self._event(instance, EventKind.PLACED, reason=reason, placement=instance.placement)
@@ -783,7 +821,7 @@ class DockerBackend(ThreadedBackend):
                 self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
                 break
         if not instance.ended:
-            self._emit_placed(instance, role, skipped.get(role.name, []))
+            self._emit_placed(request, instance, slot, skipped.get(role.name, []))
             self._open_gates([instance])
         self._cleanup_if_done(attempt)
 
@@ -886,7 +924,8 @@ class DockerBackend(ThreadedBackend):
         if info and info.error:
             reason = info.error
         elif oom:
-            reason = f"killed: memory limit of {self._memory_of(attempt, instance)} MB exceeded"
+            request = attempt.request
+            reason = self._host.oom_reason(request, request.role(instance.key.role))
         kind = EventKind.STOPPED if attempt.stopping else EventKind.EXITED
         self._end(
             attempt,
@@ -902,9 +941,6 @@ class DockerBackend(ThreadedBackend):
         with self._lock:
             self._by_container.pop(container_id, None)
         self._cleanup_if_done(attempt)
-
-    def _memory_of(self, attempt: Attempt, instance: Instance) -> int:
-        return attempt.request.role(instance.key.role).resources.memory_mb
 
     def _end(
         self,

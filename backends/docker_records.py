@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -192,12 +193,18 @@ def read_run(instance_dir: Path) -> RunRecord | None:
 
 
 def write_runtime_files(
-    instance_dir: Path, env: dict[str, str], role: RoleLaunch, ssh: dict[str, str] | None = None
+    instance_dir: Path,
+    env: dict[str, str],
+    role: RoleLaunch,
+    ssh: dict[str, str] | None = None,
+    *,
+    notes: Sequence[str] = (),
 ) -> None:
     """The environment and entrypoint the container runs with, in the folder it sees read-only,
     and the empty folder it may write (its mount point, made here since the read-only folder
     cannot be written from inside). `ssh`: the ssh plugin's files (backends.ssh_access), in
-    `ssh/`, readable by the server's user only."""
+    `ssh/`, readable by the server's user only. `notes`: lines the entrypoint prints first
+    (what is simulated for this instance)."""
     runtime = runtime_dir(instance_dir)
     writable_dir(instance_dir).mkdir(parents=True, exist_ok=True)
     host_files.write_atomic(runtime / "runtime_env.sh", shell_env_file(env))
@@ -205,7 +212,8 @@ def write_runtime_files(
         (runtime / "ssh").mkdir(mode=0o700, exist_ok=True)
         for name, text in ssh.items():
             host_files.write_atomic(runtime / "ssh" / name, text, mode=0o600)
-    host_files.write_atomic(runtime / "entrypoint.sh", entrypoint_script(role, ssh=bool(ssh)))
+    script = entrypoint_script(role, ssh=bool(ssh), notes=notes)
+    host_files.write_atomic(runtime / "entrypoint.sh", script)
 
 
 def open_gate(instance_dir: Path) -> None:

@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.base import InstanceKey, LaunchRequest, Placement, RoleLaunch
+from backends.base import InstanceKey, LaunchRequest, Placement, RoleLaunch, oom_reason
 from backends.entrypoint import ENTRYPOINT, RUN_DIR, RUNTIME_DIR, WORK_DIR
 from simulator.cluster import Slot
 from simulator.containers import LABEL, OWNER, BindMount, ContainerSpec
@@ -57,22 +57,94 @@ def attempt_labels(owner: str, request: LaunchRequest) -> dict[str, str]:
     return {OWNER: owner, JOB: request.job_id, ATTEMPT: str(request.attempt)}
 
 
+# Below this a scaled-down memory limit is not raised further: a container needs some memory
+# to start at all, and a request smaller than this is given as asked.
+LEAST_MEMORY_MB = 64
+
+
 @dataclass(frozen=True)
 class HostLimits:
-    """This machine's limits: a role asking for more runs clipped to them."""
+    """This machine's limits. Placement counts what a job asks on the simulated nodes; the
+    containers get the request scaled to what this machine can give: cpus capped at the
+    machine's, and memory capped at each instance's share of the machine's memory among the
+    instances of its attempt (which run together), so that a job asking for a big node still
+    runs here, told what it was given.
+    """
 
     cpus: int
     memory_mb: int
     pids_limit: int
 
-    def clipping_note(self, role: RoleLaunch) -> str | None:
-        """What was clipped for the role, told with its PLACED event; None when nothing."""
-        clipped = []
+    def cpu_limit(self, role: RoleLaunch) -> float:
+        return float(min(role.resources.cpu, self.cpus))
+
+    def memory_limit(self, request: LaunchRequest, role: RoleLaunch) -> int:
+        """The memory limit of each instance of `role`, in MB: what it asks while the whole
+        attempt fits in this machine's memory, else its share of it (at least
+        LEAST_MEMORY_MB, never more than asked)."""
+        asked = role.resources.memory_mb
+        together = sum(r.resources.memory_mb * r.instances for r in request.roles)
+        if together <= self.memory_mb:
+            return asked
+        return min(asked, max(LEAST_MEMORY_MB, asked * self.memory_mb // together))
+
+    def capped(self, request: LaunchRequest, role: RoleLaunch) -> list[str]:
+        """What the role's containers get less of than asked, e.g. "memoryMB 16384 -> 3000"."""
+        capped = []
         if role.resources.cpu > self.cpus:
-            clipped.append(f"cpu {role.resources.cpu} -> {self.cpus}")
-        if role.resources.memory_mb > self.memory_mb:
-            clipped.append(f"memoryMB {role.resources.memory_mb} -> {self.memory_mb}")
-        return "limits clipped to this machine: " + ", ".join(clipped) if clipped else None
+            capped.append(f"cpu {role.resources.cpu} -> {self.cpus}")
+        memory = self.memory_limit(request, role)
+        if memory < role.resources.memory_mb:
+            capped.append(f"memoryMB {role.resources.memory_mb} -> {memory}")
+        return capped
+
+    def clipping_note(self, request: LaunchRequest, role: RoleLaunch) -> str | None:
+        """What was capped for the role, told with its PLACED event; None when nothing."""
+        capped = self.capped(request, role)
+        return "limits scaled to this machine: " + ", ".join(capped) if capped else None
+
+    def capping_warning(self, request: LaunchRequest) -> str | None:
+        """One sentence for the job's warnings naming every role whose limits are capped."""
+        roles = [
+            f"{role.name} ({', '.join(capped)})"
+            for role in request.roles
+            if (capped := self.capped(request, role))
+        ]
+        if not roles:
+            return None
+        return (
+            f"this machine has {self.cpus} cpu and {self.memory_mb} MB of memory, less than "
+            f"the job asks: placement counts the requests on the simulated nodes, but the "
+            f"containers' limits are scaled to this machine, per instance: {'; '.join(roles)}"
+        )
+
+    def oom_reason(self, request: LaunchRequest, role: RoleLaunch) -> str:
+        """The end reason of an instance of `role` killed for memory."""
+        asked, given = role.resources.memory_mb, self.memory_limit(request, role)
+        if given < asked:
+            return (
+                f"killed because it used more memory than this machine gave it (out of memory: "
+                f"asked {asked} MB; this machine gave {given} MB, its share of this machine's "
+                f"{self.memory_mb} MB)"
+            )
+        return oom_reason(asked)
+
+
+def gpu_env(slot: Slot) -> dict[str, str]:
+    """NVIDIA_VISIBLE_DEVICES as the NVIDIA device plugin gives it: the instance's GPU
+    indices on its node, or `none` for an instance without GPUs, as OpenPAI sets it (and,
+    like OpenPAI, no CUDA_VISIBLE_DEVICES)."""
+    return {"NVIDIA_VISIBLE_DEVICES": ",".join(str(g) for g in slot.gpus) or "none"}
+
+
+def simulated_gpu_note(slot: Slot, real_gpus: bool) -> str | None:
+    """The line an instance with simulated GPUs prints first; None when they are real."""
+    if not slot.gpus or real_gpus:
+        return None
+    return (
+        f"GPUs {','.join(map(str, slot.gpus))} of {slot.node} are simulated: "
+        f"NVIDIA_VISIBLE_DEVICES names them, but this machine attaches no device"
+    )
 
 
 def container_spec(
@@ -95,9 +167,12 @@ def container_spec(
     """The container of one run of an instance; `mounts` holds the materials by (role, name).
 
     `runtime_dir` (environment, entrypoint) is mounted read-only and `writable_dir` (inside it)
-    read-write: the container can write nothing the server reads but its log.
+    read-write: the container can write nothing the server reads but its log. Its GPUs are
+    named in NVIDIA_VISIBLE_DEVICES; real ones are also Docker device requests, simulated
+    ones nothing more (`Engine.run` keeps the NVIDIA runtime from attaching them).
     """
     role = request.role(key.role)
+    memory = host.memory_limit(request, role)
     index = key.index
     all_ports = [p for label_ports in placement.ports.values() for p in label_ports]
     aliases = [f"{role.name}-{index}"]
@@ -124,9 +199,9 @@ def container_spec(
         env=env,
         ports=all_ports,
         publish_address=publish_address,
-        memory_mb=min(role.resources.memory_mb, host.memory_mb),
-        cpus=float(min(role.resources.cpu, host.cpus)),
-        shm_mb=max(1, min(role.resources.shm_mb, role.resources.memory_mb)),
+        memory_mb=memory,
+        cpus=host.cpu_limit(role),
+        shm_mb=max(1, min(role.resources.shm_mb, memory)),
         pids_limit=host.pids_limit,
         mounts=[
             BindMount(str(runtime_dir), RUNTIME_DIR, read_only=True),

@@ -18,6 +18,7 @@ the user's commands started, and the script exits with 128 + the signal's number
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 from backends.base import Material, RoleLaunch
 from backends.ssh_access import sshd_lines
@@ -43,13 +44,16 @@ def entrypoint_script(
     runtime_dir: str = RUNTIME_DIR,
     work_dir: str = WORK_DIR,
     ssh: bool = False,
+    notes: Sequence[str] = (),
 ) -> str:
-    """The entrypoint of every instance of `role`.
+    """The entrypoint of an instance of `role`.
 
     `runtime_dir` and `work_dir` default to the paths inside the container; other values let the
     same script run anywhere (the tests run it on the host). The env file, the log file and the
     user commands' file are the fixed names above inside `runtime_dir`. With `ssh` (the job
     asks for the ssh plugin) an sshd is started first where the image has one, from SSH_DIR.
+    `notes` are printed (marked as the script's own lines) right after it says it starts:
+    what is simulated for this instance, e.g. its GPUs.
 
     Exit code: that of the user's commands; that of the first failing start or success hook;
     SETUP_FAILED when the environment file, the work directory or a prerequisite is missing;
@@ -57,7 +61,7 @@ def entrypoint_script(
     failure hooks run (all of them, their own failures only logged) when a start hook, the user
     commands or a success hook fail, not when setup fails or the instance is stopped.
     """
-    prologue = _prologue(role, runtime_dir, work_dir)
+    prologue = _prologue(role, runtime_dir, work_dir, notes)
     if ssh:
         prologue += sshd_lines(_inside(runtime_dir, SSH_DIR))
     text = "\n".join([*prologue, *_body(role, runtime_dir)])
@@ -71,7 +75,7 @@ def user_commands(role: RoleLaunch) -> str:
     return "\n".join(command.strip() for command in role.commands)
 
 
-def _prologue(role: RoleLaunch, runtime_dir: str, work_dir: str) -> list[str]:
+def _prologue(role: RoleLaunch, runtime_dir: str, work_dir: str, notes: Sequence[str]) -> list[str]:
     q = shlex.quote
     log, env_file = _inside(runtime_dir, LOG_FILE), _inside(runtime_dir, ENV_FILE)
     run_dir = _inside(runtime_dir, RUN_DIR)
@@ -111,6 +115,7 @@ def _prologue(role: RoleLaunch, runtime_dir: str, work_dir: str) -> list[str]:
         'run() { "$@" & _pg_child=$!; wait "$_pg_child"; _pg_rc=$?; _pg_child=; return $_pg_rc; }',
         "",
         f"say {q(f'task role {role.name}: starting')}",
+        *(f"say {q(note)}" for note in notes),
         f"[ -f {q(env_file)} ] || fail_setup {q(f'runtime environment {env_file} is missing')}",
         f". {q(env_file)}",
         f"[ -d {q(work_dir)} ] || mkdir -p {q(work_dir)} 2>/dev/null"

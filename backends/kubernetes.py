@@ -54,6 +54,7 @@ from backends.base import (
     LaunchRequest,
     Placement,
     UnknownInstance,
+    oom_reason,
 )
 from backends.instance_exec import ExecRequest
 from backends.kubernetes_exec import KubernetesExecSession
@@ -588,7 +589,7 @@ class KubernetesBackend(ThreadedBackend):
         if not self.logbook.settled(key, run):
             self.logbook.settle(key, run, self._log_stream(instance.pod))
         memory = attempt.request.role(key.role).resources.memory_mb
-        reason = f"killed: memory limit of {memory} MB exceeded" if ended.oom_killed else None
+        reason = oom_reason(memory) if ended.oom_killed else None
         with self._lock:
             if instance.ended or instance.run != run:
                 return

@@ -22,7 +22,8 @@ from sqlalchemy.engine import make_url
 
 from server.store import DatabaseError, create_store_engine, current_revision, database_url
 from server.store.migrate import alembic_config
-from simulator.containers import Engine, EngineError
+from simulator.cluster import Cluster
+from simulator.containers import Engine, EngineError, plain_runtime
 from simulator.ports import bind_problem
 from simulator.settings import (
     CONFIG_ENV,
@@ -141,6 +142,36 @@ def _bind_problem(address: str) -> str | None:
         except OSError as exc:
             return (exc.strerror or str(exc)).lower()
     return None
+
+
+def check_gpus(engine: Engine, settings: SimulatorSettings) -> Finding:
+    """Which GPUs the simulated cluster hands out, and whether simulated ones stay simulated:
+    under a default NVIDIA runtime they need a plain runtime to run with (Engine.runtime_for)."""
+    name = "GPUs"
+    cluster = Cluster(settings)
+    real = [n for n in cluster.nodes if n.real_gpus]
+    total = sum(n.gpu for n in cluster.nodes)
+    simulated = total - sum(n.gpu for n in real)
+    detail = f"{total} on {len(cluster.nodes)} nodes: {simulated} simulated"
+    if real:
+        detail += f", {real[0].gpu} of this machine's on {real[0].name}"
+    if not total:
+        return Finding(name, True, "none (gpus_per_node: 0): jobs asking for GPUs are refused")
+    default, runtimes = engine.runtimes()
+    runtime, problem = plain_runtime(default, runtimes)
+    if problem is not None and simulated:
+        return Finding(
+            name,
+            False,
+            f"{detail}; {problem}",
+            "register runc with the Docker engine (it comes with Docker), or set "
+            f"gpus_per_node: 0 in the simulator settings (${CONFIG_ENV})",
+        )
+    if runtime is not None:
+        detail += (
+            f"; the default runtime {default} attaches GPUs, so simulated ones run with {runtime}"
+        )
+    return Finding(name, True, detail)
 
 
 def check_state_dir(settings: SimulatorSettings) -> Finding:
@@ -306,6 +337,8 @@ def diagnose(
             check_publish_address(settings),
             check_state_dir(settings),
         ]
+    if settings is not None and engine is not None:
+        findings.append(check_gpus(engine, settings))
     findings.append(check_database(db))
     wanted = list(dict.fromkeys([*EXAMPLE_IMAGES, *images]))
     findings += check_images(engine, wanted, settings)

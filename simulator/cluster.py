@@ -212,6 +212,9 @@ class Cluster:
             gpus = tuple(host_gpus) if real else tuple(range(spec.gpu or 0))
             infos.append(NodeInfo(spec.name, spec.cpu, spec.memory_mb, gpus, real))
         self._nodes = {info.name: _NodeState(info) for info in infos}
+        # what the nodes have never changes: kept, as every submission asks about it
+        self._capacities = {info.name: info.capacity for info in infos}
+        self._largest = Capacity(*(max(c[i] for c in self._capacities.values()) for i in range(3)))
         total = Capacity(*(sum(n.capacity[i] for n in infos) for i in range(3)))
         self._total = total
         self._quotas = {vc.name: vc.quota_of(total) for vc in settings.virtual_clusters}
@@ -240,9 +243,8 @@ class Cluster:
         """Why this attempt can never run here, or None when it can once room is free."""
         if vc not in self._quotas:
             return self._unknown_vc(vc)
-        infos = self.nodes
-        for d in demands:
-            reason = self._too_big(d, infos)
+        for d in dict.fromkeys(demands):  # each different demand once: most repeat
+            reason = self._too_big(d)
             if reason:
                 return reason
         quota = self._quotas[vc]
@@ -251,14 +253,16 @@ class Cluster:
             if asked[i] > quota[i]:
                 return (
                     f"needs {_amount(name, asked[i])} in total, more than the quota of "
-                    f"vc {vc} ({_amount(name, quota[i])})"
+                    f"vc {vc} ({_amount(name, quota[i])}; virtual_clusters in the simulator "
+                    f"settings)"
                 )
-        empty = {n.name: n.capacity for n in infos}
+        empty = dict(self._capacities)
         placed, _ = _first_fit_decreasing(demands, empty)
         if placed < len(demands):
             return (
                 f"even an empty cluster fits only {placed} of the {len(demands)} instances "
-                f"at once; the nodes are too small for this mix"
+                f"at once; the nodes are too small for this mix (node_count, node or nodes in "
+                f"the simulator settings)"
             )
         return None
 
@@ -432,21 +436,24 @@ class Cluster:
     def _unknown_vc(self, vc: str) -> str:
         return f"unknown virtual cluster {vc!r}; known: {', '.join(self._quotas)}"
 
-    def _too_big(self, d: Demand, infos: Sequence[NodeInfo]) -> str | None:
+    def _too_big(self, d: Demand) -> str | None:
         if d.gpu and self._total.gpu == 0:
             return (
                 f"an instance asks {_amount('gpu', d.gpu)}, but the cluster has no gpus "
                 f"(set gpus_per_node in the simulator settings to simulate some)"
             )
         for i, name in enumerate(_RESOURCES):
-            largest = max(n.capacity[i] for n in infos)
+            largest = self._largest[i]
             if getattr(d, name) > largest:
                 return (
                     f"an instance asks {_amount(name, getattr(d, name))}, the largest node "
-                    f"has {_amount(name, largest)}"
+                    f"has {_amount(name, largest)} ({_SIZE_SETTINGS[name]})"
                 )
-        if not any(_fits(d, n.capacity) for n in infos):
-            return f"an instance asks {_describe(d)}; no node has all of that"
+        if not any(_fits(d, c) for c in self._capacities.values()):
+            return (
+                f"an instance asks {_describe(d)}; no node has all of that (the nodes' sizes "
+                f"are node or nodes in the simulator settings)"
+            )
         return None
 
     def _vc_shortage(self, vc: str, demands: Sequence[Demand]) -> str | None:
@@ -487,6 +494,14 @@ class Cluster:
             f"only {placed} of {len(demands)} instances fit on the free nodes; none has room "
             f"for one more with {_describe(first_left)}"
         )
+
+
+# The settings that make a node larger, named when an instance is larger than every node.
+_SIZE_SETTINGS = {
+    "cpu": "node.cpu, or cpu in nodes, in the simulator settings",
+    "memory_mb": "node.memory_mb, or memory_mb in nodes, in the simulator settings",
+    "gpu": "gpus_per_node, node.gpu, or gpu in nodes, in the simulator settings",
+}
 
 
 def _fits(d: Demand, free: Capacity) -> bool:

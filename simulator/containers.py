@@ -222,6 +222,33 @@ class Engine:
         return int(info.get("NCPU") or os.cpu_count() or 1), int(info["MemTotal"]) // (1 << 20)
 
     @_reaching
+    def runtimes(self) -> tuple[str, dict[str, str]]:
+        """The engine's default runtime and every registered one with its program."""
+        info = self.client.info()
+        registered = info.get("Runtimes") or {}
+        programs = {
+            str(name): str((spec or {}).get("path") or (spec or {}).get("runtimeType") or "")
+            for name, spec in registered.items()
+        }
+        return str(info.get("DefaultRuntime") or "runc"), programs
+
+    @functools.cached_property
+    def _plain_runtime(self) -> tuple[str | None, str | None]:
+        return plain_runtime(*self.runtimes())
+
+    def runtime_for(self, spec: ContainerSpec) -> str | None:
+        """The runtime to run `spec` with (None: the engine's default). A container whose
+        NVIDIA_VISIBLE_DEVICES names GPUs it is not given as devices (simulated ones) runs with
+        plain runc when the default is the NVIDIA runtime, which would attach those real GPUs;
+        EngineError when the engine has no such runtime."""
+        if not simulated_gpus(spec):
+            return None
+        runtime, problem = self._plain_runtime
+        if problem:
+            raise EngineError(f"container {spec.name}: {problem}")
+        return runtime
+
+    @_reaching
     def image_exists(self, image: str) -> bool:
         try:
             self.client.images.get(image)
@@ -311,6 +338,7 @@ class Engine:
         engine's socket (EngineError before anything is created).
         """
         _check_confined(spec, self.sockets())
+        runtime = self.runtime_for(spec)
         api = self.api
         host_config = api.create_host_config(
             init=True,
@@ -339,6 +367,7 @@ class Engine:
                 else None
             ),
             network_mode=spec.network,
+            runtime=runtime,
         )
         # by network name, which the SDK takes although its stubs say one endpoint config
         endpoints: Any = {
@@ -459,6 +488,43 @@ def host_routes(table: Path = ROUTES_FILE) -> list[ipaddress.IPv4Network]:
         if network.prefixlen > 0:
             routes.append(network)
     return routes
+
+
+# NVIDIA_VISIBLE_DEVICES values that attach no GPU (the NVIDIA runtime's own words for it)
+_NO_DEVICES = ("", "none", "void")
+
+
+def simulated_gpus(spec: ContainerSpec) -> bool:
+    """Whether the spec's NVIDIA_VISIBLE_DEVICES names GPUs other than its real devices."""
+    named = spec.env.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+    if named.lower() in _NO_DEVICES:
+        return False
+    return sorted(d.strip() for d in named.split(",")) != sorted(spec.gpu_devices)
+
+
+def plain_runtime(default: str, runtimes: dict[str, str]) -> tuple[str | None, str | None]:
+    """The runtime that keeps simulated GPU indices from becoming devices: `(runtime, problem)`.
+
+    `default` is the engine's default runtime and `runtimes` maps each registered runtime to
+    its program (`docker info`). The NVIDIA container runtime attaches every GPU named in a
+    container's NVIDIA_VISIBLE_DEVICES; when it is the default, a container with simulated
+    GPUs must run with a plain runtime. `(None, None)`: the default is fine; `(None,
+    problem)`: it is not, and no plain runtime is registered.
+    """
+    if not _nvidia(default, runtimes.get(default, "")):
+        return None, None
+    for name in ("runc", "io.containerd.runc.v2", *sorted(runtimes)):
+        if name in runtimes and not _nvidia(name, runtimes[name]):
+            return name, None
+    return None, (
+        f"the Docker engine's default runtime {default!r} would attach the real GPUs named in "
+        f"NVIDIA_VISIBLE_DEVICES, which here are simulated ones, and it has no other runtime "
+        f"(registered: {', '.join(sorted(runtimes)) or 'none'}); register runc with the engine"
+    )
+
+
+def _nvidia(name: str, program: str) -> bool:
+    return "nvidia" in name.lower() or "nvidia" in program.lower()
 
 
 def _check_confined(spec: ContainerSpec, sockets: tuple[Path, ...]) -> None:

@@ -13,13 +13,16 @@ Settings (YAML keys):
     ``gpus_per_node``. Give either ``nodes`` or the shorthand below, not both.
 ``node_count`` and ``node``
     The shorthand: ``node_count`` identical nodes named ``node-0``, ``node-1``, ... built from
-    the template ``node: {cpu, memory_mb, gpu}``. Default: 4 nodes of 16 cpu and 65536 MB, so
-    a 64-instance job of 1 cpu / 128 MB instances fits on any machine (real container limits
-    are clipped to what the machine has; the capacity here is only accounted).
+    the template ``node: {cpu, memory_mb, gpu}``. Default: 4 nodes of 32 cpu, 262144 MB
+    (256 GB) and 8 GPUs each, a small GPU cluster on which the published OpenPAI examples fit
+    and a 64-instance job of 1 cpu / 128 MB instances too, on any machine (the capacity here
+    is only accounted; the containers' real limits are the requests scaled to what the
+    machine has).
 ``gpus_per_node``
-    Simulated GPUs of each node that does not set ``gpu`` itself (default 0), so GPU
-    scheduling can be tried on a machine without GPUs. Containers get no device for a
-    simulated GPU, only its index in the environment.
+    Simulated GPUs of each node that does not set ``gpu`` itself (default 8), so GPU jobs
+    run on a machine without GPUs; ``0`` makes a cluster without GPUs, where a job asking
+    for one is refused. Containers get no device for a simulated GPU, only its index in
+    ``NVIDIA_VISIBLE_DEVICES``.
 ``use_host_gpus``
     When true (default) and ``nvidia-smi -L`` lists GPUs on this machine, the first node has
     exactly the host's GPUs and hands out their real device indices; other nodes keep
@@ -127,9 +130,9 @@ class _Strict(BaseModel):
 class NodeTemplate(_Strict):
     """What every node of the ``node_count`` shorthand has."""
 
-    cpu: int = Field(default=16, ge=1, le=100_000, description="Simulated cpu cores of the node.")
+    cpu: int = Field(default=32, ge=1, le=100_000, description="Simulated cpu cores of the node.")
     memory_mb: int = Field(
-        default=65536, ge=1, le=1 << 40, description="Simulated memory of the node, in MB."
+        default=262144, ge=1, le=1 << 40, description="Simulated memory of the node, in MB."
     )
     gpu: int | None = Field(
         default=None, ge=0, le=1024, description="Simulated GPUs of the node; unset: gpus_per_node."
@@ -220,7 +223,7 @@ class SimulatorSettings(_Strict):
     node: NodeTemplate = Field(
         default_factory=NodeTemplate, description="Template of the shorthand's nodes."
     )
-    gpus_per_node: int = Field(default=0, ge=0, le=1024, description="Simulated GPUs per node.")
+    gpus_per_node: int = Field(default=8, ge=0, le=1024, description="Simulated GPUs per node.")
     use_host_gpus: bool = Field(
         default=True, description="Give the first node the host's real GPUs."
     )
@@ -498,12 +501,13 @@ _EXAMPLE = """\
 # Use this file with:  PAIGRAPH_SIMULATOR_CONFIG=/path/to/this.yaml paigraph run job.yaml
 # Every key is optional; the values below are the built-in defaults.
 
-# Simulated capacity: 4 nodes named node-0 .. node-3. Requests are accounted against these
-# numbers; each container's real limits are its request clipped to what this machine has.
+# Simulated capacity: 4 nodes named node-0 .. node-3, each with 8 GPUs. Requests are
+# accounted against these numbers; each container's real limits are its request scaled to
+# what this machine has (a warning on the job says what was capped).
 node_count: 4
 node:
-  cpu: 16
-  memory_mb: 65536
+  cpu: 32
+  memory_mb: 262144
   # gpu: 2            # simulated GPUs of each of these nodes (default: gpus_per_node)
 
 # Or list the nodes one by one instead of node_count / node:
@@ -511,8 +515,9 @@ node:
 #   - {name: big, cpu: 32, memory_mb: 131072, gpu: 4}
 #   - {name: small, cpu: 8, memory_mb: 16384}
 
-# Simulated GPUs of a node that does not say otherwise, to try GPU scheduling anywhere.
-gpus_per_node: 0
+# Simulated GPUs of a node that does not say otherwise, so GPU jobs run anywhere
+# (0: a cluster without GPUs, which refuses jobs that ask for one).
+gpus_per_node: 8
 # On a machine where `nvidia-smi -L` lists GPUs, the first node gets exactly those devices.
 use_host_gpus: true
 

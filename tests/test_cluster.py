@@ -39,8 +39,27 @@ def test_the_default_cluster_runs_64_instances_of_1_cpu_and_128_mb() -> None:
     placed = c.place("bench#1", "default", demands)
     assert isinstance(placed, Placed)
     assert len(placed.slots) == 64
-    assert Counter(s.node for s in placed.slots) == {f"node-{i}": 16 for i in range(4)}
+    # first fit: the first two nodes are filled, the other two stay free for large instances
+    assert Counter(s.node for s in placed.slots) == {"node-0": 32, "node-1": 32}
     assert c.usage().vcs[0].used == Capacity(64, 64 * 128, 0)
+
+
+def test_the_default_cluster_is_four_nodes_of_eight_gpus_handed_out_once() -> None:
+    c = Cluster(load_settings(environ={}), host_gpus=())
+    assert [(n.name, n.gpus, n.real_gpus) for n in c.nodes] == [
+        (f"node-{i}", tuple(range(8)), False) for i in range(4)
+    ]
+    first = c.place("a#1", "default", [Demand(8, 16384, 4)] * 2)
+    assert isinstance(first, Placed)
+    assert [(s.node, s.gpus) for s in first.slots] == [
+        ("node-0", (0, 1, 2, 3)),
+        ("node-0", (4, 5, 6, 7)),
+    ]
+    second = c.place("b#1", "default", [Demand(1, 1024, 2)])
+    assert isinstance(second, Placed) and second.slots[0] == ("node-1", (0, 1))
+    c.release_one("a#1", 0)  # its instance ended: indices 0-3 of node-0 are free again
+    third = c.place("c#1", "default", [Demand(1, 1024, 3)])
+    assert isinstance(third, Placed) and third.slots[0] == ("node-0", (0, 1, 2))
 
 
 def test_gang_placement_is_all_or_none() -> None:
@@ -146,6 +165,7 @@ def test_nvidia_smi_listing_gives_the_device_indices() -> None:
 
 
 NEVER = """
+gpus_per_node: 0
 nodes:
   - {name: wide, cpu: 32, memory_mb: 4096}
   - {name: deep, cpu: 4, memory_mb: 65536}
@@ -159,11 +179,17 @@ virtual_clusters:
     ("vc", "demands", "reason"),
     [
         ("research", [Demand(1, 128)], "unknown virtual cluster 'research'; known: default, small"),
-        ("default", [Demand(33, 128)], "an instance asks 33 cpu, the largest node has 32 cpu"),
+        (
+            "default",
+            [Demand(33, 128)],
+            "an instance asks 33 cpu, the largest node has 32 cpu (node.cpu, or cpu in nodes, in "
+            "the simulator settings)",
+        ),
         (
             "default",
             [Demand(1, 70000)],
-            "an instance asks 70000 MB memory, the largest node has 65536 MB memory",
+            "an instance asks 70000 MB memory, the largest node has 65536 MB memory "
+            "(node.memory_mb, or memory_mb in nodes, in the simulator settings)",
         ),
         (
             "default",
@@ -174,18 +200,21 @@ virtual_clusters:
         (
             "default",
             [Demand(16, 8192)],
-            "an instance asks 16 cpu and 8192 MB memory; no node has all of that",
+            "an instance asks 16 cpu and 8192 MB memory; no node has all of that (the nodes' "
+            "sizes are node or nodes in the simulator settings)",
         ),
         (
             "small",
             [Demand(4, 1024)] * 3,
-            "needs 12 cpu in total, more than the quota of vc small (8 cpu)",
+            "needs 12 cpu in total, more than the quota of vc small (8 cpu; virtual_clusters "
+            "in the simulator settings)",
         ),
         (
             "default",
             [Demand(3, 3000)] * 3,
             "even an empty cluster fits only 2 of the 3 instances at once; "
-            "the nodes are too small for this mix",
+            "the nodes are too small for this mix (node_count, node or nodes in the simulator "
+            "settings)",
         ),
     ],
 )

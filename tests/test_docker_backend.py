@@ -200,7 +200,7 @@ async def test_failures_are_reported_with_their_cause(tmp_path: Path) -> None:
         [missing_end] = (await events.all_ended(missing)).values()
         assert oom_end.kind is EventKind.EXITED and oom_end.oom_killed, oom_end.reason
         assert oom_end.exit_code == 137, oom_end.reason
-        assert "memory limit of 32 MB" in oom_end.reason
+        assert "its limit of 32 MB exceeded" in oom_end.reason
         assert (fail_end.kind, fail_end.exit_code) == (EventKind.EXITED, 3), fail_end.reason
         assert "about to fail" in await log_text(sim, fail_end.key)
         assert missing_end.kind is EventKind.START_FAILED, missing_end.reason
@@ -213,8 +213,8 @@ async def test_failures_are_reported_with_their_cause(tmp_path: Path) -> None:
 
 async def test_a_job_that_can_never_fit_is_refused_at_launch(tmp_path: Path) -> None:
     async with backend(tmp_path) as sim:
-        with pytest.raises(LaunchRefused, match="largest node has 16 cpu"):
-            await sim.launch(job(role("big", ["true"], cpu=17)))
+        with pytest.raises(LaunchRefused, match="largest node has 32 cpu"):
+            await sim.launch(job(role("big", ["true"], cpu=33)))
         with pytest.raises(LaunchRefused, match="hdfs"):
             await sim.launch(
                 job(

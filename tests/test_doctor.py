@@ -22,6 +22,7 @@ from server.doctor import (
     TEST_IMAGE,
     Finding,
     check_database,
+    check_gpus,
     check_images,
     check_ports,
     check_publish_address,
@@ -297,6 +298,47 @@ def test_a_missing_image_is_a_problem_and_says_how_to_get_it(tmp_path: Path) -> 
 
     findings = diagnose(db=f"sqlite:///{tmp_path / 'x.db'}", images=[missing])
     assert [f.check for f in findings if not f.ok] == [f"Image {missing}"]
+
+
+class _RuntimesOf(Engine):
+    """The real engine, reporting other runtimes."""
+
+    def __init__(self, default: str, runtimes: dict[str, str]) -> None:
+        super().__init__()
+        self.faked = (default, runtimes)
+
+    def runtimes(self) -> tuple[str, dict[str, str]]:
+        return self.faked
+
+
+@pytest.mark.docker
+def test_the_gpus_are_counted_and_a_default_nvidia_runtime_needs_a_plain_one(
+    tmp_path: Path,
+) -> None:
+    defaults = settings_from_data({"state_dir": str(tmp_path), "use_host_gpus": False})
+    engine = Engine()
+    try:
+        plain = check_gpus(engine, defaults)
+    finally:
+        engine.client.close()
+    assert plain.ok and plain.detail == "32 on 4 nodes: 32 simulated", plain
+
+    nvidia = "nvidia-container-runtime"
+    engine = _RuntimesOf("nvidia", {"nvidia": nvidia, "runc": "runc"})
+    try:
+        replaced = check_gpus(engine, defaults)
+    finally:
+        engine.client.close()
+    assert replaced.ok and "simulated ones run with runc" in replaced.detail
+
+    engine = _RuntimesOf("nvidia", {"nvidia": nvidia})
+    try:
+        stuck = check_gpus(engine, defaults)
+        none = check_gpus(engine, defaults.model_copy(update={"gpus_per_node": 0}))
+    finally:
+        engine.client.close()
+    assert not stuck.ok and "register runc" in stuck.advice
+    assert none.ok and "none (gpus_per_node: 0)" in none.detail
 
 
 def test_without_a_docker_engine_it_says_how_to_start_one(tmp_path: Path) -> None:

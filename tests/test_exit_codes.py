@@ -82,6 +82,10 @@ def test_an_oom_kill_is_permanent_whatever_the_exit_code() -> None:
         assert "out of memory" in ended.reason
         assert any("memoryMB" in s for s in ended.solution)
     assert classify(137, oom_killed=True).reason.startswith("exit code 137: ")
+    # the backend's own sentence, when it has one, says how much was asked and given
+    told = "killed because it used more memory than this machine gave it (asked 4096 MB)"
+    ended = classify(137, oom_killed=True, oom_reason=told)
+    assert ended.reason == f"exit code 137: {told}" and ended.code == -1200
 
 
 @pytest.mark.parametrize(

@@ -299,6 +299,20 @@ def test_a_permanent_failure_is_not_retried_whatever_the_count() -> None:
     assert finish.exit.phrase == "UserContainerDockerOOMKilled"
 
 
+def test_an_oom_kill_under_a_limit_the_machine_capped_says_what_was_asked_and_given() -> None:
+    run = Run(roles(("worker", 1, 1, 1)))
+    run.place_and_start("worker-0")
+    told = (
+        "killed because it used more memory than this machine gave it (out of memory: "
+        "asked 16384 MB; this machine gave 3000 MB, its share of this machine's 3000 MB)"
+    )
+    run.exit("worker-0", 137, oom_killed=True, reason=told)
+    finish = run.finish()
+    assert finish.state is S.FAILED
+    assert "asked 16384 MB; this machine gave 3000 MB" in finish.reason
+    assert run.view("worker-0").exit_reason == f"exit code 137: {told}"
+
+
 def test_a_command_not_found_in_the_log_tail_is_permanent() -> None:
     run = Run(roles(("worker", 1, 1, 1), retry=3))
     run.place_and_start("worker-0")

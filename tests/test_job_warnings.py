@@ -93,6 +93,45 @@ def test_the_submit_and_resolve_payloads_carry_the_warnings(kind: str, tmp_path:
         assert sorted(w["path"] for w in resolved["warnings"]) == paths
 
 
+@pytest.mark.parametrize("kind", ["sqlite"])
+def test_a_job_given_simulated_gpus_is_told_so_and_its_log_says_it(
+    kind: str, tmp_path: Path
+) -> None:
+    """The defaults are a GPU cluster on a machine without GPUs: a job asking for two runs,
+    its warnings say they are simulated, and its instance prints which ones at its start."""
+    gpu_job = json.loads(job_config(name="gpus", roles={"main": {"commands": ["echo done"]}}))
+    gpu_job["taskRoles"]["main"]["resourcePerInstance"]["gpu"] = 2
+    gpu_job["taskRoles"]["main"]["commands"] = ['echo "visible=$NVIDIA_VISIBLE_DEVICES"']
+    with served(kind, tmp_path) as server:
+        token = server.paigraph("users", "add", "ann").stdout.strip()
+        server.start()
+        client = server.client(token)
+        resolved = client.execute(
+            "mutation($config: String!) { resolveJob(input: {config: $config}) {"
+            " errors { path } warnings { path code message } } }",
+            {"config": json.dumps(gpu_job)},
+        )["resolveJob"]
+        assert resolved["errors"] == []
+        [simulated] = [w for w in resolved["warnings"] if w["code"] == "simulated"]
+        assert simulated["path"] == ["taskRoles"]
+        assert "task role(s) main ask for GPUs, which are simulated" in simulated["message"]
+        payload = client.execute(
+            "mutation($config: String!) { submitJob(input: {config: $config}) {"
+            " job { id } errors { path } warnings { code message } } }",
+            {"config": json.dumps(gpu_job)},
+        )["submitJob"]
+        assert payload["errors"] == []
+        assert simulated["message"] in [w["message"] for w in payload["warnings"]]
+        job_id = payload["job"]["id"]
+        assert final_job(client, job_id)["state"] == "SUCCEEDED"
+        kept = client.execute(WARNINGS, {"id": job_id})["job"]["warnings"]
+        assert [(w["path"], w["code"]) for w in kept] == [(["taskRoles"], "simulated")]
+        logs = server.paigraph("logs", job_id, "main", "0", token=token)
+        assert logs.returncode == 0, logs.stderr
+        assert "[paigraph] GPUs 0,1 of node-0 are simulated" in logs.stdout
+        assert "visible=0,1" in logs.stdout
+
+
 @pytest.mark.browser
 def test_the_job_page_shows_the_warnings(tmp_path: Path) -> None:
     need_browser_and_build()

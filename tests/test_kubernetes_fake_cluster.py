@@ -264,7 +264,10 @@ async def test_fake_cluster_failures_oom_and_start_errors_are_told_with_their_ca
         assert classify(1, log_tail=tail).code == 232  # the log's ImportError is recognised
         oom = ended["worker-1"]
         assert (oom.kind, oom.exit_code, oom.oom_killed) == (EventKind.EXITED, 137, True)
-        assert oom.reason == "killed: memory limit of 256 MB exceeded"
+        assert oom.reason == (
+            "killed because it used more memory than it asked for (out of memory: its limit of "
+            "256 MB exceeded)"
+        )
         pull = ended["worker-2"]
         assert pull.kind is EventKind.START_FAILED
         assert "image 'busybox:1.36' cannot be pulled (ErrImagePull)" in (pull.reason or "")

@@ -190,7 +190,7 @@ def test_a_job_that_can_never_fit_is_refused(tmp_path: Path) -> None:
         )
     )
     assert code == 1
-    assert "FAILED" in output and "largest node has 16 cpu" in output
+    assert "FAILED" in output and "largest node has 32 cpu" in output
 
 
 def test_an_invalid_config_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -8,11 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from backends.base import Placement
 from backends.runtime_env import runtime_env
 from backends.ssh_access import AUTHORIZED_KEYS, CLIENT_CONFIG, JOB_KEY, ssh_files
-from server.jobs.launch import launch_request
+from server.jobs.launch import NotRunnable, launch_request
 from server.protocol import parse_job
+from server.protocol.engine import resolve_job
 from tests.test_cli import run
 
 PLUGINS = "com.microsoft.pai.runtimeplugin"
@@ -78,6 +81,49 @@ def test_a_userssh_that_is_not_a_public_key_is_refused_naming_the_field() -> Non
         (error,) = result.errors
         assert error.path == f"extras.{PLUGINS}[0].parameters.userssh"
         assert error.code == "invalid-userssh" and words in error.message
+
+
+def test_a_userssh_from_the_jobs_secrets_or_parameters_is_checked_once_filled_in() -> None:
+    """OpenPAI's own ssh test job gives the key as `<% $secrets.userssh %>`: accepted as read,
+    and the key (or what is wrong with it) is known when the launch is built."""
+    plugin = {
+        "plugin": "ssh",
+        "parameters": {
+            "jobssh": True,
+            "userssh": {"type": "custom", "value": "<% $secrets.userssh %>"},
+        },
+    }
+
+    def with_secrets(secrets: dict[str, str] | None, userssh: Any = None) -> Any:
+        doc = json.loads(job([plugin] if userssh is None else [userssh]))
+        if secrets is not None:
+            doc["secrets"] = secrets
+        doc["parameters"] = {"key": USER_KEY}
+        result = resolve_job(json.dumps(doc))
+        assert result.ok, [str(e) for e in result.errors]
+        return result.spec
+
+    access = launch_request(with_secrets({"userssh": USER_KEY}), job_id="j").ssh
+    assert access is not None and access.authorized_keys == [USER_KEY, access.job_public_key]
+    from_parameter = {"plugin": "sshd", "parameters": {"userssh": "<% $parameters.key %>"}}
+    access = launch_request(with_secrets(None, from_parameter), job_id="j").ssh
+    assert access is not None and access.authorized_keys == [USER_KEY]
+
+    where = f"extras.{PLUGINS}[0].parameters.userssh"
+    with pytest.raises(NotRunnable) as bad:
+        launch_request(with_secrets({"userssh": "hunter2"}), job_id="j")
+    assert bad.value.path == where
+    assert bad.value.message == (
+        "value must hold OpenSSH public key lines (ssh-ed25519 AAAA... comment); the secret "
+        "it refers to holds a line that is not one"
+    )  # without showing the secret
+    with pytest.raises(NotRunnable) as missing:
+        launch_request(with_secrets({}), job_id="j")
+    assert missing.value.path == where
+    assert "refers to <% $secrets.userssh %>, which the job's secrets do not define" in (
+        missing.value.message
+    )
+    assert "hunter2" not in str(missing.value)
 
 
 def test_the_ssh_barrier_is_warned_about() -> None:

@@ -18,13 +18,15 @@ from simulator.settings import (
 )
 
 
-def test_defaults_are_four_big_nodes_one_vc_and_the_openpai_port_range(tmp_path: Path) -> None:
+def test_defaults_are_a_small_gpu_cluster_one_vc_and_the_openpai_port_range(
+    tmp_path: Path,
+) -> None:
     s = load_settings(environ={"XDG_DATA_HOME": str(tmp_path)})
     assert [(n.name, n.cpu, n.memory_mb, n.gpu) for n in s.cluster_nodes] == [
-        (f"node-{i}", 16, 65536, 0) for i in range(4)
+        (f"node-{i}", 32, 262144, 8) for i in range(4)
     ]
     assert [(v.name, v.quota_of(s.total_capacity)) for v in s.virtual_clusters] == [
-        ("default", Capacity(64, 4 * 65536, 0))
+        ("default", Capacity(128, 4 * 262144, 32))
     ]
     assert (s.port_range.start, s.port_range.end) == (15000, 40000)
     assert s.state_dir == tmp_path / "paigraph" / "simulator"
@@ -122,9 +124,9 @@ allowed_file_roots: [data, /srv/shared]
             "the shares add up to 110%",
         ),
         (
-            "virtual_clusters: [{name: a, cpu: 65, memory_mb: 1}]",
+            "virtual_clusters: [{name: a, cpu: 129, memory_mb: 1}]",
             "virtual_clusters",
-            "the quotas add up to 65 cpu, more than the 64 cpu of all nodes",
+            "the quotas add up to 129 cpu, more than the 128 cpu of all nodes",
         ),
         ("port_range: 40000-15000", "port_range", "end (15000) must be greater than start"),
         ("port_range: lots", "port_range", "write it as 'start-end'"),

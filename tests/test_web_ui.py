@@ -297,7 +297,7 @@ def test_the_cluster_page_shows_nodes_and_virtual_clusters(site: Site, web_brows
         nodes = page.get_by_test_id("nodes")
         nodes.locator("tbody tr").first.wait_for()
         assert nodes.locator("tbody tr").count() == 4  # the simulator's default nodes
-        assert re.search(r"16 cpu, 65536 MB, 0 gpu", nodes.inner_text())
+        assert re.search(r"32 cpu, 262144 MB, 8 gpu", nodes.inner_text())
         vcs = page.get_by_test_id("virtual-clusters").inner_text()
         assert "default" in vcs
         screenshot(page, "cluster")

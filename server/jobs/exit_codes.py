@@ -127,23 +127,26 @@ def classify(
     *,
     oom_killed: bool = False,
     start_failed_reason: str | None = None,
+    oom_reason: str | None = None,
     log_tail: str = "",
 ) -> ExitInfo:
     """Classify how an instance ended from what the backend observed.
 
     A start failure is judged by its message (a missing image is permanent, a port conflict
     transient, anything unrecognised is retried up to the job's retry count). An OOM kill is
-    permanent whatever the exit code. Otherwise the exit code decides: 0 succeeds, signals have
-    their own entries, and the end of the log is searched for known failures (127 with "not
-    found" is a command that does not exist). An unrecognised code keeps its value and is
-    retried up to the job's retry count.
+    permanent whatever the exit code; `oom_reason`, the backend's sentence for it, says it
+    better than the table when given (how much was asked and given). Otherwise the exit code
+    decides: 0 succeeds, signals have their own entries, and the end of the log is searched
+    for known failures (127 with "not found" is a command that does not exist). An
+    unrecognised code keeps its value and is retried up to the job's retry count.
     """
     if start_failed_reason is not None:
         return _start_failure(start_failed_reason.strip() or "unknown error", exit_code)
     if oom_killed:
         spec = spec_for(-1200)
         prefix = f"exit code {exit_code}: " if exit_code is not None else ""
-        return _info(spec, code=spec.code, exit_code=exit_code, reason=prefix + spec.description)
+        said = oom_reason or spec.description
+        return _info(spec, code=spec.code, exit_code=exit_code, reason=prefix + said)
     if exit_code is None:
         return vanished("it ended without an exit code")
     if exit_code == SUCCEEDED:

@@ -80,6 +80,8 @@ def _ssh_access(spec: JobSpec, job_id: str, attempt: int) -> SshAccess | None:
     plugin = ssh_plugin(spec)
     if plugin is None:
         return None
+    if plugin.problem is not None:
+        raise NotRunnable(plugin.path, plugin.problem)
     if not plugin.jobssh:
         return SshAccess(authorized_keys=plugin.user_keys)
     private, public = job_key_pair(f"paigraph-job-{job_id}-{attempt}")

@@ -301,7 +301,7 @@ class JobMachine:
         if event.kind is EventKind.PLACED:
             if view.state is JobState.WAITING:
                 placed = f"placed on {view.node or 'a node'}"
-                note = f"; {event.reason}" if event.reason else ""  # e.g. limits clipped
+                note = f"; {event.reason}" if event.reason else ""  # e.g. limits scaled
                 self._move(view, JobState.STARTING, event.at, placed + note)
             return self._progress(event.at)
         if event.kind is EventKind.STARTED:
@@ -672,7 +672,12 @@ def _classify(event: InstanceEvent, log_tail: str) -> ExitInfo:
         return exit_codes.vanished(event.reason)
     if event.kind is EventKind.STOPPED and event.exit_code is None and not event.oom_killed:
         return exit_codes.vanished(event.reason or "stopped from outside the job engine")
-    return exit_codes.classify(event.exit_code, oom_killed=event.oom_killed, log_tail=log_tail)
+    return exit_codes.classify(
+        event.exit_code,
+        oom_killed=event.oom_killed,
+        oom_reason=event.reason if event.oom_killed else None,
+        log_tail=log_tail,
+    )
 
 
 def _story(view: InstanceView, ended: ExitInfo) -> str:

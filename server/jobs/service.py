@@ -35,6 +35,7 @@ from backends.base import (
     LogChunk,
     ReportsHealth,
     UnknownInstance,
+    WarnsLaunches,
     utcnow,
 )
 from server.events import BusClosedError, BusUnavailableError, EventBus, JobNotice
@@ -49,7 +50,7 @@ from server.jobs.states import JobState, Transition
 from server.marketplace.lookup import Viewer
 from server.marketplace.references import ANONYMOUS, ReferenceResolver
 from server.protocol import Issue, JobSpec, resolve_job
-from server.protocol.issues import WithIssues
+from server.protocol.issues import Severity, WithIssues
 from server.store import Event, Job, JobExists, JobWarning, NameInUse, NewEvent, Store, User
 from server.store.availability import database_unavailable
 from simulator.backoff import Backoff
@@ -198,17 +199,14 @@ class JobService:
             spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
         if spec is not None and check_runnable:
             user = viewer.name if viewer is not None else "default"
-            problem = self._unrunnable(spec, user=user)
+            built = self._first_request(spec, job_id="dry-run", user=user)
+            problem = built if isinstance(built, Issue) else self._refusal(built)
             if problem is not None:
                 issues.append(problem)
                 spec = None
+            elif not isinstance(built, Issue):
+                issues += self._simulated(built)
         return ResolveOutcome(spec=spec, issues=issues, item_ids=item_ids)
-
-    def _unrunnable(self, spec: JobSpec, *, user: str) -> Issue | None:
-        """Why the job cannot run as it is, or can never run on this backend, if so, judged on
-        a request of a job that is not stored."""
-        built = self._first_request(spec, job_id="dry-run", user=user)
-        return built if isinstance(built, Issue) else self._refusal(built)
 
     def _first_request(self, spec: JobSpec, *, job_id: str, user: str) -> LaunchRequest | Issue:
         """The job's first attempt as the backend is to launch it, or why the job cannot run as
@@ -227,6 +225,16 @@ class JobService:
             if reason:
                 return Issue("taskRoles", "refused", f"this cluster cannot run the job: {reason}")
         return None
+
+    def _simulated(self, request: LaunchRequest) -> list[Issue]:
+        """What the backend runs other than as asked (`simulated` warnings: GPUs without a
+        device, limits scaled to the machine)."""
+        if not isinstance(self.backend, WarnsLaunches):
+            return []
+        return [
+            Issue("taskRoles", "simulated", message, Severity.WARNING)
+            for message in self.backend.launch_warnings(request)
+        ]
 
     async def submit(
         self,
@@ -274,7 +282,8 @@ class JobService:
             return SubmitOutcome(job=None, issues=[*outcome.warnings, problem])
         request = built
         policy = job_policy(spec)
-        warnings = [JobWarning(w.segments, w.code, w.message) for w in outcome.warnings]
+        told = [*outcome.warnings, *await asyncio.to_thread(self._simulated, request)]
+        warnings = [JobWarning(w.segments, w.code, w.message) for w in told]
         for tries in range(1, _ID_TRIES + 1):
             machine = ServiceMachine(policy, request.job_id)
             try:
@@ -299,7 +308,7 @@ class JobService:
             raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
         await self.announce(job.id, events, machine.state)
         self._run(spec, machine, user.name, Resumption(machine, fresh=True), request)
-        return SubmitOutcome(job=job, issues=outcome.warnings, item_ids=outcome.item_ids)
+        return SubmitOutcome(job=job, issues=told, item_ids=outcome.item_ids)
 
     async def stop(self, user: User, job_id: str) -> StopOutcome:
         """Ask the job to stop; answers once the stop is on record (or after a few seconds).

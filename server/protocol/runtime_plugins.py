@@ -34,30 +34,72 @@ _PUBLIC_KEY = re.compile(
 )
 
 
+# `<% $secrets.x %>` and `<% $parameters.x %>` in a plugin parameter, filled in at launch
+_TEMPLATE = re.compile(r"<%\s*\$(secrets|parameters)\.([-._a-zA-Z0-9]+)\s*%>")
+
+
 @dataclass(frozen=True)
 class SshPlugin:
-    """What a job's ssh plugin asks for: a key pair for the job, and the user's keys."""
+    """What a job's ssh plugin asks for: a key pair for the job, and the user's keys.
+    `problem` says what is wrong with `userssh` once its references are filled in, at
+    `path`."""
 
     jobssh: bool = False
     user_keys: list[str] = field(default_factory=list)
+    path: str = ""
+    problem: str | None = None
 
 
 def ssh_plugin(spec: JobSpec) -> SshPlugin | None:
-    """The job's ssh plugin (the first entry naming it, as OpenPAI reads one), or None."""
-    for _path, name, parameters in plugin_uses(spec):
+    """The job's ssh plugin (the first entry naming it, as OpenPAI reads one), or None. Its
+    `userssh` is read with the job's secrets and parameters filled in (OpenPAI's own ssh test
+    job gives `value: <% $secrets.userssh %>`), so call it on the spec a launch is built
+    from, which holds the secrets."""
+    for path, name, parameters in plugin_uses(spec):
         if name in SSH_PLUGINS:
-            keys, _problem = _user_keys(parameters.get("userssh"))
-            return SshPlugin(jobssh=_truthy(parameters.get("jobssh")), user_keys=keys)
+            written = parameters.get("userssh")
+            secret = "$secrets." in str(written)
+            keys, problem = _user_keys(_filled(written, spec), templates=False, secret=secret)
+            return SshPlugin(
+                jobssh=_truthy(parameters.get("jobssh")),
+                user_keys=keys,
+                path=f"{path}.parameters.userssh",
+                problem=problem,
+            )
     return None
+
+
+def _filled(userssh: Any, spec: JobSpec) -> Any:
+    """`userssh` with its `<% $secrets.x %>` / `<% $parameters.x %>` replaced by their values;
+    a reference to something the job does not define stays as written."""
+    sources = {"secrets": spec.secrets, "parameters": spec.parameters}
+
+    def fill(text: str) -> str:
+        def value(match: re.Match[str]) -> str:
+            found = sources[match.group(1)].get(match.group(2))
+            return match.group(0) if found is None else str(found)
+
+        return _TEMPLATE.sub(value, text)
+
+    if isinstance(userssh, str):
+        return fill(userssh)
+    if isinstance(userssh, dict) and isinstance(userssh.get("value"), str):
+        return {**userssh, "value": fill(userssh["value"])}
+    return userssh
 
 
 def _truthy(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.strip().lower() == "true")
 
 
-def _user_keys(userssh: Any) -> tuple[list[str], str | None]:
+def _user_keys(
+    userssh: Any, *, templates: bool = True, secret: bool = False
+) -> tuple[list[str], str | None]:
     """The public keys of `userssh`, and what is wrong with it. OpenPAI's `ssh` plugin takes
-    {type, value} (type `custom`: value holds the keys); the older `sshd` took the key itself."""
+    {type, value} (type `custom`: value holds the keys); the older `sshd` took the key itself.
+    With `templates` (as the job is read), a value that refers to a secret or a parameter is
+    judged later, once they are filled in; without, a reference left is a problem. With
+    `secret` (the value came from a secret) a problem does not quote it."""
     if isinstance(userssh, str):
         value: Any = userssh
     elif isinstance(userssh, dict):
@@ -70,8 +112,21 @@ def _user_keys(userssh: Any) -> tuple[list[str], str | None]:
         return [], "must be a map {type: custom, value: <public key>} or a public key line"
     if not value or not value.strip():
         return [], None
+    left = _TEMPLATE.search(value)
+    if left is not None:
+        if templates:
+            return [], None
+        return [], (
+            f"value refers to {left.group(0)}, which the job's {left.group(1)} do not define "
+            f"(secrets are kept in memory only: a job resumed after a restart has none)"
+        )
     keys = [line.strip() for line in value.splitlines() if line.strip()]
     bad = [k for k in keys if not _PUBLIC_KEY.fullmatch(k)]
+    if bad and secret:
+        return [], (
+            "value must hold OpenSSH public key lines (ssh-ed25519 AAAA... comment); the "
+            "secret it refers to holds a line that is not one"
+        )
     if bad:
         shown = bad[0] if len(bad[0]) <= 40 else bad[0][:40] + "..."
         return [], (
