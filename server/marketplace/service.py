@@ -32,6 +32,7 @@ from server.marketplace.lookup import ItemKind
 from server.marketplace.rename import renamed
 from server.marketplace.use import component_job, template_config
 from server.protocol import Issue
+from server.protocol.secrets import MASKED_SECRETS, declare_secrets, referenced_secrets
 from server.store import Store, User
 from server.store.marketplace_values import (
     KindMismatch,
@@ -49,6 +50,7 @@ from server.store.marketplace_values import (
 class ItemOutcome:
     item: MarketplaceItem | None
     errors: list[Issue] = field(default_factory=list)
+    warnings: list[Issue] = field(default_factory=list)  # publish: e.g. a secret left out
     created: bool = False  # publish: a new item
     unchanged: bool = False  # publish: that version existed with the same content
     version: str | None = None  # publish: the version published (or found)
@@ -80,6 +82,15 @@ class ItemFields:
         """Whether any descriptive field (beyond the version) is given."""
         values = (self.summary, self.description, self.tags, self.categories, self.visibility)
         return any(v is not None for v in (*values, self.groups))
+
+
+def published_config(config: str) -> str:
+    """A stored job config as it may be published: its masked secrets (which a job config
+    always has masked) declared by the names it refers to, so it reads as a template whose
+    user supplies them rather than as a config whose secrets were lost."""
+    if not MASKED_SECRETS.search(config):
+        return config
+    return declare_secrets(config, referenced_secrets(config))
 
 
 def _not_found(key: str) -> Issue:
@@ -128,7 +139,7 @@ class MarketplaceService:
                     )
                 ],
             )
-        config = self.store.job_config(job_id) or ""
+        config = published_config(self.store.job_config(job_id) or "")
         submitted = self.store.job_specs([job_id]).get(job_id)
         try:
             document = read_item(config, path="jobId")
@@ -184,7 +195,11 @@ class MarketplaceService:
         if not result.created and fields.describes:
             item = self._change(user, item, fields)
         return ItemOutcome(
-            item=item, created=result.created, unchanged=result.unchanged, version=result.version
+            item=item,
+            warnings=list(document.warnings),
+            created=result.created,
+            unchanged=result.unchanged,
+            version=result.version,
         )
 
     # --- changing ---
