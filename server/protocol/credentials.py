@@ -122,9 +122,8 @@ def lift_credentials(
     credentials = find_credentials(doc, component=component, taken=taken)
     if not credentials:
         return Lifted(doc, text, ())
-    lifted = copy.deepcopy(doc)
+    lifted = with_references(doc, credentials)
     for credential in credentials:
-        _at(lifted, credential.keys[:-1])[credential.keys[-1]] = credential.reference
         where = (
             "the job's secrets"
             if not component
@@ -138,6 +137,14 @@ def lift_credentials(
             f"kept or shown). Write it as `{credential.reference}` with its value in {where}",
         )
     return Lifted(lifted, masked_text(text, lifted, credentials, component), tuple(credentials))
+
+
+def with_references(doc: dict[str, Any], credentials: list[Credential]) -> dict[str, Any]:
+    """A copy of `doc` with each credential's reference in place of its value."""
+    lifted = copy.deepcopy(doc)
+    for credential in credentials:
+        _at(lifted, credential.keys[:-1])[credential.keys[-1]] = credential.reference
+    return lifted
 
 
 def with_masked_secrets(text: str) -> str:
