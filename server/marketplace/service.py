@@ -31,7 +31,8 @@ from server.marketplace.items import (
 from server.marketplace.lookup import ItemKind
 from server.marketplace.rename import renamed
 from server.marketplace.use import component_job, template_config
-from server.protocol import Issue
+from server.protocol import Issue, parse_job
+from server.protocol.model import JobSpec
 from server.protocol.secrets import MASKED_SECRETS, declare_secrets, referenced_secrets
 from server.store import Store, User
 from server.store.marketplace_values import (
@@ -346,19 +347,49 @@ class MarketplaceService:
             self.store.count_submit(key)
 
     def count_job_submit(
-        self, viewer: User, used: Iterable[str], made_from: Iterable[str] = ()
+        self,
+        viewer: User,
+        used: Iterable[str],
+        made_from: Iterable[str] = (),
+        config: str | None = None,
     ) -> None:
         """A job was submitted: count a submit of every item its references took in (`used`),
-        and of every item it was made from (`made_from`, API IDs) that `viewer` may see. An
-        ID of something else, or of an item hidden from the viewer, counts nothing and
-        reveals nothing; each item counts once."""
+        and of every item it was made from (`made_from`, API IDs) that `viewer` may see and
+        whose content the submitted `config` (as written, parameters not rendered) really holds
+        (`holds_item`). Naming an item the job does not use counts nothing; an ID of something
+        else, or of an item hidden from the viewer, counts nothing and reveals nothing; each
+        item counts once."""
         keys = set(used)
-        for item_id in made_from:
-            key = item_key(item_id)
-            if key is not None and self.visible(viewer, key) is not None:
-                keys.add(key)
+        named = {key for i in made_from if (key := item_key(i)) is not None and key not in keys}
+        visible = [k for k in named if self.visible(viewer, k) is not None]
+        submitted = parse_job(config).spec if visible and config else None
+        if visible and submitted is not None:
+            versions = self.store.item_versions(visible)
+            keys |= {
+                key
+                for key in visible
+                if any(holds_item(submitted, v.content) for v in versions.get(key, []))
+            }
         if keys:
             self.count_submits(keys)
+
+
+def holds_item(job: JobSpec, content: str) -> bool:
+    """Whether `job` holds the item published as `content`: a template's every task role with
+    the same commands (its name and parameters may have been changed); a component as one of
+    the job's prerequisites of the same type and URIs (a docker image: the image it runs in)."""
+    try:
+        document = read_item(content)
+    except IssuesFound:
+        return False
+    if document.spec is not None:
+        roles = {role.name: role.commands for role in job.task_roles}
+        template = document.spec.task_roles
+        return bool(template) and all(roles.get(r.name) == r.commands for r in template)
+    component = document.component
+    if component is None or not component.uri:
+        return False
+    return any(p.type is component.type and p.uri == component.uri for p in job.prerequisites)
 
 
 def _forbidden(item: MarketplaceItem, action: str) -> Issue:
