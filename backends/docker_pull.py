@@ -4,7 +4,7 @@ Only when the simulator's `image_pull` setting is on: by default nothing is down
 the user's back. The credentials go to the Docker engine with the pull request itself (the
 SDK's `auth_config`, the engine's X-Registry-Auth header), so nothing is written to the
 engine's or this user's credential store, and they appear in no message: an error from the
-registry is shown with the password masked.
+registry is shown with the username and password masked.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def pull(
     progress: Callable[[str], None],
 ) -> None:
     """Pull `image` (logged in with `auth` when given)."""
-    who = f" as {auth['username']}" if auth and auth.get("username") else ""
+    # the username is a credential too (a secret, or a line of an authFile): never shown
+    who = " with the credentials of its auth" if auth else ""
     progress(f"pulling image {image}{who}")
     kwargs: dict[str, Any] = {"auth_config": dict(auth)} if auth else {}
     try:
@@ -73,9 +74,11 @@ def pull(
 
 
 def masked(text: str, auth: Mapping[str, str] | None) -> str:
-    """`text` with the password (when there is one) replaced by a mask."""
-    password = (auth or {}).get("password")
-    return text.replace(password, MASK) if password else text
+    """`text` with the password and the username (when there are) replaced by a mask."""
+    for what in ("password", "username"):
+        value = (auth or {}).get(what)
+        text = text.replace(value, MASK) if value else text
+    return text
 
 
 def _from_auth_file(location: str, text: str) -> dict[str, str]:

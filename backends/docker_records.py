@@ -38,12 +38,11 @@ from backends.docker_specs import safe
 from backends.entrypoint import MARKER, entrypoint_script
 from backends.log_files import LogFile
 from backends.runtime_env import shell_env_file
-from backends.secrets_env import SECRET_REF
+from backends.secrets_env import kept_request
 
 log = logging.getLogger(__name__)
 
 _LAUNCH = "launch.json"
-MASKED_PASSWORD = "<masked>"  # a registry password in the launch record
 _NETWORK = "network.json"
 _EXIT = "exit.json"
 _RUN = "relaunch.json"
@@ -85,17 +84,9 @@ def writable_dir(instance_dir: Path) -> Path:
 
 def write_launch(attempt_dir: Path, request: LaunchRequest) -> None:
     """Keep the request for a restart: without its secrets or ssh private key, and with a
-    registry password written in the job itself (not a `<% $secrets.x %>` reference) masked."""
+    registry credential written as itself (not a `<% $secrets.x %>` reference) masked."""
     attempt_dir.mkdir(parents=True, exist_ok=True)
-    roles = []
-    for role in request.roles:
-        auth = role.image_auth
-        if auth is not None and auth.password and not SECRET_REF.fullmatch(auth.password.strip()):
-            role = role.model_copy(
-                update={"image_auth": auth.model_copy(update={"password": MASKED_PASSWORD})}
-            )
-        roles.append(role)
-    kept = request.model_copy(update={"roles": roles})
+    kept = kept_request(request)
     # the job's ssh private key is left out too: an instance run again after a restart can
     # still be reached by its peers (its public key stays authorised), not reach them
     text = kept.model_dump_json(exclude={"secrets": True, "ssh": {"job_private_key"}})

@@ -24,7 +24,6 @@ cannot serve is refused here with LaunchRefused, before anything is created.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import re
 import shlex
@@ -87,7 +86,7 @@ from backends.kubernetes_names import (
 from backends.kubernetes_ports import duplicates, instance_ports
 from backends.kubernetes_settings import KubernetesSettings
 from backends.runtime_env import runtime_env, shell_env_file
-from backends.secrets_env import SECRET_KEY, SECRET_REF, with_secret_references
+from backends.secrets_env import SECRET_KEY, SECRET_REF, kept_request, with_secret_references
 from simulator.prereqs import UnservableMaterial, check_name, parse_repo, repository_name
 
 PLACEHOLDER_UID = "<uid of the Service, set by the cluster when it is created>"
@@ -219,7 +218,7 @@ class AttemptBuilder:
         }
 
     def config_map(self) -> dict[str, Any]:
-        data = {LAUNCH_KEY: _kept(self.request).model_dump_json(exclude={"secrets"})}
+        data = {LAUNCH_KEY: kept_request(self.request).model_dump_json(exclude={"secrets"})}
         envs = {
             (role.name, i): self.instance_env(role.name, i)
             for role in self.request.roles
@@ -592,22 +591,6 @@ _BOOT = "\n".join(
         f"exec /bin/sh {ENTRYPOINT}",
     ]
 )
-
-
-def _kept(request: LaunchRequest) -> LaunchRequest:
-    """The request as the ConfigMap keeps it: a registry password written in the job itself
-    (not a `<% $secrets.x %>` reference) is replaced by a digest of it, so it is never shown
-    and the attempt's registry Secrets keep their names when it is read back."""
-    roles = []
-    for role in request.roles:
-        auth = role.image_auth
-        if auth is not None and auth.password and not SECRET_REF.fullmatch(auth.password.strip()):
-            digest = hashlib.sha256(auth.password.encode()).hexdigest()[:12]
-            role = role.model_copy(
-                update={"image_auth": auth.model_copy(update={"password": f"<masked {digest}>"})}
-            )
-        roles.append(role)
-    return request.model_copy(update={"roles": roles})
 
 
 def _shared_items(envs: list[dict[str, str]]) -> dict[str, str]:

@@ -20,6 +20,7 @@ hold `-` and `.`, which a variable name cannot: `secret_variable` encodes them.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 
@@ -77,3 +78,36 @@ def with_secret_variables(role: RoleLaunch, request: LaunchRequest) -> RoleLaunc
     return with_secret_references(
         role, secret_values(request), lambda key: "${" + secret_variable(key) + "}"
     )
+
+
+def is_reference(value: str) -> bool:
+    """Whether a credential is written as `<% $secrets.x %>` (and so holds no value)."""
+    return SECRET_REF.fullmatch(value.strip()) is not None
+
+
+def masked_credential(value: str) -> str:
+    """What a record keeps of a credential written as itself: a digest, so two records of the
+    same credential still compare equal and a registry Secret keeps its name, never the value."""
+    return f"<masked {hashlib.sha256(value.encode()).hexdigest()[:12]}>"
+
+
+def kept_request(request: LaunchRequest) -> LaunchRequest:
+    """The request as a backend may keep it (Docker's launch record, the Kubernetes
+    ConfigMap): its image credentials, when written as themselves rather than as secret
+    references, replaced by `masked_credential`. The caller leaves out `secrets` as well.
+
+    The server lifts every credential a job writes into its secrets before a request is made
+    (server.protocol.credentials), so this holds even for a request made some other way."""
+    roles = []
+    for role in request.roles:
+        auth = role.image_auth
+        if auth is not None:
+            masked = {
+                what: masked_credential(value)
+                for what in ("username", "password")
+                if (value := getattr(auth, what)) and not is_reference(value)
+            }
+            if masked:
+                role = role.model_copy(update={"image_auth": auth.model_copy(update=masked)})
+        roles.append(role)
+    return request.model_copy(update={"roles": roles})

@@ -25,6 +25,7 @@ from server.api.auth import Authenticator, is_loopback
 from server.api.context import Runtime, RuntimeSlot
 from server.api.endpoint import GraphQLEndpoint
 from server.api.exec_socket import ExecEndpoint
+from server.api.job_access import job_visibility_setting
 from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSubscriptions
 from server.api.schema import executor_setting, schema_for
 from server.events import bus_for
@@ -164,6 +165,7 @@ def create_app(
     max_subscriptions_per_user: int = MAX_SUBSCRIPTIONS_PER_USER,
     on_stop: Callable[[Store], None] | None = None,
     executor: str | None = None,
+    job_visibility: str | None = None,
 ) -> Starlette:
     """The app serving /graphql (GraphiQL in a browser), /exec (commands in running instances,
     server.api.exec_socket), /healthz (liveness), /health (readiness, with the reason when not
@@ -180,9 +182,12 @@ def create_app(
     the operations one user runs at once over all their websockets. `on_stop` is called with
     the store when the server stops, before anything is closed (`paigraph serve` says there
     what keeps running). `executor` is `fast` or `standard` (else $PAIGRAPH_EXECUTOR, else
-    `fast`; see server.api.schema): ValueError for anything else.
+    `fast`; see server.api.schema): ValueError for anything else. `job_visibility` is `all`
+    or `own` (else $PAIGRAPH_JOB_VISIBILITY, else `all`; see server.api.job_access):
+    ValueError for anything else.
     """
     schema = schema_for(executor_setting(executor))
+    visibility = job_visibility_setting(job_visibility)
     slot = RuntimeSlot()
     loopback = is_loopback(host)
     subscriptions = UserSubscriptions(max_subscriptions_per_user)
@@ -205,6 +210,7 @@ def create_app(
             else:
                 runtime = await _build(stack, db_url, backend, loopback)
                 runtime.subscriptions = subscriptions
+            runtime.job_visibility = visibility
             slot.current = runtime
             tune_collector()
             try:

@@ -297,18 +297,29 @@ def serve(
             "(graphql-core's own; the same answers, slower on large pages).",
         ),
     ] = "fast",
+    job_visibility: Annotated[
+        str,
+        typer.Option(
+            envvar="PAIGRAPH_JOB_VISIBILITY",
+            help="Who reads which jobs (their config, events, logs): all (every signed-in "
+            "user reads every job, secrets masked, as in OpenPAI) or own (users read their "
+            "own jobs, admins every job).",
+        ),
+    ] = "all",
 ) -> None:
     """Run the GraphQL service (GraphiQL in the browser at /graphql).
 
     On a loopback host with no user in the database, requests act as the local admin; once
     `paigraph users add` made a user, every request needs a token.
     """
+    from server.api.job_access import job_visibility_setting
     from server.api.schema import executor_setting
     from server.app import BACKENDS, BackendUnavailable, create_app, make_backend
     from server.serving import AnnouncingServer, CannotListen, listening_socket, server_config
 
     try:
         executor = executor_setting(executor)
+        job_visibility = job_visibility_setting(job_visibility)
     except ValueError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
@@ -336,6 +347,7 @@ def serve(
             backend=chosen,
             on_stop=lambda store: _say_what_keeps_running(store, backend),
             executor=executor,
+            job_visibility=job_visibility,
         )
         config = server_config(app, host=host, port=port, log_level="info")
 

@@ -58,7 +58,9 @@ query($id: ID!, $version: String) {{
 }}"""
 PUBLISH = f"""
 mutation($input: PublishMarketplaceItemInput!) {{
-  publishMarketplaceItem(input: $input) {{ outcome item {{ {ITEM_FIELDS} }} {ERRORS} }}
+  publishMarketplaceItem(input: $input) {{
+    outcome item {{ {ITEM_FIELDS} }} {ERRORS} warnings {{ path code message }}
+  }}
 }}"""
 USE = f"""
 mutation($input: UseMarketplaceItemInput!) {{
@@ -469,6 +471,9 @@ def market_publish(
         "UNCHANGED": "already published:",
     }[result["outcome"]]
     err.print(f"{what} {escape(item['name'])} {escape(item['version'])} ({item['type'].lower()})")
+    if result.get("warnings"):
+        err.print("[yellow]warnings:[/yellow]")
+        _print_errors(result["warnings"])
     out.print(item["id"])
 
 

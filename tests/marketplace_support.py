@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from server.marketplace.items import read_item
 from server.protocol import Kind, parse_document
 from tests.corpus import CORPUS
 from tests.simulated import IMAGE
@@ -79,7 +80,7 @@ class CorpusItem:
     name: str
     kind: str  # "job_template" or the component's type
     version: str | None
-    stored: str  # the text the marketplace keeps: secrets masked (the engine's job source)
+    stored: str  # the text the marketplace keeps: secrets declared without their values
 
 
 def accepted_corpus_items() -> list[CorpusItem]:
@@ -96,12 +97,13 @@ def accepted_corpus_items() -> list[CorpusItem]:
             assert result.component is not None
             c = result.component
             version = str(c.version) if c.version is not None else None
-            found.append(CorpusItem(path, c.name, c.type.value, version, text))
+            found.append(CorpusItem(path, c.name, c.type.value, version, read_item(text).content))
         else:
             assert result.spec is not None
             s = result.spec
             version = str(s.version) if s.version is not None else None
-            found.append(CorpusItem(path, s.name, "job_template", version, s.source))
+            stored = read_item(text).content
+            found.append(CorpusItem(path, s.name, "job_template", version, stored))
     return found
 
 

@@ -374,7 +374,12 @@ def _with_secrets() -> dict[str, Any]:
 def test_secrets_reach_commands_from_a_secret_and_never_the_config_map() -> None:
     objects = build(request_of(_with_secrets()))
     job_secret, registry = objects.secrets
-    assert job_secret["stringData"] == {"token": "s3cr3t-token", "regpw": "pull-pass"}
+    # the username written as itself is a credential: lifted into a secret of its own
+    assert job_secret["stringData"] == {
+        "token": "s3cr3t-token",
+        "regpw": "pull-pass",
+        "tf_image-username": "robot",
+    }
     config = json.loads(registry["stringData"][".dockerconfigjson"])
     entry = config["auths"]["registry.example.org:5000"]
     assert base64.b64decode(entry["auth"]).decode() == "robot:pull-pass"
@@ -385,7 +390,7 @@ def test_secrets_reach_commands_from_a_secret_and_never_the_config_map() -> None
             pod
         )["volumeMounts"]
     text = json.dumps(objects.config_map) + json.dumps(objects.pods)
-    assert "s3cr3t-token" not in text and "pull-pass" not in text
+    assert "s3cr3t-token" not in text and "pull-pass" not in text and "robot" not in text
     assert (
         "login --token $(cat /usr/local/pai/secrets/token)"
         in objects.config_map["data"]["entrypoint-ps.sh"]

@@ -275,3 +275,27 @@ def test_importing_the_corpus_publishes_what_the_engine_accepts_and_reports_the_
             f"0 published (0 new items, 0 new versions), {len(accepted)} unchanged, "
             f"{len(rejected)} rejected, of {len(files)} files"
         )
+
+
+def test_publishing_a_component_with_a_written_password_warns_and_keeps_no_password(
+    tmp_path: Path,
+) -> None:
+    image = tmp_path / "image.yaml"
+    image.write_text(
+        "name: private-base\ntype: dockerimage\nuri: registry.example.org/team/base:1\n"
+        "auth:\n  username: robot\n  password: Wr1tten-Pa55\n"
+    )
+    with served("sqlite", tmp_path) as server:
+        tokens = add_users(server, "ann", "bob")
+        server.start()
+        published = server.paigraph("market", "publish", str(image), token=tokens["ann"])
+        assert published.returncode == 0, published.stderr
+        said = " ".join(published.stderr.split())
+        assert "warnings:" in said and "auth.password" in said and "literal-credential" in said
+        assert "'private-base-password'" in said and "Wr1tten-Pa55" not in said
+        shown = server.paigraph(
+            "market", "show", published.stdout.strip(), "--content", token=tokens["bob"]
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "<% $secrets.private-base-password %>" in shown.stdout
+        assert "Wr1tten-Pa55" not in shown.stdout and "robot" not in shown.stdout

@@ -633,6 +633,31 @@ async def test_submitting_from_an_item_runs_the_job_and_counts_the_submit(
         counted = await server.listed("ann", sort="SUBMITS")
         assert {i["name"]: i["submits"] for i in counted} == {"greeter": 3, "hidden": 0}
 
+        # naming items the job does not use counts nothing, however often: a job of other
+        # commands (in the same image) named as made from the template and the image item
+        image = await server.published("ann", image_item("bb-image"))
+        for n in range(3):
+            unrelated = template(f"unrelated{n}", commands=["echo something else"])
+            named = await data(
+                server.client,
+                SUBMIT_FROM,
+                {"config": unrelated, "from": [item["id"]]},
+                token=server.tokens["bob"],
+            )
+            assert named["submitJob"]["errors"] == [], named
+        counted = await server.listed("ann", sort="SUBMITS")
+        assert {i["name"]: i["submits"] for i in counted}["greeter"] == 3
+        # while the image item is really in it (the image the job runs in): it counts
+        ran_in = await data(
+            server.client,
+            SUBMIT_FROM,
+            {"config": template("in-the-image"), "from": [image["id"]]},
+            token=server.tokens["bob"],
+        )
+        assert ran_in["submitJob"]["errors"] == []
+        counted = await server.listed("ann", sort="SUBMITS")
+        assert {i["name"]: i["submits"] for i in counted}["bb-image"] == 1
+
 
 SUBMIT_FROM = """
 mutation($config: String!, $from: [ID!]) {

@@ -9,6 +9,7 @@ start needs a pull; nothing comes from outside this machine.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import subprocess
 import uuid
@@ -20,7 +21,8 @@ import docker.errors
 import httpx
 import pytest
 
-from tests.servers import Server, free_port, served
+from server.remote import Client
+from tests.servers import Server, final_job, free_port, served
 from tests.waiting import until
 
 pytestmark = pytest.mark.docker
@@ -85,6 +87,12 @@ def private(registry: str) -> Iterator[str]:
         docker.from_env().images.remove(image)
 
 
+def pulling_settings(state: Path, files: Path) -> Path:
+    settings = state / "simulator.yaml"
+    settings.write_text(f"image_pull: true\nallowed_file_roots: [{files}]\n")
+    return settings
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("auth-files")
@@ -93,8 +101,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, files: Path) -> Iterator[Server]:
     state = tmp_path_factory.mktemp("pulling")
-    settings = state / "simulator.yaml"
-    settings.write_text(f"image_pull: true\nallowed_file_roots: [{files}]\n")
+    settings = pulling_settings(state, files)
     with served("sqlite", state) as started:
         started.settings["PAIGRAPH_SIMULATOR_CONFIG"] = str(settings)
         started.start()
@@ -124,10 +131,13 @@ taskRoles:
 
 
 def no_password_anywhere(server: Server) -> None:
-    """The password is in no file the server or its simulator wrote."""
+    """The password is in no file the server or its simulator wrote: its log, the state
+    directory, and a SQLite database with its write-ahead log."""
+    database = Path(server.db_url.removeprefix("sqlite:///"))
+    kept = [database.parent / f"{database.name}{end}" for end in ("", "-wal", "-shm")]
     leaked = [
         p
-        for p in [server.log, *server.state_dir.rglob("*")]
+        for p in [server.log, *kept, *server.state_dir.rglob("*")]
         if p.is_file() and PASSWORD.encode() in p.read_bytes()
     ]
     assert leaked == []
@@ -157,8 +167,8 @@ def test_a_wrong_password_fails_the_start_saying_so_without_showing_it(
     watched = server.paigraph("submit", str(job), "--watch")
     said = watched.stdout + watched.stderr
     assert watched.returncode == 1, said
-    assert f"image '{private}' could not be pulled as alice" in said
-    assert wrong not in said
+    assert f"image '{private}' could not be pulled with the credentials of its auth" in said
+    assert wrong not in said and "alice" not in said
 
 
 V1_JOB = """\
@@ -179,3 +189,102 @@ def test_a_v1_auth_file_logs_the_pull_in(
     assert watched.returncode == 0, watched.stdout + watched.stderr
     logs = server.paigraph("logs", watched.stdout.split()[0], "main", "0")
     assert "v1 ran from the private image" in logs.stdout
+
+
+LITERAL_JOB = """\
+protocolVersion: 2
+name: literal-credentials
+type: job
+prerequisites:
+  - name: private
+    type: dockerimage
+    uri: {image}
+    auth:
+      username: alice
+      password: {password}  # written here, not under secrets
+      registryuri: {registry}
+taskRoles:
+  main:
+    dockerImage: private
+    resourcePerInstance: {{cpu: 1, memoryMB: 128, gpu: 0}}
+    commands: [echo ran with written credentials]
+"""
+
+EVERYTHING = """query($id: ID!) {
+  job(id: $id) {
+    name state stateReason config warnings { path code message }
+    taskRoles { name commands dockerImage { name uri reference }
+      prerequisites { name uri reference }
+      instances { state stateReason exitReason } }
+    events(first: 100) { edges { node { type message } } }
+  }
+  jobs(first: 100) { edges { node { name config stateReason } } }
+}"""
+
+ITEM = """query($id: ID!) { marketplaceItem(id: $id) {
+  name versions { version content } } }"""
+
+
+def test_a_credential_written_into_a_job_is_handled_as_a_secret_for_every_reader(
+    tmp_path: Path, registry: str, private: str, files: Path
+) -> None:
+    """ann writes the registry password into her job; the pull works, and neither she, bob nor
+    an admin is ever shown it (job, list, events, resolving, the template she publishes), and
+    it is in no file the server keeps: the database and its log, the state directory."""
+    config = LITERAL_JOB.format(image=private, password=PASSWORD, registry=registry)
+    with served("sqlite", tmp_path) as server:
+        server.settings["PAIGRAPH_SIMULATOR_CONFIG"] = str(pulling_settings(tmp_path, files))
+        tokens = {}
+        for name, admin in (("ann", False), ("bob", False), ("root", True)):
+            added = server.paigraph("users", "add", name, *(["--admin"] if admin else []))
+            assert added.returncode == 0, added.stderr
+            tokens[name] = added.stdout.strip()
+        server.start()
+        ann = Client(server.url, tokens["ann"])
+
+        submitted = ann.submit(config, {})
+        assert submitted["errors"] == [], submitted
+        job_id = submitted["job"]["id"]
+        warned = {".".join(w["path"]): w["message"] for w in submitted["warnings"]}
+        assert "handled as the secret 'private-password'" in warned["prerequisites.0.auth.password"]
+        assert "<% $secrets.private-password %>" in warned["prerequisites.0.auth.password"]
+        assert "prerequisites.0.auth.username" in warned
+        assert final_job(ann, job_id, timeout=120)["state"] == "SUCCEEDED"
+        logs = server.paigraph("logs", job_id, "main", "0", token=tokens["ann"])
+        assert "ran with written credentials" in logs.stdout
+
+        published = ann.execute(
+            "mutation($job: ID!) { publishMarketplaceItem(input: {jobId: $job}) {"
+            " item { id } errors { message } warnings { path code message } } }",
+            {"job": job_id},
+        )["publishMarketplaceItem"]
+        assert published["errors"] == [] and published["item"], published
+        assert "secrets-not-published" in {w["code"] for w in published["warnings"]}
+
+        answers = []
+        for token in tokens.values():
+            reader = Client(server.url, token)
+            answers.append(reader.execute(EVERYTHING, {"id": job_id}))
+            answers.append(reader.execute(ITEM, {"id": published["item"]["id"]}))
+            answers.append(
+                reader.execute(
+                    "mutation($c: String!) { resolveJob(input: {config: $c}) {"
+                    " job { config taskRoles { prerequisites { name uri } } } } }",
+                    {"c": config},
+                )
+            )
+        shown = json.dumps(answers)
+        assert PASSWORD not in shown and "alice" not in shown
+        [stored] = {a["job"]["config"] for a in answers if "job" in a and "state" in a["job"]}
+        assert 'password: "<% $secrets.private-password %>"' in stored
+        [content] = {
+            v["content"]
+            for a in answers
+            if "marketplaceItem" in a
+            for v in a["marketplaceItem"]["versions"]
+        }
+        # the template declares the secrets its user supplies, without their values
+        assert '"private-password": ""' in content and '"private-username": ""' in content
+        no_password_anywhere(server)  # the database (and its log) included, while it runs
+        server.stop()
+        no_password_anywhere(server)

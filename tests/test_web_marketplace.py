@@ -304,6 +304,33 @@ def test_a_job_is_published_as_a_template_from_its_page(site: Site, web_browser:
         assert page.get_by_role("button", name="Publish").count() == 0
 
 
+def test_a_job_with_a_written_password_is_published_asking_its_users_for_it(
+    site: Site, web_browser: Any
+) -> None:
+    """The password alice wrote into her job is not published: the template declares it as a
+    secret, alice is told so, and bob's Submit page asks him for it in a password field."""
+    doc = yaml.safe_load(job_config(name="private-pull", roles={"main": {"commands": ["true"]}}))
+    doc["prerequisites"][0]["auth"] = {"username": "robot", "password": "Wr1tten-Pa55"}
+    job_id = site.api(site.alice).submit(yaml.safe_dump(doc))
+    image = doc["prerequisites"][0]["name"]
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto(f"/marketplace/publish?job={job_id}")
+        page.fill("#name", "private-pull-template")
+        page.get_by_role("button", name="Publish").click()
+        item = item_path(page)
+        expect(page.get_by_test_id("publish-warnings")).to_contain_text(
+            "published without their values"
+        )
+        expect(page.get_by_test_id("content")).to_contain_text(f'"{image}-password": ""')
+        assert "Wr1tten-Pa55" not in page.content() and "robot" not in page.content()
+    with browser_page(web_browser, site.url, site.bob) as (page, _):
+        page.goto(item)
+        page.get_by_role("link", name="Use").click()
+        secret = page.locator(f"input[name=secret-{image}-password]")
+        expect(secret).to_have_attribute("type", "password")
+        assert "Wr1tten-Pa55" not in page.content()
+
+
 def test_the_owner_edits_a_new_version_then_deletes_the_item(site: Site, web_browser: Any) -> None:
     item = site.publish(site.alice, template("editable", commands=["echo one"]), tags=["old"])
     with browser_page(web_browser, site.url, site.alice) as (page, _):

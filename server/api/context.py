@@ -12,10 +12,11 @@ from starlette.websockets import WebSocket
 
 from server.api.auth import Authenticator
 from server.api.errors import ApiError, Unauthorized
+from server.api.job_access import JobVisibility, may_read, reader_limit
 from server.api.limits import UserSubscriptions
 from server.api.loaders import Loaders
 from server.events import EventBus
-from server.store import Store, User
+from server.store import Job, Store, User
 
 if TYPE_CHECKING:
     from backends.base import Backend
@@ -33,6 +34,7 @@ class Runtime:
     backend: Backend | None = None
     backend_name: str | None = None  # "docker", ...; None: the server runs no backend
     subscriptions: UserSubscriptions = field(default_factory=UserSubscriptions)
+    job_visibility: JobVisibility = JobVisibility.ALL  # who may read which jobs (job_access)
 
 
 class RuntimeSlot:
@@ -62,6 +64,18 @@ class Context:
         if self.user is None:
             raise Unauthorized("not authenticated")
         return self.user
+
+    def readable(self, job: Job | None) -> Job | None:
+        """The job, when the viewer may read it (server.api.job_access); else None, as if
+        there were no such job."""
+        if job is None or not may_read(self.runtime.job_visibility, self.viewer, job.owner_id):
+            return None
+        return job
+
+    @property
+    def job_owner_limit(self) -> int | None:
+        """The only owner whose jobs the viewer may list; None: every owner's."""
+        return reader_limit(self.runtime.job_visibility, self.viewer)
 
     @property
     def store(self) -> Store:

@@ -27,6 +27,7 @@ from server.api.auth import bearer_token
 from server.api.context import RuntimeSlot
 from server.api.errors import ApiError, Unauthorized
 from server.api.ids import BadId, expect_global_id
+from server.api.job_access import may_read
 from server.api.loopback import local_admin_refusal
 from server.store import User
 
@@ -167,7 +168,7 @@ class ExecEndpoint:
         user = await self._user(websocket, runtime, start.token)
         self._identified(unidentified)
         job = await asyncio.to_thread(runtime.store.get_job, start.job_id)
-        if job is None:
+        if job is None or not may_read(runtime.job_visibility, user, job.owner_id):
             raise _Refused("not-found", f"no job has id {start.job_id!r}")
         if not user.admin and job.owner_id != user.id:
             raise _Refused(

@@ -70,6 +70,11 @@ class PublishMarketplaceItemPayload:
     item: MarketplaceItem | None
     outcome: PublishOutcome | None
     errors: list[UserError]
+    warnings: list[UserError] = strawberry.field(
+        default_factory=list,
+        description="What the publisher should know: e.g. a credential or secret published "
+        "as a secret its user supplies, without its value.",
+    )
 
 
 @strawberry.input(
@@ -217,7 +222,10 @@ class Mutation(JobMutation):
         if outcome.item is not None:
             item = MarketplaceItem.from_value(outcome.item, outcome.version)
         return PublishMarketplaceItemPayload(
-            item=item, outcome=result, errors=_errors(outcome.errors)
+            item=item,
+            outcome=result,
+            errors=_errors(outcome.errors),
+            warnings=_errors(outcome.warnings),
         )
 
     @mutation(description="Change an item or publish a new version; owner or admin.")

@@ -52,7 +52,8 @@ class SubmitJobInput:
         default=None,
         description="Marketplace items the config was made from (a template or data item "
         "used on a page, then edited): each the viewer may see counts a submit, as items "
-        "referenced in the config do. Unknown or hidden ones are passed over.",
+        "referenced in the config do, when the config really holds it (a template's task "
+        "roles with their commands, a component's type and URIs). Others are passed over.",
     )
 
 
@@ -113,7 +114,11 @@ class Mutation:
             market = MarketplaceService(info.context.store)
             made_from = [str(i) for i in input.from_items or []]
             await asyncio.to_thread(
-                market.count_job_submit, info.context.viewer, outcome.item_ids, made_from
+                market.count_job_submit,
+                info.context.viewer,
+                outcome.item_ids,
+                made_from,
+                input.config,
             )
         return SubmitJobPayload(
             job=Job.from_value(outcome.job) if outcome.job is not None else None,

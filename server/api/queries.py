@@ -56,7 +56,7 @@ async def _job_by_name(info: Info, name: str) -> Job | None:
         owner_id = owner.id
     else:
         owner_id = info.context.viewer.id
-    found = await asyncio.to_thread(store.job_named, owner_id, job_name)
+    found = info.context.readable(await asyncio.to_thread(store.job_named, owner_id, job_name))
     return Job.from_value(found) if found is not None else None
 
 
@@ -71,7 +71,7 @@ class Query:
         type_name, key = parse_global_id(id)
         loaders = info.context.loaders
         if type_name == "Job":
-            job = await loaders.job.load(key)
+            job = info.context.readable(await loaders.job.load(key))
             return Job.from_value(job) if job is not None else None
         if type_name == "User" and key.isdigit():
             user = await loaders.user.load(int(key))
@@ -93,11 +93,16 @@ class Query:
             raise ApiError("job: give exactly one of `id` and `name`", "BAD_ARGUMENT")
         if id is not None:
             found = await info.context.loaders.job.load(expect_global_id(id, "Job"))
+            found = info.context.readable(found)
             return Job.from_value(found) if found is not None else None
         assert name is not None
         return await _job_by_name(info, name)
 
-    @strawberry.field(description="Jobs of every user, newest first, `first` (at most 100) a page.")
+    @strawberry.field(
+        description="Jobs of every user (only the viewer's own when the server's "
+        "job_visibility is `own`, for all but admins), newest first, `first` (at most 100) a "
+        "page."
+    )
     async def jobs(
         self,
         info: Info,
@@ -112,6 +117,7 @@ class Query:
             virtual_cluster=filter.virtual_cluster if filter else None,
             name=filter.name if filter else None,
             name_contains=filter.name_contains if filter else None,
+            owner_id=info.context.job_owner_limit,
         )
         store, loaders = info.context.store, info.context.loaders
         after_cursor = _job_cursor(after)

@@ -132,7 +132,8 @@ class Subscription:
         since = parse_event_cursor(after)
         runtime = info.context.runtime
         async with runtime.bus.subscribe(key) as notices:
-            if await asyncio.to_thread(runtime.store.get_job, key) is None:
+            job = await asyncio.to_thread(runtime.store.get_job, key)
+            if info.context.readable(job) is None:
                 raise not_found("job", "jobId")
             async for event in follow_events(runtime.store, notices, key, since):
                 yield _VIEWS.view(event)
@@ -158,8 +159,9 @@ class Subscription:
         if tail is not None and tail < 0:
             raise ApiError(f"tail must be 0 or more, got {tail}", "BAD_ARGUMENT")
         store = info.context.store
-        spec = (await asyncio.to_thread(store.job_specs, [key])).get(key)
-        if spec is None:
+        job = await asyncio.to_thread(store.get_job, key)
+        spec = (await asyncio.to_thread(store.job_specs, [key])).get(key) if job else None
+        if info.context.readable(job) is None or spec is None:
             raise not_found("job", "jobId")
         role = spec.role(task_role)
         if role is None:

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from server.api.ids import BadId, global_id, parse_global_id
 from server.marketplace.lookup import ItemKind
 from server.protocol import Issue, Kind, parse_document
-from server.protocol.model import JobSpec, Prerequisite, PrerequisiteType
+from server.protocol.issues import Severity
+from server.protocol.model import Dialect, JobSpec, Prerequisite, PrerequisiteType
+from server.protocol.secrets import declare_secrets
 from server.store.errors import InvalidValue
 from server.store.marketplace_values import ItemDetails, Visibility
 from server.store.users import check_name
@@ -51,9 +53,10 @@ class ItemDocument:
     name: str
     version: str | None
     description: str | None  # the content's own description, a default for the item's
-    content: str  # as it is stored: secrets masked
+    content: str  # as it is stored: secrets declared without values, credentials lifted
     spec: JobSpec | None = None  # a template's job (parameters not rendered)
     component: Prerequisite | None = None
+    warnings: tuple[Issue, ...] = ()  # for the publisher: e.g. a credential made a secret
 
 
 def api_id(key: str) -> str:
@@ -94,8 +97,22 @@ def read_item(content: str, *, path: str = "content") -> ItemDocument:
         issue = check_version(version, [path, "version"])
         if issue is not None:
             raise IssuesFound([issue])
-    # A job's source is its text with the secrets masked; a component has no secrets.
-    stored = spec.source if spec is not None and spec.source else content
+    # What is kept: the text with its credentials lifted into secrets (a reference in their
+    # place) and a job's secrets declared by name with empty values, for its user to supply.
+    stored = result.source or content
+    warnings = [issue.within(path) for issue in result.warnings]
+    if spec is not None and spec.dialect is Dialect.V2 and spec.secrets:
+        names = list(spec.secrets)
+        stored = declare_secrets(stored, names)
+        warnings.append(
+            Issue.at(
+                [path, "secrets"],
+                "secrets-not-published",
+                f"published without their values: the secrets {', '.join(map(repr, names))}; "
+                "whoever uses this template supplies them",
+                Severity.WARNING,
+            )
+        )
     return ItemDocument(
         kind=kind,
         name=name,
@@ -104,6 +121,7 @@ def read_item(content: str, *, path: str = "content") -> ItemDocument:
         content=stored,
         spec=spec,
         component=component,
+        warnings=tuple(warnings),
     )
 
 

@@ -31,7 +31,9 @@ from server.marketplace.items import (
 from server.marketplace.lookup import ItemKind
 from server.marketplace.rename import renamed
 from server.marketplace.use import component_job, template_config
-from server.protocol import Issue
+from server.protocol import Issue, parse_job
+from server.protocol.model import JobSpec
+from server.protocol.secrets import MASKED_SECRETS, declare_secrets, referenced_secrets
 from server.store import Store, User
 from server.store.marketplace_values import (
     KindMismatch,
@@ -49,6 +51,7 @@ from server.store.marketplace_values import (
 class ItemOutcome:
     item: MarketplaceItem | None
     errors: list[Issue] = field(default_factory=list)
+    warnings: list[Issue] = field(default_factory=list)  # publish: e.g. a secret left out
     created: bool = False  # publish: a new item
     unchanged: bool = False  # publish: that version existed with the same content
     version: str | None = None  # publish: the version published (or found)
@@ -80,6 +83,15 @@ class ItemFields:
         """Whether any descriptive field (beyond the version) is given."""
         values = (self.summary, self.description, self.tags, self.categories, self.visibility)
         return any(v is not None for v in (*values, self.groups))
+
+
+def published_config(config: str) -> str:
+    """A stored job config as it may be published: its masked secrets (which a job config
+    always has masked) declared by the names it refers to, so it reads as a template whose
+    user supplies them rather than as a config whose secrets were lost."""
+    if not MASKED_SECRETS.search(config):
+        return config
+    return declare_secrets(config, referenced_secrets(config))
 
 
 def _not_found(key: str) -> Issue:
@@ -128,7 +140,7 @@ class MarketplaceService:
                     )
                 ],
             )
-        config = self.store.job_config(job_id) or ""
+        config = published_config(self.store.job_config(job_id) or "")
         submitted = self.store.job_specs([job_id]).get(job_id)
         try:
             document = read_item(config, path="jobId")
@@ -184,7 +196,11 @@ class MarketplaceService:
         if not result.created and fields.describes:
             item = self._change(user, item, fields)
         return ItemOutcome(
-            item=item, created=result.created, unchanged=result.unchanged, version=result.version
+            item=item,
+            warnings=list(document.warnings),
+            created=result.created,
+            unchanged=result.unchanged,
+            version=result.version,
         )
 
     # --- changing ---
@@ -331,19 +347,49 @@ class MarketplaceService:
             self.store.count_submit(key)
 
     def count_job_submit(
-        self, viewer: User, used: Iterable[str], made_from: Iterable[str] = ()
+        self,
+        viewer: User,
+        used: Iterable[str],
+        made_from: Iterable[str] = (),
+        config: str | None = None,
     ) -> None:
         """A job was submitted: count a submit of every item its references took in (`used`),
-        and of every item it was made from (`made_from`, API IDs) that `viewer` may see. An
-        ID of something else, or of an item hidden from the viewer, counts nothing and
-        reveals nothing; each item counts once."""
+        and of every item it was made from (`made_from`, API IDs) that `viewer` may see and
+        whose content the submitted `config` (as written, parameters not rendered) really holds
+        (`holds_item`). Naming an item the job does not use counts nothing; an ID of something
+        else, or of an item hidden from the viewer, counts nothing and reveals nothing; each
+        item counts once."""
         keys = set(used)
-        for item_id in made_from:
-            key = item_key(item_id)
-            if key is not None and self.visible(viewer, key) is not None:
-                keys.add(key)
+        named = {key for i in made_from if (key := item_key(i)) is not None and key not in keys}
+        visible = [k for k in named if self.visible(viewer, k) is not None]
+        submitted = parse_job(config).spec if visible and config else None
+        if visible and submitted is not None:
+            versions = self.store.item_versions(visible)
+            keys |= {
+                key
+                for key in visible
+                if any(holds_item(submitted, v.content) for v in versions.get(key, []))
+            }
         if keys:
             self.count_submits(keys)
+
+
+def holds_item(job: JobSpec, content: str) -> bool:
+    """Whether `job` holds the item published as `content`: a template's every task role with
+    the same commands (its name and parameters may have been changed); a component as one of
+    the job's prerequisites of the same type and URIs (a docker image: the image it runs in)."""
+    try:
+        document = read_item(content)
+    except IssuesFound:
+        return False
+    if document.spec is not None:
+        roles = {role.name: role.commands for role in job.task_roles}
+        template = document.spec.task_roles
+        return bool(template) and all(roles.get(r.name) == r.commands for r in template)
+    component = document.component
+    if component is None or not component.uri:
+        return False
+    return any(p.type is component.type and p.uri == component.uri for p in job.prerequisites)
 
 
 def _forbidden(item: MarketplaceItem, action: str) -> Issue:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from server.protocol.credentials import lift_credentials, with_masked_secrets
 from server.protocol.dialect_draft import read_draft
 from server.protocol.dialect_v1 import read_v1
 from server.protocol.dialect_v2 import read_v2
@@ -44,6 +45,8 @@ class ParseResult(WithIssues):
     spec: JobSpec | None = None
     component: Prerequisite | None = None
     issues: list[Issue] = field(default_factory=list)
+    # the text as it may be kept and shown: secrets masked, credentials lifted into secrets
+    source: str = ""
 
     @property
     def ok(self) -> bool:
@@ -97,14 +100,27 @@ def parse_document(
     result.kind, result.dialect = detected
     if result.kind is Kind.JOB and isinstance(doc.get("extras"), dict):
         check_tree(doc["extras"], "extras", issues)
-    if result.kind is Kind.COMPONENT:
+    component = result.kind is Kind.COMPONENT
+    declared = doc.get("secrets") if result.dialect is Dialect.V2 and not component else None
+    taken = {str(k) for k in declared} if isinstance(declared, dict) else set()
+    lifted = lift_credentials(doc, source, issues, component=component, taken=taken)
+    doc, source = lifted.doc, lifted.text
+    if component:
         result.component = read_prerequisite(doc, "", Fields(issues), result.dialect)
+        result.source = source
     elif result.dialect is Dialect.V2:
         result.spec = read_v2(doc, issues, source)
     elif result.dialect is Dialect.V1:
         result.spec = read_v1(doc, issues, source)
     else:
         result.spec = read_draft(doc, issues, source, dict(parameters or {}))
+    if result.spec is not None and lifted.credentials:
+        kept = result.spec.source
+        if result.dialect is Dialect.V2 and "secrets" not in doc:
+            kept = with_masked_secrets(kept)
+        result.spec = result.spec.model_copy(
+            update={"secrets": {**lifted.secrets, **result.spec.secrets}, "source": kept}
+        )
     if result.spec is not None and parameters:
         result.spec = result.spec.model_copy(
             update={"parameters": {**result.spec.parameters, **parameters}}
@@ -113,6 +129,8 @@ def parse_document(
         result.spec = apply_runtime_plugins(result.spec, issues)
     if result.spec is None and result.component is None:
         issues.ensure_error(0, "", "this document")
+    if result.spec is not None:
+        result.source = result.spec.source
     result.issues = issues.items
     if issues.has_errors():
         result.spec = result.component = None

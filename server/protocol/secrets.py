@@ -9,6 +9,8 @@ from typing import Any
 import yaml
 
 MASK = "******"
+_REFERENCE = re.compile(r"<%\s*\$secrets\.([-._a-zA-Z0-9]+)\s*%>")
+MASKED_SECRETS = re.compile(r'^secrets[ \t]*:[ \t]*"\*{6}"[ \t]*$|"secrets": "\*{6}"', re.MULTILINE)
 _TOP_LEVEL_SECRETS = re.compile(r"^secrets[ \t]*:.*?(?=^[^\s#]|\Z)", re.MULTILINE | re.DOTALL)
 
 
@@ -38,3 +40,26 @@ def _scalars(value: Any) -> list[str]:
     if isinstance(value, list):
         return [s for v in value for s in _scalars(v)]
     return [] if value is None else [str(value)]
+
+
+def declare_secrets(text: str, names: list[str]) -> str:
+    """A v2 job's text with its top-level `secrets` (masked or not) replaced by `names`, each
+    with an empty value: what a published template says of the secrets its user supplies."""
+    if text.lstrip().startswith("{"):
+        doc = json.loads(text)
+        doc.pop("secrets", None)
+        if names:
+            doc["secrets"] = dict.fromkeys(names, "")
+        return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    block = "secrets:\n" if names else ""
+    block += "".join(f'  {json.dumps(name)}: ""\n' for name in names)
+    if _TOP_LEVEL_SECRETS.search(text):
+        return _TOP_LEVEL_SECRETS.sub(lambda m: block, text, count=1)
+    if not names:
+        return text
+    return text + ("" if text.endswith("\n") else "\n") + block
+
+
+def referenced_secrets(text: str) -> list[str]:
+    """The names of the secrets `text` refers to with `<% $secrets.x %>`, in order."""
+    return list(dict.fromkeys(_REFERENCE.findall(text)))

@@ -241,6 +241,8 @@ class JobStore(Repository):
             query = query.where(col(JobRow.state).in_([JobState(s).value for s in where.states]))
         if where.owner is not None:
             query = query.where(col(UserRow.name) == where.owner)
+        if where.owner_id is not None:
+            query = query.where(col(JobRow.owner_id) == where.owner_id)
         if where.virtual_cluster is not None:
             query = query.where(col(JobRow.virtual_cluster) == where.virtual_cluster)
         if where.name is not None:

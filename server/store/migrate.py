@@ -50,6 +50,19 @@ def migrate(url_or_engine: str | Engine | None = None) -> None:
                 connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
+        if is_sqlite(engine):
+            _checkpoint(engine)
     finally:
         if not isinstance(url_or_engine, Engine):
             engine.dispose()
+
+
+def _checkpoint(engine: Engine) -> None:
+    """Copy SQLite's write-ahead log into the database file and empty it, so that no text a
+    migration replaced (a credential it scrubbed) stays behind in the log's old frames. A
+    reader holding the log open only delays this to SQLite's own next checkpoint."""
+    connection = engine.raw_connection()  # outside any transaction, which would block it
+    try:
+        connection.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        connection.close()

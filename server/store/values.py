@@ -143,6 +143,7 @@ class JobFilter:
     virtual_cluster: str | None = None
     name: str | None = None
     name_contains: str | None = None  # part of the name, in any case (a search box)
+    owner_id: int | None = None  # only this user's jobs (who may read which: api.job_access)
 
 
 @dataclass(frozen=True, slots=True)

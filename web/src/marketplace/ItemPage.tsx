@@ -1,7 +1,7 @@
 // One marketplace item: what it is and holds (at the version picked in `?version=`), who made
 // it, what it requires; star it, use it, copy its reference; its owner edits or deletes it.
 import { Suspense, lazy, useEffect, useState } from "react";
-import { Link, useNavigate, useParams, useSearchParams } from "react-router-dom";
+import { Link, useLocation, useNavigate, useParams, useSearchParams } from "react-router-dom";
 import { useMutation, useQuery } from "urql";
 import type { MarketplaceItemDetailQuery } from "../gql/graphql";
 import { copyText } from "../lib/download";
@@ -23,6 +23,7 @@ export function ItemPage() {
   const [params, setParams] = useSearchParams();
   const version = params.get("version");
   const [{ data, error }] = useQuery({ query: ItemDetailQuery, variables: { id, version } });
+  const notes = (useLocation().state as { published?: string[] } | null)?.published ?? [];
   useEffect(() => {
     void loadMarkdown();
   }, []);
@@ -48,6 +49,13 @@ export function ItemPage() {
       <h1>
         {item.name} <span className={`kind kind-${item.type.toLowerCase()}`}>{typeLabel(item.type)}</span>
       </h1>
+      {notes.length > 0 && (
+        <ul className="warnings" data-testid="publish-warnings" aria-label="Published with warnings">
+          {notes.map((note) => (
+            <li key={note}>{note}</li>
+          ))}
+        </ul>
+      )}
       {item.summary && <p className="lead">{item.summary}</p>}
       <dl className="summary">
         <dt>Owner</dt>

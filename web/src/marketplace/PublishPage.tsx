@@ -47,7 +47,11 @@ export function PublishPage() {
     if (answer.error) return setErrors([{ path: [], code: "request", message: describeProblem(answer.error).message }]);
     const payload = answer.data?.publishMarketplaceItem;
     setErrors(payload?.errors ?? []);
-    if (payload?.item && payload.errors.length === 0) navigate(`/marketplace/${encodeURIComponent(payload.item.id)}`);
+    if (payload?.item && payload.errors.length === 0) {
+      // what the publisher should know (a secret published without its value) is shown there
+      const published = payload.warnings.map((w) => w.message);
+      navigate(`/marketplace/${encodeURIComponent(payload.item.id)}`, { state: { published } });
+    }
   }
 
   if (jobId && jobError) return <p className="error" role="alert">{describeProblem(jobError).message}</p>;
