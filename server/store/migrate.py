@@ -7,6 +7,8 @@ so a second process waits and then finds nothing left to do.
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 
 from alembic import command
@@ -16,6 +18,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
 
 from server.store.db import create_store_engine, is_sqlite, session_scope
+
+log = logging.getLogger(__name__)
+
+# How long a checkpoint waits for a reader of the log to finish before leaving the log to
+# SQLite's own next checkpoint.
+CHECKPOINT_TRIES = 50
+CHECKPOINT_PAUSE_SECONDS = 0.1
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _LOCK_KEY = 0x70616967  # "paig": the advisory lock that serialises migrating processes
@@ -60,9 +69,18 @@ def migrate(url_or_engine: str | Engine | None = None) -> None:
 def _checkpoint(engine: Engine) -> None:
     """Copy SQLite's write-ahead log into the database file and empty it, so that no text a
     migration replaced (a credential it scrubbed) stays behind in the log's old frames. A
-    reader holding the log open only delays this to SQLite's own next checkpoint."""
-    connection = engine.raw_connection()  # outside any transaction, which would block it
-    try:
-        connection.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    finally:
-        connection.close()
+    reader holding the log open makes SQLite answer busy: the checkpoint is tried again for a
+    few seconds, then left to SQLite's own next checkpoint, saying so."""
+    for _ in range(CHECKPOINT_TRIES):
+        connection = engine.raw_connection()  # outside any transaction, which would block it
+        try:
+            busy, *_ = connection.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            connection.close()
+        if not busy:
+            return
+        time.sleep(CHECKPOINT_PAUSE_SECONDS)
+    log.warning(
+        "the database's write-ahead log could not be emptied after migrating (a reader holds "
+        "it); SQLite empties it at its next checkpoint"
+    )
