@@ -99,6 +99,8 @@ def test_migration_0004_scrubs_credentials_stored_by_earlier_versions(db_url: st
     try:
         store = Store(engine)
         job_id = _plant_old_rows(store)
+        # as at a server's start, the migration runs before the store opens the database
+        engine.dispose()
         migrate(db_url)
 
         config = store.job_config(job_id) or ""
@@ -119,6 +121,7 @@ def test_migration_0004_scrubs_credentials_stored_by_earlier_versions(db_url: st
         assert "bad password ******" in everything
         assert "<% $secrets.busybox-password %>" in everything
 
+        engine.dispose()
         migrate(db_url)  # and again: nothing left to do, nothing changes
         assert store.job_config(job_id) == config
     finally:
