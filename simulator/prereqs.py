@@ -57,6 +57,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
+from simulator.dfs import DfsError, FileSystems, is_dfs_uri
 from simulator.fetch_policy import BlockedAddress, FetchPolicy, GuardedTransport
 from simulator.names import safe
 
@@ -92,12 +93,21 @@ _SUPPORTED = {
 }
 
 
+class Simulated(StrEnum):
+    """What stands in for a location this machine does not have."""
+
+    DFS = "dfs"  # an hdfs:// location: a directory of the user's simulated file system
+    NODE = "node"  # a node's own path (/mnt/...): a folder of the user's simulated node disk
+
+
 @dataclass(frozen=True)
 class Mount:
     """A host directory to bind-mount at /work/<name>/ in every instance of the role."""
 
     host_path: Path
     read_only: bool
+    # a node path stands in for itself: mounted at that path in the container as well
+    also_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -146,10 +156,11 @@ def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
 
-def _refuse(name: str, kind: MaterialKind, scheme: str) -> UnservableMaterial:
+def _refuse(name: str, kind: MaterialKind, scheme: str, dfs: bool = False) -> UnservableMaterial:
+    supported = _SUPPORTED[kind] + (", hdfs (simulated)" if dfs else "")
     return UnservableMaterial(
         f"prerequisite {name!r}: scheme {scheme!r} cannot be served by the local simulator "
-        f"(supported: {_SUPPORTED[kind]})"
+        f"(supported: {supported})"
     )
 
 
@@ -231,6 +242,10 @@ class MaterialStore:
     git_timeout: seconds each git command may take.
     max_download_bytes: the most one data prerequisite may bring into the cache (all its URIs).
     fetch_policy: the non-public addresses downloads may reach (default: none).
+    dfs: the simulated file systems `hdfs://` URIs name (None: hdfs is refused).
+    node_dir: where each user's simulated node folders are kept: a bare path outside the
+        allowed roots (`/mnt/output`) is then `<node_dir>/users/<owner>/mnt/output`, instead
+        of being refused (None: refused).
     """
 
     def __init__(
@@ -245,11 +260,21 @@ class MaterialStore:
         git_timeout: float = DEFAULT_GIT_TIMEOUT,
         max_download_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES,
         fetch_policy: FetchPolicy | None = None,
+        dfs: FileSystems | None = None,
+        node_dir: Path | None = None,
     ) -> None:
         self.cache_dir = Path(cache_dir).resolve()
         self.storage_dir = Path(storage_dir).resolve()
+        self.dfs = dfs
+        self.node_dir = Path(node_dir).resolve() if node_dir is not None else None
         self.allowed_file_roots = tuple(Path(r).resolve() for r in allowed_file_roots)
-        self.protected = (self.cache_dir, self.storage_dir, *(Path(p).resolve() for p in protected))
+        self.protected = (
+            self.cache_dir,
+            self.storage_dir,
+            *([dfs.root.resolve()] if dfs is not None else []),
+            *([self.node_dir] if self.node_dir is not None else []),
+            *(Path(p).resolve() for p in protected),
+        )
         self.engine_sockets = tuple(Path(p).resolve() for p in engine_sockets)
         self.http_timeout = http_timeout
         self.git_timeout = git_timeout
@@ -272,8 +297,8 @@ class MaterialStore:
         """Refuse, without touching the network or disk, what can never be served here."""
         kind = MaterialKind(kind)
         check_name(name)
-        if kind is MaterialKind.DOWNLOAD:
-            self._sources(name, uris)
+        if kind is MaterialKind.DOWNLOAD or self._copied_script(kind, uris):
+            self._sources(name, uris, owner)
         elif kind is MaterialKind.CLONE:
             if per_repository:
                 self._repos(name, uris)
@@ -305,14 +330,22 @@ class MaterialStore:
         kind = MaterialKind(kind)
         check_name(name)
         report = progress or (lambda _name, _message: None)
+        if self._copied_script(kind, uris):  # a script on the simulated HDFS is copied in
+            kind, as_directory = MaterialKind.DOWNLOAD, True
         if kind is MaterialKind.DOWNLOAD:
             whole = as_directory and len(uris) == 1
-            return Mount(self._materialize_download(name, uris, report, whole), read_only=True)
+            path = self._materialize_download(name, uris, report, whole, owner)
+            return Mount(path, read_only=True)
         if kind is MaterialKind.CLONE and per_repository:
             return Mount(self._materialize_repositories(name, uris, report), read_only=True)
         if kind is MaterialKind.CLONE:
             return Mount(self._materialize_clone(name, uris, report), read_only=True)
-        target = self._mount_target(name, uris, owner)
+        target, simulated = self._mount_target(name, uris, owner)
+        if simulated is Simulated.DFS:
+            return Mount(self._dfs_directory(name, uris[0], owner), read_only=read_only)
+        if simulated is Simulated.NODE:
+            self._node_directory(name, target, owner)
+            return Mount(target, read_only=read_only, also_at=self._node_path(uris[0]))
         if not target.is_relative_to(self.storage_dir):
             if not target.is_dir():
                 raise MaterialError(f"prerequisite {name!r}: {target} is not a directory")
@@ -347,7 +380,83 @@ class MaterialStore:
             return False
         if path.is_relative_to(self.storage_dir) or path.is_relative_to(self.cache_dir):
             return True
+        if self.dfs is not None and path.is_relative_to(self.dfs.root.resolve()):
+            return True
+        if self.node_dir is not None and path.is_relative_to(self.node_dir):
+            return True
         return self._allowed(path)
+
+    def simulated(self, kind: MaterialKind | str, uris: Sequence[str]) -> list[Simulated]:
+        """What each URI would be simulated by here (None-free: the URIs that are not are left
+        out), for the warnings a job gets; checks nothing."""
+        found = []
+        for uri in uris:
+            if is_dfs_uri(uri) and self.dfs is not None:
+                found.append(Simulated.DFS)
+            elif uri.startswith("/") and self._node_stand_in(uri):
+                found.append(Simulated.NODE)
+        return found
+
+    # --- simulated locations -----------------------------------------------------------------
+
+    def _copied_script(self, kind: MaterialKind, uris: Sequence[str]) -> bool:
+        """A script on the simulated HDFS is a folder of files, not a repository: copied."""
+        return kind is MaterialKind.CLONE and any(is_dfs_uri(u) for u in uris)
+
+    def _node_stand_in(self, uri: str) -> bool:
+        """Whether a bare absolute path is a node's path (outside the allowed roots) that a
+        simulated node folder stands in for."""
+        if self.node_dir is None:
+            return False
+        path = Path(os.path.normpath(uri))
+        return not any(path.is_relative_to(root) for root in self.allowed_file_roots)
+
+    def _fill_hint(self, uri: str) -> str:
+        """How a user fills the simulated location a missing data source names."""
+        if is_dfs_uri(uri) and self.dfs is not None:
+            return f" (put it on the simulated file system with: paigraph fs put FILE {uri})"
+        if uri.startswith("/") and self._node_stand_in(uri):
+            return (
+                " on the simulated node (its folder is kept per user; a job whose output is "
+                f"{uri} fills it)"
+            )
+        return ""
+
+    @staticmethod
+    def _node_path(uri: str) -> str:
+        return os.path.normpath(uri)
+
+    def _node_folder(self, uri: str, owner: str) -> Path:
+        assert self.node_dir is not None
+        parts = Path(self._node_path(uri)).parts[1:]
+        return self.node_dir.joinpath("users", safe(owner or "local"), *parts)
+
+    def _node_directory(self, name: str, target: Path, owner: str) -> None:
+        assert self.node_dir is not None
+        base = self.node_dir / "users" / safe(owner or "local")
+        try:
+            _make_within(base, target)
+        except OSError as exc:
+            raise MaterialError(f"prerequisite {name!r}: cannot create {target}: {exc}") from exc
+
+    def _dfs_source(self, name: str, uri: str, owner: str) -> Path:
+        assert self.dfs is not None
+        try:
+            return self.dfs.resolve(owner, uri)
+        except DfsError as exc:
+            raise UnservableMaterial(f"prerequisite {name!r}: {exc}") from None
+
+    def _dfs_directory(self, name: str, uri: str, owner: str) -> Path:
+        """The directory of a storage on the simulated HDFS, made when missing; a tree past
+        its bound is refused (its user frees room with `paigraph fs rm`)."""
+        assert self.dfs is not None
+        try:
+            location = self.dfs.parse(uri)
+            self.dfs.check_within_bound(owner, location.authority, f"prerequisite {name!r}")
+            self.dfs.mkdir(owner, uri)
+            return self.dfs.host_path(owner, location)
+        except DfsError as exc:
+            raise MaterialError(f"prerequisite {name!r}: {exc}") from None
 
     # --- reading URIs ------------------------------------------------------------------------
 
@@ -395,7 +504,7 @@ class MaterialStore:
             path.is_relative_to(p) or p.is_relative_to(path) for p in self.protected
         )
 
-    def _sources(self, name: str, uris: Sequence[str]) -> list[_Source]:
+    def _sources(self, name: str, uris: Sequence[str], owner: str = "") -> list[_Source]:
         if not uris:
             raise UnservableMaterial(f"prerequisite {name!r}: a data prerequisite needs a URI")
         sources: list[_Source] = []
@@ -408,6 +517,12 @@ class MaterialStore:
                     raise UnservableMaterial(f"prerequisite {name!r}: {shown(uri)} has no host")
                 segment = unquote(parts.path.rsplit("/", 1)[-1])
                 sources.append(_Source(uri, _entry_name(segment), url=uri))
+            elif scheme == "hdfs" and self.dfs is not None:
+                path = self._dfs_source(name, uri, owner)
+                sources.append(_Source(uri, _entry_name(path.name), path=path))
+            elif scheme is None and uri.startswith("/") and self._node_stand_in(uri):
+                path = self._node_folder(uri, owner)
+                sources.append(_Source(uri, _entry_name(path.name), path=path))
             elif scheme == "file" or (scheme is None and uri.startswith("/")):
                 path = self._local(name, uri)
                 sources.append(_Source(uri, _entry_name(path.name), path=path))
@@ -416,7 +531,7 @@ class MaterialStore:
                     f"prerequisite {name!r}: {shown(uri)!r} is neither a URL nor an absolute path"
                 )
             else:
-                raise _refuse(name, MaterialKind.DOWNLOAD, scheme)
+                raise _refuse(name, MaterialKind.DOWNLOAD, scheme, self.dfs is not None)
         seen: dict[str, str] = {}
         for source in sources:
             if source.entry in seen:
@@ -457,7 +572,10 @@ class MaterialStore:
             found[directory] = (uri, spec)
         return [(directory, spec) for directory, (_, spec) in found.items()]
 
-    def _mount_target(self, name: str, uris: Sequence[str], owner: str) -> Path:
+    def _mount_target(
+        self, name: str, uris: Sequence[str], owner: str
+    ) -> tuple[Path, Simulated | None]:
+        """The host directory a storage / output is, and what it simulates, if anything."""
         if len(uris) > 1:
             raise UnservableMaterial(
                 f"prerequisite {name!r}: a storage prerequisite takes at most one URI "
@@ -465,17 +583,22 @@ class MaterialStore:
             )
         mine = self.storage_dir / "users" / safe(owner or "local")
         if not uris:
-            return mine / name
+            return mine / name, None
         uri = uris[0]
         match = _SCHEME.match(uri)
         if match:
-            if match.group(1).lower() != "file":
-                raise _refuse(name, MaterialKind.MOUNT, match.group(1).lower())
-            return self._local(name, uri)
+            scheme = match.group(1).lower()
+            if scheme == "hdfs" and self.dfs is not None:
+                return self._dfs_source(name, uri, owner), Simulated.DFS
+            if scheme != "file":
+                raise _refuse(name, MaterialKind.MOUNT, scheme, self.dfs is not None)
+            return self._local(name, uri), None
         if uri.startswith("/"):
-            return self._local(name, uri)
+            if self._node_stand_in(uri):
+                return self._node_folder(uri, owner), Simulated.NODE
+            return self._local(name, uri), None
         check_name(uri, f"prerequisite {name!r}: storage name")
-        return mine / uri
+        return mine / uri, None
 
     # --- the cache ---------------------------------------------------------------------------
 
@@ -546,12 +669,16 @@ class MaterialStore:
     # --- data --------------------------------------------------------------------------------
 
     def _materialize_download(
-        self, name: str, uris: Sequence[str], report: Progress, whole: bool = False
+        self, name: str, uris: Sequence[str], report: Progress, whole: bool = False, owner: str = ""
     ) -> Path:
-        sources = self._sources(name, uris)
+        sources = self._sources(name, uris, owner)
         stamps = [_fingerprint(s.path) if s.path else None for s in sources]
         whole = whole and sources[0].path is not None and sources[0].path.is_dir()
-        key = _key(MaterialKind.DOWNLOAD.value, list(uris), stamps, *(["whole"] if whole else []))
+        # the host paths are in the key: one user's hdfs://h/x is not another's
+        where = [str(s.path) if s.path else None for s in sources]
+        key = _key(
+            MaterialKind.DOWNLOAD.value, list(uris), where, stamps, *(["whole"] if whole else [])
+        )
         noun = f"data {name!r}"
 
         def fill(work: Path) -> None:
@@ -568,7 +695,7 @@ class MaterialStore:
                         self._fetch_url(client, name, source.url, target, budget, report)
                     else:
                         assert source.path is not None
-                        self._copy_local(name, source.path, target, budget, report)
+                        self._copy_local(name, source, target, budget, report)
             report(name, f"{noun} is ready ({_human(self.max_download_bytes - budget[0])})")
 
         return self._cached(
@@ -642,15 +769,19 @@ class MaterialStore:
         )
 
     def _copy_local(
-        self, name: str, source: Path, target: Path, budget: list[int], report: Progress
+        self, name: str, given: _Source, target: Path, budget: list[int], report: Progress
     ) -> None:
-        where = f"prerequisite {name!r}: {source}"
+        assert given.path is not None
+        source = given.path
+        uri = given.uri
+        simulated = is_dfs_uri(uri) or (uri.startswith("/") and self._node_stand_in(uri))
+        where = f"prerequisite {name!r}: {uri if simulated else source}"
         if not source.exists():
-            raise MaterialError(f"{where} does not exist")
+            raise MaterialError(f"{where} does not exist{self._fill_hint(given.uri)}")
         size = sum(entry[1] for entry in _fingerprint(source))
         if size > budget[0]:
             raise MaterialError(self._too_big(where, size, budget))
-        report(name, f"copying data {name!r} ({_human(size)}) from {source}")
+        report(name, f"copying data {name!r} ({_human(size)}) from {uri if simulated else source}")
         try:
             if source.is_dir():
                 shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
@@ -822,6 +953,20 @@ class MaterialStore:
 
 
 # --- small pieces ----------------------------------------------------------------------------
+
+
+def _make_within(base: Path, target: Path) -> None:
+    """Make `target` and its parents below `base`, never through a symlink a job left there."""
+    base.mkdir(parents=True, exist_ok=True)
+    here = base
+    for part in target.relative_to(base).parts:
+        here = here / part
+        if here.is_symlink():
+            raise OSError(f"{here} is a symbolic link")
+        if not here.exists():
+            here.mkdir()
+        elif not here.is_dir():
+            raise OSError(f"{here} is not a directory")
 
 
 def repository_name(url: str) -> str:
