@@ -143,6 +143,16 @@ class LaunchRequest(_Value):
         return sum(r.instances for r in self.roles)
 
 
+class LaunchNote(_Value):
+    """Something a backend does differently from the cluster the job was written for (it
+    simulates an HDFS location, a node's path ...): kept as a warning on the job, at the place
+    of the prerequisite it is about (`material`, its name), or of the whole job (None)."""
+
+    material: str | None = None
+    code: str = "simulated"
+    message: str
+
+
 # --- what a backend reports ----------------------------------------------------------------
 
 
@@ -253,6 +263,14 @@ class ChecksLaunches(Protocol):
     def refusal(self, request: LaunchRequest) -> str | None:
         """Why the request can never run here (what `launch` would raise LaunchRefused with),
         or None when it can. Cheap and without side effects: called for every submission."""
+
+
+@runtime_checkable
+class NotesLaunches(Protocol):
+    """A backend that can say what of a request it will simulate rather than give as asked."""
+
+    def launch_notes(self, request: LaunchRequest) -> list[LaunchNote]:
+        """Cheap and without side effects: called for every submission and dry run."""
 
 
 @runtime_checkable
