@@ -117,6 +117,24 @@ V1_DIRS = """{{"jobName": "old", "image": "paigraph/busybox:test", "virtualClust
   "command": "true"}}]}}"""
 
 
+def test_the_default_file_system_of_the_backend_is_pai_default_fs_uri_and_expanded() -> None:
+    """On a backend with a default file system (the simulator's), `$PAI_DEFAULT_FS_URI` in v1's
+    locations and in a prerequisite's URI names it, and every instance is told it."""
+    fs = "hdfs://paigraph-dfs:9000"
+    result = resolve_job(V1_DIRS.format(code="$PAI_DEFAULT_FS_URI/code/$PAI_USER_NAME"))
+    assert result.spec is not None, result.errors
+    request = launch_request(result.spec, job_id="j", user="alice", default_fs=fs)
+    assert request.env["PAI_DEFAULT_FS_URI"] == fs
+    assert request.env["PAI_DATA_DIR"] == f"{fs}/data/alice/old_$PAI_JOB_NAME_X"
+    ((code),) = request.role("main").materials
+    assert (code.name, code.uris, code.as_directory) == ("code", [f"{fs}/code/alice"], True)
+    v2 = JOB.replace("http://example.test/mnist.zip", "$PAI_DEFAULT_FS_URI/mnist")
+    v2_result = resolve_job(v2)
+    assert v2_result.spec is not None, v2_result.errors
+    trainer = launch_request(v2_result.spec, job_id="j", default_fs=fs).role("trainer")
+    assert trainer.materials[0].uris == [f"{fs}/mnist"]
+
+
 def test_v1_locations_expand_the_job_variables_and_codedir_is_copied_to_code() -> None:
     result = resolve_job(V1_DIRS.format(code="https://example.org/src/train.py"))
     assert result.spec is not None, result.errors
@@ -137,7 +155,7 @@ def test_v1_locations_expand_the_job_variables_and_codedir_is_copied_to_code() -
 @pytest.mark.parametrize(
     ("code", "message"),
     [
-        ("hdfs://nn/code", "hdfs://nn/code cannot be copied into the container: there is no hdfs"),
+        ("s3://bucket/code", "s3://bucket/code cannot be copied into the container: there is no s3"),
         ("code/here", "'code/here' is neither a URL nor an absolute path"),
     ],
 )
