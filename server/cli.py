@@ -14,6 +14,7 @@ from server.cli_args import open_store_or_exit, parse_params
 from server.cli_help import Typer
 from server.cli_output import console
 from server.exec_commands import register as register_exec_commands
+from server.fs_commands import register as register_fs_commands
 from server.market_commands import register as register_market_commands
 from server.protocol import (
     Issue,
@@ -391,6 +392,7 @@ def users_add(
 
 register_remote_commands(app, parse_params)
 register_exec_commands(app)
+register_fs_commands(app)
 
 
 @app.command()
