@@ -99,6 +99,7 @@ class Files:
                 return bytes(data)
 
     def write(self, uri: str, data: bytes, overwrite: bool) -> str:
+        """Put `data` in parts; a file left half written (its bound reached) is removed."""
         written = ""
         for start in range(0, max(len(data), 1), PART):
             given = {
@@ -108,7 +109,12 @@ class Files:
                 "append": start > 0,
                 "user": self.user,
             }
-            written = self._answer("putFile", _PUT, {"input": given})["uri"]
+            try:
+                written = self._answer("putFile", _PUT, {"input": given})["uri"]
+            except Refused:
+                if start > 0:
+                    self.remove(uri, recursive=False)
+                raise
         return written
 
     def mkdir(self, uri: str) -> str:

@@ -155,7 +155,7 @@ def test_v1_locations_expand_the_job_variables_and_codedir_is_copied_to_code() -
 @pytest.mark.parametrize(
     ("code", "message"),
     [
-        ("s3://bucket/code", "s3://bucket/code cannot be copied into the container: there is no s3"),
+        ("s3://b/code", "s3://b/code cannot be copied into the container: there is no s3"),
         ("code/here", "'code/here' is neither a URL nor an absolute path"),
     ],
 )
