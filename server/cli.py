@@ -213,7 +213,8 @@ def _manifests(spec: JobSpec) -> str:
         raise typer.Exit(2) from None
     job_id = new_job_id(spec.name).rsplit("-", 1)[0] + "-xxxxxxxx"  # the server draws the suffix
     try:
-        return manifest_stream(launch_request(spec, job_id=job_id), settings)
+        request = launch_request(spec, job_id=job_id, default_fs=settings.default_fs_uri)
+        return manifest_stream(request, settings)
     except NotRunnable as exc:
         err.print(f"[red]error:[/red] {escape(exc.path)}: {escape(exc.message)}")
     except LaunchRefused as exc:
