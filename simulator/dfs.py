@@ -29,7 +29,8 @@ from simulator.names import safe
 SCHEME = "hdfs"
 LIMIT_SETTING = "dfs_max_mb"  # the simulator setting that bounds each tree
 
-_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+# letters, digits, '.', '-' and (as placeholders such as YOUR_PAI_MASTER_IP have them) '_'
+_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?")
 _AUTHORITY = re.compile(r"(?P<host>[^:/@\s]+)(?::(?P<port>\d{1,5}))?")
 
 

@@ -297,6 +297,8 @@ class MaterialStore:
         """Refuse, without touching the network or disk, what can never be served here."""
         kind = MaterialKind(kind)
         check_name(name)
+        if self._node_mounted(kind, uris):
+            return
         if kind is MaterialKind.DOWNLOAD or self._copied_script(kind, uris):
             self._sources(name, uris, owner)
         elif kind is MaterialKind.CLONE:
@@ -330,6 +332,10 @@ class MaterialStore:
         kind = MaterialKind(kind)
         check_name(name)
         report = progress or (lambda _name, _message: None)
+        if self._node_mounted(kind, uris):  # the node's folder itself, as on the node
+            folder = self._node_folder(uris[0], owner)
+            self._node_directory(name, folder, owner)
+            return Mount(folder, read_only=True, also_at=self._node_path(uris[0]))
         if self._copied_script(kind, uris):  # a script on the simulated HDFS is copied in
             kind, as_directory = MaterialKind.DOWNLOAD, True
         if kind is MaterialKind.DOWNLOAD:
@@ -402,6 +408,17 @@ class MaterialStore:
     def _copied_script(self, kind: MaterialKind, uris: Sequence[str]) -> bool:
         """A script on the simulated HDFS is a folder of files, not a repository: copied."""
         return kind is MaterialKind.CLONE and any(is_dfs_uri(u) for u in uris)
+
+    def _node_mounted(self, kind: MaterialKind, uris: Sequence[str]) -> bool:
+        """Data or a script that is one node path (/mnt/confignfs/code): the user's simulated
+        node folder of that path is mounted read-only (made empty when missing, as a fresh
+        node's disk would be), at /work/<name>/ and at the path, instead of being copied."""
+        return (
+            kind is not MaterialKind.MOUNT
+            and len(uris) == 1
+            and uris[0].startswith("/")
+            and self._node_stand_in(uris[0])
+        )
 
     def _node_stand_in(self, uri: str) -> bool:
         """Whether a bare absolute path is a node's path (outside the allowed roots) that a

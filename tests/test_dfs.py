@@ -123,6 +123,10 @@ def test_the_material_store_serves_hdfs_and_node_paths_from_the_users_own_folder
     node = store.materialize("o", MaterialKind.MOUNT, ["/mnt/out/../output"], owner="alice")
     assert node.host_path == (tmp_path / "nodes/users/alice/mnt/output").resolve()
     assert node.also_at == "/mnt/output"
+    (node.host_path / "result.txt").write_text("from an earlier job")
+    code = store.materialize("c", MaterialKind.CLONE, ["/mnt/output"], owner="alice")
+    assert (code.host_path, code.read_only, code.also_at) == (node.host_path, True, "/mnt/output")
+    store.check("c", MaterialKind.DOWNLOAD, ["/mnt/data"], owner="alice")  # never refused
     assert store.simulated(MaterialKind.MOUNT, ["/mnt/output", "hdfs://nn/x", "name"]) == [
         Simulated.NODE,
         Simulated.DFS,
