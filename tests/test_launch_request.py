@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from backends.base import Fetch, ImageAuth
+from backends.base import Fetch, ImageAuth, LaunchNote, LaunchRequest
 from server.jobs.launch import NotRunnable, launch_request
+from server.jobs.simulated import simulation_warnings
 from server.protocol import resolve_job
 
 JOB = """
@@ -210,3 +211,55 @@ def test_a_v1_auth_file_is_the_image_auth_of_every_role() -> None:
         launch_request(hdfs.spec, job_id="j", user="alice")
     assert err.value.path == "authFile"
     assert err.value.message.startswith("hdfs://nn/auth/alice cannot be read here")
+
+
+class _Simulating:
+    """A backend that simulates the HDFS, as the Docker simulator does."""
+
+    default_fs_uri = "hdfs://paigraph-dfs:9000"
+
+    def launch_notes(self, request: LaunchRequest) -> list[LaunchNote]:
+        return [
+            LaunchNote(material=m.name, message="simulated") for m in request.roles[0].materials
+        ]
+
+
+def test_what_a_backend_simulates_is_warned_about_at_the_field_the_user_wrote() -> None:
+    written = V1_DIRS.format(code="$PAI_DEFAULT_FS_URI/code").splitlines(keepends=True)
+    text = "".join(line for line in written if '"outputDir"' not in line)
+    result = resolve_job(text)
+    assert result.spec is not None, result.errors
+    backend = _Simulating()
+    request = launch_request(result.spec, job_id="j", default_fs=backend.default_fs_uri)
+    warnings = simulation_warnings(result.spec, request, backend)
+    # outputDir was not written: its default is not warned about
+    assert [(w.path, w.code) for w in warnings] == [
+        ("codeDir", "simulated"),
+        ("dataDir", "simulated"),
+    ]
+    assert simulation_warnings(result.spec, request, object()) == []  # a backend that says nothing
+
+    draft = resolve_job(DRAFT_CIFAR)
+    assert draft.spec is not None, draft.errors
+    request = launch_request(draft.spec, job_id="j", default_fs=backend.default_fs_uri)
+    warned = simulation_warnings(draft.spec, request, backend)
+    assert [w.path for w in warned] == ["prerequisites[1].uri", "prerequisites[2].uri"]
+
+
+DRAFT_CIFAR = """\
+protocol_version: v2
+name: cifar
+type: job
+tasks:
+  - role: worker
+    data: cifar10
+    storage: models
+    dockerimage: tf
+    resource:
+      resourcePerInstance: {cpu: 1, memoryMB: 256, gpu: 0}
+    command: [train]
+prerequisites:
+  - {protocol_version: v2, name: tf, type: dockerimage, uri: openpai/tf}
+  - {protocol_version: v2, name: cifar10, type: data, uri: [$PAI_DEFAULT_FS_URI/cifar]}
+  - {protocol_version: v2, name: models, type: storage, uri: [hdfs://nn:9000/models]}
+"""

@@ -17,7 +17,10 @@ from server.protocol.model import Dialect, JobSpec, PrerequisiteType
 from simulator.dfs import is_dfs_uri
 
 SIMULATED = "simulated"
-_V1_DIRS = (("PAI_DATA_DIR", "dataDir"), ("PAI_OUTPUT_DIR", "outputDir"))
+_V1_DIRS = (
+    ("PAI_DATA_DIR", "dataDir", PrerequisiteType.DATA),
+    ("PAI_OUTPUT_DIR", "outputDir", PrerequisiteType.OUTPUT),
+)
 
 
 def simulation_warnings(spec: JobSpec, request: LaunchRequest, backend: object) -> list[Issue]:
@@ -28,9 +31,10 @@ def simulation_warnings(spec: JobSpec, request: LaunchRequest, backend: object) 
     notes = backend.launch_notes(request)
     warnings = [_at_its_path(spec, note) for note in notes]
     if spec.dialect is Dialect.V1 and default_fs_of(backend):
-        for variable, field in _V1_DIRS:
+        for variable, field, type_ in _V1_DIRS:
             location = request.env.get(variable, "")
-            if is_dfs_uri(location):
+            written = spec.prerequisite("default", type_)  # not outputDir's default
+            if written is not None and written.uri and is_dfs_uri(location):
                 warnings.append(
                     Issue(
                         field,
