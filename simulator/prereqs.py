@@ -426,6 +426,8 @@ class MaterialStore:
         if self.node_dir is None:
             return False
         path = Path(os.path.normpath(uri))
+        if path == Path("/"):
+            return False  # the root is no node folder: refused as a local path
         return not any(path.is_relative_to(root) for root in self.allowed_file_roots)
 
     def _fill_hint(self, uri: str) -> str:
