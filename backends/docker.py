@@ -663,8 +663,7 @@ class DockerBackend(ThreadedBackend):
             max_bytes=self.file_systems.max_bytes,
         )
         records.write_runtime_files(instance.dir, env, role, ssh_files(request, env), tools)
-        dfs_root = self.file_systems.user_root(request.user)
-        dfs_root.mkdir(parents=True, exist_ok=True)
+        dfs_root = self.file_systems.user_root(request.user)  # made by _materialize
         return container_spec(
             self.owner,
             request,
@@ -690,6 +689,8 @@ class DockerBackend(ThreadedBackend):
         material (failurePolicy: ignore) that cannot be fetched is left out, with a note."""
         mounts: dict[tuple[str, str], BindMount] = {}
         skipped: dict[str, list[str]] = {}
+        # the user's simulated file systems, mounted in every instance (_prepare_run)
+        self.file_systems.user_root(request.user).mkdir(parents=True, exist_ok=True)
         for role in request.roles if roles is None else roles:
             for material in role.materials:
                 try:

@@ -445,16 +445,16 @@ class MaterialStore:
     def _node_path(uri: str) -> str:
         return os.path.normpath(uri)
 
-    def _node_folder(self, uri: str, owner: str) -> Path:
+    def _node_base(self, owner: str) -> Path:
         assert self.node_dir is not None
-        parts = Path(self._node_path(uri)).parts[1:]
-        return self.node_dir.joinpath("users", safe(owner or "local"), *parts)
+        return self.node_dir / "users" / safe(owner or "local")
+
+    def _node_folder(self, uri: str, owner: str) -> Path:
+        return self._node_base(owner).joinpath(*Path(self._node_path(uri)).parts[1:])
 
     def _node_directory(self, name: str, target: Path, owner: str) -> None:
-        assert self.node_dir is not None
-        base = self.node_dir / "users" / safe(owner or "local")
         try:
-            _make_within(base, target)
+            _make_within(self._node_base(owner), target)
         except OSError as exc:
             raise MaterialError(f"prerequisite {name!r}: cannot create {target}: {exc}") from exc
 
@@ -541,6 +541,13 @@ class MaterialStore:
                 sources.append(_Source(uri, _entry_name(path.name), path=path))
             elif scheme is None and uri.startswith("/") and self._node_stand_in(uri):
                 path = self._node_folder(uri, owner)
+                # a job may have left a symlink in its node folder: never copy through one
+                linked = _symlink_within(self._node_base(owner), path)
+                if linked is not None:
+                    raise UnservableMaterial(
+                        f"prerequisite {name!r}: {uri}: {linked.name!r} on the simulated node "
+                        "is a symbolic link, which is not followed"
+                    )
                 sources.append(_Source(uri, _entry_name(path.name), path=path))
             elif scheme == "file" or (scheme is None and uri.startswith("/")):
                 path = self._local(name, uri)
@@ -972,6 +979,16 @@ class MaterialStore:
 
 
 # --- small pieces ----------------------------------------------------------------------------
+
+
+def _symlink_within(base: Path, target: Path) -> Path | None:
+    """The first symlink on the way from `base` down to `target` (itself included), if any."""
+    here = base
+    for part in target.relative_to(base).parts:
+        here = here / part
+        if here.is_symlink():
+            return here
+    return None
 
 
 def _make_within(base: Path, target: Path) -> None:

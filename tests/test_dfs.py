@@ -127,6 +127,16 @@ def test_the_material_store_serves_hdfs_and_node_paths_from_the_users_own_folder
     code = store.materialize("c", MaterialKind.CLONE, ["/mnt/output"], owner="alice")
     assert (code.host_path, code.read_only, code.also_at) == (node.host_path, True, "/mnt/output")
     store.check("c", MaterialKind.DOWNLOAD, ["/mnt/data"], owner="alice")  # never refused
+    # a symlink a job left in its node folder is never followed out of it
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a host file")
+    os.symlink(tmp_path, node.host_path / "host")
+    with pytest.raises(UnservableMaterial, match="symbolic link"):
+        store.materialize(
+            "d", MaterialKind.DOWNLOAD, ["/mnt/output/host/secret.txt", "/mnt/x"], owner="alice"
+        )
+    with pytest.raises(Exception, match="symbolic link"):
+        store.materialize("o", MaterialKind.MOUNT, ["/mnt/output/host"], owner="alice")
     assert store.simulated(MaterialKind.MOUNT, ["/mnt/output", "hdfs://nn/x", "name"]) == [
         Simulated.NODE,
         Simulated.DFS,
