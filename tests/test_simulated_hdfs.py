@@ -302,3 +302,44 @@ def test_a_node_path_output_is_a_node_folder_of_the_user_kept_across_jobs(
     assert "result of node_paths" in log_of(server, second, "taskrole", alice)
     bobs, _ = run_job(server, job, tokens["bob"])  # bob's node folder is his own
     assert "no result yet" in log_of(server, bobs, "taskrole", tokens["bob"])
+
+
+PUT = "mutation($input: PutFileInput!) { putFile(input: $input) { uri errors { path code } } }"
+LIST = (
+    "query($uri: String!) { fileListing(uri: $uri) {"
+    " uri directory entries { name directory size } errors { code } } }"
+)
+
+
+def test_the_file_fields_write_list_and_remove_the_viewers_own_files(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    bob = server.client(tokens["bob"])
+    content = base64.b64encode(b"part one,").decode()
+    given = {"uri": "hdfs://NN:9000/notes/a.txt", "contentBase64": content}
+    assert bob.execute(PUT, {"input": given})["putFile"] == {
+        "uri": "hdfs://nn:9000/notes/a.txt",
+        "errors": [],
+    }
+    again = bob.execute(PUT, {"input": given})["putFile"]
+    assert again["errors"] == [{"path": ["uri"], "code": "invalid"}]  # exists: not replaced
+    more = {**given, "contentBase64": base64.b64encode(b" part two").decode(), "append": True}
+    assert bob.execute(PUT, {"input": more})["putFile"]["errors"] == []
+    listed = bob.execute(LIST, {"uri": "hdfs://nn:9000/notes"})["fileListing"]
+    assert listed["directory"] is True
+    assert listed["entries"] == [{"name": "a.txt", "directory": False, "size": 18}]
+    broken = {**given, "contentBase64": "not base64!"}
+    assert bob.execute(PUT, {"input": broken})["putFile"]["errors"][0]["path"] == ["contentBase64"]
+    outside = bob.execute(LIST, {"uri": "hdfs://nn:9000/../../etc"})["fileListing"]
+    assert outside["errors"] == [{"code": "invalid"}]
+    # alice's hdfs://nn:9000 is another tree
+    alice = server.client(tokens["alice"])
+    assert alice.execute(LIST, {"uri": "hdfs://nn:9000/notes"})["fileListing"]["errors"] == [
+        {"code": "not-found"}
+    ]
+    removed = bob.execute(
+        'mutation { removeFile(input: {uri: "hdfs://nn:9000/notes", recursive: true})'
+        " { uri errors { code } } }"
+    )["removeFile"]
+    assert removed == {"uri": "hdfs://nn:9000/notes", "errors": []}
+    assert bob.execute(LIST, {"uri": "hdfs://nn:9000/"})["fileListing"]["entries"] == []
