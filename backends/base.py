@@ -143,6 +143,19 @@ class LaunchRequest(_Value):
         return sum(r.instances for r in self.roles)
 
 
+class LaunchNote(_Value):
+    """Something a backend does differently from the cluster the job was written for (it
+    simulates an HDFS location, a node's path ...): kept as a warning on the job, at the place
+    of the prerequisite it is about (`material`, its name), or of the whole job (None)."""
+
+    material: str | None = None
+    code: str = "simulated"
+    message: str
+    # where in the document, for a note about no one prerequisite ("taskRoles" for the GPUs
+    # and limits of the roles)
+    path: str | None = None
+
+
 # --- what a backend reports ----------------------------------------------------------------
 
 
@@ -267,13 +280,11 @@ class ChecksLaunches(Protocol):
 
 
 @runtime_checkable
-class WarnsLaunches(Protocol):
-    """A backend that runs some requests other than as asked, and says so before they run."""
+class NotesLaunches(Protocol):
+    """A backend that can say what of a request it will simulate rather than give as asked."""
 
-    def launch_warnings(self, request: LaunchRequest) -> list[str]:
-        """What the backend will simulate or scale down for the request (GPUs without devices,
-        limits capped to the machine), one sentence each; kept with the job as warnings.
-        Cheap and without side effects, like `refusal`."""
+    def launch_notes(self, request: LaunchRequest) -> list[LaunchNote]:
+        """Cheap and without side effects: called for every submission and dry run."""
 
 
 @runtime_checkable

@@ -43,6 +43,7 @@ from backends.base import (
     InstanceKey,
     InstanceReport,
     InstanceStatus,
+    LaunchNote,
     LaunchRefused,
     LaunchRequest,
     Material,
@@ -83,6 +84,7 @@ from backends.docker_specs import (
     simulated_gpu_note,
 )
 from backends.entrypoint import WORK_DIR
+from backends.hdfs_standin import DFS_DIR, standin_tools
 from backends.instance_exec import ExecRequest
 from backends.runtime_env import runtime_env
 from backends.secrets_env import secret_environment, with_secret_variables
@@ -101,6 +103,7 @@ from simulator.containers import (
     NetworkInfo,
     PortTaken,
 )
+from simulator.dfs import FileSystems, authority_of
 from simulator.engine_watch import EngineWatch
 from simulator.ports import PortAllocator, PortError
 from simulator.prereqs import (
@@ -108,6 +111,7 @@ from simulator.prereqs import (
     MaterialKind,
     MaterialStore,
     Mount,
+    Simulated,
     UnservableMaterial,
     check_storage,
 )
@@ -176,6 +180,12 @@ class DockerBackend(ThreadedBackend):
             self.settings.port_range.end,
             state_file=self.settings.port_state_file,
         )
+        # every hdfs:// a job names, and PAI_DEFAULT_FS_URI, is simulated under dfs/
+        self.file_systems = FileSystems(
+            state / "dfs",
+            default_authority=authority_of(self.settings.default_fs_uri),
+            max_bytes=self.settings.dfs_max_mb << 20,
+        )
         self.materials = MaterialStore(
             state / "cache",
             allowed_file_roots=self.settings.allowed_file_roots,
@@ -183,6 +193,8 @@ class DockerBackend(ThreadedBackend):
             protected=[state],
             engine_sockets=self.engine.sockets(),
             fetch_policy=self.settings.fetch_policy,
+            dfs=self.file_systems,
+            node_dir=state / "nodes",
         )
         self.host_cpus, self.host_memory_mb = self.engine.host_capacity()
         self._host = HostLimits(self.host_cpus, self.host_memory_mb, self.settings.pids_limit)
@@ -277,6 +289,45 @@ class DockerBackend(ThreadedBackend):
             )
         return DockerExecSession(self.engine.api, running[-1].id, request)
 
+    @property
+    def default_fs_uri(self) -> str:
+        """PAI_DEFAULT_FS_URI of every job here: the simulated default file system."""
+        return self.file_systems.default_uri
+
+    def launch_notes(self, request: LaunchRequest) -> list[LaunchNote]:
+        """What the request names that this machine simulates (an HDFS location, a node's
+        own path), one note per prerequisite, then the roles' simulated GPUs and limits
+        scaled to this machine, for the job's warnings."""
+        notes: dict[str, LaunchNote] = {}
+        for role in request.roles:
+            for material in role.materials:
+                if material.name in notes:
+                    continue
+                kinds = self.materials.simulated(_FETCH_KIND[material.kind], material.uris)
+                if kinds:
+                    notes[material.name] = LaunchNote(
+                        material=material.name,
+                        code="simulated",
+                        message=self._simulation_note(material, set(kinds)),
+                    )
+        return [*notes.values(), *self._capacity_notes(request)]
+
+    def _simulation_note(self, material: Material, kinds: set[Simulated]) -> str:
+        where = ", ".join(material.uris)
+        parts = []
+        if Simulated.DFS in kinds:
+            parts.append(
+                f"{where} is on a simulated HDFS: the job's user's own tree of that file system "
+                "on this machine (fill and read it with `paigraph fs`; jobs find an `hdfs` "
+                "stand-in on their PATH)"
+            )
+        if Simulated.NODE in kinds:
+            parts.append(
+                f"{where} is a path on the cluster's nodes: a simulated node folder of the "
+                "job's user stands in for it, kept across jobs like a node's disk"
+            )
+        return "; ".join(parts)
+
     def refusal(self, request: LaunchRequest) -> str | None:
         """Why the request can never run on the simulated cluster: it asks more than any node
         or its virtual cluster has, or names data, scripts or storage this machine cannot
@@ -306,7 +357,7 @@ class DockerBackend(ThreadedBackend):
                     return str(exc)
         return None
 
-    def launch_warnings(self, request: LaunchRequest) -> list[str]:
+    def _capacity_notes(self, request: LaunchRequest) -> list[LaunchNote]:
         """GPUs that are simulated (indices without a device) and limits scaled to this
         machine, for the job's warnings; the instance's log and PLACED event say it again."""
         warnings = []
@@ -326,7 +377,7 @@ class DockerBackend(ThreadedBackend):
         capped = self._host.capping_warning(request)
         if capped:
             warnings.append(capped)
-        return warnings
+        return [LaunchNote(path="taskRoles", message=warning) for warning in warnings]
 
     def _launch(self, request: LaunchRequest) -> None:
         # Asked again although the job service asks at submission: a launch is also reached
@@ -661,9 +712,20 @@ class DockerBackend(ThreadedBackend):
         role = with_secret_variables(request.role(key.role), request)  # values not in files
         real_gpus = self.cluster.node(slot.node).real_gpus
         note = simulated_gpu_note(slot, real_gpus)
-        records.write_runtime_files(
-            instance.dir, env, role, ssh_files(request, env), notes=[note] if note else []
+        tools = standin_tools(
+            user=request.user,
+            default_authority=self.file_systems.default_authority,
+            max_bytes=self.file_systems.max_bytes,
         )
+        records.write_runtime_files(
+            instance.dir,
+            env,
+            role,
+            ssh_files(request, env),
+            tools,
+            notes=[note] if note else [],
+        )
+        dfs_root = self.file_systems.user_root(request.user)  # made by _materialize
         return container_spec(
             self.owner,
             request,
@@ -679,6 +741,7 @@ class DockerBackend(ThreadedBackend):
             real_gpus=real_gpus,
             host=self._host,
             publish_address=self.settings.publish_address,
+            extra_mounts=[BindMount(str(dfs_root), DFS_DIR)],
         )
 
     def _materialize(
@@ -688,6 +751,8 @@ class DockerBackend(ThreadedBackend):
         material (failurePolicy: ignore) that cannot be fetched is left out, with a note."""
         mounts: dict[tuple[str, str], BindMount] = {}
         skipped: dict[str, list[str]] = {}
+        # the user's simulated file systems, mounted in every instance (_prepare_run)
+        self.file_systems.user_root(request.user).mkdir(parents=True, exist_ok=True)
         for role in request.roles if roles is None else roles:
             for material in role.materials:
                 try:
@@ -707,12 +772,17 @@ class DockerBackend(ThreadedBackend):
                     log.warning("%s: %s (failurePolicy: ignore)", request.job_id, exc)
                     skipped.setdefault(role.name, []).append(skipped_note(material, exc))
                     continue
+                read_only = mount.read_only or material.read_only
                 mounts[(role.name, material.name)] = BindMount(
                     str(mount.host_path),
                     f"{WORK_DIR}/{material.name}",
-                    read_only=mount.read_only or material.read_only,
+                    read_only=read_only,
                     checked=True,
                 )
+                if mount.also_at:  # a node path, also where the job's commands name it
+                    mounts[(role.name, f"{material.name} at {mount.also_at}")] = BindMount(
+                        str(mount.host_path), mount.also_at, read_only=read_only, checked=True
+                    )
         return mounts, skipped
 
     def _emit_placed(

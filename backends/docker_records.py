@@ -48,6 +48,8 @@ _EXIT = "exit.json"
 _RUN = "relaunch.json"
 _RUNTIME = "pai"  # mounted read-only at RUNTIME_DIR
 _WRITABLE = "run"  # inside it, mounted read-write at RUN_DIR
+_TOOLS = "bin"  # inside it: stand-in commands (hdfs_standin.TOOLS_DIR)
+_DFS = "dfs"  # inside it: where the user's simulated file systems are mounted (DFS_DIR)
 _GATE = "go"  # inside the read-only folder: the commands may start (docker_specs.GATE)
 _LOG = "output.log"
 _DROPPED = "log-dropped.json"  # which range of a long log was dropped (the server's own)
@@ -188,16 +190,23 @@ def write_runtime_files(
     env: dict[str, str],
     role: RoleLaunch,
     ssh: dict[str, str] | None = None,
+    tools: dict[str, str] | None = None,
     *,
     notes: Sequence[str] = (),
 ) -> None:
     """The environment and entrypoint the container runs with, in the folder it sees read-only,
     and the empty folder it may write (its mount point, made here since the read-only folder
     cannot be written from inside). `ssh`: the ssh plugin's files (backends.ssh_access), in
-    `ssh/`, readable by the server's user only. `notes`: lines the entrypoint prints first
-    (what is simulated for this instance)."""
+    `ssh/`, readable by the server's user only. `tools`: commands put last on the PATH (the
+    `hdfs` stand-in), in `bin/`, with the mount point `dfs/` of the file systems they use.
+    `notes`: lines the entrypoint prints first (what is simulated for this instance)."""
     runtime = runtime_dir(instance_dir)
     writable_dir(instance_dir).mkdir(parents=True, exist_ok=True)
+    if tools:
+        (runtime / _DFS).mkdir(exist_ok=True)
+        (runtime / _TOOLS).mkdir(exist_ok=True)
+        for name, text in tools.items():
+            host_files.write_atomic(runtime / _TOOLS / name, text, mode=0o755)
     host_files.write_atomic(runtime / "runtime_env.sh", shell_env_file(env))
     if ssh:
         (runtime / "ssh").mkdir(mode=0o700, exist_ok=True)

@@ -163,13 +163,17 @@ def container_spec(
     real_gpus: bool,
     host: HostLimits,
     publish_address: str = "127.0.0.1",
+    extra_mounts: list[BindMount] | None = None,
 ) -> ContainerSpec:
     """The container of one run of an instance; `mounts` holds the materials by (role, name).
 
     `runtime_dir` (environment, entrypoint) is mounted read-only and `writable_dir` (inside it)
     read-write: the container can write nothing the server reads but its log. Its GPUs are
     named in NVIDIA_VISIBLE_DEVICES; real ones are also Docker device requests, simulated
-    ones nothing more (`Engine.run` keeps the NVIDIA runtime from attaching them).
+    ones nothing more (`Engine.run` keeps the NVIDIA runtime from attaching them). A material
+    may have more than one mount (a node path is also mounted where the job names it): every
+    mount keyed by the role's name is the role's. `extra_mounts` (the user's simulated file
+    systems) come last.
     """
     role = request.role(key.role)
     memory = host.memory_limit(request, role)
@@ -206,15 +210,13 @@ def container_spec(
         mounts=[
             BindMount(str(runtime_dir), RUNTIME_DIR, read_only=True),
             BindMount(str(writable_dir), RUN_DIR),
-            *(
-                mounts[(role.name, m.name)]
-                for m in role.materials
-                if (role.name, m.name) in mounts  # not an optional one that was skipped
-            ),
+            # not an optional one that was skipped
+            *(mount for (owner_role, _), mount in mounts.items() if owner_role == role.name),
             *(
                 BindMount(s.source, s.target, read_only=s.read_only, volume=s.volume)
                 for s in role.storages
             ),
+            *(extra_mounts or []),
         ],
         working_dir=WORK_DIR,
         gpu_devices=[str(g) for g in slot.gpus] if real_gpus else [],

@@ -31,6 +31,7 @@ ENTRYPOINT = f"{RUNTIME_DIR}/entrypoint.sh"  # this script; run it as `sh ENTRYP
 LOG_FILE = f"{RUN_DIR}/output.log"  # everything the instance prints
 USER_COMMANDS_FILE = f"{RUN_DIR}/user_commands.sh"  # the user's commands, written by the script
 WORK_DIR = "/work"  # the commands' working directory; materials are at WORK_DIR/<name>/
+TOOLS_DIR = f"{RUNTIME_DIR}/bin"  # stand-ins for commands the image lacks (hdfs), last on PATH
 
 SETUP_FAILED = 1  # exit code when the instance cannot start its commands (missing prerequisite ...)
 MARKER = "[paigraph]"  # prefix of the lines the script itself writes to the log
@@ -79,6 +80,7 @@ def _prologue(role: RoleLaunch, runtime_dir: str, work_dir: str, notes: Sequence
     q = shlex.quote
     log, env_file = _inside(runtime_dir, LOG_FILE), _inside(runtime_dir, ENV_FILE)
     run_dir = _inside(runtime_dir, RUN_DIR)
+    tools = _inside(runtime_dir, TOOLS_DIR)
     traps = [f"trap 'on_signal {name} {128 + number}' {name}" for name, number in _SIGNALS]
     ignored = " ".join(name for name, _ in _SIGNALS)
     return [
@@ -118,6 +120,8 @@ def _prologue(role: RoleLaunch, runtime_dir: str, work_dir: str, notes: Sequence
         *(f"say {q(note)}" for note in notes),
         f"[ -f {q(env_file)} ] || fail_setup {q(f'runtime environment {env_file} is missing')}",
         f". {q(env_file)}",
+        "# stand-in commands (hdfs) come last: an image's own come first",
+        f'[ -d {q(tools)} ] && export PATH="${{PATH:-/usr/bin:/bin}}:"{q(tools)}',
         f"[ -d {q(work_dir)} ] || mkdir -p {q(work_dir)} 2>/dev/null"
         f" || fail_setup {q(f'cannot create the work directory {work_dir}')}",
         f"cd {q(work_dir)} || fail_setup {q(f'cannot enter the work directory {work_dir}')}",

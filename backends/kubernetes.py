@@ -252,6 +252,11 @@ class KubernetesBackend(ThreadedBackend):
             self.client.configuration, self.namespace, pod, MAIN_CONTAINER, request
         )
 
+    @property
+    def default_fs_uri(self) -> str:
+        """PAI_DEFAULT_FS_URI of every pod: the setting default_fs_uri (empty by default)."""
+        return self.settings.default_fs_uri
+
     def refusal(self, request: LaunchRequest) -> str | None:
         """Why the cluster can never run the request (an hdfs data URI, a host path...): what
         building its objects refuses. None when they can be built."""

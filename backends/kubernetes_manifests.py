@@ -87,6 +87,7 @@ from backends.kubernetes_ports import duplicates, instance_ports
 from backends.kubernetes_settings import KubernetesSettings
 from backends.runtime_env import runtime_env, shell_env_file
 from backends.secrets_env import SECRET_KEY, SECRET_REF, kept_request, with_secret_references
+from simulator.dfs import DfsError, is_dfs_uri, parse
 from simulator.prereqs import UnservableMaterial, check_name, parse_repo, repository_name
 
 PLACEHOLDER_UID = "<uid of the Service, set by the cluster when it is created>"
@@ -390,7 +391,9 @@ class AttemptBuilder:
         self, role: RoleLaunch, ports: dict[str, list[int]]
     ) -> dict[str, Any] | None:
         """The init container: checks the host ports, downloads data, clones scripts."""
-        fetched = [m for m in role.materials if m.kind is not Fetch.MOUNT]
+        fetched = [
+            m for m in role.materials if m.kind is not Fetch.MOUNT and not self._hdfs_mounted(m)
+        ]
         if not fetched and not self.settings.host_network:
             return None
         lines = ["set -e", f"say() {{ printf '%s %s\\n' {shlex.quote(MARKER)} \"$*\"; }}"]
@@ -415,6 +418,13 @@ class AttemptBuilder:
     def _material_mounts(self, role: RoleLaunch, *, main: bool) -> list[dict[str, Any]]:
         mounts = []
         for n, material in enumerate(role.materials):
+            if self._hdfs_mounted(material):  # read-only from the claim the operator mapped
+                if main:
+                    for i, (path, _, sub_path) in enumerate(self._hdfs_entries(material)):
+                        mounted = {"name": f"material-{n}-{i}", "mountPath": path}
+                        sub = {"subPath": sub_path} if sub_path else {}
+                        mounts.append({**mounted, "readOnly": True, **sub})
+                continue
             if material.kind is Fetch.MOUNT:
                 if not main:
                     continue
@@ -422,6 +432,9 @@ class AttemptBuilder:
                     "name": f"storage-{n}",
                     "mountPath": f"{WORK_DIR}/{material.name}",
                 }
+                _, sub_path = self._claim(role, material)
+                if sub_path:
+                    mount["subPath"] = sub_path
                 if material.read_only:
                     mount["readOnly"] = True
             else:
@@ -466,8 +479,14 @@ class AttemptBuilder:
                 }
             )
         for n, material in enumerate(role.materials):
-            if material.kind is Fetch.MOUNT:
-                claim: dict[str, Any] = {"claimName": _claim_of(role, material)}
+            if self._hdfs_mounted(material):
+                for i, (_, name, _) in enumerate(self._hdfs_entries(material)):
+                    read_only = {"claimName": name, "readOnly": True}
+                    volumes.append(
+                        {"name": f"material-{n}-{i}", "persistentVolumeClaim": read_only}
+                    )
+            elif material.kind is Fetch.MOUNT:
+                claim: dict[str, Any] = {"claimName": self._claim(role, material)[0]}
                 if material.read_only:
                     claim["readOnly"] = True
                 volumes.append({"name": f"storage-{n}", "persistentVolumeClaim": claim})
@@ -479,6 +498,59 @@ class AttemptBuilder:
                 claim["readOnly"] = True
             volumes.append({"name": f"admin-storage-{n}", "persistentVolumeClaim": claim})
         return volumes
+
+    # --- HDFS locations the operator mapped to claims (the setting hdfs_claims) --------------
+
+    def _hdfs_place(self, material: Material, uri: str) -> tuple[str, str]:
+        """(claim, subPath) of an hdfs:// URI on a file system mapped to a claim."""
+        default = self.settings.default_fs_uri.removeprefix("hdfs://")
+        try:
+            location = parse(uri, default)
+        except DfsError as exc:
+            raise UnservableMaterial(f"prerequisite {material.name!r}: {exc}") from None
+        claim = self.settings.hdfs_claims.get(location.authority)
+        if claim is None:
+            mapped = ", ".join(sorted(self.settings.hdfs_claims)) or "none"
+            raise UnservableMaterial(
+                f"prerequisite {material.name!r}: {_shown(uri)} is on HDFS "
+                f"({location.authority}), which this cluster has only where the operator maps "
+                "the file system to a PersistentVolumeClaim with the kubernetes setting "
+                f"hdfs_claims (mapped: {mapped})"
+            )
+        return claim, location.path.lstrip("/")
+
+    def _claim(self, role: RoleLaunch, material: Material) -> tuple[str, str]:
+        """The claim of a storage / output, and the subPath in it ("" for all of it)."""
+        if material.uris and is_dfs_uri(material.uris[0]) and len(material.uris) == 1:
+            return self._hdfs_place(material, material.uris[0])
+        return _claim_of(role, material), ""
+
+    @staticmethod
+    def _hdfs_mounted(material: Material) -> bool:
+        """Data or a script (a v1 codeDir) on HDFS: mounted from its claim, not fetched."""
+        return material.kind is not Fetch.MOUNT and any(is_dfs_uri(u) for u in material.uris)
+
+    def _hdfs_entries(self, material: Material) -> list[tuple[str, str, str]]:
+        """(path in the container, claim, subPath) of each URI of data or a script on HDFS:
+        each entry named after its last segment, or the whole directory for a codeDir."""
+        if not all(is_dfs_uri(u) for u in material.uris):
+            raise UnservableMaterial(
+                f"prerequisite {material.name!r}: hdfs:// and other URIs cannot be mixed in one "
+                "prerequisite on Kubernetes"
+            )
+        base = f"{WORK_DIR}/{material.name}"
+        whole = len(material.uris) == 1 and (material.as_directory or material.kind is Fetch.CLONE)
+        entries: list[tuple[str, str, str]] = []
+        for uri in material.uris:
+            claim, sub_path = self._hdfs_place(material, uri)
+            entry = sub_path.rsplit("/", 1)[-1] or "index"
+            path = base if whole else f"{base}/{entry}"
+            if any(path == p for p, _, _ in entries):
+                raise UnservableMaterial(
+                    f"prerequisite {material.name!r}: two URIs would both be mounted as {entry!r}"
+                )
+            entries.append((path, claim, sub_path))
+        return entries
 
     # --- checks and small parts ------------------------------------------------------------
 
@@ -493,12 +565,14 @@ class AttemptBuilder:
         for material in role.materials:
             try:
                 check_name(material.name)
-                if material.kind is Fetch.DOWNLOAD:
+                if self._hdfs_mounted(material):
+                    self._hdfs_entries(material)
+                elif material.kind is Fetch.DOWNLOAD:
                     _download_entries(material)
                 elif material.kind is Fetch.CLONE:
                     _repos(material)
                 else:
-                    _claim_of(role, material)
+                    self._claim(role, material)
             except UnservableMaterial as exc:
                 raise LaunchRefused(f"{where}: {exc}") from None
         for storage in role.storages:

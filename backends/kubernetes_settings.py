@@ -36,6 +36,13 @@ YAML keys (environment variable in brackets):
 - `stop_grace_seconds`: the pods' grace period between SIGTERM and SIGKILL (default 30).
 - `state_dir` [PAIGRAPH_K8S_STATE]: where instance logs are kept after their pods are gone
   (default `$XDG_DATA_HOME/paigraph/kubernetes` or `~/.local/share/paigraph/kubernetes`).
+- `hdfs_claims`: HDFS file systems the cluster has as PersistentVolumeClaims, e.g.
+  `{"namenode:9000": hdfs-data}`: an `hdfs://namenode:9000/path` storage or output is that
+  claim mounted with `subPath: path`, and data, scripts and a v1 codeDir there are mounted
+  read-only from it. Any other `hdfs://` location is refused, naming this setting.
+- `default_fs_uri`: PAI_DEFAULT_FS_URI of every pod, and what `$PAI_DEFAULT_FS_URI` stands for
+  in prerequisites and v1's dataDir / outputDir / codeDir (default empty, as OpenPAI on
+  Kubernetes has it), e.g. `hdfs://namenode:9000` together with `hdfs_claims`.
 """
 
 from __future__ import annotations
@@ -49,6 +56,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from simulator.dfs import DfsError, authority_of, is_dfs_uri
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +74,7 @@ _ENV = {
     "state_dir": "PAIGRAPH_K8S_STATE",
 }
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_CLAIM = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _RESOURCE = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
@@ -120,6 +130,34 @@ class KubernetesSettings(BaseModel):
     gang_timeout_seconds: float = Field(default=600.0, ge=0)
     stop_grace_seconds: float = Field(default=30.0, ge=0, le=86400)
     state_dir: Path = Field(default_factory=lambda: default_state_dir(os.environ))
+    hdfs_claims: dict[str, str] = Field(default_factory=dict)
+    default_fs_uri: str = ""
+
+    @field_validator("hdfs_claims")
+    @classmethod
+    def _file_systems(cls, value: dict[str, str]) -> dict[str, str]:
+        """Keys as host:port (an `hdfs://` prefix is dropped), values claim names."""
+        mapped = {}
+        for key, claim in value.items():
+            uri = key if is_dfs_uri(key) else f"hdfs://{key}"
+            try:
+                authority = authority_of(uri)
+            except DfsError as exc:
+                raise ValueError(str(exc)) from None
+            if not _CLAIM.fullmatch(claim) or len(claim) > 253:
+                raise ValueError(f"{claim!r} (for {key}) is not a PersistentVolumeClaim name")
+            mapped[authority] = claim
+        return mapped
+
+    @field_validator("default_fs_uri")
+    @classmethod
+    def _default_fs(cls, value: str) -> str:
+        if not value:
+            return ""
+        try:
+            return f"hdfs://{authority_of(value.strip())}"
+        except DfsError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("port_range", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ from server.cli_args import open_store_or_exit, parse_params
 from server.cli_help import Typer
 from server.cli_output import console
 from server.exec_commands import register as register_exec_commands
+from server.fs_commands import register as register_fs_commands
 from server.market_commands import register as register_market_commands
 from server.protocol import (
     Issue,
@@ -212,7 +213,8 @@ def _manifests(spec: JobSpec) -> str:
         raise typer.Exit(2) from None
     job_id = new_job_id(spec.name).rsplit("-", 1)[0] + "-xxxxxxxx"  # the server draws the suffix
     try:
-        return manifest_stream(launch_request(spec, job_id=job_id), settings)
+        request = launch_request(spec, job_id=job_id, default_fs=settings.default_fs_uri)
+        return manifest_stream(request, settings)
     except NotRunnable as exc:
         err.print(f"[red]error:[/red] {escape(exc.path)}: {escape(exc.message)}")
     except LaunchRefused as exc:
@@ -408,6 +410,7 @@ def users_add(
 
 register_remote_commands(app, parse_params)
 register_exec_commands(app)
+register_fs_commands(app)
 
 
 @app.command()

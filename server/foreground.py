@@ -27,6 +27,7 @@ from server.job_table import InstanceRow, job_table, styled_state
 from server.jobs import JobMachine, JobState
 from server.jobs.launch import NotRunnable
 from server.jobs.runner import JobRunner
+from server.jobs.simulated import simulation_warnings
 from server.protocol.model import JobSpec
 from server.run_logs import keep_logs
 from server.run_output import OutputStreamer
@@ -73,6 +74,9 @@ async def _run(spec: JobSpec, console: Console, config: Path | None, quiet: bool
     except NotRunnable as exc:
         console.print(f"[red]REFUSED[/red] {escape(exc.path)}: {escape(exc.message)}")
         return EXIT_FAILED
+    for warning in simulation_warnings(spec, runner.request(1), backend):
+        where = warning.path or "(document)"
+        console.print(f"[yellow]warning[/yellow] {escape(where)}: {escape(warning.message)}")
     interrupted = _on_interrupt(runner, console)
     try:
         await backend.start()

@@ -65,6 +65,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from simulator import local_copy
+from simulator.dfs import DfsError, FileSystems, is_dfs_uri
 from simulator.fetch_policy import BlockedAddress, FetchPolicy, GuardedTransport
 from simulator.names import safe
 
@@ -100,12 +101,21 @@ _SUPPORTED = {
 }
 
 
+class Simulated(StrEnum):
+    """What stands in for a location this machine does not have."""
+
+    DFS = "dfs"  # an hdfs:// location: a directory of the user's simulated file system
+    NODE = "node"  # a node's own path (/mnt/...): a folder of the user's simulated node disk
+
+
 @dataclass(frozen=True)
 class Mount:
     """A host directory to bind-mount at /work/<name>/ in every instance of the role."""
 
     host_path: Path
     read_only: bool
+    # a node path stands in for itself: mounted at that path in the container as well
+    also_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -154,10 +164,11 @@ def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
 
-def _refuse(name: str, kind: MaterialKind, scheme: str) -> UnservableMaterial:
+def _refuse(name: str, kind: MaterialKind, scheme: str, dfs: bool = False) -> UnservableMaterial:
+    supported = _SUPPORTED[kind] + (", hdfs (simulated)" if dfs else "")
     return UnservableMaterial(
         f"prerequisite {name!r}: scheme {scheme!r} cannot be served by the local simulator "
-        f"(supported: {_SUPPORTED[kind]})"
+        f"(supported: {supported})"
     )
 
 
@@ -239,6 +250,10 @@ class MaterialStore:
     git_timeout: seconds each git command may take.
     max_download_bytes: the most one data prerequisite may bring into the cache (all its URIs).
     fetch_policy: the non-public addresses downloads may reach (default: none).
+    dfs: the simulated file systems `hdfs://` URIs name (None: hdfs is refused).
+    node_dir: where each user's simulated node folders are kept: a bare path outside the
+        allowed roots (`/mnt/output`) is then `<node_dir>/users/<owner>/mnt/output`, instead
+        of being refused (None: refused).
     """
 
     def __init__(
@@ -253,11 +268,21 @@ class MaterialStore:
         git_timeout: float = DEFAULT_GIT_TIMEOUT,
         max_download_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES,
         fetch_policy: FetchPolicy | None = None,
+        dfs: FileSystems | None = None,
+        node_dir: Path | None = None,
     ) -> None:
         self.cache_dir = Path(cache_dir).resolve()
         self.storage_dir = Path(storage_dir).resolve()
+        self.dfs = dfs
+        self.node_dir = Path(node_dir).resolve() if node_dir is not None else None
         self.allowed_file_roots = tuple(Path(r).resolve() for r in allowed_file_roots)
-        self.protected = (self.cache_dir, self.storage_dir, *(Path(p).resolve() for p in protected))
+        self.protected = (
+            self.cache_dir,
+            self.storage_dir,
+            *([dfs.root.resolve()] if dfs is not None else []),
+            *([self.node_dir] if self.node_dir is not None else []),
+            *(Path(p).resolve() for p in protected),
+        )
         self.engine_sockets = tuple(Path(p).resolve() for p in engine_sockets)
         self.http_timeout = http_timeout
         self.git_timeout = git_timeout
@@ -280,8 +305,10 @@ class MaterialStore:
         """Refuse, without touching the network or disk, what can never be served here."""
         kind = MaterialKind(kind)
         check_name(name)
-        if kind is MaterialKind.DOWNLOAD:
-            self._sources(name, uris)
+        if self._node_mounted(kind, uris):
+            return
+        if kind is MaterialKind.DOWNLOAD or self._copied_script(kind, uris):
+            self._sources(name, uris, owner)
         elif kind is MaterialKind.CLONE:
             if per_repository:
                 self._repos(name, uris)
@@ -313,14 +340,26 @@ class MaterialStore:
         kind = MaterialKind(kind)
         check_name(name)
         report = progress or (lambda _name, _message: None)
+        if self._node_mounted(kind, uris):  # the node's folder itself, as on the node
+            folder = self._node_folder(uris[0], owner)
+            self._node_directory(name, folder, owner)
+            return Mount(folder, read_only=True, also_at=self._node_path(uris[0]))
+        if self._copied_script(kind, uris):  # a script on the simulated HDFS is copied in
+            kind, as_directory = MaterialKind.DOWNLOAD, True
         if kind is MaterialKind.DOWNLOAD:
             whole = as_directory and len(uris) == 1
-            return Mount(self._materialize_download(name, uris, report, whole), read_only=True)
+            path = self._materialize_download(name, uris, report, whole, owner)
+            return Mount(path, read_only=True)
         if kind is MaterialKind.CLONE and per_repository:
             return Mount(self._materialize_repositories(name, uris, report), read_only=True)
         if kind is MaterialKind.CLONE:
             return Mount(self._materialize_clone(name, uris, report), read_only=True)
-        target = self._mount_target(name, uris, owner)
+        target, simulated = self._mount_target(name, uris, owner)
+        if simulated is Simulated.DFS:
+            return Mount(self._dfs_directory(name, uris[0], owner), read_only=read_only)
+        if simulated is Simulated.NODE:
+            self._node_directory(name, target, owner)
+            return Mount(target, read_only=read_only, also_at=self._node_path(uris[0]))
         if not target.is_relative_to(self.storage_dir):
             if not target.is_dir():
                 raise MaterialError(f"prerequisite {name!r}: {target} is not a directory")
@@ -360,7 +399,96 @@ class MaterialStore:
             return False
         if path.is_relative_to(self.storage_dir) or path.is_relative_to(self.cache_dir):
             return True
+        if self.dfs is not None and path.is_relative_to(self.dfs.root.resolve()):
+            return True
+        if self.node_dir is not None and path.is_relative_to(self.node_dir):
+            return True
         return self._allowed(path)
+
+    def simulated(self, kind: MaterialKind | str, uris: Sequence[str]) -> list[Simulated]:
+        """What each URI would be simulated by here (None-free: the URIs that are not are left
+        out), for the warnings a job gets; checks nothing."""
+        found = []
+        for uri in uris:
+            if is_dfs_uri(uri) and self.dfs is not None:
+                found.append(Simulated.DFS)
+            elif uri.startswith("/") and self._node_stand_in(uri):
+                found.append(Simulated.NODE)
+        return found
+
+    # --- simulated locations -----------------------------------------------------------------
+
+    def _copied_script(self, kind: MaterialKind, uris: Sequence[str]) -> bool:
+        """A script on the simulated HDFS is a folder of files, not a repository: copied."""
+        return kind is MaterialKind.CLONE and any(is_dfs_uri(u) for u in uris)
+
+    def _node_mounted(self, kind: MaterialKind, uris: Sequence[str]) -> bool:
+        """Data or a script that is one node path (/mnt/confignfs/code): the user's simulated
+        node folder of that path is mounted read-only (made empty when missing, as a fresh
+        node's disk would be), at /work/<name>/ and at the path, instead of being copied."""
+        return (
+            kind is not MaterialKind.MOUNT
+            and len(uris) == 1
+            and uris[0].startswith("/")
+            and self._node_stand_in(uris[0])
+        )
+
+    def _node_stand_in(self, uri: str) -> bool:
+        """Whether a bare absolute path is a node's path (outside the allowed roots) that a
+        simulated node folder stands in for."""
+        if self.node_dir is None:
+            return False
+        path = Path(os.path.normpath(uri))
+        if path == Path("/"):
+            return False  # the root is no node folder: refused as a local path
+        return not any(path.is_relative_to(root) for root in self.allowed_file_roots)
+
+    def _fill_hint(self, uri: str) -> str:
+        """How a user fills the simulated location a missing data source names."""
+        if is_dfs_uri(uri) and self.dfs is not None:
+            return f" (put it on the simulated file system with: paigraph fs put FILE {uri})"
+        if uri.startswith("/") and self._node_stand_in(uri):
+            return (
+                " on the simulated node (its folder is kept per user; a job whose output is "
+                f"{uri} fills it)"
+            )
+        return ""
+
+    @staticmethod
+    def _node_path(uri: str) -> str:
+        return os.path.normpath(uri)
+
+    def _node_base(self, owner: str) -> Path:
+        assert self.node_dir is not None
+        return self.node_dir / "users" / safe(owner or "local")
+
+    def _node_folder(self, uri: str, owner: str) -> Path:
+        return self._node_base(owner).joinpath(*Path(self._node_path(uri)).parts[1:])
+
+    def _node_directory(self, name: str, target: Path, owner: str) -> None:
+        try:
+            _make_within(self._node_base(owner), target)
+        except OSError as exc:
+            raise MaterialError(f"prerequisite {name!r}: cannot create {target}: {exc}") from exc
+
+    def _dfs_source(self, name: str, uri: str, owner: str) -> Path:
+        assert self.dfs is not None
+        try:
+            return self.dfs.resolve(owner, uri)
+        except DfsError as exc:
+            raise UnservableMaterial(f"prerequisite {name!r}: {exc}") from None
+
+    def _dfs_directory(self, name: str, uri: str, owner: str) -> Path:
+        """The directory of a storage on the simulated HDFS, made when missing; a tree past
+        its bound is refused (its user frees room with `paigraph fs rm`)."""
+        assert self.dfs is not None
+        try:
+            location = self.dfs.parse(uri)
+            self.dfs.check_within_bound(owner, location.authority, f"prerequisite {name!r}")
+            self.dfs.mkdir(owner, uri)
+            return self.dfs.host_path(owner, location)
+        except DfsError as exc:
+            raise MaterialError(f"prerequisite {name!r}: {exc}") from None
 
     # --- reading URIs ------------------------------------------------------------------------
 
@@ -408,12 +536,15 @@ class MaterialStore:
         return path
 
     def _beneath(self, path: Path) -> tuple[Path, PurePath]:
-        """The outermost allowed root holding the checked path, and the path within it: every
-        component below the root is opened without following links."""
-        root = min(
-            (r for r in self.allowed_file_roots if path.is_relative_to(r)),
-            key=lambda r: len(r.parts),
-        )
+        """The outermost root holding the checked path (an allowed root, the simulated HDFS's or
+        the simulated node folders', which jobs write), and the path within it: every component
+        below the root is opened without following links."""
+        roots = [*self.allowed_file_roots]
+        if self.dfs is not None:
+            roots.append(self.dfs.root.resolve())
+        if self.node_dir is not None:
+            roots.append(self.node_dir)
+        root = min((r for r in roots if path.is_relative_to(r)), key=lambda r: len(r.parts))
         return root, path.relative_to(root)
 
     def _allowed(self, path: Path) -> bool:
@@ -422,7 +553,7 @@ class MaterialStore:
             path.is_relative_to(p) or p.is_relative_to(path) for p in self.protected
         )
 
-    def _sources(self, name: str, uris: Sequence[str]) -> list[_Source]:
+    def _sources(self, name: str, uris: Sequence[str], owner: str = "") -> list[_Source]:
         if not uris:
             raise UnservableMaterial(f"prerequisite {name!r}: a data prerequisite needs a URI")
         sources: list[_Source] = []
@@ -435,6 +566,19 @@ class MaterialStore:
                     raise UnservableMaterial(f"prerequisite {name!r}: {shown(uri)} has no host")
                 segment = unquote(parts.path.rsplit("/", 1)[-1])
                 sources.append(_Source(uri, _entry_name(segment), url=uri))
+            elif scheme == "hdfs" and self.dfs is not None:
+                path = self._dfs_source(name, uri, owner)
+                sources.append(_Source(uri, _entry_name(path.name), path=path))
+            elif scheme is None and uri.startswith("/") and self._node_stand_in(uri):
+                path = self._node_folder(uri, owner)
+                # a job may have left a symlink in its node folder: never copy through one
+                linked = _symlink_within(self._node_base(owner), path)
+                if linked is not None:
+                    raise UnservableMaterial(
+                        f"prerequisite {name!r}: {uri}: {linked.name!r} on the simulated node "
+                        "is a symbolic link, which is not followed"
+                    )
+                sources.append(_Source(uri, _entry_name(path.name), path=path))
             elif scheme == "file" or (scheme is None and uri.startswith("/")):
                 path = self._local(name, uri)
                 sources.append(_Source(uri, _entry_name(path.name), path=path))
@@ -443,7 +587,7 @@ class MaterialStore:
                     f"prerequisite {name!r}: {shown(uri)!r} is neither a URL nor an absolute path"
                 )
             else:
-                raise _refuse(name, MaterialKind.DOWNLOAD, scheme)
+                raise _refuse(name, MaterialKind.DOWNLOAD, scheme, self.dfs is not None)
         seen: dict[str, str] = {}
         for source in sources:
             if source.entry in seen:
@@ -484,7 +628,10 @@ class MaterialStore:
             found[directory] = (uri, spec)
         return [(directory, spec) for directory, (_, spec) in found.items()]
 
-    def _mount_target(self, name: str, uris: Sequence[str], owner: str) -> Path:
+    def _mount_target(
+        self, name: str, uris: Sequence[str], owner: str
+    ) -> tuple[Path, Simulated | None]:
+        """The host directory a storage / output is, and what it simulates, if anything."""
         if len(uris) > 1:
             raise UnservableMaterial(
                 f"prerequisite {name!r}: a storage prerequisite takes at most one URI "
@@ -492,17 +639,22 @@ class MaterialStore:
             )
         mine = self.storage_dir / "users" / safe(owner or "local")
         if not uris:
-            return mine / name
+            return mine / name, None
         uri = uris[0]
         match = _SCHEME.match(uri)
         if match:
-            if match.group(1).lower() != "file":
-                raise _refuse(name, MaterialKind.MOUNT, match.group(1).lower())
-            return self._local(name, uri)
+            scheme = match.group(1).lower()
+            if scheme == "hdfs" and self.dfs is not None:
+                return self._dfs_source(name, uri, owner), Simulated.DFS
+            if scheme != "file":
+                raise _refuse(name, MaterialKind.MOUNT, scheme, self.dfs is not None)
+            return self._local(name, uri), None
         if uri.startswith("/"):
-            return self._local(name, uri)
+            if self._node_stand_in(uri):
+                return self._node_folder(uri, owner), Simulated.NODE
+            return self._local(name, uri), None
         check_name(uri, f"prerequisite {name!r}: storage name")
-        return mine / uri
+        return mine / uri, None
 
     # --- the cache ---------------------------------------------------------------------------
 
@@ -584,17 +736,19 @@ class MaterialStore:
     # --- data --------------------------------------------------------------------------------
 
     def _materialize_download(
-        self, name: str, uris: Sequence[str], report: Progress, whole: bool = False
+        self, name: str, uris: Sequence[str], report: Progress, whole: bool = False, owner: str = ""
     ) -> Path:
-        sources = self._sources(name, uris)
+        sources = self._sources(name, uris, owner)
         looked = [self._scan(name, s.path) if s.path else None for s in sources]
         first = looked[0]
         whole = whole and bool(first and first[0].kind == "dir")
         marks = ["whole"] if whole else []
+        # the host paths are in the key: one user's hdfs://h/x is not another's
+        where = [str(s.path) if s.path else None for s in sources]
 
         def key_of(stamps: Sequence[list[local_copy.Entry] | None]) -> str:
             data = [None if s is None else [astuple(e) for e in s] for s in stamps]
-            return _key(MaterialKind.DOWNLOAD.value, list(uris), data, *marks)
+            return _key(MaterialKind.DOWNLOAD.value, list(uris), where, data, *marks)
 
         noun = f"data {name!r}"
 
@@ -614,7 +768,7 @@ class MaterialStore:
                         read.append(None)
                     else:
                         assert source.path is not None
-                        read.append(self._copy_local(name, source.path, target, budget, report))
+                        read.append(self._copy_local(name, source, target, budget, report))
             report(name, f"{noun} is ready ({_human(self.max_download_bytes - budget[0])})")
             return key_of(read)
 
@@ -709,13 +863,20 @@ class MaterialStore:
         )
 
     def _copy_local(
-        self, name: str, source: Path, target: Path, budget: list[int], report: Progress
+        self, name: str, given: _Source, target: Path, budget: list[int], report: Progress
     ) -> list[local_copy.Entry]:
         """Copy the checked local path, reached from its root without following a link; returns
         what was read."""
-        where = f"prerequisite {name!r}: {source}"
+        assert given.path is not None
+        source = given.path
+        uri = given.uri
+        simulated = is_dfs_uri(uri) or (uri.startswith("/") and self._node_stand_in(uri))
+        shown = uri if simulated else str(source)
+        where = f"prerequisite {name!r}: {shown}"
         try:
             fd = local_copy.open_beneath(*self._beneath(source))
+        except local_copy.Missing:
+            raise MaterialError(f"{where} does not exist{self._fill_hint(uri)}") from None
         except local_copy.CopyRefused as exc:
             raise MaterialError(f"prerequisite {name!r}: {exc}") from None
         except OSError as exc:
@@ -724,7 +885,7 @@ class MaterialStore:
             size = sum(entry.size for entry in local_copy.scan(fd, source))
             if size > budget[0]:
                 raise MaterialError(self._too_big(where, size, budget))
-            report(name, f"copying data {name!r} ({_human(size)}) from {source}")
+            report(name, f"copying data {name!r} ({_human(size)}) from {shown}")
             read, copied = local_copy.copy(fd, source, target, budget[0])
         except local_copy.OverLimit:
             raise MaterialError(self._too_big(where, None, budget)) from None
@@ -899,6 +1060,30 @@ class MaterialStore:
 
 
 # --- small pieces ----------------------------------------------------------------------------
+
+
+def _symlink_within(base: Path, target: Path) -> Path | None:
+    """The first symlink on the way from `base` down to `target` (itself included), if any."""
+    here = base
+    for part in target.relative_to(base).parts:
+        here = here / part
+        if here.is_symlink():
+            return here
+    return None
+
+
+def _make_within(base: Path, target: Path) -> None:
+    """Make `target` and its parents below `base`, never through a symlink a job left there."""
+    base.mkdir(parents=True, exist_ok=True)
+    here = base
+    for part in target.relative_to(base).parts:
+        here = here / part
+        if here.is_symlink():
+            raise OSError(f"{here} is a symbolic link")
+        if not here.exists():
+            here.mkdir()
+        elif not here.is_dir():
+            raise OSError(f"{here} is not a directory")
 
 
 def repository_name(url: str) -> str:

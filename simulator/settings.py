@@ -63,6 +63,15 @@ Settings (YAML keys):
     although they are not public (default: none, so loopback, private, link-local and other
     non-public addresses are refused; see ``simulator.fetch_policy``). The environment
     variable ``PAIGRAPH_ALLOWED_FETCH_NETWORKS`` (comma-separated) overrides the file.
+``default_fs_uri``
+    The cluster's default file system as jobs see it in ``PAI_DEFAULT_FS_URI`` (default
+    ``hdfs://paigraph-dfs:9000``). It and every other ``hdfs://host:port`` a job names are
+    simulated: one tree per host:port and user under ``<state_dir>/dfs`` (see
+    ``simulator.dfs``).
+``dfs_max_mb``
+    The most one user's tree of one simulated file system may hold, in MB (default 10240).
+    Writes through ``paigraph fs`` and the ``hdfs`` stand-in past it are refused, and a job
+    whose tree is already past it fails to start.
 """
 
 from __future__ import annotations
@@ -86,6 +95,7 @@ from pydantic import (
     model_validator,
 )
 
+from simulator.dfs import DfsError, authority_of
 from simulator.fetch_policy import ALLOWED_NETWORKS_ENV, FetchPolicy, FetchPolicyError
 
 CONFIG_ENV = "PAIGRAPH_SIMULATOR_CONFIG"
@@ -258,6 +268,16 @@ class SimulatorSettings(_Strict):
     allowed_fetch_networks: list[str] = Field(
         default_factory=list, description="Non-public networks and hosts downloads may reach."
     )
+    default_fs_uri: str = Field(
+        default="hdfs://paigraph-dfs:9000",
+        description="PAI_DEFAULT_FS_URI: the simulated default file system.",
+    )
+    dfs_max_mb: int = Field(
+        default=10240,
+        ge=1,
+        le=1 << 30,
+        description="Most one user's tree of one simulated file system holds, in MB.",
+    )
 
     @field_validator("port_range", mode="before")
     @classmethod
@@ -289,6 +309,14 @@ class SimulatorSettings(_Strict):
     @classmethod
     def _absolute_roots(cls, value: list[Path], info: ValidationInfo) -> list[Path]:
         return [_absolute(p, info) for p in value]
+
+    @field_validator("default_fs_uri", mode="after")
+    @classmethod
+    def _a_file_system(cls, value: str) -> str:
+        try:
+            return f"hdfs://{authority_of(value.strip())}"
+        except DfsError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("allowed_fetch_networks", mode="after")
     @classmethod
@@ -558,4 +586,10 @@ image_pull: false
 # Non-public networks and host names data downloads may reach (none: only public addresses;
 # PAIGRAPH_ALLOWED_FETCH_NETWORKS, comma-separated, overrides this), e.g. [10.0.0.0/8, minio.lan]
 allowed_fetch_networks: []
+
+# The simulated default file system (PAI_DEFAULT_FS_URI); every hdfs://host:port a job names is
+# simulated under <state_dir>/dfs, one tree per host:port and user.
+default_fs_uri: hdfs://paigraph-dfs:9000
+# Most one user's tree of one simulated file system may hold, in MB.
+dfs_max_mb: 10240
 """

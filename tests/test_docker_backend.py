@@ -215,14 +215,14 @@ async def test_a_job_that_can_never_fit_is_refused_at_launch(tmp_path: Path) -> 
     async with backend(tmp_path) as sim:
         with pytest.raises(LaunchRefused, match="largest node has 32 cpu"):
             await sim.launch(job(role("big", ["true"], cpu=33)))
-        with pytest.raises(LaunchRefused, match="hdfs"):
+        with pytest.raises(LaunchRefused, match="scheme 's3'"):
             await sim.launch(
                 job(
                     role(
                         "reader",
                         ["true"],
                         materials=[
-                            Material(name="logs", kind=Fetch.DOWNLOAD, uris=["hdfs://nn/logs"])
+                            Material(name="logs", kind=Fetch.DOWNLOAD, uris=["s3://bucket/logs"])
                         ],
                     )
                 )

@@ -472,7 +472,8 @@ async def test_fake_cluster_the_service_runs_a_job_to_succeeded(
         assert refused.job is None
         assert [(e.path_parts(), e.code) for e in refused.errors] == [(["taskRoles"], "refused")]
         message = refused.errors[0].message
-        assert "task role 'worker': prerequisite 'corpus': hdfs://nn/x cannot be fetched" in message
+        assert "task role 'worker': prerequisite 'corpus': hdfs://nn/x is on HDFS" in message
+        assert "kubernetes setting hdfs_claims" in message
         page = await asyncio.to_thread(store.list_jobs)
         assert [j.id for j in page.jobs] == [job_id]
         assert api.objects == {}

@@ -302,6 +302,36 @@ def test_what_kubernetes_cannot_serve_is_refused_naming_role_and_prerequisite() 
         build(request_of(doc))
 
 
+def test_hdfs_locations_are_refused_naming_the_setting_unless_mapped_to_a_claim() -> None:
+    doc = copy.deepcopy(V2_JOB)
+    doc["prerequisites"][1]["uri"] = ["hdfs://namenode:9000/datasets/cifar"]
+    doc["prerequisites"].append(
+        {"name": "models", "type": "output", "uri": "hdfs://NameNode:9000/models/run1"}
+    )
+    doc["taskRoles"]["worker"]["output"] = "models"
+    request = request_of(doc)
+    with pytest.raises(LaunchRefused, match=r"'cifar'.*kubernetes setting hdfs_claims"):
+        build(request)
+
+    objects = build(request, hdfs_claims={"namenode:9000": "hdfs-data"})
+    pod = by_name(objects)["worker-0"]
+    claims = {
+        v["name"]: v["persistentVolumeClaim"]
+        for v in pod["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    }
+    assert {c["claimName"] for c in claims.values()} == {"hdfs-data"}
+    mounts = {m["mountPath"]: m for m in main(pod)["volumeMounts"]}
+    assert mounts["/work/cifar/cifar"]["subPath"] == "datasets/cifar"
+    assert mounts["/work/cifar/cifar"]["readOnly"] is True
+    assert mounts["/work/models"]["subPath"] == "models/run1"
+    assert not mounts["/work/models"].get("readOnly")
+    prepare = " ".join(str(c.get("command")) for c in pod["spec"].get("initContainers", []))
+    assert "datasets/cifar" not in prepare  # mounted, not downloaded
+    for obj in objects.all():
+        validate(obj)
+
+
 def test_storages_become_persistent_volume_claims_by_name() -> None:
     request = request_of(V2_JOB)
     worker = request.role("worker")

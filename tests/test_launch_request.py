@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from backends.base import Fetch, ImageAuth
+from backends.base import Fetch, ImageAuth, LaunchNote, LaunchRequest
 from server.jobs.launch import NotRunnable, launch_request
+from server.jobs.simulated import simulation_warnings
 from server.protocol import resolve_job
 
 JOB = """
@@ -117,6 +118,24 @@ V1_DIRS = """{{"jobName": "old", "image": "paigraph/busybox:test", "virtualClust
   "command": "true"}}]}}"""
 
 
+def test_the_default_file_system_of_the_backend_is_pai_default_fs_uri_and_expanded() -> None:
+    """On a backend with a default file system (the simulator's), `$PAI_DEFAULT_FS_URI` in v1's
+    locations and in a prerequisite's URI names it, and every instance is told it."""
+    fs = "hdfs://paigraph-dfs:9000"
+    result = resolve_job(V1_DIRS.format(code="$PAI_DEFAULT_FS_URI/code/$PAI_USER_NAME"))
+    assert result.spec is not None, result.errors
+    request = launch_request(result.spec, job_id="j", user="alice", default_fs=fs)
+    assert request.env["PAI_DEFAULT_FS_URI"] == fs
+    assert request.env["PAI_DATA_DIR"] == f"{fs}/data/alice/old_$PAI_JOB_NAME_X"
+    ((code),) = request.role("main").materials
+    assert (code.name, code.uris, code.as_directory) == ("code", [f"{fs}/code/alice"], True)
+    v2 = JOB.replace("http://example.test/mnist.zip", "$PAI_DEFAULT_FS_URI/mnist")
+    v2_result = resolve_job(v2)
+    assert v2_result.spec is not None, v2_result.errors
+    trainer = launch_request(v2_result.spec, job_id="j", default_fs=fs).role("trainer")
+    assert trainer.materials[0].uris == [f"{fs}/mnist"]
+
+
 def test_v1_locations_expand_the_job_variables_and_codedir_is_copied_to_code() -> None:
     result = resolve_job(V1_DIRS.format(code="https://example.org/src/train.py"))
     assert result.spec is not None, result.errors
@@ -137,7 +156,7 @@ def test_v1_locations_expand_the_job_variables_and_codedir_is_copied_to_code() -
 @pytest.mark.parametrize(
     ("code", "message"),
     [
-        ("hdfs://nn/code", "hdfs://nn/code cannot be copied into the container: there is no hdfs"),
+        ("s3://b/code", "s3://b/code cannot be copied into the container: there is no s3"),
         ("code/here", "'code/here' is neither a URL nor an absolute path"),
     ],
 )
@@ -192,3 +211,55 @@ def test_a_v1_auth_file_is_the_image_auth_of_every_role() -> None:
         launch_request(hdfs.spec, job_id="j", user="alice")
     assert err.value.path == "authFile"
     assert err.value.message.startswith("hdfs://nn/auth/alice cannot be read here")
+
+
+class _Simulating:
+    """A backend that simulates the HDFS, as the Docker simulator does."""
+
+    default_fs_uri = "hdfs://paigraph-dfs:9000"
+
+    def launch_notes(self, request: LaunchRequest) -> list[LaunchNote]:
+        return [
+            LaunchNote(material=m.name, message="simulated") for m in request.roles[0].materials
+        ]
+
+
+def test_what_a_backend_simulates_is_warned_about_at_the_field_the_user_wrote() -> None:
+    written = V1_DIRS.format(code="$PAI_DEFAULT_FS_URI/code").splitlines(keepends=True)
+    text = "".join(line for line in written if '"outputDir"' not in line)
+    result = resolve_job(text)
+    assert result.spec is not None, result.errors
+    backend = _Simulating()
+    request = launch_request(result.spec, job_id="j", default_fs=backend.default_fs_uri)
+    warnings = simulation_warnings(result.spec, request, backend)
+    # outputDir was not written: its default is not warned about
+    assert [(w.path, w.code) for w in warnings] == [
+        ("codeDir", "simulated"),
+        ("dataDir", "simulated"),
+    ]
+    assert simulation_warnings(result.spec, request, object()) == []  # a backend that says nothing
+
+    draft = resolve_job(DRAFT_CIFAR)
+    assert draft.spec is not None, draft.errors
+    request = launch_request(draft.spec, job_id="j", default_fs=backend.default_fs_uri)
+    warned = simulation_warnings(draft.spec, request, backend)
+    assert [w.path for w in warned] == ["prerequisites[1].uri", "prerequisites[2].uri"]
+
+
+DRAFT_CIFAR = """\
+protocol_version: v2
+name: cifar
+type: job
+tasks:
+  - role: worker
+    data: cifar10
+    storage: models
+    dockerimage: tf
+    resource:
+      resourcePerInstance: {cpu: 1, memoryMB: 256, gpu: 0}
+    command: [train]
+prerequisites:
+  - {protocol_version: v2, name: tf, type: dockerimage, uri: openpai/tf}
+  - {protocol_version: v2, name: cifar10, type: data, uri: [$PAI_DEFAULT_FS_URI/cifar]}
+  - {protocol_version: v2, name: models, type: storage, uri: [hdfs://nn:9000/models]}
+"""

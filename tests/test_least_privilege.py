@@ -69,7 +69,12 @@ async def test_a_container_has_no_new_privileges_and_only_the_kept_capabilities(
     assert host["NetworkMode"].startswith("pai-")
     assert not host.get("Binds")
     mounts = {m["Destination"]: m["RW"] for m in inspected["Mounts"]}
-    assert mounts == {"/usr/local/pai": False, "/usr/local/pai/run": True}
+    # the runtime files read-only; the log, and the user's own simulated HDFS, read-write
+    assert mounts == {
+        "/usr/local/pai": False,
+        "/usr/local/pai/run": True,
+        "/usr/local/pai/dfs": True,
+    }
 
     assert {e.exit_code for e in ended.values()} == {0}, text
     assert "NoNewPrivs:\t1" in text

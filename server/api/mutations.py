@@ -7,6 +7,7 @@ faults of the server become top-level GraphQL errors.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import TYPE_CHECKING
 
 import strawberry
@@ -17,6 +18,7 @@ from server.api.ids import BadId, expect_global_id
 from server.api.mutation_field import mutation
 from server.api.resolved import ResolvedJob, resolved_job
 from server.api.types import Job, UserError, json_object
+from server.jobs.launch import default_fs_of
 from server.marketplace.service import MarketplaceService
 from server.protocol import ParseResult, resolve_job
 
@@ -98,7 +100,10 @@ class Mutation:
         job = None
         if spec is not None and not errors:
             # every instance's environment names every peer: off the event loop, like parsing
-            job, more = await asyncio.to_thread(resolved_job, spec, user=viewer.name)
+            default_fs = default_fs_of(service.backend) if service is not None else ""
+            job, more = await asyncio.to_thread(
+                partial(resolved_job, spec, user=viewer.name, default_fs=default_fs)
+            )
             warnings += more
         return ResolveJobPayload(job=job, errors=errors, warnings=warnings)
 

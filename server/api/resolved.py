@@ -145,13 +145,16 @@ def _first_positions(spec: JobSpec) -> list[int]:
     return positions
 
 
-def resolved_job(spec: JobSpec, *, user: str) -> tuple[ResolvedJob, list[UserError]]:
+def resolved_job(
+    spec: JobSpec, *, user: str, default_fs: str = ""
+) -> tuple[ResolvedJob, list[UserError]]:
     """The ResolvedJob of `spec`, and warnings when the environment cannot be shown (a role
-    whose image is a reference the dry run does not follow)."""
+    whose image is a reference the dry run does not follow). `default_fs`: the backend's
+    default file system (PAI_DEFAULT_FS_URI)."""
     warnings: list[UserError] = []
     request: LaunchRequest | None
     try:
-        request = launch_request(spec, job_id=PLACEHOLDER_JOB_ID, user=user)
+        request = launch_request(spec, job_id=PLACEHOLDER_JOB_ID, user=user, default_fs=default_fs)
     except NotRunnable as exc:
         request = None
         warnings.append(

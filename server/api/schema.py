@@ -27,9 +27,10 @@ from strawberry.types.execution import PreExecutionError
 from strawberry.types.graphql import OperationType
 
 from server.api.errors import should_mask
+
+# the job queries and mutations, the marketplace's, and the simulated file system's
+from server.api.files import Mutation, Query
 from server.api.limits import CHECKER, schema_extensions
-from server.api.marketplace_mutations import Mutation  # the job mutations and the marketplace's
-from server.api.marketplace_queries import Query  # the job queries and the marketplace's
 from server.api.marketplace_types import MarketplaceItem
 from server.api.subscriptions import Subscription
 from server.api.types import Job, User

@@ -25,7 +25,7 @@ from backends.entrypoint import WORK_DIR
 from server.jobs.not_runnable import NotRunnable
 from server.jobs.policy import effective_completion
 from server.jobs.ssh_keys import job_key_pair
-from server.jobs.v1_locations import v1_locations
+from server.jobs.v1_locations import DEFAULT_FS_VARIABLE, expand, v1_locations
 from server.protocol.model import (
     CallbackEvent,
     Dialect,
@@ -37,9 +37,15 @@ from server.protocol.model import (
 from server.protocol.rules import is_reference
 from server.protocol.runtime_plugins import ssh_plugin
 
-__all__ = ["NotRunnable", "launch_request"]
+__all__ = ["NotRunnable", "default_fs_of", "launch_request"]
 
 RUNTIME_PLUGIN = "com.microsoft.pai.runtimeplugin"
+
+
+def default_fs_of(backend: object) -> str:
+    """The backend's default file system (PAI_DEFAULT_FS_URI), "" when it has none."""
+    value = getattr(backend, "default_fs_uri", "")
+    return value if isinstance(value, str) else ""
 
 
 def launch_request(
@@ -48,12 +54,20 @@ def launch_request(
     job_id: str,
     attempt: int = 1,
     user: str = "default",
+    default_fs: str = "",
 ) -> LaunchRequest:
-    """The attempt `attempt` of `spec` (already rendered) as a backend sees it."""
-    roles = [_role(spec, role) for role in spec.task_roles]
+    """The attempt `attempt` of `spec` (already rendered) as a backend sees it.
+
+    `default_fs` is the backend's default file system (`hdfs://host:port` on the simulator, ""
+    where there is none): it is PAI_DEFAULT_FS_URI in every instance, and what
+    `$PAI_DEFAULT_FS_URI` in a prerequisite's URI and in v1's dataDir, outputDir and codeDir
+    stands for."""
+    roles = [_role(spec, role, default_fs) for role in spec.task_roles]
     env = dict(spec.env)
+    if default_fs:
+        env[DEFAULT_FS_VARIABLE] = default_fs
     if spec.dialect is Dialect.V1:
-        locations = v1_locations(spec, user)
+        locations = v1_locations(spec, user, default_fs)
         env.update(locations.env)
         if locations.code is not None:
             roles = [
@@ -92,7 +106,7 @@ def _ssh_access(spec: JobSpec, job_id: str, attempt: int) -> SshAccess | None:
     )
 
 
-def _role(spec: JobSpec, role: TaskRole) -> RoleLaunch:
+def _role(spec: JobSpec, role: TaskRole, default_fs: str) -> RoleLaunch:
     min_failed, min_succeeded = effective_completion(role)
     resources = role.resources
     return RoleLaunch(
@@ -112,7 +126,7 @@ def _role(spec: JobSpec, role: TaskRole) -> RoleLaunch:
         ),
         commands=spec.commands_for(role),
         hooks=_hooks(spec, role),
-        materials=_materials(spec, role),
+        materials=_materials(spec, role, default_fs),
         storages=[
             StorageMount(
                 name=s.name,
@@ -163,9 +177,10 @@ _MATERIAL_KINDS: dict[PrerequisiteType, Fetch] = {
 _LISTED_KINDS = (PrerequisiteType.DATA, PrerequisiteType.SCRIPT)
 
 
-def _materials(spec: JobSpec, role: TaskRole) -> list[Material]:
+def _materials(spec: JobSpec, role: TaskRole, default_fs: str) -> list[Material]:
     """The role's data, script and output / storage, put in place under the work dir (an
     output that names an admin-defined storage is one of the role's storages instead).
+    `$PAI_DEFAULT_FS_URI` in their URIs is the backend's default file system.
 
     v1's dataDir / outputDir / codeDir are paths on the cluster's file system that the job
     reads through PAI_DATA_DIR and friends; they are exported, never fetched.
@@ -195,7 +210,8 @@ def _materials(spec: JobSpec, role: TaskRole) -> list[Material]:
         if found is None:
             continue
         kind = _MATERIAL_KINDS[found.type]
-        uris = [u for u in found.uri if u.strip()]
+        variables = {DEFAULT_FS_VARIABLE: default_fs}
+        uris = [expand(u, variables) for u in found.uri if u.strip()]
         if kind is not Fetch.MOUNT and not uris:
             continue  # nothing to fetch: a prerequisite used only through its callbacks
         optional = kind is not Fetch.MOUNT and found.failure_policy == "ignore"

@@ -26,7 +26,7 @@ from backends.base import (
     LaunchRefused,
     LaunchRequest,
 )
-from server.jobs.launch import launch_request
+from server.jobs.launch import default_fs_of, launch_request
 from server.jobs.machine import (
     Action,
     Finish,
@@ -84,7 +84,11 @@ class JobRunner:
         attempt number, and with the ssh plugin's jobssh a new key pair)."""
         if self._request is None or self._request.attempt != attempt:
             self._request = launch_request(
-                self.spec, job_id=self.job_id, attempt=attempt, user=self.user
+                self.spec,
+                job_id=self.job_id,
+                attempt=attempt,
+                user=self.user,
+                default_fs=default_fs_of(self.backend),
             )
         return self._request
 

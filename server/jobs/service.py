@@ -35,22 +35,22 @@ from backends.base import (
     LogChunk,
     ReportsHealth,
     UnknownInstance,
-    WarnsLaunches,
     utcnow,
 )
 from server.events import BusClosedError, BusUnavailableError, EventBus, JobNotice
 from server.jobs.journal import Journal
-from server.jobs.launch import NotRunnable, launch_request
+from server.jobs.launch import NotRunnable, default_fs_of, launch_request
 from server.jobs.machine import JobMachine, MachineSnapshot
 from server.jobs.policy import job_policy
 from server.jobs.reconcile import Resumption, plan_resumption, stale_attempts
 from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.service_machine import BackendOutage, ServiceMachine, stuck_in_starting
+from server.jobs.simulated import simulation_warnings
 from server.jobs.states import JobState, Transition
 from server.marketplace.lookup import Viewer
 from server.marketplace.references import ANONYMOUS, ReferenceResolver
 from server.protocol import Issue, JobSpec, resolve_job
-from server.protocol.issues import Severity, WithIssues
+from server.protocol.issues import WithIssues
 from server.store import Event, Job, JobExists, JobWarning, NameInUse, NewEvent, Store, User
 from server.store.availability import database_unavailable
 from simulator.backoff import Backoff
@@ -199,21 +199,29 @@ class JobService:
             spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
         if spec is not None and check_runnable:
             user = viewer.name if viewer is not None else "default"
-            built = self._first_request(spec, job_id="dry-run", user=user)
-            problem = built if isinstance(built, Issue) else self._refusal(built)
+            problem, simulated = self._unrunnable(spec, user=user)
+            issues += simulated
             if problem is not None:
                 issues.append(problem)
                 spec = None
-            elif not isinstance(built, Issue):
-                issues += self._simulated(built)
         return ResolveOutcome(spec=spec, issues=issues, item_ids=item_ids)
+
+    def _unrunnable(self, spec: JobSpec, *, user: str) -> tuple[Issue | None, list[Issue]]:
+        """Why the job cannot run as it is, or can never run on this backend, if so, judged on
+        a request of a job that is not stored; and what the backend would simulate."""
+        built = self._first_request(spec, job_id="dry-run", user=user)
+        if isinstance(built, Issue):
+            return built, []
+        return self._refusal(built), simulation_warnings(spec, built, self.backend)
 
     def _first_request(self, spec: JobSpec, *, job_id: str, user: str) -> LaunchRequest | Issue:
         """The job's first attempt as the backend is to launch it, or why the job cannot run as
         it is (`not-runnable`); as `user` would run it (a v1 codeDir may name `$PAI_USER_NAME`).
         At submission the request built here is the one the first attempt launches."""
         try:
-            return launch_request(spec, job_id=job_id, user=user)
+            return launch_request(
+                spec, job_id=job_id, user=user, default_fs=default_fs_of(self.backend)
+            )
         except NotRunnable as exc:
             return Issue(exc.path, "not-runnable", exc.message)
 
@@ -225,16 +233,6 @@ class JobService:
             if reason:
                 return Issue("taskRoles", "refused", f"this cluster cannot run the job: {reason}")
         return None
-
-    def _simulated(self, request: LaunchRequest) -> list[Issue]:
-        """What the backend runs other than as asked (`simulated` warnings: GPUs without a
-        device, limits scaled to the machine)."""
-        if not isinstance(self.backend, WarnsLaunches):
-            return []
-        return [
-            Issue("taskRoles", "simulated", message, Severity.WARNING)
-            for message in self.backend.launch_warnings(request)
-        ]
 
     async def submit(
         self,
@@ -282,8 +280,9 @@ class JobService:
             return SubmitOutcome(job=None, issues=[*outcome.warnings, problem])
         request = built
         policy = job_policy(spec)
-        told = [*outcome.warnings, *await asyncio.to_thread(self._simulated, request)]
-        warnings = [JobWarning(w.segments, w.code, w.message) for w in told]
+        simulated = await asyncio.to_thread(simulation_warnings, spec, request, self.backend)
+        job_warnings = [*outcome.warnings, *simulated]
+        warnings = [JobWarning(w.segments, w.code, w.message) for w in job_warnings]
         for tries in range(1, _ID_TRIES + 1):
             machine = ServiceMachine(policy, request.job_id)
             try:
@@ -300,7 +299,13 @@ class JobService:
             except JobExists:
                 if tries < _ID_TRIES:  # the id is in the request: build it for the next id
                     request = await asyncio.to_thread(
-                        partial(launch_request, spec, job_id=new_job_id(spec.name), user=user.name)
+                        partial(
+                            launch_request,
+                            spec,
+                            job_id=new_job_id(spec.name),
+                            user=user.name,
+                            default_fs=default_fs_of(self.backend),
+                        )
                     )
                 continue
             break
@@ -308,7 +313,7 @@ class JobService:
             raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
         await self.announce(job.id, events, machine.state)
         self._run(spec, machine, user.name, Resumption(machine, fresh=True), request)
-        return SubmitOutcome(job=job, issues=told, item_ids=outcome.item_ids)
+        return SubmitOutcome(job=job, issues=job_warnings, item_ids=outcome.item_ids)
 
     async def stop(self, user: User, job_id: str) -> StopOutcome:
         """Ask the job to stop; answers once the stop is on record (or after a few seconds).

@@ -19,6 +19,7 @@ from server.jobs.not_runnable import NotRunnable
 from server.protocol.model import JobSpec, PrerequisiteType
 
 CODE = "code"  # codeDir is copied to $PAI_WORK_DIR/code
+DEFAULT_FS_VARIABLE = "PAI_DEFAULT_FS_URI"
 _FIELDS = (
     ("dataDir", "PAI_DATA_DIR", PrerequisiteType.DATA),
     ("outputDir", "PAI_OUTPUT_DIR", PrerequisiteType.OUTPUT),
@@ -26,7 +27,7 @@ _FIELDS = (
 )
 _VARIABLE = re.compile(r"\$(?:\{(PAI_\w+)\}|(PAI_\w+))")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_COPIED = ("http", "https", "file")
+_COPIED = ("http", "https", "file", "hdfs")  # hdfs: where the backend has (or simulates) one
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,10 @@ class V1Locations:
     auth_file: str | None = None  # authFile, expanded: read for the image's credentials
 
 
-def job_variables(spec: JobSpec, user: str) -> dict[str, str]:
+def job_variables(spec: JobSpec, user: str, default_fs: str = DEFAULT_FS_URI) -> dict[str, str]:
     """The variables with one value for the whole job, known before it is placed."""
     return {
-        "PAI_DEFAULT_FS_URI": DEFAULT_FS_URI,
+        DEFAULT_FS_VARIABLE: default_fs,
         "PAI_JOB_NAME": spec.name,
         "PAI_USER_NAME": user,
         "PAI_USERNAME": user,
@@ -61,16 +62,17 @@ def expand(value: str, variables: dict[str, str]) -> str:
     return _VARIABLE.sub(value_of, value)
 
 
-def v1_locations(spec: JobSpec, user: str) -> V1Locations:
-    """dataDir, outputDir (or its default) and codeDir of a v1 job, expanded."""
-    variables = job_variables(spec, user)
+def v1_locations(spec: JobSpec, user: str, default_fs: str = DEFAULT_FS_URI) -> V1Locations:
+    """dataDir, outputDir (or its default) and codeDir of a v1 job, expanded, with
+    `$PAI_DEFAULT_FS_URI` the backend's default file system (`default_fs`)."""
+    variables = job_variables(spec, user, default_fs)
     env: dict[str, str] = {}
     code: Material | None = None
     for key, variable, type_ in _FIELDS:
         found = spec.prerequisite("default", type_)
         value = found.uri[0] if found is not None and found.uri else ""
         if not value and key == "outputDir":
-            value = f"{DEFAULT_FS_URI}/Output/{spec.name}"
+            value = f"{default_fs}/Output/{spec.name}"
         if not value:
             continue
         env[variable] = expand(value, variables)
@@ -98,7 +100,8 @@ def _check_local(path: str, location: str, doing: str) -> None:
 
 
 def _code(location: str) -> Material:
-    """codeDir copied into the container: an http(s) file, or a local directory's contents."""
+    """codeDir copied into the container: an http(s) file, a local directory's contents, or
+    (where the backend has one) a directory of the HDFS, as OpenPAI v1 copied it to `code/`."""
     match = _SCHEME.match(location)
     scheme = match.group(1).lower() if match else None
     if scheme is None and not location.startswith("/"):
@@ -111,7 +114,7 @@ def _code(location: str) -> Material:
         raise NotRunnable(
             "codeDir",
             f"{location} cannot be copied into the container: there is no {scheme} file system "
-            "here; give an http(s) URL or a directory on this machine (under the simulator's "
-            "allowed_file_roots)",
+            "here; give an http(s) URL, an hdfs:// directory or a directory on this machine "
+            "(under the simulator's allowed_file_roots)",
         )
     return Material(name=CODE, kind=Fetch.DOWNLOAD, uris=[location], as_directory=True)
