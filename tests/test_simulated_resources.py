@@ -90,7 +90,7 @@ async def test_instances_see_their_simulated_gpus_and_none_is_handed_out_twice(
     )
     async with simulator(tmp_path) as sim:  # the defaults: 4 nodes of 8 simulated GPUs
         assert sim.refusal(request) is None
-        [warning] = sim.launch_warnings(request)
+        [warning] = [note.message for note in sim.launch_notes(request)]
         assert "task role(s) trainer ask for GPUs, which are simulated" in warning
         events = Collector(sim)
         await sim.launch(request)
@@ -138,7 +138,7 @@ async def test_a_cluster_without_gpus_still_refuses_gpu_jobs_and_says_none(tmp_p
         assert reason is not None and "the cluster has no gpus" in reason
         assert "gpus_per_node" in reason
         request = job(role("cpu", SHOW_GPUS))
-        assert sim.launch_warnings(request) == []
+        assert sim.launch_notes(request) == []
         events = Collector(sim)
         await sim.launch(request)
         [end] = (await events.all_ended(request)).values()
@@ -238,7 +238,7 @@ async def test_memory_beyond_this_machine_is_scaled_told_and_named_when_it_runs_
     )
     request = job(role("big", [show, hog], instances=2, memory_mb=1024, cpu=4))
     async with simulator(tmp_path, FakedEngine(capacity=(2, 600))) as sim:
-        [warning] = sim.launch_warnings(request)
+        [warning] = [note.message for note in sim.launch_notes(request)]
         assert "this machine has 2 cpu and 600 MB of memory" in warning
         assert "big (cpu 4 -> 2, memoryMB 1024 -> 300)" in warning
         events = Collector(sim)
