@@ -52,11 +52,21 @@ from backends.entrypoint import (
     MARKER,
     RUN_DIR,
     RUNTIME_DIR,
+    SSH_DIR,
     WORK_DIR,
     entrypoint_script,
 )
+from backends.kubernetes_isolation import (
+    SECRET_MODE,
+    claim_of,
+    container_security_context,
+    legacy_claim,
+    network_policy,
+    pod_security_context,
+)
 from backends.kubernetes_names import (
     ATTEMPT,
+    CLAIMS_KEY,
     COMMON_ENV_KEY,
     INDEX,
     JOB,
@@ -69,6 +79,7 @@ from backends.kubernetes_names import (
     OWNER,
     PORTS_ANNOTATION,
     PREPARE_CONTAINER,
+    QUEUE_LABEL,
     ROLE,
     ROLE_ANNOTATION,
     RUN,
@@ -78,16 +89,19 @@ from backends.kubernetes_names import (
     entrypoint_key,
     instance_env_key,
     label_value,
+    network_policy_name,
     pod_name,
     registry_secret_name,
     role_hosts,
     secret_name,
     service_name,
+    ssh_secret_name,
 )
 from backends.kubernetes_ports import duplicates, instance_ports
 from backends.kubernetes_settings import KubernetesSettings
 from backends.runtime_env import runtime_env, shell_env_file
 from backends.secrets_env import SECRET_KEY, SECRET_REF, with_secret_references
+from backends.ssh_access import ssh_files
 from simulator.prereqs import UnservableMaterial, check_name, parse_repo, repository_name
 
 PLACEHOLDER_UID = "<uid of the Service, set by the cluster when it is created>"
@@ -109,9 +123,11 @@ class AttemptObjects:
     config_map: dict[str, Any]
     secrets: list[dict[str, Any]]
     pods: list[dict[str, Any]]
+    network_policy: dict[str, Any] | None = None
 
     def all(self) -> list[dict[str, Any]]:
-        return [self.service, self.config_map, *self.secrets, *self.pods]
+        policy = [self.network_policy] if self.network_policy else []
+        return [self.service, self.config_map, *self.secrets, *policy, *self.pods]
 
 
 @dataclass
@@ -121,9 +137,18 @@ class AttemptBuilder:
     request: LaunchRequest
     settings: KubernetesSettings
     namespace: str
+    # role -> prerequisite -> claim, of an attempt made earlier (read back from its ConfigMap,
+    # or LEGACY_CLAIMS for one made before claims were per user): the claims it keeps
+    claims: dict[str, dict[str, str]] | None = None
     _registry: dict[tuple[str, str, str], str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
+        queues = self.settings.queue_of_virtual_cluster
+        if queues and self.request.virtual_cluster not in queues:
+            raise LaunchRefused(
+                f"virtual cluster {self.request.virtual_cluster!r} has no queue on this cluster "
+                f"(queues are configured for {', '.join(sorted(queues))})"
+            )
         for role in self.request.roles:
             self._check_role(role)
         for role in self.request.roles:
@@ -174,11 +199,21 @@ class AttemptBuilder:
     # --- the objects ---------------------------------------------------------------------------
 
     def objects(self) -> AttemptObjects:
-        secrets = [s for s in [self.job_secret()] if s is not None] + self.registry_secrets()
+        secrets = [s for s in [self.job_secret(), self.ssh_secret()] if s is not None]
+        secrets += self.registry_secrets()
         pods = [
             self.pod(role, index) for role in self.request.roles for index in range(role.instances)
         ]
-        return AttemptObjects(self.service_object(), self.config_map(), secrets, pods)
+        policy = self.network_policy() if self.settings.network_policy else None
+        return AttemptObjects(self.service_object(), self.config_map(), secrets, pods, policy)
+
+    def network_policy(self) -> dict[str, Any]:
+        """Lets into the attempt's pods only what comes from its own pods (and the peers the
+        settings add)."""
+        meta = self._meta(
+            network_policy_name(self.service), self.attempt_labels(), ownerReferences=self.owned()
+        )
+        return network_policy(meta, self.attempt_labels(), self.settings)
 
     def _meta(self, name: str, labels: dict[str, str], **extra: Any) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": labels}
@@ -219,7 +254,12 @@ class AttemptBuilder:
         }
 
     def config_map(self) -> dict[str, Any]:
-        data = {LAUNCH_KEY: _kept(self.request).model_dump_json(exclude={"secrets"})}
+        data = {
+            LAUNCH_KEY: _kept(self.request).model_dump_json(
+                exclude={"secrets": True, "ssh": {"job_private_key"}}
+            ),
+            CLAIMS_KEY: json.dumps(self.all_claims(), sort_keys=True),
+        }
         envs = {
             (role.name, i): self.instance_env(role.name, i)
             for role in self.request.roles
@@ -228,7 +268,9 @@ class AttemptBuilder:
         common = _shared_items(list(envs.values()))
         data[COMMON_ENV_KEY] = shell_env_file(common)
         for role in self.request.roles:
-            data[entrypoint_key(self.hosts[role.name])] = entrypoint_script(self._runnable(role))
+            data[entrypoint_key(self.hosts[role.name])] = entrypoint_script(
+                self._runnable(role), ssh=bool(self.ssh_values)
+            )
             for i in range(role.instances):
                 own = {k: v for k, v in envs[(role.name, i)].items() if k not in common}
                 data[instance_env_key(self.hosts[role.name], i)] = shell_env_file(own)
@@ -269,6 +311,43 @@ class AttemptBuilder:
             "stringData": values,
         }
 
+    def ssh_secret(self) -> dict[str, Any] | None:
+        """The ssh plugin's keys (the job's private key among them) and its peers, mounted at
+        the runtime folder's ssh/ and copied into ~/.ssh by the entrypoint."""
+        if not self.ssh_values:
+            return None
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": self._meta(
+                ssh_secret_name(self.service), self.attempt_labels(), ownerReferences=self.owned()
+            ),
+            "type": "Opaque",
+            "stringData": self.ssh_values,
+        }
+
+    @cached_property
+    def ssh_values(self) -> dict[str, str]:
+        if self.request.ssh is None or not self.request.roles:
+            return {}
+        first = self.request.roles[0]
+        return ssh_files(self.request, self.instance_env(first.name, 0))
+
+    def all_claims(self) -> dict[str, dict[str, str]]:
+        return {
+            role.name: {
+                m.name: self._claim(role, m) for m in role.materials if m.kind is Fetch.MOUNT
+            }
+            for role in self.request.roles
+        }
+
+    def _claim(self, role: RoleLaunch, material: Material) -> str:
+        """The claim a storage prerequisite mounts (UnservableMaterial when it may not)."""
+        if self.claims is not None:
+            kept = self.claims.get(role.name, {}).get(material.name)
+            return kept if kept is not None else legacy_claim(material.name, material.uris)
+        return claim_of(self.request.user, material.name, material.uris)
+
     @cached_property
     def secret_values(self) -> dict[str, str]:
         return {k: v for k, v in self.request.secrets.items() if SECRET_KEY.fullmatch(k)}
@@ -303,6 +382,9 @@ class AttemptBuilder:
             RUN: str(run),
             **{k: label_value(self._render(v)) for k, v in self.settings.pod_labels.items()},
         }
+        queue = self.settings.queue_of_virtual_cluster.get(self.request.virtual_cluster)
+        if queue:
+            labels[QUEUE_LABEL] = label_value(queue)
         annotations = {
             **self.attempt_annotations(),
             ROLE_ANNOTATION: role.name,
@@ -315,6 +397,7 @@ class AttemptBuilder:
             "subdomain": self.service,
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": int(self.settings.stop_grace_seconds),
+            "securityContext": pod_security_context(self.settings),
         }
         if self.settings.service_account:
             spec["serviceAccountName"] = self.settings.service_account
@@ -373,6 +456,8 @@ class AttemptBuilder:
         ]
         if self.secret_values:
             mounts.append({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True})
+        if self.ssh_values:
+            mounts.append({"name": "ssh", "mountPath": SSH_DIR, "readOnly": True})
         mounts += self._material_mounts(role, main=True)
         return {
             "name": MAIN_CONTAINER,
@@ -385,6 +470,7 @@ class AttemptBuilder:
             "ports": declared,
             "volumeMounts": mounts,
             "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": container_security_context(self.settings),
         }
 
     def _prepare_container(
@@ -407,6 +493,7 @@ class AttemptBuilder:
             "resources": self._resources(role, gpu=False),
             "volumeMounts": self._material_mounts(role, main=False),
             "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": container_security_context(self.settings),
         }
         if self.settings.host_network:
             node = {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
@@ -463,12 +550,22 @@ class AttemptBuilder:
             volumes.append(
                 {
                     "name": "secrets",
-                    "secret": {"secretName": secret_name(self.service), "defaultMode": 0o400},
+                    "secret": {"secretName": secret_name(self.service), "defaultMode": SECRET_MODE},
+                }
+            )
+        if self.ssh_values:
+            volumes.append(
+                {
+                    "name": "ssh",
+                    "secret": {
+                        "secretName": ssh_secret_name(self.service),
+                        "defaultMode": SECRET_MODE,
+                    },
                 }
             )
         for n, material in enumerate(role.materials):
             if material.kind is Fetch.MOUNT:
-                claim: dict[str, Any] = {"claimName": _claim_of(role, material)}
+                claim: dict[str, Any] = {"claimName": self._claim(role, material)}
                 if material.read_only:
                     claim["readOnly"] = True
                 volumes.append({"name": f"storage-{n}", "persistentVolumeClaim": claim})
@@ -499,7 +596,7 @@ class AttemptBuilder:
                 elif material.kind is Fetch.CLONE:
                     _repos(material)
                 else:
-                    _claim_of(role, material)
+                    self._claim(role, material)
             except UnservableMaterial as exc:
                 raise LaunchRefused(f"{where}: {exc}") from None
         for storage in role.storages:
@@ -691,25 +788,6 @@ def _repo(material: Material, uri: str) -> tuple[str, str | None]:
             "cluster's nodes do not have; use an http(s) or git repository"
         )
     return spec.url, spec.ref
-
-
-def _claim_of(role: RoleLaunch, material: Material) -> str:
-    """The PersistentVolumeClaim of a storage / output prerequisite: the storage name it gives,
-    else its own name."""
-    if len(material.uris) > 1:
-        raise UnservableMaterial(
-            f"prerequisite {material.name!r}: a storage takes at most one URI "
-            f"(got {len(material.uris)})"
-        )
-    claim = material.uris[0] if material.uris else material.name
-    if "://" in claim or claim.startswith("/"):
-        raise UnservableMaterial(
-            f"prerequisite {material.name!r}: {_shown(claim)} cannot be mounted on Kubernetes; "
-            "give the name of a PersistentVolumeClaim in the namespace instead"
-        )
-    if not _PVC_NAME.fullmatch(claim) or len(claim) > 253:
-        raise UnservableMaterial(f"prerequisite {material.name!r}: {_pvc_rule(claim)}")
-    return claim
 
 
 def _pvc_rule(name: str) -> str:

@@ -35,6 +35,8 @@ MAIN_CONTAINER = "main"
 PREPARE_CONTAINER = "prepare"
 LAUNCH_KEY = "launch.json"  # the attempt's LaunchRequest (no secrets) in its ConfigMap
 COMMON_ENV_KEY = "env-common.sh"
+CLAIMS_KEY = "claims.json"  # role -> prerequisite -> the claim it mounts, kept for adoption
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -102,6 +104,14 @@ def config_map_name(service: str) -> str:
 
 def secret_name(service: str) -> str:
     return f"{service}-secrets"
+
+
+def ssh_secret_name(service: str) -> str:
+    return f"{service}-ssh"
+
+
+def network_policy_name(service: str) -> str:
+    return service
 
 
 def registry_secret_name(service: str, number: int) -> str:

@@ -241,9 +241,11 @@ def test_host_network_hashes_ports_as_openpai_does() -> None:
     assert hashed_port(uid, "http", 0, window) == 30643
 
     request = request_of(V2_JOB)
-    objects = build(request, host_network=True)
-    again = build(request, host_network=True)
-    retry = build(request.model_copy(update={"attempt": 2}), host_network=True)
+    objects = build(request, host_network=True, pod_security="privileged")
+    again = build(request, host_network=True, pod_security="privileged")
+    retry = build(
+        request.model_copy(update={"attempt": 2}), host_network=True, pod_security="privileged"
+    )
     pod = by_name(objects)["worker-0"]
     assert pod["spec"]["hostNetwork"] is True
     assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
@@ -326,7 +328,8 @@ def test_storages_become_persistent_volume_claims_by_name() -> None:
         for v in pod["spec"]["volumes"]
         if "persistentVolumeClaim" in v
     }
-    assert sorted(c["claimName"] for c in claims.values()) == ["models", "team-nfs"]
+    # the user's own claim of the storage's name, and the admin-defined storage's claim
+    assert sorted(c["claimName"] for c in claims.values()) == ["pg-u-default-models", "team-nfs"]
     mounts = {m["mountPath"]: m for m in main(pod)["volumeMounts"]}
     assert mounts["/mnt/shared"].get("readOnly") is True
     assert "/work/models" in mounts
@@ -343,9 +346,13 @@ def test_storages_become_persistent_volume_claims_by_name() -> None:
     ):
         build(request.model_copy(update={"roles": [request.roles[0], host_dir]}))
     bad_claim = worker.model_copy(
-        update={"materials": [Material(name="Models_2", kind=Fetch.MOUNT)]}
+        update={
+            "storages": [
+                StorageMount(name="s", source="Team_NFS", volume=True, target="/mnt/shared")
+            ]
+        }
     )
-    with pytest.raises(LaunchRefused, match=r"'Models_2' is not a PersistentVolumeClaim name"):
+    with pytest.raises(LaunchRefused, match=r"'Team_NFS' is not a PersistentVolumeClaim name"):
         build(request.model_copy(update={"roles": [request.roles[0], bad_claim]}))
 
 
@@ -458,14 +465,25 @@ def test_resolve_manifests_prints_every_object_as_a_yaml_stream(
 ) -> None:
     monkeypatch.setenv("PAIGRAPH_K8S_NAMESPACE", "research")
     monkeypatch.setenv("PAIGRAPH_K8S_CONFIG", str(tmp_path / "k8s.yaml"))
-    (tmp_path / "k8s.yaml").write_text("host_network: true\nport_range: 30000-31000\n")
+    (tmp_path / "k8s.yaml").write_text(
+        "host_network: true\npod_security: privileged\nport_range: 30000-31000\n"
+    )
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(_with_secrets()))
     done = CliRunner().invoke(app, ["resolve", str(job), "--manifests"])
     assert done.exit_code == 0, done.output
     docs = list(yaml.safe_load_all(done.stdout))
     kinds = [d["kind"] for d in docs]
-    assert kinds == ["Service", "ConfigMap", "Secret", "Secret", "Pod", "Pod", "Pod"]
+    assert kinds == [
+        "Service",
+        "ConfigMap",
+        "Secret",
+        "Secret",
+        "NetworkPolicy",
+        "Pod",
+        "Pod",
+        "Pod",
+    ]
     assert {d["metadata"]["namespace"] for d in docs} == {"research"}
     assert "s3cr3t-token" not in done.stdout and "pull-pass" not in done.stdout
     for doc in docs:
@@ -513,7 +531,8 @@ def test_the_deployment_files_are_valid_objects() -> None:
         if d
     ]
     kinds = {d["kind"] for d in docs}
-    assert {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "Secret"} <= kinds
+    assert {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding"} <= kinds
+    assert "Secret" not in kinds  # no password is shipped: the operator makes the Secrets
     for doc in docs:
         validate(doc)
     listed = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
