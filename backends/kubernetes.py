@@ -311,7 +311,8 @@ class KubernetesBackend(ThreadedBackend):
         attempt.service_uid = service["metadata"]["uid"]
         try:
             policy = [objects.network_policy] if objects.network_policy else []
-            for obj in [objects.config_map, *objects.secrets, *policy]:
+            maps = [objects.config_map, *objects.extra_config_maps]
+            for obj in [*maps, *objects.secrets, *policy]:
                 self._create(obj["kind"], with_owner(obj, attempt.service_uid))
         except _UNREACHABLE as exc:
             self._drop(attempt)
@@ -811,6 +812,10 @@ class KubernetesBackend(ThreadedBackend):
         deletes: list[tuple[Callable[..., Any], str]] = [
             (self.core.delete_namespaced_config_map, config_map_name(service)),
             *(
+                (self.core.delete_namespaced_config_map, c["metadata"]["name"])
+                for c in attempt.builder.extra_config_maps()
+            ),
+            *(
                 (self.core.delete_namespaced_secret, s["metadata"]["name"])
                 for s in attempt.builder.registry_secrets()
             ),
@@ -868,6 +873,8 @@ class KubernetesBackend(ThreadedBackend):
             self.namespace, label_selector=self.selector, _preload_content=False
         )
         for item in _body(response).get("items") or []:
+            if LAUNCH_KEY not in (item.get("data") or {}):
+                continue  # a part of a large attempt's environment, not an attempt
             try:
                 self._adopt_attempt(item)
             except Exception as exc:

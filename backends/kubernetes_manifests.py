@@ -68,6 +68,7 @@ from backends.kubernetes_names import (
     ATTEMPT,
     CLAIMS_KEY,
     COMMON_ENV_KEY,
+    ENV_ANNOTATION,
     INDEX,
     JOB,
     JOB_ID_ANNOTATION,
@@ -87,7 +88,7 @@ from backends.kubernetes_names import (
     VC_ANNOTATION,
     config_map_name,
     entrypoint_key,
-    instance_env_key,
+    extra_config_map_name,
     label_value,
     network_policy_name,
     pod_name,
@@ -99,7 +100,7 @@ from backends.kubernetes_names import (
 )
 from backends.kubernetes_ports import duplicates, instance_ports
 from backends.kubernetes_settings import KubernetesSettings
-from backends.runtime_env import runtime_env, shell_env_file
+from backends.runtime_env import instance_variables, runtime_env, shell_env_file
 from backends.secrets_env import SECRET_KEY, SECRET_REF, with_secret_references
 from backends.ssh_access import ssh_files
 from simulator.prereqs import UnservableMaterial, check_name, parse_repo, repository_name
@@ -108,6 +109,7 @@ PLACEHOLDER_UID = "<uid of the Service, set by the cluster when it is created>"
 CONFIG_DIR = "/usr/local/pai-config"  # the ConfigMap's files, read-only
 SECRETS_DIR = f"{RUNTIME_DIR}/secrets"
 POD_IP_VARIABLES = ("PAI_CONTAINER_HOST_IP", "PAI_CURRENT_CONTAINER_IP")
+ENV_PART_BYTES = 768 * 1024  # of the shared environment per ConfigMap (the API allows 1 MiB)
 PORT_IN_USE_EXIT = 10  # the init container's exit code for a port already in use
 DOCKER_HUB = "https://index.docker.io/v1/"
 
@@ -124,10 +126,12 @@ class AttemptObjects:
     secrets: list[dict[str, Any]]
     pods: list[dict[str, Any]]
     network_policy: dict[str, Any] | None = None
+    extra_config_maps: list[dict[str, Any]] = field(default_factory=list)
 
     def all(self) -> list[dict[str, Any]]:
         policy = [self.network_policy] if self.network_policy else []
-        return [self.service, self.config_map, *self.secrets, *policy, *self.pods]
+        maps = [self.config_map, *self.extra_config_maps]
+        return [self.service, *maps, *self.secrets, *policy, *self.pods]
 
 
 @dataclass
@@ -205,7 +209,14 @@ class AttemptBuilder:
             self.pod(role, index) for role in self.request.roles for index in range(role.instances)
         ]
         policy = self.network_policy() if self.settings.network_policy else None
-        return AttemptObjects(self.service_object(), self.config_map(), secrets, pods, policy)
+        return AttemptObjects(
+            self.service_object(),
+            self.config_map(),
+            secrets,
+            pods,
+            policy,
+            self.extra_config_maps(),
+        )
 
     def network_policy(self) -> dict[str, Any]:
         """Lets into the attempt's pods only what comes from its own pods (and the peers the
@@ -254,31 +265,35 @@ class AttemptBuilder:
         }
 
     def config_map(self) -> dict[str, Any]:
+        """The attempt's ConfigMap: the launch request, the claims, each role's entrypoint and
+        the first part of the environment all instances share."""
         data = {
             LAUNCH_KEY: _kept(self.request).model_dump_json(
                 exclude={"secrets": True, "ssh": {"job_private_key"}}
             ),
             CLAIMS_KEY: json.dumps(self.all_claims(), sort_keys=True),
         }
-        envs = {
-            (role.name, i): self.instance_env(role.name, i)
-            for role in self.request.roles
-            for i in range(role.instances)
-        }
-        common = _shared_items(list(envs.values()))
-        data[COMMON_ENV_KEY] = shell_env_file(common)
         for role in self.request.roles:
             data[entrypoint_key(self.hosts[role.name])] = entrypoint_script(
                 self._runnable(role), ssh=bool(self.ssh_values)
             )
-            for i in range(role.instances):
-                own = {k: v for k, v in envs[(role.name, i)].items() if k not in common}
-                data[instance_env_key(self.hosts[role.name], i)] = shell_env_file(own)
+        data[COMMON_ENV_KEY] = self._common_parts[0]
+        return self._config_map_object(config_map_name(self.service), data)
+
+    def extra_config_maps(self) -> list[dict[str, Any]]:
+        """The rest of the shared environment of a large attempt, a ConfigMap per part, each
+        within the API's 1 MiB of data."""
+        return [
+            self._config_map_object(extra_config_map_name(self.service, n), {COMMON_ENV_KEY: part})
+            for n, part in enumerate(self._common_parts[1:], start=1)
+        ]
+
+    def _config_map_object(self, name: str, data: dict[str, str]) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": self._meta(
-                config_map_name(self.service),
+                name,
                 self.attempt_labels(),
                 annotations=self.attempt_annotations(),
                 ownerReferences=self.owned(),
@@ -286,16 +301,66 @@ class AttemptBuilder:
             "data": data,
         }
 
-    def instance_env(self, role: str, index: int) -> dict[str, str]:
-        """The instance's PAI_* environment, peers by DNS name; the pod IP ones left out (the
-        downward API gives them)."""
-        placements = {
+    # --- the environment, built in time linear in the number of instances ---------------------
+
+    @cached_property
+    def placements(self) -> dict[tuple[str, int], Placement]:
+        return {
             (r.name, i): self.placement(r.name, i)
             for r in self.request.roles
             for i in range(r.instances)
         }
-        env = runtime_env(self.request, placements, role, index)
-        return {k: v for k, v in env.items() if k not in POD_IP_VARIABLES}
+
+    @cached_property
+    def _role_envs(self) -> dict[str, dict[str, str]]:
+        """Each role's instance 0's environment (every peer in it: built once per role)."""
+        return {
+            r.name: _without_pod_ip(runtime_env(self.request, self.placements, r.name, 0))
+            for r in self.request.roles
+        }
+
+    def _own(self, role: RoleLaunch, index: int) -> dict[str, str]:
+        """What instance `index` has of its own (index, ports), the job's and role's env
+        still over it."""
+        own = instance_variables(role, index, self.placements[(role.name, index)])
+        overrides = {**self.request.env, **role.env}
+        return _without_pod_ip({k: overrides.get(k, v) for k, v in own.items()})
+
+    @cached_property
+    def _common(self) -> dict[str, str]:
+        """The variables every instance has with the same value."""
+        first, *others = [self._role_envs[r.name] for r in self.request.roles]
+        volatile = {k for r in self.request.roles for k in self._own(r, 0)}
+        return {
+            k: v
+            for k, v in first.items()
+            if k not in volatile and all(o.get(k, None) == v for o in others)
+        }
+
+    @cached_property
+    def _common_parts(self) -> list[str]:
+        """The shared environment as shell files of at most ENV_PART_BYTES each."""
+        return _split_env_file(shell_env_file(self._common), ENV_PART_BYTES)
+
+    @cached_property
+    def _role_level(self) -> dict[str, dict[str, str]]:
+        """Per role, the variables its instances share that others do not (its compat names,
+        its own env)."""
+        common = self._common
+        return {
+            name: {k: v for k, v in env.items() if k not in common}
+            for name, env in self._role_envs.items()
+        }
+
+    def instance_part(self, role: RoleLaunch, index: int) -> dict[str, str]:
+        """The instance's variables beyond the shared ones: its role's, then its own."""
+        return {**self._role_level[role.name], **self._own(role, index)}
+
+    def instance_env(self, role: str, index: int) -> dict[str, str]:
+        """The instance's whole PAI_* environment, peers by DNS name; the pod IP ones left out
+        (the downward API gives them)."""
+        found = self.request.role(role)
+        return {**self._role_envs[role], **self._own(found, index)}
 
     def job_secret(self) -> dict[str, Any] | None:
         values = self.secret_values
@@ -389,6 +454,7 @@ class AttemptBuilder:
             **self.attempt_annotations(),
             ROLE_ANNOTATION: role.name,
             PORTS_ANNOTATION: json.dumps(ports),
+            ENV_ANNOTATION: shell_env_file(self.instance_part(role, index)),
             **{k: self._render(v) for k, v in self.settings.pod_annotations.items()},
         }
         spec: dict[str, Any] = {
@@ -525,22 +591,44 @@ class AttemptBuilder:
                 mounts.append(mount)
         return mounts
 
+    def _runtime_config(self, host: str) -> dict[str, Any]:
+        """The entrypoint, the shared environment in its parts, and the instance's own part
+        (its pod's annotation, through the downward API), as files of one folder."""
+        sources: list[dict[str, Any]] = [
+            {
+                "configMap": {
+                    "name": config_map_name(self.service),
+                    "items": [
+                        {"key": entrypoint_key(host), "path": "entrypoint.sh"},
+                        {"key": COMMON_ENV_KEY, "path": env_part_file(0)},
+                    ],
+                }
+            }
+        ]
+        for n in range(1, len(self._common_parts)):
+            sources.append(
+                {
+                    "configMap": {
+                        "name": extra_config_map_name(self.service, n),
+                        "items": [{"key": COMMON_ENV_KEY, "path": env_part_file(n)}],
+                    }
+                }
+            )
+        annotation = f"metadata.annotations['{ENV_ANNOTATION}']"
+        sources.append(
+            {
+                "downwardAPI": {
+                    "items": [{"path": "env-instance.sh", "fieldRef": {"fieldPath": annotation}}]
+                }
+            }
+        )
+        return {"defaultMode": 0o444, "sources": sources}
+
     def _volumes(self, role: RoleLaunch, index: int) -> list[dict[str, Any]]:
         host = self.hosts[role.name]
         volumes: list[dict[str, Any]] = [
             {"name": "runtime", "emptyDir": {}},
-            {
-                "name": "runtime-config",
-                "configMap": {
-                    "name": config_map_name(self.service),
-                    "defaultMode": 0o444,
-                    "items": [
-                        {"key": entrypoint_key(host), "path": "entrypoint.sh"},
-                        {"key": COMMON_ENV_KEY, "path": "env-common.sh"},
-                        {"key": instance_env_key(host, index), "path": "env-instance.sh"},
-                    ],
-                },
-            },
+            {"name": "runtime-config", "projected": self._runtime_config(host)},
             {
                 "name": "shm",
                 "emptyDir": {"medium": "Memory", "sizeLimit": f"{role.resources.shm_mb}Mi"},
@@ -683,7 +771,7 @@ _BOOT = "\n".join(
     [
         "set -e",
         f"mkdir -p {RUN_DIR}",
-        f"cat {CONFIG_DIR}/env-common.sh {CONFIG_DIR}/env-instance.sh > {ENV_FILE}",
+        f"cat {CONFIG_DIR}/env-common-*.sh {CONFIG_DIR}/env-instance.sh > {ENV_FILE}",
         f"cp {CONFIG_DIR}/entrypoint.sh {ENTRYPOINT}",
         f"ln -sf /proc/self/fd/1 {LOG_FILE}",
         f"exec /bin/sh {ENTRYPOINT}",
@@ -707,12 +795,30 @@ def _kept(request: LaunchRequest) -> LaunchRequest:
     return request.model_copy(update={"roles": roles})
 
 
-def _shared_items(envs: list[dict[str, str]]) -> dict[str, str]:
-    """The variables every instance has with the same value, in the first one's order."""
-    if not envs:
-        return {}
-    first, rest = envs[0], envs[1:]
-    return {k: v for k, v in first.items() if all(e.get(k, None) == v for e in rest)}
+def _without_pod_ip(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in POD_IP_VARIABLES}
+
+
+def env_part_file(number: int) -> str:
+    """The file of part `number` of the shared environment (the names sort in order)."""
+    return f"env-common-{number:03d}.sh"
+
+
+def _split_env_file(text: str, limit: int) -> list[str]:
+    """A shell file in parts of at most `limit` bytes, cut between lines (a value with a
+    newline spans lines, so a cut is made only before an `export` or comment line)."""
+    parts: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in text.splitlines(keepends=True):
+        starts = line.startswith(("export ", "# "))
+        if current and starts and size + len(line.encode()) > limit:
+            parts.append("".join(current))
+            current, size = [], 0
+        current.append(line)
+        size += len(line.encode())
+    parts.append("".join(current))
+    return parts
 
 
 def registry_of(image: str) -> str:

@@ -30,6 +30,8 @@ ROLE_ANNOTATION = f"{DOMAIN}/role-name"  # the role's name exactly as the user w
 USER_ANNOTATION = f"{DOMAIN}/user"
 VC_ANNOTATION = f"{DOMAIN}/virtual-cluster"
 PORTS_ANNOTATION = f"{DOMAIN}/ports"  # JSON: label -> ports of the instance
+# the instance's own part of its environment (a shell file), read through the downward API
+ENV_ANNOTATION = f"{DOMAIN}/env"
 
 MAIN_CONTAINER = "main"
 PREPARE_CONTAINER = "prepare"
@@ -102,6 +104,11 @@ def config_map_name(service: str) -> str:
     return f"{service}-runtime"
 
 
+def extra_config_map_name(service: str, number: int) -> str:
+    """Part `number` (from 1) of a large attempt's shared environment."""
+    return f"{service}-runtime-{number}"
+
+
 def secret_name(service: str) -> str:
     return f"{service}-secrets"
 
@@ -120,10 +127,6 @@ def registry_secret_name(service: str, number: int) -> str:
 
 def entrypoint_key(host: str) -> str:
     return f"entrypoint-{host}.sh"
-
-
-def instance_env_key(host: str, index: int) -> str:
-    return f"env-{host}-{index}.sh"
 
 
 def owner_selector(owner: str) -> str:

@@ -66,6 +66,26 @@ def main(pod: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
+def config_files(objects: AttemptObjects, pod: dict[str, Any]) -> dict[str, str]:
+    """The files of the pod's runtime-config volume, as the kubelet projects them: items of
+    the attempt's ConfigMaps, and annotations of the pod through the downward API."""
+    maps = {
+        m["metadata"]["name"]: m["data"] for m in [objects.config_map, *objects.extra_config_maps]
+    }
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "runtime-config"]
+    files = {}
+    for source in volume["projected"]["sources"]:
+        if "configMap" in source:
+            data = maps[source["configMap"]["name"]]
+            for item in source["configMap"]["items"]:
+                files[item["path"]] = data[item["key"]]
+        for item in source.get("downwardAPI", {}).get("items", []):
+            path = item["fieldRef"]["fieldPath"]
+            assert path.startswith("metadata.annotations['") and path.endswith("']")
+            files[item["path"]] = pod["metadata"]["annotations"][path[22:-2]]
+    return files
+
+
 # --- every job of the corpus --------------------------------------------------------------------
 
 
@@ -112,11 +132,10 @@ def test_every_corpus_job_becomes_valid_objects_or_a_clear_refusal(path: Path) -
     assert len(objects.pods) == request.total_instances
     hosts = [p["spec"]["hostname"] for p in objects.pods]
     assert len(set(hosts)) == len(hosts)
-    data = objects.config_map["data"]
     for pod in objects.pods:
         assert pod["spec"]["subdomain"] == objects.service["metadata"]["name"]
-        (volume,) = [v for v in pod["spec"]["volumes"] if "configMap" in v]
-        assert all(item["key"] in data for item in volume["configMap"]["items"])
+        files = config_files(objects, pod)
+        assert {"entrypoint.sh", "env-common-000.sh", "env-instance.sh"} <= set(files)
     assert len(yaml_stream(objects.all())) < 1 << 20
 
 
@@ -190,8 +209,9 @@ def test_the_environment_names_peers_by_stable_dns_names_and_the_pod_ip(tmp_path
     for name in ("PAI_CONTAINER_HOST_IP", "PAI_CURRENT_CONTAINER_IP"):
         assert env[name]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     # the two files the container concatenates, read by a real shell
-    (tmp_path / "common.sh").write_text(data["env-common.sh"])
-    (tmp_path / "own.sh").write_text(data["env-worker-1.sh"])
+    files = config_files(objects, pod)
+    (tmp_path / "common.sh").write_text(files["env-common-000.sh"])
+    (tmp_path / "own.sh").write_text(files["env-instance.sh"])
     shown = subprocess.run(
         ["sh", "-c", f"env -i sh -c '. {tmp_path}/common.sh; . {tmp_path}/own.sh; env'"],
         capture_output=True,
@@ -561,11 +581,10 @@ def _run_like_a_pod(
     request = request.model_copy(update={"roles": [request.role("ps"), worker]})
     objects = build(request)
     pod = by_name(objects)["worker-0"]
-    (volume,) = [v for v in pod["spec"]["volumes"] if "configMap" in v]
     config = tmp_path / "config"
     config.mkdir()
-    for item in volume["configMap"]["items"]:
-        (config / item["path"]).write_text(objects.config_map["data"][item["key"]])
+    for path, text in config_files(objects, pod).items():
+        (config / path).write_text(text)
     container = main(pod)
     env = {e["name"]: e.get("value", "10.9.8.7") for e in container["env"]}
     engine = docker.from_env()
