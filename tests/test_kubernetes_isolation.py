@@ -414,3 +414,18 @@ async def test_fake_cluster_an_adopted_ssh_job_keeps_its_key(
         assert "PRIVATE KEY" not in json.dumps(config)
         await second.forget(request.job_id, 1)
     assert api.objects == {}
+
+
+# --- virtual clusters ----------------------------------------------------------------------------
+
+
+def test_a_virtual_cluster_maps_to_its_kueue_local_queue() -> None:
+    queues = {"default": "team-a-queue", "vc2": "team-b-queue"}
+    objects = build(ps_worker(), queue_of_virtual_cluster=queues)
+    for pod in objects.pods:
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
+        validate(pod)
+    other = ps_worker().model_copy(update={"virtual_cluster": "vc9"})
+    with pytest.raises(LaunchRefused, match=r"virtual cluster 'vc9' has no queue"):
+        build(other, queue_of_virtual_cluster=queues)
+    assert "kueue.x-k8s.io/queue-name" not in build(ps_worker()).pods[0]["metadata"]["labels"]
