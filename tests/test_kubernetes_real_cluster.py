@@ -1,8 +1,11 @@
-"""The two-role ps/worker job on a real Kubernetes cluster.
+"""The two-role ps/worker job, claim isolation and the restricted profile on a real cluster.
 
 Skipped unless PAIGRAPH_TEST_KUBECONFIG names a kubeconfig; the cluster must be able to pull
 `busybox` (or the image in PAIGRAPH_TEST_K8S_IMAGE). The namespace is the kubeconfig context's,
-or PAIGRAPH_TEST_K8S_NAMESPACE. Everything the test creates is removed at its end.
+or PAIGRAPH_TEST_K8S_NAMESPACE; the restricted profile is tried in
+PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE, a namespace labelled
+`pod-security.kubernetes.io/enforce=restricted` (skipped without it). Everything the tests
+create is removed at their end.
 
     PAIGRAPH_TEST_KUBECONFIG=~/.kube/config pytest -q tests/test_kubernetes_real_cluster.py
 """
@@ -13,14 +16,18 @@ import asyncio
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from backends.base import (
     EventKind,
+    Fetch,
     InstanceEvent,
     InstanceKey,
+    LaunchRefused,
     LaunchRequest,
+    Material,
     ResourceRequest,
     RoleLaunch,
 )
@@ -113,3 +120,86 @@ async def test_a_ps_worker_job_runs_on_a_real_cluster(tmp_path: Path) -> None:
         reader.cancel()
         await backend.forget(request.job_id, 1)
         await backend.close()
+
+
+RESTRICTED_NAMESPACE = os.environ.get("PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE")
+
+
+def _settings(tmp_path: Path, **overrides: Any) -> KubernetesSettings:
+    values: dict[str, Any] = {
+        "kubeconfig": str(Path(KUBECONFIG or "").expanduser()),
+        "namespace": os.environ.get("PAIGRAPH_TEST_K8S_NAMESPACE") or None,
+        "owner": f"test-{uuid.uuid4().hex[:8]}",
+        "state_dir": tmp_path,
+        "gang_timeout_seconds": 300,
+        "stop_grace_seconds": 5,
+    }
+    return KubernetesSettings(**{**values, **overrides})
+
+
+async def test_a_job_naming_the_servers_claim_is_refused_on_a_real_cluster(
+    tmp_path: Path,
+) -> None:
+    backend = KubernetesBackend(_settings(tmp_path))
+    backend.check()
+    await backend.start()
+    worker = _role("worker", ["true"], 1).model_copy(
+        update={"materials": [Material(name="db", kind=Fetch.MOUNT, uris=["data-postgres-0"])]}
+    )
+    request = LaunchRequest(
+        job_id=f"steal-{uuid.uuid4().hex[:8]}", job_name="steal", user="mallory", roles=[worker]
+    )
+    try:
+        with pytest.raises(LaunchRefused, match=r"'data-postgres-0' is not a claim of yours"):
+            await backend.launch(request)
+        assert await backend.reconcile() == []
+    finally:
+        await backend.close()
+
+
+@pytest.mark.skipif(
+    not RESTRICTED_NAMESPACE,
+    reason="set PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE to a namespace enforcing restricted",
+)
+async def test_the_restricted_profile_runs_as_non_root_on_a_real_cluster(tmp_path: Path) -> None:
+    strict = KubernetesBackend(
+        _settings(
+            tmp_path / "strict",
+            namespace=RESTRICTED_NAMESPACE,
+            pod_security="restricted",
+            run_as_user=1000,
+        )
+    )
+    loose = KubernetesBackend(_settings(tmp_path / "loose", namespace=RESTRICTED_NAMESPACE))
+    for backend in (strict, loose):
+        backend.check()
+        await backend.start()
+    request = LaunchRequest(
+        job_id=f"strict-{uuid.uuid4().hex[:8]}",
+        job_name="strict",
+        roles=[_role("main", ["echo uid $(id -u)"], 1)],
+        secrets={"token": "t0k3n"},
+    )
+    seen: list[InstanceEvent] = []
+
+    async def collect() -> None:
+        async for event in strict.events():
+            seen.append(event)
+
+    reader = asyncio.create_task(collect())
+    try:
+        # made for baseline: the namespace's admission refuses it, and the job is told why
+        with pytest.raises(LaunchRefused, match=r"Pod Security admission refuses the pods"):
+            await loose.launch(request.model_copy(update={"job_id": f"{request.job_id}x"}))
+        await strict.launch(request)
+        await until_async(lambda: any(e.kind in ENDED for e in seen), "the instance ends", 600, 1)
+        (ended,) = [e for e in seen if e.kind in ENDED]
+        assert (ended.kind, ended.exit_code) == (EventKind.EXITED, 0), ended.reason
+        key = InstanceKey(job_id=request.job_id, attempt=1, role="main", index=0)
+        log = "".join([chunk.data async for chunk in strict.logs(key)])
+        assert "uid 1000" in log
+    finally:
+        reader.cancel()
+        await strict.forget(request.job_id, 1)
+        for backend in (strict, loose):
+            await backend.close()
