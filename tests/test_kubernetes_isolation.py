@@ -5,6 +5,8 @@ as a kube-apiserver would (tests/fake_kube_admission.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +30,10 @@ from backends.kubernetes_manifests import AttemptBuilder
 from backends.kubernetes_names import CLAIMS_KEY
 from backends.kubernetes_settings import KubernetesSettings, SettingsError, load_settings
 from server.cli import app
+from server.events import bus_for
 from server.jobs.launch import NotRunnable
+from server.jobs.service import JobService
+from server.store import Store
 from simulator.capabilities import KEPT_CAPABILITIES
 from tests.fake_kube_admission import ENFORCE, pod_security_violations
 from tests.fake_kube_api import FakeKubeAPI, validate
@@ -41,6 +46,7 @@ from tests.test_kubernetes_fake_cluster import (
     ps_worker,
     role,
 )
+from tests.test_kubernetes_fake_cluster import settings as fake_settings
 from tests.test_kubernetes_manifests import _corpus_jobs, request_of
 from tests.waiting import until_async
 
@@ -429,3 +435,40 @@ def test_a_virtual_cluster_maps_to_its_kueue_local_queue() -> None:
     with pytest.raises(LaunchRefused, match=r"virtual cluster 'vc9' has no queue"):
         build(other, queue_of_virtual_cluster=queues)
     assert "kueue.x-k8s.io/queue-name" not in build(ps_worker()).pods[0]["metadata"]["labels"]
+
+
+# --- through the job service ---------------------------------------------------------------------
+
+
+async def test_fake_cluster_the_service_refuses_a_job_naming_a_claim_not_its_users(
+    api: FakeKubeAPI, tmp_path: Path, store: Store, db_url: str
+) -> None:
+    bus = bus_for(db_url)
+    service = JobService(store, KubernetesBackend(fake_settings(api, tmp_path)), bus)
+    await service.start()
+    try:
+        kate = store.create_user("kate")[0]
+        for claim, why in [
+            ("data-postgres-0", "is not a claim of yours"),
+            ("pg-u-bob-models", "is another user's claim"),
+        ]:
+            doc = json.loads(json.dumps(V2_JOB))
+            doc["prerequisites"].append({"name": "out", "type": "output", "uri": claim})
+            doc["taskRoles"]["worker"]["output"] = "out"
+            refused = await service.submit(kate, json.dumps(doc))
+            assert refused.job is None
+            assert [(e.path_parts(), e.code) for e in refused.errors] == [
+                (["taskRoles"], "refused")
+            ]
+            message = refused.errors[0].message
+            assert (
+                f"task role 'worker': prerequisite 'out': the PersistentVolumeClaim {claim!r}"
+                in (message)
+            )
+            assert why in message and "pg-u-kate-out" in message
+        assert api.objects == {}
+        assert (await asyncio.to_thread(store.list_jobs)).jobs == []
+    finally:
+        await service.close()
+        with contextlib.suppress(Exception):
+            await bus.close()
