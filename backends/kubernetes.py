@@ -886,7 +886,8 @@ class KubernetesBackend(ThreadedBackend):
         request = LaunchRequest.model_validate_json(data[LAUNCH_KEY])
         # the claims it was made with; none recorded: made before claims were per user
         claims = json.loads(data[CLAIMS_KEY]) if CLAIMS_KEY in data else {}
-        builder = AttemptBuilder(request, self.settings, self.namespace, claims)
+        legacy = CLAIMS_KEY not in data
+        builder = AttemptBuilder(request, self.settings, self.namespace, claims, legacy)
         try:
             service = _body(
                 self.core.read_namespaced_service(
@@ -909,7 +910,7 @@ class KubernetesBackend(ThreadedBackend):
             request = request.model_copy(
                 update={"ssh": request.ssh.model_copy(update={"job_private_key": job_key})}
             )
-        builder = AttemptBuilder(request, self.settings, self.namespace, claims)
+        builder = AttemptBuilder(request, self.settings, self.namespace, claims, legacy)
         attempt = _Attempt(request=request, builder=builder, service_uid=service["metadata"]["uid"])
         for role in request.roles:
             for index in range(role.instances):

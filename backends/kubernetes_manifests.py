@@ -141,9 +141,13 @@ class AttemptBuilder:
     request: LaunchRequest
     settings: KubernetesSettings
     namespace: str
-    # role -> prerequisite -> claim, of an attempt made earlier (read back from its ConfigMap,
-    # or LEGACY_CLAIMS for one made before claims were per user): the claims it keeps
+    # role -> prerequisite -> claim, of an attempt made earlier (read back from its ConfigMap):
+    # the claims it keeps; a prerequisite it has no record of mounts what it did before
+    # claims were per user (its URI, else its name)
     claims: dict[str, dict[str, str]] | None = None
+    # an attempt made before claims were recorded: one ConfigMap holds its whole shared
+    # environment, so its instances run again from that one, however large
+    legacy: bool = False
     _registry: dict[tuple[str, str, str], str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
@@ -340,7 +344,8 @@ class AttemptBuilder:
     @cached_property
     def _common_parts(self) -> list[str]:
         """The shared environment as shell files of at most ENV_PART_BYTES each."""
-        return _split_env_file(shell_env_file(self._common), ENV_PART_BYTES)
+        text = shell_env_file(self._common)
+        return [text] if self.legacy else _split_env_file(text, ENV_PART_BYTES)
 
     @cached_property
     def _role_level(self) -> dict[str, dict[str, str]]:

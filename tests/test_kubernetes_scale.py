@@ -111,3 +111,18 @@ def test_an_instances_environment_is_its_roles_first_with_its_own_variables() ->
                 own = instance_variables(role, index, placements[(role.name, index)])
                 rebuilt = {**first, **own, **request.env, **role.env}
                 assert rebuilt == runtime_env(request, placements, role.name, index)
+
+
+def test_an_attempt_adopted_from_before_the_split_keeps_its_one_config_map(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An attempt made before the shared environment was split has it all in one ConfigMap;
+    an instance run again after an upgrade reads that one, not parts never made."""
+    monkeypatch.setattr(kubernetes_manifests, "ENV_PART_BYTES", 16 * 1024)
+    request = large_job(296)
+    assert AttemptBuilder(request, SETTINGS, "jobs").objects().extra_config_maps
+    adopted = AttemptBuilder(request, SETTINGS, "jobs", {}, legacy=True)
+    pod = adopted.pod("worker", 7, run=2)
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "runtime-config"]
+    names = [s["configMap"]["name"] for s in volume["projected"]["sources"] if "configMap" in s]
+    assert names == [adopted.config_map()["metadata"]["name"]]
