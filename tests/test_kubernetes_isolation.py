@@ -33,6 +33,7 @@ from server.cli import app
 from server.events import bus_for
 from server.jobs.launch import NotRunnable
 from server.jobs.service import JobService
+from server.jobs.states import JobState
 from server.store import Store
 from simulator.capabilities import KEPT_CAPABILITIES
 from tests.fake_kube_admission import ENFORCE, pod_security_violations
@@ -468,6 +469,36 @@ async def test_fake_cluster_the_service_refuses_a_job_naming_a_claim_not_its_use
             assert why in message and "pg-u-kate-out" in message
         assert api.objects == {}
         assert (await asyncio.to_thread(store.list_jobs)).jobs == []
+    finally:
+        await service.close()
+        with contextlib.suppress(Exception):
+            await bus.close()
+
+
+async def test_fake_cluster_a_pod_security_refusal_fails_the_job_without_retries(
+    api: FakeKubeAPI, tmp_path: Path, store: Store, db_url: str
+) -> None:
+    api.label_namespace("jobs", **{ENFORCE: "restricted"})
+    bus = bus_for(db_url)
+    service = JobService(store, KubernetesBackend(fake_settings(api, tmp_path)), bus)
+    await service.start()
+    try:
+        kate = store.create_user("kate")[0]
+        doc = json.loads(json.dumps(V2_JOB))
+        doc["jobRetryCount"] = 3
+        outcome = await service.submit(kate, json.dumps(doc))
+        assert outcome.errors == [] and outcome.job is not None
+        job_id = outcome.job.id
+
+        async def ended() -> Any:
+            job = await asyncio.to_thread(store.get_job, job_id)
+            return job if job is not None and job.state.is_final else None
+
+        job = await until_async(ended, "the job ending", 15, 0.05)
+        assert (job.state, job.attempt, job.retries) == (JobState.FAILED, 1, 0)
+        assert 'violates PodSecurity "restricted:latest"' in job.state_reason
+        assert "set pod_security to the level the jobs' namespace enforces" in job.state_reason
+        await until_async(lambda: not api.objects, "nothing left in the cluster", 10, 0.05)
     finally:
         await service.close()
         with contextlib.suppress(Exception):
