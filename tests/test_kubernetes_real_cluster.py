@@ -4,8 +4,9 @@ Skipped unless PAIGRAPH_TEST_KUBECONFIG names a kubeconfig; the cluster must be 
 `busybox` (or the image in PAIGRAPH_TEST_K8S_IMAGE). The namespace is the kubeconfig context's,
 or PAIGRAPH_TEST_K8S_NAMESPACE; the restricted profile is tried in
 PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE, a namespace labelled
-`pod-security.kubernetes.io/enforce=restricted` (skipped without it). Everything the tests
-create is removed at their end.
+`pod-security.kubernetes.io/enforce=restricted` (skipped without it); the NetworkPolicy test
+runs with PAIGRAPH_TEST_K8S_NETWORK_POLICY=1, on a cluster whose network plugin enforces
+NetworkPolicy. Everything the tests create is removed at their end.
 
     PAIGRAPH_TEST_KUBECONFIG=~/.kube/config pytest -q tests/test_kubernetes_real_cluster.py
 """
@@ -203,3 +204,91 @@ async def test_the_restricted_profile_runs_as_non_root_on_a_real_cluster(tmp_pat
         await strict.forget(request.job_id, 1)
         for backend in (strict, loose):
             await backend.close()
+
+
+@pytest.mark.skipif(
+    not os.environ.get("PAIGRAPH_TEST_K8S_NETWORK_POLICY"),
+    reason="set PAIGRAPH_TEST_K8S_NETWORK_POLICY=1 on a cluster whose CNI enforces NetworkPolicy",
+)
+async def test_another_jobs_pod_cannot_reach_a_jobs_pods_on_a_real_cluster(
+    tmp_path: Path,
+) -> None:
+    """The ps of one job serves http; a worker of the same job reaches it, a worker of another
+    job does not (its NetworkPolicy lets in the job's own pods only)."""
+    backend = KubernetesBackend(_settings(tmp_path))
+    backend.check()
+    await backend.start()
+    suffix = uuid.uuid4().hex[:8]
+    server = LaunchRequest(
+        job_id=f"served-{suffix}",
+        job_name="served",
+        roles=[
+            _role(
+                "ps",
+                [
+                    "mkdir -p /tmp/www && echo hello > /tmp/www/index.html",
+                    "httpd -f -p $PAI_CONTAINER_HOST_PORT -h /tmp/www",
+                ],
+                1,
+            ),
+            _role(
+                "worker",
+                [
+                    "for i in $(seq 1 60); do"
+                    " wget -q -T 2 -O - http://${PAI_TASK_ROLE_ps_HOST_LIST%%,*}/ && exit 0;"
+                    " sleep 2; done; exit 1"
+                ],
+                1,
+            ),
+        ],
+    )
+    seen: list[InstanceEvent] = []
+
+    async def collect() -> None:
+        async for event in backend.events():
+            seen.append(event)
+
+    reader = asyncio.create_task(collect())
+    outsider: LaunchRequest | None = None
+    try:
+        await backend.launch(server)
+
+        def ended(job_id: str, role: str) -> InstanceEvent | None:
+            return next(
+                (e for e in seen if e.job_id == job_id and e.role == role and e.kind in ENDED),
+                None,
+            )
+
+        inside = await until_async(lambda: ended(server.job_id, "worker"), "the worker", 600, 1)
+        assert (inside.kind, inside.exit_code) == (EventKind.EXITED, 0), inside.reason
+        ps = next(
+            e
+            for e in seen
+            if e.job_id == server.job_id and e.role == "ps" and e.kind is EventKind.STARTED
+        )
+        assert ps.placement is not None
+        # the ps by its pod IP: another job's pods do not resolve its Service's names
+        address = f"{ps.placement.host_ip}:{ps.placement.ports['http'][0]}"
+        outsider = LaunchRequest(
+            job_id=f"outsider-{suffix}",
+            job_name="outsider",
+            roles=[
+                _role(
+                    "probe",
+                    [
+                        f"if wget -q -T 5 -O - http://{address}/; then"
+                        " echo reached; exit 1; else echo refused; exit 0; fi"
+                    ],
+                    1,
+                )
+            ],
+        )
+        await backend.launch(outsider)
+        probe = await until_async(lambda: ended(outsider.job_id, "probe"), "the probe", 600, 1)
+        assert (probe.kind, probe.exit_code) == (EventKind.EXITED, 0), probe.reason
+    finally:
+        reader.cancel()
+        await backend.forget(server.job_id, 1)
+        if outsider is not None:
+            await backend.forget(outsider.job_id, 1)
+        await backend.close()
