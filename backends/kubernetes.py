@@ -58,10 +58,12 @@ from backends.base import (
 )
 from backends.instance_exec import ExecRequest
 from backends.kubernetes_exec import KubernetesExecSession
+from backends.kubernetes_isolation import pod_security_refusal
 from backends.kubernetes_logs import LogBook, hang_up
 from backends.kubernetes_manifests import AttemptBuilder, with_owner
 from backends.kubernetes_names import (
     ATTEMPT,
+    CLAIMS_KEY,
     INDEX,
     JOB_ID_ANNOTATION,
     LAUNCH_KEY,
@@ -69,12 +71,15 @@ from backends.kubernetes_names import (
     ROLE_ANNOTATION,
     RUN,
     config_map_name,
+    network_policy_name,
     owner_selector,
     secret_name,
+    ssh_secret_name,
 )
 from backends.kubernetes_pods import PodFacts, Termination, pod_facts
 from backends.kubernetes_reach import Reachability
 from backends.kubernetes_settings import KubernetesSettings, load_settings
+from backends.ssh_access import JOB_KEY
 from backends.threaded import LogSource, ThreadedBackend, attempt_id
 
 __all__ = ["KubernetesBackend", "api_client"]
@@ -163,6 +168,7 @@ class KubernetesBackend(ThreadedBackend):
         self.namespace = self.settings.resolved_namespace()
         self.client = client or api_client(self.settings)
         self.core = k8s.CoreV1Api(self.client)
+        self.networking = k8s.NetworkingV1Api(self.client)
         self.selector = owner_selector(self.settings.owner)
         self.logbook = LogBook(self.settings.state_dir / "logs")
         self._lock = threading.RLock()
@@ -310,7 +316,9 @@ class KubernetesBackend(ThreadedBackend):
             return
         attempt.service_uid = service["metadata"]["uid"]
         try:
-            for obj in [objects.config_map, *objects.secrets]:
+            policy = [objects.network_policy] if objects.network_policy else []
+            maps = [objects.config_map, *objects.extra_config_maps]
+            for obj in [*maps, *objects.secrets, *policy]:
                 self._create(obj["kind"], with_owner(obj, attempt.service_uid))
         except _UNREACHABLE as exc:
             self._drop(attempt)
@@ -334,6 +342,13 @@ class KubernetesBackend(ThreadedBackend):
         ]
         if problems:
             self._drop(attempt)
+            refused = [p for p in problems if pod_security_refusal(*p)]
+            if refused:  # the namespace's Pod Security level: the same pods would be refused
+                raise LaunchRefused(
+                    f"the cluster's Pod Security admission refuses the pods: {refused[0][1]} "
+                    f"(pods are made for the {self.settings.pod_security!r} profile: set "
+                    "pod_security to the level the jobs' namespace enforces)"
+                )
             if all(status == 422 for status, _ in problems):
                 raise LaunchRefused(f"the cluster refuses the attempt: {problems[0][1]}")
             self._end_all(
@@ -367,6 +382,7 @@ class KubernetesBackend(ThreadedBackend):
             "ConfigMap": self.core.create_namespaced_config_map,
             "Secret": self.core.create_namespaced_secret,
             "Pod": self.core.create_namespaced_pod,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }
         call = create[kind]
         return _body(call(self.namespace, body, _preload_content=False))
@@ -802,6 +818,10 @@ class KubernetesBackend(ThreadedBackend):
         deletes: list[tuple[Callable[..., Any], str]] = [
             (self.core.delete_namespaced_config_map, config_map_name(service)),
             *(
+                (self.core.delete_namespaced_config_map, c["metadata"]["name"])
+                for c in attempt.builder.extra_config_maps()
+            ),
+            *(
                 (self.core.delete_namespaced_secret, s["metadata"]["name"])
                 for s in attempt.builder.registry_secrets()
             ),
@@ -809,6 +829,13 @@ class KubernetesBackend(ThreadedBackend):
         ]
         if attempt.builder.secret_values:
             deletes.insert(1, (self.core.delete_namespaced_secret, secret_name(service)))
+        if attempt.builder.ssh_values:
+            deletes.insert(1, (self.core.delete_namespaced_secret, ssh_secret_name(service)))
+        if self.settings.network_policy:
+            deletes.insert(
+                1,
+                (self.networking.delete_namespaced_network_policy, network_policy_name(service)),
+            )
         for delete, name in deletes:
             self._delete(partial(delete, name, self.namespace, _preload_content=False), name)
 
@@ -852,6 +879,8 @@ class KubernetesBackend(ThreadedBackend):
             self.namespace, label_selector=self.selector, _preload_content=False
         )
         for item in _body(response).get("items") or []:
+            if LAUNCH_KEY not in (item.get("data") or {}):
+                continue  # a part of a large attempt's environment, not an attempt
             try:
                 self._adopt_attempt(item)
             except Exception as exc:
@@ -859,8 +888,12 @@ class KubernetesBackend(ThreadedBackend):
                 log.warning("attempt of ConfigMap %s cannot be taken back: %s", name, exc)
 
     def _adopt_attempt(self, config_map: dict[str, Any]) -> None:
-        request = LaunchRequest.model_validate_json(config_map["data"][LAUNCH_KEY])
-        builder = AttemptBuilder(request, self.settings, self.namespace)
+        data = config_map["data"]
+        request = LaunchRequest.model_validate_json(data[LAUNCH_KEY])
+        # the claims it was made with; none recorded: made before claims were per user
+        claims = json.loads(data[CLAIMS_KEY]) if CLAIMS_KEY in data else {}
+        legacy = CLAIMS_KEY not in data
+        builder = AttemptBuilder(request, self.settings, self.namespace, claims, legacy)
         try:
             service = _body(
                 self.core.read_namespaced_service(
@@ -878,7 +911,12 @@ class KubernetesBackend(ThreadedBackend):
         secrets = self._read_secrets(secret_name(builder.service))
         if secrets:  # the job's secrets, kept in the cluster, for a relaunch
             request = request.model_copy(update={"secrets": secrets})
-            builder = AttemptBuilder(request, self.settings, self.namespace)
+        if request.ssh is not None:  # the job's ssh key, kept in the attempt's ssh Secret
+            job_key = self._read_secrets(ssh_secret_name(builder.service)).get(JOB_KEY, "")
+            request = request.model_copy(
+                update={"ssh": request.ssh.model_copy(update={"job_private_key": job_key})}
+            )
+        builder = AttemptBuilder(request, self.settings, self.namespace, claims, legacy)
         attempt = _Attempt(request=request, builder=builder, service_uid=service["metadata"]["uid"])
         for role in request.roles:
             for index in range(role.instances):

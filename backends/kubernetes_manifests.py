@@ -6,15 +6,22 @@ what a user reviews is what runs. For an attempt:
 - a headless Service (`clusterIP: None`, `publishNotReadyAddresses`) that owns everything else
   through owner references, so deleting it removes the attempt; it gives every pod the stable
   name `<role>-<index>.<service>` before the pods are ready;
-- a ConfigMap with each role's entrypoint (`backends.entrypoint`), the runtime environment
-  (`backends.runtime_env`) split into a part all instances share and a small part per instance,
-  and the launch request itself (no secrets), from which a restarted server rebuilds a pod;
+- a ConfigMap with each role's entrypoint (`backends.entrypoint`), the part of the runtime
+  environment (`backends.runtime_env`) all instances share (continued in more ConfigMaps when
+  it is large), the claims it mounts, and the launch request itself (no secrets, no ssh
+  private key), from which a restarted server rebuilds a pod;
 - a Secret with the job's secrets (mounted at /usr/local/pai/secrets; `<% $secrets.x %>` in a
-  command reads it there), and one registry Secret per distinct dockerimage `auth`;
+  command reads it there), one with the ssh plugin's keys, and one registry Secret per
+  distinct dockerimage `auth`;
+- a NetworkPolicy letting into the attempt's pods only what comes from its own pods;
 - one Pod per instance (restart policy Never, hostname `<role>-<index>`, subdomain the
-  Service), with cpu / memory / GPU requests and limits, /dev/shm as a memory-backed emptyDir,
-  an init container when data or scripts must be fetched (or host ports checked), and
-  storages as PersistentVolumeClaims by name.
+  Service), hardened (`kubernetes_isolation`), with cpu / memory / GPU requests and limits,
+  /dev/shm as a memory-backed emptyDir, its own part of the environment in an annotation read
+  through the downward API, an init container when data or scripts must be fetched (or host
+  ports checked), and storages as the user's own PersistentVolumeClaims.
+
+Everything is built in time linear in the number of instances: the environment once per role,
+then each instance's own variables (`runtime_env.instance_variables`).
 
 Peers are named by their stable DNS names in the environment; `PAI_CONTAINER_HOST_IP` and
 `PAI_CURRENT_CONTAINER_IP` are the pod's own IP through the downward API. Whatever Kubernetes
@@ -51,12 +58,23 @@ from backends.entrypoint import (
     MARKER,
     RUN_DIR,
     RUNTIME_DIR,
+    SSH_DIR,
     WORK_DIR,
     entrypoint_script,
 )
+from backends.kubernetes_isolation import (
+    SECRET_MODE,
+    claim_of,
+    container_security_context,
+    legacy_claim,
+    network_policy,
+    pod_security_context,
+)
 from backends.kubernetes_names import (
     ATTEMPT,
+    CLAIMS_KEY,
     COMMON_ENV_KEY,
+    ENV_ANNOTATION,
     INDEX,
     JOB,
     JOB_ID_ANNOTATION,
@@ -68,6 +86,7 @@ from backends.kubernetes_names import (
     OWNER,
     PORTS_ANNOTATION,
     PREPARE_CONTAINER,
+    QUEUE_LABEL,
     ROLE,
     ROLE_ANNOTATION,
     RUN,
@@ -75,18 +94,21 @@ from backends.kubernetes_names import (
     VC_ANNOTATION,
     config_map_name,
     entrypoint_key,
-    instance_env_key,
+    extra_config_map_name,
     label_value,
+    network_policy_name,
     pod_name,
     registry_secret_name,
     role_hosts,
     secret_name,
     service_name,
+    ssh_secret_name,
 )
 from backends.kubernetes_ports import duplicates, instance_ports
 from backends.kubernetes_settings import KubernetesSettings
-from backends.runtime_env import runtime_env, shell_env_file
+from backends.runtime_env import instance_variables, runtime_env, shell_env_file
 from backends.secrets_env import SECRET_KEY, SECRET_REF, kept_request, with_secret_references
+from backends.ssh_access import ssh_files
 from simulator.dfs import DfsError, is_dfs_uri, parse
 from simulator.prereqs import UnservableMaterial, check_name, parse_repo, repository_name
 
@@ -94,6 +116,7 @@ PLACEHOLDER_UID = "<uid of the Service, set by the cluster when it is created>"
 CONFIG_DIR = "/usr/local/pai-config"  # the ConfigMap's files, read-only
 SECRETS_DIR = f"{RUNTIME_DIR}/secrets"
 POD_IP_VARIABLES = ("PAI_CONTAINER_HOST_IP", "PAI_CURRENT_CONTAINER_IP")
+ENV_PART_BYTES = 768 * 1024  # of the shared environment per ConfigMap (the API allows 1 MiB)
 PORT_IN_USE_EXIT = 10  # the init container's exit code for a port already in use
 DOCKER_HUB = "https://index.docker.io/v1/"
 
@@ -109,9 +132,13 @@ class AttemptObjects:
     config_map: dict[str, Any]
     secrets: list[dict[str, Any]]
     pods: list[dict[str, Any]]
+    network_policy: dict[str, Any] | None = None
+    extra_config_maps: list[dict[str, Any]] = field(default_factory=list)
 
     def all(self) -> list[dict[str, Any]]:
-        return [self.service, self.config_map, *self.secrets, *self.pods]
+        policy = [self.network_policy] if self.network_policy else []
+        maps = [self.config_map, *self.extra_config_maps]
+        return [self.service, *maps, *self.secrets, *policy, *self.pods]
 
 
 @dataclass
@@ -121,9 +148,22 @@ class AttemptBuilder:
     request: LaunchRequest
     settings: KubernetesSettings
     namespace: str
+    # role -> prerequisite -> claim, of an attempt made earlier (read back from its ConfigMap):
+    # the claims it keeps; a prerequisite it has no record of mounts what it did before
+    # claims were per user (its URI, else its name)
+    claims: dict[str, dict[str, str]] | None = None
+    # an attempt made before claims were recorded: one ConfigMap holds its whole shared
+    # environment, so its instances run again from that one, however large
+    legacy: bool = False
     _registry: dict[tuple[str, str, str], str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
+        queues = self.settings.queue_of_virtual_cluster
+        if queues and self.request.virtual_cluster not in queues:
+            raise LaunchRefused(
+                f"virtual cluster {self.request.virtual_cluster!r} has no queue on this cluster "
+                f"(queues are configured for {', '.join(sorted(queues))})"
+            )
         for role in self.request.roles:
             self._check_role(role)
         for role in self.request.roles:
@@ -174,11 +214,28 @@ class AttemptBuilder:
     # --- the objects ---------------------------------------------------------------------------
 
     def objects(self) -> AttemptObjects:
-        secrets = [s for s in [self.job_secret()] if s is not None] + self.registry_secrets()
+        secrets = [s for s in [self.job_secret(), self.ssh_secret()] if s is not None]
+        secrets += self.registry_secrets()
         pods = [
             self.pod(role, index) for role in self.request.roles for index in range(role.instances)
         ]
-        return AttemptObjects(self.service_object(), self.config_map(), secrets, pods)
+        policy = self.network_policy() if self.settings.network_policy else None
+        return AttemptObjects(
+            self.service_object(),
+            self.config_map(),
+            secrets,
+            pods,
+            policy,
+            self.extra_config_maps(),
+        )
+
+    def network_policy(self) -> dict[str, Any]:
+        """Lets into the attempt's pods only what comes from its own pods (and the peers the
+        settings add)."""
+        meta = self._meta(
+            network_policy_name(self.service), self.attempt_labels(), ownerReferences=self.owned()
+        )
+        return network_policy(meta, self.attempt_labels(), self.settings)
 
     def _meta(self, name: str, labels: dict[str, str], **extra: Any) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": labels}
@@ -219,24 +276,35 @@ class AttemptBuilder:
         }
 
     def config_map(self) -> dict[str, Any]:
-        data = {LAUNCH_KEY: kept_request(self.request).model_dump_json(exclude={"secrets"})}
-        envs = {
-            (role.name, i): self.instance_env(role.name, i)
-            for role in self.request.roles
-            for i in range(role.instances)
+        """The attempt's ConfigMap: the launch request, the claims, each role's entrypoint and
+        the first part of the environment all instances share."""
+        data = {
+            LAUNCH_KEY: kept_request(self.request).model_dump_json(
+                exclude={"secrets": True, "ssh": {"job_private_key"}}
+            ),
+            CLAIMS_KEY: json.dumps(self.all_claims(), sort_keys=True),
         }
-        common = _shared_items(list(envs.values()))
-        data[COMMON_ENV_KEY] = shell_env_file(common)
         for role in self.request.roles:
-            data[entrypoint_key(self.hosts[role.name])] = entrypoint_script(self._runnable(role))
-            for i in range(role.instances):
-                own = {k: v for k, v in envs[(role.name, i)].items() if k not in common}
-                data[instance_env_key(self.hosts[role.name], i)] = shell_env_file(own)
+            data[entrypoint_key(self.hosts[role.name])] = entrypoint_script(
+                self._runnable(role), ssh=bool(self.ssh_values)
+            )
+        data[COMMON_ENV_KEY] = self._common_parts[0]
+        return self._config_map_object(config_map_name(self.service), data)
+
+    def extra_config_maps(self) -> list[dict[str, Any]]:
+        """The rest of the shared environment of a large attempt, a ConfigMap per part, each
+        within the API's 1 MiB of data."""
+        return [
+            self._config_map_object(extra_config_map_name(self.service, n), {COMMON_ENV_KEY: part})
+            for n, part in enumerate(self._common_parts[1:], start=1)
+        ]
+
+    def _config_map_object(self, name: str, data: dict[str, str]) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": self._meta(
-                config_map_name(self.service),
+                name,
                 self.attempt_labels(),
                 annotations=self.attempt_annotations(),
                 ownerReferences=self.owned(),
@@ -244,16 +312,67 @@ class AttemptBuilder:
             "data": data,
         }
 
-    def instance_env(self, role: str, index: int) -> dict[str, str]:
-        """The instance's PAI_* environment, peers by DNS name; the pod IP ones left out (the
-        downward API gives them)."""
-        placements = {
+    # --- the environment, built in time linear in the number of instances ---------------------
+
+    @cached_property
+    def placements(self) -> dict[tuple[str, int], Placement]:
+        return {
             (r.name, i): self.placement(r.name, i)
             for r in self.request.roles
             for i in range(r.instances)
         }
-        env = runtime_env(self.request, placements, role, index)
-        return {k: v for k, v in env.items() if k not in POD_IP_VARIABLES}
+
+    @cached_property
+    def _role_envs(self) -> dict[str, dict[str, str]]:
+        """Each role's instance 0's environment (every peer in it: built once per role)."""
+        return {
+            r.name: _without_pod_ip(runtime_env(self.request, self.placements, r.name, 0))
+            for r in self.request.roles
+        }
+
+    def _own(self, role: RoleLaunch, index: int) -> dict[str, str]:
+        """What instance `index` has of its own (index, ports), the job's and role's env
+        still over it."""
+        own = instance_variables(role, index, self.placements[(role.name, index)])
+        overrides = {**self.request.env, **role.env}
+        return _without_pod_ip({k: overrides.get(k, v) for k, v in own.items()})
+
+    @cached_property
+    def _common(self) -> dict[str, str]:
+        """The variables every instance has with the same value."""
+        first, *others = [self._role_envs[r.name] for r in self.request.roles]
+        volatile = {k for r in self.request.roles for k in self._own(r, 0)}
+        return {
+            k: v
+            for k, v in first.items()
+            if k not in volatile and all(o.get(k, None) == v for o in others)
+        }
+
+    @cached_property
+    def _common_parts(self) -> list[str]:
+        """The shared environment as shell files of at most ENV_PART_BYTES each."""
+        text = shell_env_file(self._common)
+        return [text] if self.legacy else _split_env_file(text, ENV_PART_BYTES)
+
+    @cached_property
+    def _role_level(self) -> dict[str, dict[str, str]]:
+        """Per role, the variables its instances share that others do not (its compat names,
+        its own env)."""
+        common = self._common
+        return {
+            name: {k: v for k, v in env.items() if k not in common}
+            for name, env in self._role_envs.items()
+        }
+
+    def instance_part(self, role: RoleLaunch, index: int) -> dict[str, str]:
+        """The instance's variables beyond the shared ones: its role's, then its own."""
+        return {**self._role_level[role.name], **self._own(role, index)}
+
+    def instance_env(self, role: str, index: int) -> dict[str, str]:
+        """The instance's whole PAI_* environment, peers by DNS name; the pod IP ones left out
+        (the downward API gives them)."""
+        found = self.request.role(role)
+        return {**self._role_envs[role], **self._own(found, index)}
 
     def job_secret(self) -> dict[str, Any] | None:
         values = self.secret_values
@@ -268,6 +387,45 @@ class AttemptBuilder:
             "type": "Opaque",
             "stringData": values,
         }
+
+    def ssh_secret(self) -> dict[str, Any] | None:
+        """The ssh plugin's keys (the job's private key among them) and its peers, mounted at
+        the runtime folder's ssh/ and copied into ~/.ssh by the entrypoint."""
+        if not self.ssh_values:
+            return None
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": self._meta(
+                ssh_secret_name(self.service), self.attempt_labels(), ownerReferences=self.owned()
+            ),
+            "type": "Opaque",
+            "stringData": self.ssh_values,
+        }
+
+    @cached_property
+    def ssh_values(self) -> dict[str, str]:
+        if self.request.ssh is None or not self.request.roles:
+            return {}
+        first = self.request.roles[0]
+        return ssh_files(self.request, self.instance_env(first.name, 0))
+
+    def all_claims(self) -> dict[str, dict[str, str]]:
+        return {
+            role.name: {
+                m.name: self._mount_place(role, m)[0]
+                for m in role.materials
+                if m.kind is Fetch.MOUNT
+            }
+            for role in self.request.roles
+        }
+
+    def _claim(self, role: RoleLaunch, material: Material) -> str:
+        """The claim a storage prerequisite mounts (UnservableMaterial when it may not)."""
+        if self.claims is not None:
+            kept = self.claims.get(role.name, {}).get(material.name)
+            return kept if kept is not None else legacy_claim(material.name, material.uris)
+        return claim_of(self.request.user, material.name, material.uris)
 
     @cached_property
     def secret_values(self) -> dict[str, str]:
@@ -303,10 +461,14 @@ class AttemptBuilder:
             RUN: str(run),
             **{k: label_value(self._render(v)) for k, v in self.settings.pod_labels.items()},
         }
+        queue = self.settings.queue_of_virtual_cluster.get(self.request.virtual_cluster)
+        if queue:
+            labels[QUEUE_LABEL] = label_value(queue)
         annotations = {
             **self.attempt_annotations(),
             ROLE_ANNOTATION: role.name,
             PORTS_ANNOTATION: json.dumps(ports),
+            ENV_ANNOTATION: shell_env_file(self.instance_part(role, index)),
             **{k: self._render(v) for k, v in self.settings.pod_annotations.items()},
         }
         spec: dict[str, Any] = {
@@ -315,6 +477,7 @@ class AttemptBuilder:
             "subdomain": self.service,
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": int(self.settings.stop_grace_seconds),
+            "securityContext": pod_security_context(self.settings),
         }
         if self.settings.service_account:
             spec["serviceAccountName"] = self.settings.service_account
@@ -373,6 +536,8 @@ class AttemptBuilder:
         ]
         if self.secret_values:
             mounts.append({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True})
+        if self.ssh_values:
+            mounts.append({"name": "ssh", "mountPath": SSH_DIR, "readOnly": True})
         mounts += self._material_mounts(role, main=True)
         return {
             "name": MAIN_CONTAINER,
@@ -385,6 +550,7 @@ class AttemptBuilder:
             "ports": declared,
             "volumeMounts": mounts,
             "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": container_security_context(self.settings),
         }
 
     def _prepare_container(
@@ -409,6 +575,7 @@ class AttemptBuilder:
             "resources": self._resources(role, gpu=False),
             "volumeMounts": self._material_mounts(role, main=False),
             "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": container_security_context(self.settings),
         }
         if self.settings.host_network:
             node = {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
@@ -432,7 +599,7 @@ class AttemptBuilder:
                     "name": f"storage-{n}",
                     "mountPath": f"{WORK_DIR}/{material.name}",
                 }
-                _, sub_path = self._claim(role, material)
+                _, sub_path = self._mount_place(role, material)
                 if sub_path:
                     mount["subPath"] = sub_path
                 if material.read_only:
@@ -450,22 +617,44 @@ class AttemptBuilder:
                 mounts.append(mount)
         return mounts
 
+    def _runtime_config(self, host: str) -> dict[str, Any]:
+        """The entrypoint, the shared environment in its parts, and the instance's own part
+        (its pod's annotation, through the downward API), as files of one folder."""
+        sources: list[dict[str, Any]] = [
+            {
+                "configMap": {
+                    "name": config_map_name(self.service),
+                    "items": [
+                        {"key": entrypoint_key(host), "path": "entrypoint.sh"},
+                        {"key": COMMON_ENV_KEY, "path": env_part_file(0)},
+                    ],
+                }
+            }
+        ]
+        for n in range(1, len(self._common_parts)):
+            sources.append(
+                {
+                    "configMap": {
+                        "name": extra_config_map_name(self.service, n),
+                        "items": [{"key": COMMON_ENV_KEY, "path": env_part_file(n)}],
+                    }
+                }
+            )
+        annotation = f"metadata.annotations['{ENV_ANNOTATION}']"
+        sources.append(
+            {
+                "downwardAPI": {
+                    "items": [{"path": "env-instance.sh", "fieldRef": {"fieldPath": annotation}}]
+                }
+            }
+        )
+        return {"defaultMode": 0o444, "sources": sources}
+
     def _volumes(self, role: RoleLaunch, index: int) -> list[dict[str, Any]]:
         host = self.hosts[role.name]
         volumes: list[dict[str, Any]] = [
             {"name": "runtime", "emptyDir": {}},
-            {
-                "name": "runtime-config",
-                "configMap": {
-                    "name": config_map_name(self.service),
-                    "defaultMode": 0o444,
-                    "items": [
-                        {"key": entrypoint_key(host), "path": "entrypoint.sh"},
-                        {"key": COMMON_ENV_KEY, "path": "env-common.sh"},
-                        {"key": instance_env_key(host, index), "path": "env-instance.sh"},
-                    ],
-                },
-            },
+            {"name": "runtime-config", "projected": self._runtime_config(host)},
             {
                 "name": "shm",
                 "emptyDir": {"medium": "Memory", "sizeLimit": f"{role.resources.shm_mb}Mi"},
@@ -475,7 +664,17 @@ class AttemptBuilder:
             volumes.append(
                 {
                     "name": "secrets",
-                    "secret": {"secretName": secret_name(self.service), "defaultMode": 0o400},
+                    "secret": {"secretName": secret_name(self.service), "defaultMode": SECRET_MODE},
+                }
+            )
+        if self.ssh_values:
+            volumes.append(
+                {
+                    "name": "ssh",
+                    "secret": {
+                        "secretName": ssh_secret_name(self.service),
+                        "defaultMode": SECRET_MODE,
+                    },
                 }
             )
         for n, material in enumerate(role.materials):
@@ -486,7 +685,7 @@ class AttemptBuilder:
                         {"name": f"material-{n}-{i}", "persistentVolumeClaim": read_only}
                     )
             elif material.kind is Fetch.MOUNT:
-                claim: dict[str, Any] = {"claimName": self._claim(role, material)[0]}
+                claim: dict[str, Any] = {"claimName": self._mount_place(role, material)[0]}
                 if material.read_only:
                     claim["readOnly"] = True
                 volumes.append({"name": f"storage-{n}", "persistentVolumeClaim": claim})
@@ -519,11 +718,12 @@ class AttemptBuilder:
             )
         return claim, location.path.lstrip("/")
 
-    def _claim(self, role: RoleLaunch, material: Material) -> tuple[str, str]:
-        """The claim of a storage / output, and the subPath in it ("" for all of it)."""
+    def _mount_place(self, role: RoleLaunch, material: Material) -> tuple[str, str]:
+        """The claim of a storage / output, and the subPath in it ("" for all of it): an HDFS
+        location the operator mapped, else the user's own claim."""
         if material.uris and is_dfs_uri(material.uris[0]) and len(material.uris) == 1:
             return self._hdfs_place(material, material.uris[0])
-        return _claim_of(role, material), ""
+        return self._claim(role, material), ""
 
     @staticmethod
     def _hdfs_mounted(material: Material) -> bool:
@@ -572,7 +772,7 @@ class AttemptBuilder:
                 elif material.kind is Fetch.CLONE:
                     _repos(material)
                 else:
-                    self._claim(role, material)
+                    self._mount_place(role, material)
             except UnservableMaterial as exc:
                 raise LaunchRefused(f"{where}: {exc}") from None
         for storage in role.storages:
@@ -659,7 +859,7 @@ _BOOT = "\n".join(
     [
         "set -e",
         f"mkdir -p {RUN_DIR}",
-        f"cat {CONFIG_DIR}/env-common.sh {CONFIG_DIR}/env-instance.sh > {ENV_FILE}",
+        f"cat {CONFIG_DIR}/env-common-*.sh {CONFIG_DIR}/env-instance.sh > {ENV_FILE}",
         f"cp {CONFIG_DIR}/entrypoint.sh {ENTRYPOINT}",
         f"ln -sf /proc/self/fd/1 {LOG_FILE}",
         f"exec /bin/sh {ENTRYPOINT}",
@@ -667,12 +867,30 @@ _BOOT = "\n".join(
 )
 
 
-def _shared_items(envs: list[dict[str, str]]) -> dict[str, str]:
-    """The variables every instance has with the same value, in the first one's order."""
-    if not envs:
-        return {}
-    first, rest = envs[0], envs[1:]
-    return {k: v for k, v in first.items() if all(e.get(k, None) == v for e in rest)}
+def _without_pod_ip(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in POD_IP_VARIABLES}
+
+
+def env_part_file(number: int) -> str:
+    """The file of part `number` of the shared environment (the names sort in order)."""
+    return f"env-common-{number:03d}.sh"
+
+
+def _split_env_file(text: str, limit: int) -> list[str]:
+    """A shell file in parts of at most `limit` bytes, cut between lines (a value with a
+    newline spans lines, so a cut is made only before an `export` or comment line)."""
+    parts: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in text.splitlines(keepends=True):
+        starts = line.startswith(("export ", "# "))
+        if current and starts and size + len(line.encode()) > limit:
+            parts.append("".join(current))
+            current, size = [], 0
+        current.append(line)
+        size += len(line.encode())
+    parts.append("".join(current))
+    return parts
 
 
 def registry_of(image: str) -> str:
@@ -748,25 +966,6 @@ def _repo(material: Material, uri: str) -> tuple[str, str | None]:
             "cluster's nodes do not have; use an http(s) or git repository"
         )
     return spec.url, spec.ref
-
-
-def _claim_of(role: RoleLaunch, material: Material) -> str:
-    """The PersistentVolumeClaim of a storage / output prerequisite: the storage name it gives,
-    else its own name."""
-    if len(material.uris) > 1:
-        raise UnservableMaterial(
-            f"prerequisite {material.name!r}: a storage takes at most one URI "
-            f"(got {len(material.uris)})"
-        )
-    claim = material.uris[0] if material.uris else material.name
-    if "://" in claim or claim.startswith("/"):
-        raise UnservableMaterial(
-            f"prerequisite {material.name!r}: {_shown(claim)} cannot be mounted on Kubernetes; "
-            "give the name of a PersistentVolumeClaim in the namespace instead"
-        )
-    if not _PVC_NAME.fullmatch(claim) or len(claim) > 253:
-        raise UnservableMaterial(f"prerequisite {material.name!r}: {_pvc_rule(claim)}")
-    return claim
 
 
 def _pvc_rule(name: str) -> str:

@@ -30,11 +30,15 @@ ROLE_ANNOTATION = f"{DOMAIN}/role-name"  # the role's name exactly as the user w
 USER_ANNOTATION = f"{DOMAIN}/user"
 VC_ANNOTATION = f"{DOMAIN}/virtual-cluster"
 PORTS_ANNOTATION = f"{DOMAIN}/ports"  # JSON: label -> ports of the instance
+# the instance's own part of its environment (a shell file), read through the downward API
+ENV_ANNOTATION = f"{DOMAIN}/env"
 
 MAIN_CONTAINER = "main"
 PREPARE_CONTAINER = "prepare"
 LAUNCH_KEY = "launch.json"  # the attempt's LaunchRequest (no secrets) in its ConfigMap
 COMMON_ENV_KEY = "env-common.sh"
+CLAIMS_KEY = "claims.json"  # role -> prerequisite -> the claim it mounts, kept for adoption
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -100,8 +104,21 @@ def config_map_name(service: str) -> str:
     return f"{service}-runtime"
 
 
+def extra_config_map_name(service: str, number: int) -> str:
+    """Part `number` (from 1) of a large attempt's shared environment."""
+    return f"{service}-runtime-{number}"
+
+
 def secret_name(service: str) -> str:
     return f"{service}-secrets"
+
+
+def ssh_secret_name(service: str) -> str:
+    return f"{service}-ssh"
+
+
+def network_policy_name(service: str) -> str:
+    return service
 
 
 def registry_secret_name(service: str, number: int) -> str:
@@ -110,10 +127,6 @@ def registry_secret_name(service: str, number: int) -> str:
 
 def entrypoint_key(host: str) -> str:
     return f"entrypoint-{host}.sh"
-
-
-def instance_env_key(host: str, index: int) -> str:
-    return f"env-{host}-{index}.sh"
 
 
 def owner_selector(owner: str) -> str:

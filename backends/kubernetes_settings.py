@@ -43,6 +43,18 @@ YAML keys (environment variable in brackets):
 - `default_fs_uri`: PAI_DEFAULT_FS_URI of every pod, and what `$PAI_DEFAULT_FS_URI` stands for
   in prerequisites and v1's dataDir / outputDir / codeDir (default empty, as OpenPAI on
   Kubernetes has it), e.g. `hdfs://namenode:9000` together with `hdfs_claims`.
+- `pod_security` [PAIGRAPH_K8S_POD_SECURITY]: the Pod Security Standard the pods are made to
+  pass: `baseline` (default), `restricted` (also runs them as a non-root user) or
+  `privileged` (needed by `host_network`).
+- `run_as_user`, `run_as_group`: the user and group the containers run as (default: the
+  image's; with `restricted`, the image's user must then not be root).
+- `fs_group`: the group that owns the pods' volumes and the mounted secrets (mode 0440), so a
+  non-root user reads them (default 1000).
+- `network_policy`: a NetworkPolicy per attempt that lets in only traffic from the attempt's
+  own pods (default true); `network_allow_from`: more NetworkPolicy peers let in (e.g. a
+  monitoring namespace), as written in a NetworkPolicy's `from`.
+- `queue_of_virtual_cluster`: virtual cluster -> Kueue LocalQueue; when given, each pod is
+  labelled with its job's queue, and a job of another virtual cluster is refused.
 """
 
 from __future__ import annotations
@@ -72,6 +84,7 @@ _ENV = {
     "init_image": "PAIGRAPH_K8S_INIT_IMAGE",
     "scheduler_name": "PAIGRAPH_K8S_SCHEDULER",
     "state_dir": "PAIGRAPH_K8S_STATE",
+    "pod_security": "PAIGRAPH_K8S_POD_SECURITY",
 }
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _CLAIM = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -158,6 +171,26 @@ class KubernetesSettings(BaseModel):
             return f"hdfs://{authority_of(value.strip())}"
         except DfsError as exc:
             raise ValueError(str(exc)) from None
+
+    pod_security: Literal["baseline", "restricted", "privileged"] = "baseline"
+    run_as_user: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    run_as_group: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    fs_group: int = Field(default=1000, ge=1, le=2**31 - 1)
+    network_policy: bool = True
+    network_allow_from: list[dict[str, Any]] = Field(default_factory=list)
+    queue_of_virtual_cluster: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _profile_fits(self) -> KubernetesSettings:
+        if self.host_network and self.pod_security != "privileged":
+            raise ValueError(
+                f"host_network: pods on their node's network fail the Pod Security "
+                f"{self.pod_security!r} profile; set pod_security: privileged (and label the "
+                "jobs' namespace so) to use it"
+            )
+        if self.pod_security == "restricted" and self.run_as_user == 0:
+            raise ValueError("run_as_user: the restricted profile forbids user 0 (root)")
+        return self
 
     @field_validator("port_range", mode="before")
     @classmethod

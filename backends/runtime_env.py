@@ -196,19 +196,43 @@ def _runtime_variables(
             env[f"PAI_HOST_IP_{r.name}_{index}"] = ip
             hosts.append(f"{ip}:{http}")
             if r.name == current_role and index == current_index:
-                env["PAI_CURRENT_CONTAINER_IP"] = ip
-                env["PAI_CURRENT_CONTAINER_PORT"] = http
-                env["PAI_CONTAINER_HOST_IP"] = ip
-                env["PAI_CONTAINER_HOST_PORT"] = http
-                env["PAI_CONTAINER_SSH_PORT"] = str(placement.ports["ssh"][0])
-                for label, value in ports.items():
-                    env[f"PAI_CONTAINER_HOST_{label}_PORT_LIST"] = value
-                env["PAI_CONTAINER_HOST_PORT_LIST"] = "".join(
-                    f"{label}:{value};" for label, value in ports.items()
-                )
+                env.update(_own_address(r, placement))
         env[f"PAI_TASK_ROLE_{r.name}_HOST_LIST"] = ",".join(hosts)
     env["PAI_TASK_ROLE_INSTANCES"] = ",".join(instances)
     return env
+
+
+def _own_address(role: RoleLaunch, placement: Placement) -> dict[str, str]:
+    """The current instance's own address and ports."""
+    ports = _port_lists(role, placement)
+    ip = placement.host_ip
+    http = str(placement.ports["http"][0])
+    env = {
+        "PAI_CURRENT_CONTAINER_IP": ip,
+        "PAI_CURRENT_CONTAINER_PORT": http,
+        "PAI_CONTAINER_HOST_IP": ip,
+        "PAI_CONTAINER_HOST_PORT": http,
+        "PAI_CONTAINER_SSH_PORT": str(placement.ports["ssh"][0]),
+    }
+    for label, value in ports.items():
+        env[f"PAI_CONTAINER_HOST_{label}_PORT_LIST"] = value
+    env["PAI_CONTAINER_HOST_PORT_LIST"] = "".join(
+        f"{label}:{value};" for label, value in ports.items()
+    )
+    return env
+
+
+def instance_variables(role: RoleLaunch, index: int, placement: Placement) -> dict[str, str]:
+    """The PAI_* variables in which instances of one role differ: their index, own address
+    and own ports. Instance `index`'s environment is instance 0's with these in place (and
+    the job's and role's own env over them, as always), so a backend with many instances
+    builds the rest once: runtime_env(..., role, 0) | instance_variables(role, i, ...)."""
+    return {
+        "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(index),
+        "PAI_TASK_INDEX": str(index),
+        **_own_address(role, placement),
+        "PAI_TASK_ROLE_INDEX": str(index),
+    }
 
 
 def _compat_variables(request: LaunchRequest, role: RoleLaunch, index: int) -> dict[str, str]:

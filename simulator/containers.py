@@ -25,6 +25,7 @@ import docker.errors
 import requests.exceptions
 from docker.types import DeviceRequest, IPAMConfig, IPAMPool, Mount
 
+from simulator.capabilities import KEPT_CAPABILITIES, SECURITY_OPTIONS
 from simulator.engine_watch import EngineWatch
 
 LABEL = "io.paigraph"
@@ -34,28 +35,8 @@ OWNER = f"{LABEL}.owner"
 NETWORK_POOL = ipaddress.IPv4Network("10.222.0.0/15")
 _NETWORK_LOCK = threading.Lock()
 
-# Every container starts with no capability but these (Docker's default set less NET_RAW, MKNOD,
-# SETFCAP and SETPCAP), and cannot gain more: no setuid binary, file capability or privileged
-# exec raises a process above what its parent had (`no-new-privileges`). What remains is what
-# the entrypoint and ordinary jobs use as root in their own container: CHOWN, DAC_OVERRIDE,
-# FOWNER, FSETID (package managers, tar, pip, writing into mounted folders of another owner),
-# SETUID, SETGID (switching to an unprivileged user: su, gosu, apt's sandbox, sshd), KILL
-# (signalling a process of another user in the container), NET_BIND_SERVICE (a server on a
-# port below 1024 inside the container), SYS_CHROOT and AUDIT_WRITE (sshd's privilege
-# separation and login records: OpenPAI jobs commonly run sshd on their `ssh` port).
-KEPT_CAPABILITIES = (
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "NET_BIND_SERVICE",
-    "SETGID",
-    "SETUID",
-    "SYS_CHROOT",
-)
-SECURITY_OPTIONS = ("no-new-privileges",)
+# Every container starts with no capability but KEPT_CAPABILITIES and cannot gain more
+# (`no-new-privileges`); simulator.capabilities says why each one is kept.
 
 
 class EngineError(Exception):

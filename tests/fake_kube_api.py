@@ -9,6 +9,11 @@ version (`kubernetes-validate`) and refuses an invalid one with 422, as an API s
 and deleting an object deletes its dependents (owner references), as the garbage collector
 would.
 
+What an API server refuses before storing an object is refused the same way here
+(tests/fake_kube_admission.py): Pod Security admission by the namespace's `enforce` label
+(`jobs` enforces baseline unless the test labels it otherwise), size limits, name rules, and
+RBAC from the Role in deploy/kubernetes (its namespace served as `jobs`).
+
 Nothing schedules or runs pods: the test plays scheduler and kubelet through the methods at the
 bottom (`schedule`, `run`, `exit`, `oom`, `unschedulable`, ...), and every change is streamed to
 watchers as a MODIFIED event. A deletion of a running pod ends its container with 143 (SIGTERM)
@@ -39,16 +44,45 @@ import kubernetes_validate
 import kubernetes_validate.utils
 import yaml
 
+from tests.fake_kube_admission import (
+    ENFORCE,
+    REQUEST_LIMIT,
+    RoleRules,
+    name_refusal,
+    pod_security_refusal,
+    size_refusal,
+)
 from tests.fake_kube_exec import ExecConnection, accept_key, choose_protocol
 from tests.waiting import NotInTime, until_notified
 
 KUBERNETES_VERSION = "1.33"  # the schema objects are validated against
 TOKEN = "fake-token"
-RESOURCES = {"pods": "Pod", "services": "Service", "configmaps": "ConfigMap", "secrets": "Secret"}
+RESOURCES = {
+    "pods": "Pod",
+    "services": "Service",
+    "configmaps": "ConfigMap",
+    "secrets": "Secret",
+    "networkpolicies": "NetworkPolicy",
+}
+GROUPS = {"networkpolicies": "networking.k8s.io"}  # the others are the core group ""
 _PATH = re.compile(
-    r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<resource>pods|services|configmaps|secrets|events)"
+    r"^/(?:api/v1|apis/(?P<group>networking\.k8s\.io)/v1)/namespaces/(?P<ns>[^/]+)/"
+    r"(?P<resource>pods|services|configmaps|secrets|events|networkpolicies)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log|exec))?$"
 )
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
+DEPLOYED_JOBS_NAMESPACE = "paigraph-jobs"  # served as `jobs` here
+SERVICE_ACCOUNT = "system:serviceaccount:paigraph:paigraph"
+
+
+def deployed_rules() -> RoleRules:
+    """The Roles and ClusterRoles deploy/kubernetes grants the server."""
+    return RoleRules(sorted(DEPLOY.glob("*.yaml")), {DEPLOYED_JOBS_NAMESPACE: "jobs"})
+
+
+def api_version(resource: str) -> str:
+    group = GROUPS.get(resource)
+    return f"{group}/v1" if group else "v1"
 
 
 # kubernetes-validate reads its JSON schemas from disk on every call; read each once.
@@ -70,8 +104,10 @@ def now() -> str:
 class FakeKubeAPI:
     """The server's state and the test's handles on it. Use as a context manager."""
 
-    def __init__(self, *, validate: bool = True) -> None:
+    def __init__(self, *, validate: bool = True, rbac: RoleRules | None = None) -> None:
         self.validate = validate
+        self.rbac = rbac if rbac is not None else deployed_rules()
+        self.namespace_labels: dict[str, dict[str, str]] = {"jobs": {ENFORCE: "baseline"}}
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, resource, type, obj
         self.logs: dict[str, bytearray] = {}
@@ -134,6 +170,11 @@ class FakeKubeAPI:
             with self.lock:
                 self.answering = True
 
+    def label_namespace(self, namespace: str, **labels: str) -> None:
+        """Set the namespace's labels (e.g. `{ENFORCE: "restricted"}`), as `kubectl label`."""
+        with self.lock:
+            self.namespace_labels.setdefault(namespace, {}).update(labels)
+
     def kubeconfig(self, path: Path, namespace: str = "jobs") -> Path:
         """A kubeconfig file pointing at this server, with a bearer token."""
         path.write_text(
@@ -170,13 +211,28 @@ class FakeKubeAPI:
 
     def create(self, resource: str, namespace: str, body: dict[str, Any]) -> tuple[int, dict]:
         kind = RESOURCES[resource]
-        if body.get("kind") != kind or body.get("apiVersion") != "v1":
-            return 400, _status(400, "BadRequest", f"expected a v1 {kind}")
+        if body.get("kind") != kind or body.get("apiVersion") != api_version(resource):
+            return 400, _status(400, "BadRequest", f"expected a {api_version(resource)} {kind}")
         if self.validate:
             try:
                 validate(body)
             except kubernetes_validate.ValidationError as exc:
                 return 422, _status(422, "Invalid", f"{kind} is invalid: {exc.message}")
+        name_problem = name_refusal(resource, body)
+        if name_problem:
+            name = body.get("metadata", {}).get("name", "")
+            return 422, _status(422, "Invalid", f'{kind} "{name}" is invalid: {name_problem}')
+        if resource == "pods":
+            with self.lock:
+                labels = dict(self.namespace_labels.get(namespace, {}))
+            forbidden = pod_security_refusal(body, labels)
+            if forbidden:
+                return 403, _status(403, "Forbidden", forbidden)
+        too_big = size_refusal(resource, body)
+        if too_big:
+            code, message = too_big
+            reason = "Invalid" if code == 422 else "RequestEntityTooLarge"
+            return code, _status(code, reason, f"{kind} is invalid: {message}")
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         name = meta.get("name", "")
@@ -456,9 +512,18 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             self._send(401, _status(401, "Unauthorized", "Unauthorized"))
             return False
 
-        def _record(self, verb: str, resource: str) -> None:
+        def _record(self, verb: str, resource: str) -> bool:
+            """Note the call; False (answered 403) when RBAC does not allow it."""
             with api.lock:
                 api.calls.append((verb, resource))
+            match, _ = self._route()
+            namespace = match["ns"] if match else ""
+            group = GROUPS.get(resource.split("/")[0], "")
+            if api.rbac.allows(verb, group, resource, namespace):
+                return True
+            refusal = RoleRules.refusal(SERVICE_ACCOUNT, verb, group, resource, namespace)
+            self._send(403, _status(403, "Forbidden", refusal))
+            return False
 
         def do_POST(self) -> None:
             match, _ = self._route()
@@ -467,8 +532,15 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             if match is None or match["name"] or match["resource"] == "events":
                 self._send(404, _status(404, "NotFound", "not found"))
                 return
-            self._record("create", match["resource"])
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            length = int(self.headers.get("Content-Length", 0))
+            raw = self.rfile.read(length)
+            if not self._record("create", match["resource"]):
+                return
+            if length > REQUEST_LIMIT:
+                message = f"Request entity too large: limit is {REQUEST_LIMIT}"
+                self._send(413, _status(413, "RequestEntityTooLarge", message))
+                return
+            body = json.loads(raw or b"{}")
             self._send(*api.create(match["resource"], match["ns"], body))
 
         def do_DELETE(self) -> None:
@@ -478,10 +550,11 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             if match is None or not match["name"]:
                 self._send(404, _status(404, "NotFound", "not found"))
                 return
-            self._record("delete", match["resource"])
             length = int(self.headers.get("Content-Length", 0))
             if length:
                 self.rfile.read(length)
+            if not self._record("delete", match["resource"]):
+                return
             self._send(*api.delete(match["resource"], match["ns"], match["name"]))
 
         def do_GET(self) -> None:
@@ -493,15 +566,15 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 return
             resource, namespace, name = match["resource"], match["ns"], match["name"]
             if match["sub"] == "log":
-                self._record("get", "pods/log")
-                self._log(namespace, name, query)
+                if self._record("get", "pods/log"):
+                    self._log(namespace, name, query)
             elif match["sub"] == "exec":
                 # API servers from 1.31 ask for both on a websocket exec
-                self._record("get", "pods/exec")
-                self._record("create", "pods/exec")
-                self._exec(namespace, name)
+                if self._record("get", "pods/exec") and self._record("create", "pods/exec"):
+                    self._exec(namespace, name)
             elif resource == "events":
-                self._record("list", "events")
+                if not self._record("list", "events"):
+                    return
                 wanted = query.get("fieldSelector", "").removeprefix("involvedObject.name=")
                 with api.lock:
                     items = [
@@ -511,17 +584,19 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                     200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items}
                 )
             elif name:
-                self._record("get", resource)
+                if not self._record("get", resource):
+                    return
                 obj = api.get(resource, namespace, name)
                 if obj is None:
                     self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
                 else:
                     self._send(200, obj)
             elif query.get("watch") in ("true", "1"):
-                self._record("watch", resource)
-                self._watch(resource, namespace, query)
+                if self._record("watch", resource):
+                    self._watch(resource, namespace, query)
             else:
-                self._record("list", resource)
+                if not self._record("list", resource):
+                    return
                 items = api.list(resource, namespace, query.get("labelSelector", ""))
                 if "limit" in query:
                     items = items[: int(query["limit"])]
@@ -532,7 +607,7 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                     200,
                     {
                         "kind": kind,
-                        "apiVersion": "v1",
+                        "apiVersion": api_version(resource),
                         "metadata": {"resourceVersion": version},
                         "items": items,
                     },

@@ -35,6 +35,7 @@ from server.jobs.exit_codes import classify
 from server.jobs.service import JobService
 from server.jobs.states import JobState
 from server.store import Store
+from tests.fake_kube_admission import ENFORCE
 from tests.fake_kube_api import FakeKubeAPI
 from tests.servers import Server
 from tests.waiting import until_async, until_notified_async
@@ -288,7 +289,8 @@ async def test_fake_cluster_an_init_container_failure_is_a_start_failure(
     api: FakeKubeAPI, tmp_path: Path
 ) -> None:
     request = LaunchRequest(job_id="hostnet-0000cccc", job_name="hostnet", roles=[role("worker")])
-    async with backend_on(api, tmp_path, host_network=True) as backend:
+    api.label_namespace("jobs", **{ENFORCE: "privileged"})  # the node's network needs it
+    async with backend_on(api, tmp_path, host_network=True, pod_security="privileged") as backend:
         events = Events(backend)
         await backend.launch(request)
         (name,) = api.wait_for_pods(1)

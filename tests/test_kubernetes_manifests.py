@@ -66,6 +66,26 @@ def main(pod: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
+def config_files(objects: AttemptObjects, pod: dict[str, Any]) -> dict[str, str]:
+    """The files of the pod's runtime-config volume, as the kubelet projects them: items of
+    the attempt's ConfigMaps, and annotations of the pod through the downward API."""
+    maps = {
+        m["metadata"]["name"]: m["data"] for m in [objects.config_map, *objects.extra_config_maps]
+    }
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "runtime-config"]
+    files = {}
+    for source in volume["projected"]["sources"]:
+        if "configMap" in source:
+            data = maps[source["configMap"]["name"]]
+            for item in source["configMap"]["items"]:
+                files[item["path"]] = data[item["key"]]
+        for item in source.get("downwardAPI", {}).get("items", []):
+            path = item["fieldRef"]["fieldPath"]
+            assert path.startswith("metadata.annotations['") and path.endswith("']")
+            files[item["path"]] = pod["metadata"]["annotations"][path[22:-2]]
+    return files
+
+
 # --- every job of the corpus --------------------------------------------------------------------
 
 
@@ -112,11 +132,10 @@ def test_every_corpus_job_becomes_valid_objects_or_a_clear_refusal(path: Path) -
     assert len(objects.pods) == request.total_instances
     hosts = [p["spec"]["hostname"] for p in objects.pods]
     assert len(set(hosts)) == len(hosts)
-    data = objects.config_map["data"]
     for pod in objects.pods:
         assert pod["spec"]["subdomain"] == objects.service["metadata"]["name"]
-        (volume,) = [v for v in pod["spec"]["volumes"] if "configMap" in v]
-        assert all(item["key"] in data for item in volume["configMap"]["items"])
+        files = config_files(objects, pod)
+        assert {"entrypoint.sh", "env-common-000.sh", "env-instance.sh"} <= set(files)
     assert len(yaml_stream(objects.all())) < 1 << 20
 
 
@@ -190,8 +209,9 @@ def test_the_environment_names_peers_by_stable_dns_names_and_the_pod_ip(tmp_path
     for name in ("PAI_CONTAINER_HOST_IP", "PAI_CURRENT_CONTAINER_IP"):
         assert env[name]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     # the two files the container concatenates, read by a real shell
-    (tmp_path / "common.sh").write_text(data["env-common.sh"])
-    (tmp_path / "own.sh").write_text(data["env-worker-1.sh"])
+    files = config_files(objects, pod)
+    (tmp_path / "common.sh").write_text(files["env-common-000.sh"])
+    (tmp_path / "own.sh").write_text(files["env-instance.sh"])
     shown = subprocess.run(
         ["sh", "-c", f"env -i sh -c '. {tmp_path}/common.sh; . {tmp_path}/own.sh; env'"],
         capture_output=True,
@@ -241,9 +261,11 @@ def test_host_network_hashes_ports_as_openpai_does() -> None:
     assert hashed_port(uid, "http", 0, window) == 30643
 
     request = request_of(V2_JOB)
-    objects = build(request, host_network=True)
-    again = build(request, host_network=True)
-    retry = build(request.model_copy(update={"attempt": 2}), host_network=True)
+    objects = build(request, host_network=True, pod_security="privileged")
+    again = build(request, host_network=True, pod_security="privileged")
+    retry = build(
+        request.model_copy(update={"attempt": 2}), host_network=True, pod_security="privileged"
+    )
     pod = by_name(objects)["worker-0"]
     assert pod["spec"]["hostNetwork"] is True
     assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
@@ -356,7 +378,8 @@ def test_storages_become_persistent_volume_claims_by_name() -> None:
         for v in pod["spec"]["volumes"]
         if "persistentVolumeClaim" in v
     }
-    assert sorted(c["claimName"] for c in claims.values()) == ["models", "team-nfs"]
+    # the user's own claim of the storage's name, and the admin-defined storage's claim
+    assert sorted(c["claimName"] for c in claims.values()) == ["pg-u-default-models", "team-nfs"]
     mounts = {m["mountPath"]: m for m in main(pod)["volumeMounts"]}
     assert mounts["/mnt/shared"].get("readOnly") is True
     assert "/work/models" in mounts
@@ -373,9 +396,13 @@ def test_storages_become_persistent_volume_claims_by_name() -> None:
     ):
         build(request.model_copy(update={"roles": [request.roles[0], host_dir]}))
     bad_claim = worker.model_copy(
-        update={"materials": [Material(name="Models_2", kind=Fetch.MOUNT)]}
+        update={
+            "storages": [
+                StorageMount(name="s", source="Team_NFS", volume=True, target="/mnt/shared")
+            ]
+        }
     )
-    with pytest.raises(LaunchRefused, match=r"'Models_2' is not a PersistentVolumeClaim name"):
+    with pytest.raises(LaunchRefused, match=r"'Team_NFS' is not a PersistentVolumeClaim name"):
         build(request.model_copy(update={"roles": [request.roles[0], bad_claim]}))
 
 
@@ -493,14 +520,25 @@ def test_resolve_manifests_prints_every_object_as_a_yaml_stream(
 ) -> None:
     monkeypatch.setenv("PAIGRAPH_K8S_NAMESPACE", "research")
     monkeypatch.setenv("PAIGRAPH_K8S_CONFIG", str(tmp_path / "k8s.yaml"))
-    (tmp_path / "k8s.yaml").write_text("host_network: true\nport_range: 30000-31000\n")
+    (tmp_path / "k8s.yaml").write_text(
+        "host_network: true\npod_security: privileged\nport_range: 30000-31000\n"
+    )
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(_with_secrets()))
     done = CliRunner().invoke(app, ["resolve", str(job), "--manifests"])
     assert done.exit_code == 0, done.output
     docs = list(yaml.safe_load_all(done.stdout))
     kinds = [d["kind"] for d in docs]
-    assert kinds == ["Service", "ConfigMap", "Secret", "Secret", "Pod", "Pod", "Pod"]
+    assert kinds == [
+        "Service",
+        "ConfigMap",
+        "Secret",
+        "Secret",
+        "NetworkPolicy",
+        "Pod",
+        "Pod",
+        "Pod",
+    ]
     assert {d["metadata"]["namespace"] for d in docs} == {"research"}
     assert "s3cr3t-token" not in done.stdout and "pull-pass" not in done.stdout
     for doc in docs:
@@ -548,7 +586,8 @@ def test_the_deployment_files_are_valid_objects() -> None:
         if d
     ]
     kinds = {d["kind"] for d in docs}
-    assert {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "Secret"} <= kinds
+    assert {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding"} <= kinds
+    assert "Secret" not in kinds  # no password is shipped: the operator makes the Secrets
     for doc in docs:
         validate(doc)
     listed = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
@@ -577,11 +616,10 @@ def _run_like_a_pod(
     request = request.model_copy(update={"roles": [request.role("ps"), worker]})
     objects = build(request)
     pod = by_name(objects)["worker-0"]
-    (volume,) = [v for v in pod["spec"]["volumes"] if "configMap" in v]
     config = tmp_path / "config"
     config.mkdir()
-    for item in volume["configMap"]["items"]:
-        (config / item["path"]).write_text(objects.config_map["data"][item["key"]])
+    for path, text in config_files(objects, pod).items():
+        (config / path).write_text(text)
     container = main(pod)
     env = {e["name"]: e.get("value", "10.9.8.7") for e in container["env"]}
     engine = docker.from_env()

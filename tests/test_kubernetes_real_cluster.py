@@ -1,8 +1,12 @@
-"""The two-role ps/worker job on a real Kubernetes cluster.
+"""The two-role ps/worker job, claim isolation and the restricted profile on a real cluster.
 
 Skipped unless PAIGRAPH_TEST_KUBECONFIG names a kubeconfig; the cluster must be able to pull
 `busybox` (or the image in PAIGRAPH_TEST_K8S_IMAGE). The namespace is the kubeconfig context's,
-or PAIGRAPH_TEST_K8S_NAMESPACE. Everything the test creates is removed at its end.
+or PAIGRAPH_TEST_K8S_NAMESPACE; the restricted profile is tried in
+PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE, a namespace labelled
+`pod-security.kubernetes.io/enforce=restricted` (skipped without it); the NetworkPolicy test
+runs with PAIGRAPH_TEST_K8S_NETWORK_POLICY=1, on a cluster whose network plugin enforces
+NetworkPolicy. Everything the tests create is removed at their end.
 
     PAIGRAPH_TEST_KUBECONFIG=~/.kube/config pytest -q tests/test_kubernetes_real_cluster.py
 """
@@ -13,14 +17,18 @@ import asyncio
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from backends.base import (
     EventKind,
+    Fetch,
     InstanceEvent,
     InstanceKey,
+    LaunchRefused,
     LaunchRequest,
+    Material,
     ResourceRequest,
     RoleLaunch,
 )
@@ -112,4 +120,175 @@ async def test_a_ps_worker_job_runs_on_a_real_cluster(tmp_path: Path) -> None:
     finally:
         reader.cancel()
         await backend.forget(request.job_id, 1)
+        await backend.close()
+
+
+RESTRICTED_NAMESPACE = os.environ.get("PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE")
+
+
+def _settings(tmp_path: Path, **overrides: Any) -> KubernetesSettings:
+    values: dict[str, Any] = {
+        "kubeconfig": str(Path(KUBECONFIG or "").expanduser()),
+        "namespace": os.environ.get("PAIGRAPH_TEST_K8S_NAMESPACE") or None,
+        "owner": f"test-{uuid.uuid4().hex[:8]}",
+        "state_dir": tmp_path,
+        "gang_timeout_seconds": 300,
+        "stop_grace_seconds": 5,
+    }
+    return KubernetesSettings(**{**values, **overrides})
+
+
+async def test_a_job_naming_the_servers_claim_is_refused_on_a_real_cluster(
+    tmp_path: Path,
+) -> None:
+    backend = KubernetesBackend(_settings(tmp_path))
+    backend.check()
+    await backend.start()
+    worker = _role("worker", ["true"], 1).model_copy(
+        update={"materials": [Material(name="db", kind=Fetch.MOUNT, uris=["data-postgres-0"])]}
+    )
+    request = LaunchRequest(
+        job_id=f"steal-{uuid.uuid4().hex[:8]}", job_name="steal", user="mallory", roles=[worker]
+    )
+    try:
+        with pytest.raises(LaunchRefused, match=r"'data-postgres-0' is not a claim of yours"):
+            await backend.launch(request)
+        assert await backend.reconcile() == []
+    finally:
+        await backend.close()
+
+
+@pytest.mark.skipif(
+    not RESTRICTED_NAMESPACE,
+    reason="set PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE to a namespace enforcing restricted",
+)
+async def test_the_restricted_profile_runs_as_non_root_on_a_real_cluster(tmp_path: Path) -> None:
+    strict = KubernetesBackend(
+        _settings(
+            tmp_path / "strict",
+            namespace=RESTRICTED_NAMESPACE,
+            pod_security="restricted",
+            run_as_user=1000,
+        )
+    )
+    loose = KubernetesBackend(_settings(tmp_path / "loose", namespace=RESTRICTED_NAMESPACE))
+    for backend in (strict, loose):
+        backend.check()
+        await backend.start()
+    request = LaunchRequest(
+        job_id=f"strict-{uuid.uuid4().hex[:8]}",
+        job_name="strict",
+        roles=[_role("main", ["echo uid $(id -u)"], 1)],
+        secrets={"token": "t0k3n"},
+    )
+    seen: list[InstanceEvent] = []
+
+    async def collect() -> None:
+        async for event in strict.events():
+            seen.append(event)
+
+    reader = asyncio.create_task(collect())
+    try:
+        # made for baseline: the namespace's admission refuses it, and the job is told why
+        with pytest.raises(LaunchRefused, match=r"Pod Security admission refuses the pods"):
+            await loose.launch(request.model_copy(update={"job_id": f"{request.job_id}x"}))
+        await strict.launch(request)
+        await until_async(lambda: any(e.kind in ENDED for e in seen), "the instance ends", 600, 1)
+        (ended,) = [e for e in seen if e.kind in ENDED]
+        assert (ended.kind, ended.exit_code) == (EventKind.EXITED, 0), ended.reason
+        key = InstanceKey(job_id=request.job_id, attempt=1, role="main", index=0)
+        log = "".join([chunk.data async for chunk in strict.logs(key)])
+        assert "uid 1000" in log
+    finally:
+        reader.cancel()
+        await strict.forget(request.job_id, 1)
+        for backend in (strict, loose):
+            await backend.close()
+
+
+@pytest.mark.skipif(
+    not os.environ.get("PAIGRAPH_TEST_K8S_NETWORK_POLICY"),
+    reason="set PAIGRAPH_TEST_K8S_NETWORK_POLICY=1 on a cluster whose CNI enforces NetworkPolicy",
+)
+async def test_another_jobs_pod_cannot_reach_a_jobs_pods_on_a_real_cluster(
+    tmp_path: Path,
+) -> None:
+    """The ps of one job serves http; a worker of the same job reaches it, a worker of another
+    job does not (its NetworkPolicy lets in the job's own pods only)."""
+    backend = KubernetesBackend(_settings(tmp_path))
+    backend.check()
+    await backend.start()
+    suffix = uuid.uuid4().hex[:8]
+    server = LaunchRequest(
+        job_id=f"served-{suffix}",
+        job_name="served",
+        roles=[
+            _role(
+                "ps",
+                [
+                    "mkdir -p /tmp/www && echo hello > /tmp/www/index.html",
+                    "httpd -f -p $PAI_CONTAINER_HOST_PORT -h /tmp/www",
+                ],
+                1,
+            ),
+            _role(
+                "worker",
+                [
+                    "for i in $(seq 1 60); do"
+                    " wget -q -T 2 -O - http://${PAI_TASK_ROLE_ps_HOST_LIST%%,*}/ && exit 0;"
+                    " sleep 2; done; exit 1"
+                ],
+                1,
+            ),
+        ],
+    )
+    seen: list[InstanceEvent] = []
+
+    async def collect() -> None:
+        async for event in backend.events():
+            seen.append(event)
+
+    reader = asyncio.create_task(collect())
+    outsider: LaunchRequest | None = None
+    try:
+        await backend.launch(server)
+
+        def ended(job_id: str, role: str) -> InstanceEvent | None:
+            return next(
+                (e for e in seen if e.job_id == job_id and e.role == role and e.kind in ENDED),
+                None,
+            )
+
+        inside = await until_async(lambda: ended(server.job_id, "worker"), "the worker", 600, 1)
+        assert (inside.kind, inside.exit_code) == (EventKind.EXITED, 0), inside.reason
+        ps = next(
+            e
+            for e in seen
+            if e.job_id == server.job_id and e.role == "ps" and e.kind is EventKind.STARTED
+        )
+        assert ps.placement is not None
+        # the ps by its pod IP: another job's pods do not resolve its Service's names
+        address = f"{ps.placement.host_ip}:{ps.placement.ports['http'][0]}"
+        outsider = LaunchRequest(
+            job_id=f"outsider-{suffix}",
+            job_name="outsider",
+            roles=[
+                _role(
+                    "probe",
+                    [
+                        f"if wget -q -T 5 -O - http://{address}/; then"
+                        " echo reached; exit 1; else echo refused; exit 0; fi"
+                    ],
+                    1,
+                )
+            ],
+        )
+        await backend.launch(outsider)
+        probe = await until_async(lambda: ended(outsider.job_id, "probe"), "the probe", 600, 1)
+        assert (probe.kind, probe.exit_code) == (EventKind.EXITED, 0), probe.reason
+    finally:
+        reader.cancel()
+        await backend.forget(server.job_id, 1)
+        if outsider is not None:
+            await backend.forget(outsider.job_id, 1)
         await backend.close()
