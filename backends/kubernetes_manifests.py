@@ -55,6 +55,7 @@ from backends.entrypoint import (
     WORK_DIR,
     entrypoint_script,
 )
+from backends.kubernetes_gang import decorate, pod_group
 from backends.kubernetes_names import (
     ATTEMPT,
     COMMON_ENV_KEY,
@@ -109,9 +110,11 @@ class AttemptObjects:
     config_map: dict[str, Any]
     secrets: list[dict[str, Any]]
     pods: list[dict[str, Any]]
+    pod_group: dict[str, Any] | None = None  # Volcano's or coscheduling's (kubernetes_gang)
 
     def all(self) -> list[dict[str, Any]]:
-        return [self.service, self.config_map, *self.secrets, *self.pods]
+        group = [self.pod_group] if self.pod_group else []
+        return [self.service, self.config_map, *self.secrets, *group, *self.pods]
 
 
 @dataclass
@@ -178,7 +181,9 @@ class AttemptBuilder:
         pods = [
             self.pod(role, index) for role in self.request.roles for index in range(role.instances)
         ]
-        return AttemptObjects(self.service_object(), self.config_map(), secrets, pods)
+        return AttemptObjects(
+            self.service_object(), self.config_map(), secrets, pods, pod_group(self)
+        )
 
     def _meta(self, name: str, labels: dict[str, str], **extra: Any) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": labels}
@@ -293,7 +298,14 @@ class AttemptBuilder:
             )
         return secrets
 
-    def pod(self, role_or_name: RoleLaunch | str, index: int, run: int = 1) -> dict[str, Any]:
+    def pod(
+        self, role_or_name: RoleLaunch | str, index: int, run: int = 1, *, gang: bool = True
+    ) -> dict[str, Any]:
+        """The instance's pod; with `gang`, with what its gang needs (kubernetes_gang)."""
+        pod = self._pod(role_or_name, index, run)
+        return decorate(pod, self) if gang else pod
+
+    def _pod(self, role_or_name: RoleLaunch | str, index: int, run: int) -> dict[str, Any]:
         role = self.request.role(role_or_name) if isinstance(role_or_name, str) else role_or_name
         ports = self.ports[(role.name, index)]
         labels = {
@@ -565,6 +577,10 @@ class AttemptBuilder:
             self.secret_values,
             lambda key: f"$(cat {shlex.quote(f'{SECRETS_DIR}/{key}')})",
         )
+
+    def render(self, template: str) -> str:
+        """A setting's template with `{group}`, `{count}`, `{queue}`, `{job}`, `{user}`."""
+        return self._render(template)
 
     def _render(self, template: str) -> str:
         values = {

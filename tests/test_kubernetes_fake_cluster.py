@@ -64,7 +64,11 @@ def api() -> Iterator[FakeKubeAPI]:
 
 
 def settings(api: FakeKubeAPI, tmp_path: Path, **overrides: Any) -> KubernetesSettings:
+    """Settings for the fake. Unless a test asks for another, the gang is left to the
+    scheduler (`scheduler`): these tests play the scheduler themselves; the gang's own tests
+    (test_kubernetes_gang.py) give the fake nodes and keep the default, `gates`."""
     kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+    overrides.setdefault("gang_scheduler", "scheduler")
     return KubernetesSettings(
         kubeconfig=str(kubeconfig), state_dir=tmp_path / "state", stop_grace_seconds=2, **overrides
     )
@@ -236,7 +240,9 @@ async def test_fake_cluster_failures_oom_and_start_errors_are_told_with_their_ca
         job_name="broken",
         roles=[role("worker", 3), role("ps")],
     )
-    async with backend_on(api, tmp_path) as backend:
+    # a pull error the kubelet retries fails the instance once its deadline passed (here: at
+    # once; test_kubernetes_gang.py waits one out)
+    async with backend_on(api, tmp_path, image_pull_deadline_seconds=0) as backend:
         events = Events(backend)
         await backend.launch(request)
         api.wait_for_pods(4)
@@ -269,9 +275,12 @@ async def test_fake_cluster_failures_oom_and_start_errors_are_told_with_their_ca
         assert pull.kind is EventKind.START_FAILED
         assert "image 'busybox:1.36' cannot be pulled (ErrImagePull)" in (pull.reason or "")
         assert classify(None, start_failed_reason=pull.reason).code == 254  # never retried
+        assert pull.completion_code == 254
+        # evicted as the kubelet reports it: killed (137), with the DisruptionTarget condition
         evicted = ended["ps-0"]
-        assert evicted.kind is EventKind.LOST
-        assert evicted.reason == "Evicted: The node was low on resource: memory."
+        assert (evicted.kind, evicted.exit_code) == (EventKind.EXITED, 137)
+        assert evicted.completion_code == -1000  # OpenPAI's PodEvicted, retried
+        assert evicted.reason == "TerminationByKubelet: The node was low on resource: memory."
         # the pod that could not pull is taken away at once
         await until_async(lambda: pod_of_missing(api, "worker-2"), "worker-2 gone", 10, 0.05)
         events.close()

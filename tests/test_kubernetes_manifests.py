@@ -252,7 +252,7 @@ def test_host_network_hashes_ports_as_openpai_does() -> None:
     assert all(15000 <= p["containerPort"] < 40000 for p in declared)
     assert by_name(again)["worker-0"] == pod  # decided before the pod exists, the same each time
     assert main(by_name(retry)["worker-0"])["ports"] != declared  # a new attempt, new ports
-    (prepare,) = pod["spec"]["initContainers"]
+    prepare, _barrier = pod["spec"]["initContainers"]
     script = prepare["command"][-1]
     assert all(str(p["containerPort"]) in script for p in declared)
     assert "address already in use" in script
@@ -261,8 +261,9 @@ def test_host_network_hashes_ports_as_openpai_does() -> None:
 def test_data_and_scripts_are_fetched_by_an_init_container() -> None:
     objects = build(request_of(V2_JOB))
     worker, ps = by_name(objects)["worker-0"], by_name(objects)["ps-0"]
-    assert "initContainers" not in ps["spec"]
-    (prepare,) = worker["spec"]["initContainers"]
+    # nothing to fetch for the ps: only the barrier waits for its peers before its commands
+    assert [c["name"] for c in ps["spec"]["initContainers"]] == ["barrier"]
+    prepare, _barrier = worker["spec"]["initContainers"]
     assert prepare["image"] == SETTINGS.init_image
     script = prepare["command"][-1]
     assert "wget -q -O cifar.tgz https://example.org/cifar.tgz" in script
@@ -281,7 +282,7 @@ def test_a_list_of_repositories_is_cloned_each_under_the_script_name() -> None:
         "https://github.com/MaggieQi/benchmarks@8482093",
         "https://example.org/team/models.git",
     ]
-    (prepare,) = by_name(build(request_of(doc)))["worker-0"]["spec"]["initContainers"]
+    prepare, _barrier = by_name(build(request_of(doc)))["worker-0"]["spec"]["initContainers"]
     script = prepare["command"][-1]
     assert "git clone -q https://github.com/MaggieQi/benchmarks /work/bench/benchmarks" in script
     assert "git -C /work/bench/benchmarks checkout -q 8482093" in script
