@@ -139,6 +139,7 @@ class _Instance:
     end: InstanceEvent | None = None
     termination: Termination | None = None
     waiting_reason: str | None = None
+    made: bool = False  # the API server took its pod's create (or the pod was seen)
     deleting_since: float | None = None  # monotonic time its pod was first seen Terminating
     pull_since: float | None = None  # monotonic time its image pull was first seen failing
 
@@ -375,6 +376,8 @@ class KubernetesBackend(ThreadedBackend):
             instance.created_at = time.monotonic()
         try:
             self._create("Pod", pod)
+            with self._lock:
+                instance.made = True
         except ApiException as exc:
             with self._lock:
                 instance.created_at = None
@@ -551,6 +554,7 @@ class KubernetesBackend(ThreadedBackend):
                 return
             facts = pod_facts(pod)
             instance.facts = facts
+            instance.made = True
             if instance.created_at is None:
                 instance.created_at = time.monotonic()
             if facts.deleting and instance.deleting_since is None:
@@ -843,7 +847,7 @@ class KubernetesBackend(ThreadedBackend):
                     for a in active
                     if a.queued
                     and a.admitted_at is None
-                    and all(i.created_at is not None for i in a.instances.values())
+                    and all(i.made for i in a.live())
                 ),
                 key=lambda a: a.since,
             )
@@ -917,6 +921,7 @@ class KubernetesBackend(ThreadedBackend):
                 )
                 instance.scheduled = False
                 instance.facts = None
+                instance.made = False
                 instance.created_at = time.monotonic()
                 fresh.append(
                     (
@@ -946,6 +951,8 @@ class KubernetesBackend(ThreadedBackend):
             self.logbook.begin(instance.key, instance.run)
             try:
                 self._create("Pod", pod)
+                with self._lock:
+                    instance.made = True
             except (ApiException, *_UNREACHABLE) as exc:
                 message = _api_message(exc) if isinstance(exc, ApiException) else str(exc)
                 self._end(
@@ -1187,6 +1194,9 @@ class KubernetesBackend(ThreadedBackend):
             request = request.model_copy(update={"secrets": secrets})
             builder = AttemptBuilder(request, self.settings, self.namespace)
         attempt = _Attempt(request=request, builder=builder, service_uid=service["metadata"]["uid"])
+        # gated pods made before the restart wait for admission again (lifting gates already
+        # lifted is harmless); the attempt leaves the queue once all its pods are scheduled
+        attempt.queued = self.settings.gang_scheduler == "gates"
         for role in request.roles:
             for index in range(role.instances):
                 key = InstanceKey(

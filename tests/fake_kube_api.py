@@ -109,6 +109,7 @@ class FakeKubeAPI:
         self.bookmark_seconds = 1.0  # an idle watch that asked for bookmarks gets one this often
         self.page_size: int | None = None  # when set, lists are cut to pages of this size
         self.lost_nodes: set[str] = set()  # nodes whose kubelet is gone
+        self.scheduler_paused = False  # the scheduler binds nothing meanwhile (down, or busy)
         self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -380,7 +381,9 @@ class FakeKubeAPI:
             if int(version) < compacted:
                 return 410, _status(410, "Expired", "the continue token is too old; list again")
             items = [i for i in items if _position(i) > tuple(after)]
-        limit = int(query.get("limit") or 0) or self.page_size or 0
+        limit = int(query.get("limit") or 0)
+        if limit and self.page_size:  # a server may answer with fewer items than the limit
+            limit = min(limit, self.page_size)
         meta: dict[str, Any] = {"resourceVersion": version}
         if limit and len(items) > limit:
             meta["remainingItemCount"] = len(items) - limit
@@ -530,6 +533,12 @@ class FakeKubeAPI:
             self._bump("nodes", "ADDED", node)
             self._schedule()
 
+    def pause_scheduler(self, paused: bool = True) -> None:
+        """Stop (or resume) binding pods, as when kube-scheduler is down or far behind."""
+        with self.lock:
+            self.scheduler_paused = paused
+            self._schedule()
+
     def _nodes(self) -> list[dict[str, Any]]:
         return [o for (res, _, _), o in self.objects.items() if res == "nodes"]
 
@@ -538,7 +547,7 @@ class FakeKubeAPI:
         held). Gated, bound and terminating pods are left alone; a pod that fits nowhere gets
         `PodScheduled=False` with reason `Unschedulable` and the scheduler's message."""
         nodes = self._nodes()
-        if not nodes:
+        if not nodes or self.scheduler_paused:
             return
         pods = [o for (res, _, _), o in self.objects.items() if res == "pods"]
         for pod in sorted(pods, key=lambda p: int(p["metadata"]["resourceVersion"])):

@@ -41,14 +41,25 @@ from tests.waiting import until_async, until_notified_async
 
 pytestmark = pytest.mark.anyio
 
-ROLE_FILE = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "role.yaml"
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
+ROLE_FILE = DEPLOY / "role.yaml"
+CLUSTER_ROLE_FILE = DEPLOY / "cluster-role.yaml"
 ENDED = (EventKind.EXITED, EventKind.STOPPED, EventKind.START_FAILED, EventKind.LOST)
 
 
 def allowed_by_role() -> set[tuple[str, str]]:
-    role = yaml.safe_load(ROLE_FILE.read_text())
+    """(verb, resource) the Role and the gang's ClusterRole in deploy/kubernetes grant."""
+    roles = [
+        yaml.safe_load(ROLE_FILE.read_text()),
+        *[
+            d
+            for d in yaml.safe_load_all(CLUSTER_ROLE_FILE.read_text())
+            if d["kind"] == "ClusterRole"
+        ],
+    ]
     return {
         (verb, resource)
+        for role in roles
         for rule in role["rules"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
@@ -632,10 +643,14 @@ def _pingpong() -> dict[str, Any]:
 
 
 async def test_fake_cluster_the_role_grants_exactly_what_the_backend_uses(tmp_path: Path) -> None:
-    """The Role in deploy/kubernetes allows every call the backend makes (each scenario's `api`
-    fixture checks that) and nothing more: the backend's scenarios, run here on fresh fake
-    clusters, use every verb the Role grants."""
+    """The Role and the gang's ClusterRole in deploy/kubernetes allow every call the backend
+    makes (each scenario's `api` fixture checks that) and nothing more: the backend's
+    scenarios, run here on fresh fake clusters, use every verb they grant."""
+    from tests import test_kubernetes_gang as gang
+
     scenarios = (
+        gang.test_two_gpu_gangs_with_room_for_one_run_one_after_the_other,
+        gang.test_a_volcano_gang_is_one_pod_group_of_all_the_pods,
         test_fake_cluster_runs_a_two_role_job_through_every_phase,
         test_fake_cluster_failures_oom_and_start_errors_are_told_with_their_cause,
         test_fake_cluster_an_init_container_failure_is_a_start_failure,
