@@ -845,9 +845,7 @@ class KubernetesBackend(ThreadedBackend):
                 (
                     a
                     for a in active
-                    if a.queued
-                    and a.admitted_at is None
-                    and all(i.made for i in a.live())
+                    if a.queued and a.admitted_at is None and all(i.made for i in a.live())
                 ),
                 key=lambda a: a.since,
             )
