@@ -3,7 +3,10 @@
 The backend watches pods and turns each new version of one into `PodFacts`: scheduled or not
 (and the scheduler's message when it cannot be), running since when, ended with which exit
 code (OOM-killed or not), or unable to start at all (an image that cannot be pulled, an init
-container that could not fetch the prerequisites, a pod evicted before its command ran).
+container that could not fetch the prerequisites or ran out of memory, a pod evicted before
+its command ran); an image pull the kubelet still retries; a pending deletion and its grace
+period; and OpenPAI's completion code for what Kubernetes did to the pod (its
+`DisruptionTarget` condition or its reason: evicted, preempted, node lost ...).
 Everything here is a pure function of one pod, so it is tested on plain dictionaries.
 """
 

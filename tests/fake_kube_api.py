@@ -313,7 +313,7 @@ class FakeKubeAPI:
                     obj["metadata"]["deletionGracePeriodSeconds"] = seconds
                     self._bump(resource, "MODIFIED", obj)
                 return 200, copy.deepcopy(obj)
-            if resource == "pods":
+            if resource == "pods" and obj["spec"].get("nodeName") not in self.lost_nodes:
                 main = _main_status(obj)
                 if main is not None and "running" in main["state"]:
                     started = main["state"]["running"]["startedAt"]
