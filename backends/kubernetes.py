@@ -684,7 +684,9 @@ class KubernetesBackend(ThreadedBackend):
         memory = attempt.request.role(key.role).resources.memory_mb
         reason = f"killed: memory limit of {memory} MB exceeded" if ended.oom_killed else None
         facts = instance.facts
-        code = facts.code if facts is not None and not ended.oom_killed else None
+        # what Kubernetes did decides, unless the command had succeeded or ran out of memory
+        disrupted = facts is not None and not ended.oom_killed and ended.exit_code != 0
+        code = facts.code if disrupted and facts is not None else None
         if code is not None and facts is not None:
             reason = facts.disruption or facts.lost or reason
         with self._lock:

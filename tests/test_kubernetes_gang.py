@@ -337,3 +337,28 @@ async def test_a_volcano_gang_is_one_pod_group_of_all_the_pods(
                 == (group["metadata"]["name"])
             )
             assert "schedulingGates" not in pod["spec"]
+
+
+async def test_a_gang_timeout_keeps_the_real_end_of_a_pod_that_ended_meanwhile(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    """With a scheduler that binds pods one by one, one pod ran and failed while its peer
+    found no node: its own exit code is told, not the gang's timeout, and nothing claims the
+    peer was ever placed or started."""
+    async with backend_on(api, tmp_path, gang_timeout_seconds=2) as backend:
+        events = Events(backend)
+        await backend.launch(gpu_job("half-0000aaaa", pods=2, gpus=0))
+        await asyncio.to_thread(api.wait_for_pods, 2)
+        api.schedule(pod_of(api, "trainer-0"), node="node-a")
+        api.unschedulable(pod_of(api, "trainer-1"), "0/1 nodes are available: 1 Insufficient cpu.")
+        api.run(pod_of(api, "trainer-0"))
+        api.exit(pod_of(api, "trainer-0"), 3)
+        ended = await events.until(lambda: len(events.ended()) == 2 and events.ended())
+        assert (ended["trainer-0"].kind, ended["trainer-0"].exit_code) == (EventKind.EXITED, 3)
+        assert ended["trainer-0"].completion_code is None
+        late = ended["trainer-1"]
+        assert (late.kind, late.completion_code) == (EventKind.START_FAILED, 251)
+        assert "1 Insufficient cpu" in (late.reason or "")
+        assert not [e for e in events.of(EventKind.PLACED) if e.role == "trainer" and e.index == 1]
+        assert not events.of(EventKind.STARTED)
+        events.close()
