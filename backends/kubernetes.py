@@ -98,6 +98,7 @@ _PARALLEL = 8
 _CREATE_TRIES = 5  # a create answered 429 or 5xx is tried this many times in all
 _TERMINATING_SLACK = 5.0  # seconds past a deletion's grace period before it is forced
 _PAGE = 500  # items per page of a cluster-wide listing
+_LOOK_EVERY = 10.0  # seconds between two reads of the cluster's room while nothing of ours changed
 GANG_TIMEOUT = 251  # OpenPAI's JobGangAllocationTimeout
 _CREATE_CODES = {403: -200, 429: -120}  # PodCreationPermanentError, PodCreationTransientError
 
@@ -157,6 +158,7 @@ class _Attempt:
     waiting_reason: str | None = None
     unschedulable: str | None = None  # the scheduler's latest message
     queued: bool = False  # its pods are gated, waiting for room (gang_scheduler `gates`)
+    demand: list[dict[str, Any]] | None = None  # its pods, as far as the room goes
     admitted_at: float | None = None  # monotonic time its gates were lifted
 
     @property
@@ -193,6 +195,8 @@ class KubernetesBackend(ThreadedBackend):
         self._reach = Reachability()
         self._deferred_deletes: list[tuple[Callable[[], Any], str]] = []
         self._threads: list[threading.Thread] = []
+        self._looked: tuple[str, float] = ("", 0.0)  # the queue's head and when room was read
+        self._room_changed = False  # an instance of ours ended since the room was read
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -747,6 +751,7 @@ class KubernetesBackend(ThreadedBackend):
             )
             instance.end = event
             self._emit(event)
+            self._room_changed = True
             if not attempt.gang_complete and not attempt.stopping and attempt.live():
                 self._check_gang(attempt)
             self._changed.notify_all()

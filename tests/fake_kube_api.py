@@ -110,6 +110,7 @@ class FakeKubeAPI:
         self.page_size: int | None = None  # when set, lists are cut to pages of this size
         self.lost_nodes: set[str] = set()  # nodes whose kubelet is gone
         self.scheduler_paused = False  # the scheduler binds nothing meanwhile (down, or busy)
+        self.continued = 0  # list pages asked for with a continue token
         self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -380,6 +381,8 @@ class FakeKubeAPI:
                 return 400, _status(400, "BadRequest", "invalid continue token")
             if int(version) < compacted:
                 return 410, _status(410, "Expired", "the continue token is too old; list again")
+            with self.lock:
+                self.continued += 1
             items = [i for i in items if _position(i) > tuple(after)]
         limit = int(query.get("limit") or 0)
         if limit and self.page_size:  # a server may answer with fewer items than the limit

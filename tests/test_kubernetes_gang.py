@@ -297,6 +297,7 @@ async def test_creates_answered_429_are_retried_and_a_quota_refusal_is_not(
         await events.until(lambda: len(events.of(EventKind.PLACED)) == 2)
         assert api.calls.count(("create", "pods")) == 4  # two refused, then both made
         assert api.calls.count(("create", "services")) == 2
+        assert api.continued  # the room was read page by page
 
         quota = (
             'pods "x" is forbidden: exceeded quota: team-a, requested: cpu=2, used: cpu=8, '
@@ -361,4 +362,24 @@ async def test_a_gang_timeout_keeps_the_real_end_of_a_pod_that_ended_meanwhile(
         assert "1 Insufficient cpu" in (late.reason or "")
         assert not [e for e in events.of(EventKind.PLACED) if e.role == "trainer" and e.index == 1]
         assert not events.of(EventKind.STARTED)
+        events.close()
+
+
+async def test_a_queued_gang_is_admitted_by_a_restarted_server(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    gpu_nodes(api, count=1)
+    request = gpu_job("queued-0000aaaa")
+    async with backend_on(api, tmp_path, gang_scheduler="gates") as backend:
+        events = Events(backend)
+        await backend.launch(request)
+        await events.until(lambda: events.of(EventKind.WAITING))
+        events.close()
+    assert api.bound() == {} and len(api.pods()) == 4  # gated, left in the cluster
+    async with backend_on(api, tmp_path, gang_scheduler="gates") as again:
+        events = Events(again)
+        api.add_node("gpu-9", cpu=16, memory_mi=65536, gpus=2)  # now there is room
+        # (room that comes from outside is seen at the next periodic read, within 10 s)
+        await events.until(lambda: len(events.of(EventKind.PLACED)) == 4, 30)
+        assert gpus_held(api, request.job_id) == 4
         events.close()
