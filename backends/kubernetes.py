@@ -866,7 +866,20 @@ class KubernetesBackend(ThreadedBackend):
             return
         attempt = queue[0]
         with self._lock:
-            pods = [attempt.builder.pod(i.key.role, i.key.index, i.run) for i in attempt.live()]
+            head, since = self._looked
+            if (
+                head == attempt.id
+                and not self._room_changed
+                and time.monotonic() - since < _LOOK_EVERY
+            ):
+                return  # nothing of ours freed room: the cluster is read again later
+            self._looked = (attempt.id, time.monotonic())
+            self._room_changed = False
+            if attempt.demand is None:  # the barrier's requests count too
+                attempt.demand = [
+                    attempt.builder.pod(i.key.role, i.key.index) for i in attempt.live()
+                ]
+            pods = attempt.demand
         try:
             view = ClusterView.of(
                 self._list_all(self.core.list_node),
@@ -942,6 +955,7 @@ class KubernetesBackend(ThreadedBackend):
             attempt.admitted_at = None
             attempt.queued = True
             attempt.unschedulable = None
+            self._room_changed = True  # its bound pods go: look again at once
             reason = (
                 f"only {bound} of {len(attempt.instances)} pod(s) were bound within {limit:g} s "
                 "of the room being found; all taken back and queued again"
