@@ -228,6 +228,28 @@ class KubernetesBackend(ThreadedBackend):
             thread.start()
             self._threads.append(thread)
         await asyncio.to_thread(self._listed.wait)
+        if self.settings.gang_scheduler == "gates":
+            await asyncio.to_thread(self._check_gang_rights)
+
+    def _check_gang_rights(self) -> None:
+        """Warn at once when the default gang cannot read the cluster's room (attempts would
+        wait, saying so, until the rights are granted)."""
+        for what, call in (
+            ("nodes", self.core.list_node),
+            ("pods in every namespace", self.core.list_pod_for_all_namespaces),
+        ):
+            try:
+                call(limit=1, _preload_content=False, _request_timeout=_LIST_TIMEOUT)
+            except ApiException as exc:
+                log.warning(
+                    "gang_scheduler 'gates' cannot list %s (%s): attempts will wait until the "
+                    "ClusterRole of deploy/kubernetes/cluster-role.yaml is granted, or choose "
+                    "another gang_scheduler",
+                    what,
+                    _api_message(exc),
+                )
+            except _UNREACHABLE as exc:
+                log.info("cannot check the gang's rights now (%s)", exc)
 
     async def close(self) -> None:
         self._closed.set()
@@ -736,8 +758,14 @@ class KubernetesBackend(ThreadedBackend):
                     reason=reason,
                 )
             else:
+                facts = instance.facts
+                why = f" ({facts.disruption})" if facts and facts.disruption else ""
                 self._end(
-                    attempt, instance, EventKind.LOST, reason=f"its pod {instance.pod} is gone"
+                    attempt,
+                    instance,
+                    EventKind.LOST,
+                    reason=f"its pod {instance.pod} is gone{why}",
+                    completion_code=facts.code if facts else None,
                 )
 
     def _end(self, attempt: _Attempt, instance: _Instance, kind: EventKind, **fields: Any) -> None:

@@ -383,3 +383,23 @@ async def test_a_queued_gang_is_admitted_by_a_restarted_server(
         await events.until(lambda: len(events.of(EventKind.PLACED)) == 4, 30)
         assert gpus_held(api, request.job_id) == 4
         events.close()
+
+
+async def test_without_the_right_to_read_nodes_gangs_wait_and_say_why(
+    api: FakeKubeAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gpu_nodes(api)
+    forbidden = (
+        'nodes is forbidden: User "system:serviceaccount:paigraph:paigraph" cannot list '
+        'resource "nodes" in API group "" at the cluster scope'
+    )
+    api.refuse("list", "nodes", 403, forbidden, times=1000)
+    async with backend_on(api, tmp_path, gang_scheduler="gates") as backend:
+        assert "cannot list nodes" in caplog.text and "cluster-role.yaml" in caplog.text
+        events = Events(backend)
+        await backend.launch(gpu_job("blind-0000aaaa", pods=2))
+        waiting = await events.until(lambda: events.of(EventKind.WAITING))
+        assert forbidden in (waiting[0].reason or "")
+        assert "ClusterRole paigraph-gang" in (waiting[0].reason or "")
+        assert api.bound() == {}  # nothing half-placed meanwhile
+        events.close()
