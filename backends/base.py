@@ -209,6 +209,10 @@ class InstanceEvent(_Value):
     exit_code: int | None = None
     oom_killed: bool = False
     placement: Placement | None = None
+    # OpenPAI's completion code for what the platform did to the instance, when the backend
+    # saw it (evicted -1000, node lost -1001, preempted -1003, gang timeout 251 ...); it decides
+    # over the exit code, which is still kept as the container's own
+    completion_code: int | None = None
 
     @property
     def key(self) -> InstanceKey | None:

@@ -5,13 +5,21 @@ ConfigMap, Secrets and one Pod per instance). One thread watches the pods of thi
 list, then a watch from its resource version, listed again when the watch expires) and turns
 each pod version into facts (`kubernetes_pods`), and facts into InstanceEvents:
 
-- gang: PLACED is told for the instances only once every pod of the attempt is scheduled;
-  until then the attempt is WAITING with the scheduler's message, and after
-  `gang_timeout_seconds` it fails (each instance START_FAILED with the reason);
+- gang (`kubernetes_gang`): by default pods are created gated and the attempt is queued; the
+  gang thread lifts the gates of one attempt at a time when the cluster has room for all of
+  it, and takes back and queues again an attempt not bound within `gang_bind_seconds`.
+  PLACED is told for the instances only once every pod of the attempt is scheduled; until
+  then the attempt is WAITING with the reason, and after `gang_timeout_seconds` its waiting
+  instances fail with OpenPAI's JobGangAllocationTimeout (251), those already ended keep
+  their own end;
 - STARTED when the main container runs, EXITED with its exit code (OOM-killed or not) when it
   ends, START_FAILED when it can never start (image pull errors, an init container that could
-  not fetch the prerequisites or found a host port in use), LOST when the pod vanished or was
-  evicted without its command ending, STOPPED for whatever ends after a stop.
+  not fetch the prerequisites or found a host port in use; image pulls the kubelet retries are
+  waited out until `image_pull_deadline_seconds`), LOST when the pod vanished or was evicted
+  without its command ending, STOPPED for whatever ends after a stop. What Kubernetes did to
+  a pod (evicted, preempted, its node lost: the DisruptionTarget condition) comes with
+  OpenPAI's completion code; a pod left Terminating past its grace period (its kubelet gone)
+  is force-deleted and its instance LOST as PodNodeLost (-1001).
 
 Logs are copied to the server's disk while the pods run (`kubernetes_logs`), so they outlive
 the pods. Everything needed to take an attempt back after a restart is in the cluster: the
@@ -58,6 +66,7 @@ from backends.base import (
 )
 from backends.instance_exec import ExecRequest
 from backends.kubernetes_exec import KubernetesExecSession
+from backends.kubernetes_gang import GATE, POD_GROUP_API, ClusterView
 from backends.kubernetes_isolation import pod_security_refusal
 from backends.kubernetes_logs import LogBook, hang_up
 from backends.kubernetes_manifests import AttemptBuilder, with_owner
@@ -76,7 +85,7 @@ from backends.kubernetes_names import (
     secret_name,
     ssh_secret_name,
 )
-from backends.kubernetes_pods import PodFacts, Termination, pod_facts
+from backends.kubernetes_pods import IMAGE_NOT_PULLED, NODE_LOST, PodFacts, Termination, pod_facts
 from backends.kubernetes_reach import Reachability
 from backends.kubernetes_settings import KubernetesSettings, load_settings
 from backends.ssh_access import JOB_KEY
@@ -92,6 +101,12 @@ _LIST_TIMEOUT = (10, 60)  # seconds to connect, and to read a listing of pods
 _WATCH_SECONDS = 300  # a watch is renewed from its resource version after this long
 _STOP_EXTRA_SECONDS = 15.0  # a stop waits this long past the grace period for the pods' ends
 _PARALLEL = 8
+_CREATE_TRIES = 5  # a create answered 429 or 5xx is tried this many times in all
+_TERMINATING_SLACK = 5.0  # seconds past a deletion's grace period before it is forced
+_PAGE = 500  # items per page of a cluster-wide listing
+_LOOK_EVERY = 10.0  # seconds between two reads of the cluster's room while nothing of ours changed
+GANG_TIMEOUT = 251  # OpenPAI's JobGangAllocationTimeout
+_CREATE_CODES = {403: -200, 429: -120}  # PodCreationPermanentError, PodCreationTransientError
 
 
 def api_client(settings: KubernetesSettings) -> k8s.ApiClient:
@@ -131,6 +146,9 @@ class _Instance:
     end: InstanceEvent | None = None
     termination: Termination | None = None
     waiting_reason: str | None = None
+    made: bool = False  # the API server took its pod's create (or the pod was seen)
+    deleting_since: float | None = None  # monotonic time its pod was first seen Terminating
+    pull_since: float | None = None  # monotonic time its image pull was first seen failing
 
 
 @dataclass(eq=False)
@@ -145,6 +163,9 @@ class _Attempt:
     forgotten: bool = False
     waiting_reason: str | None = None
     unschedulable: str | None = None  # the scheduler's latest message
+    queued: bool = False  # its pods are gated, waiting for room (gang_scheduler `gates`)
+    demand: list[dict[str, Any]] | None = None  # its pods, as far as the room goes
+    admitted_at: float | None = None  # monotonic time its gates were lifted
 
     @property
     def id(self) -> str:
@@ -181,6 +202,8 @@ class KubernetesBackend(ThreadedBackend):
         self._reach = Reachability()
         self._deferred_deletes: list[tuple[Callable[[], Any], str]] = []
         self._threads: list[threading.Thread] = []
+        self._looked: tuple[str, float] = ("", 0.0)  # the queue's head and when room was read
+        self._room_changed = False  # an instance of ours ended since the room was read
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -212,6 +235,28 @@ class KubernetesBackend(ThreadedBackend):
             thread.start()
             self._threads.append(thread)
         await asyncio.to_thread(self._listed.wait)
+        if self.settings.gang_scheduler == "gates":
+            await asyncio.to_thread(self._check_gang_rights)
+
+    def _check_gang_rights(self) -> None:
+        """Warn at once when the default gang cannot read the cluster's room (attempts would
+        wait, saying so, until the rights are granted)."""
+        for what, call in (
+            ("nodes", self.core.list_node),
+            ("pods in every namespace", self.core.list_pod_for_all_namespaces),
+        ):
+            try:
+                call(limit=1, _preload_content=False, _request_timeout=_LIST_TIMEOUT)
+            except ApiException as exc:
+                log.warning(
+                    "gang_scheduler 'gates' cannot list %s (%s): attempts will wait until the "
+                    "ClusterRole of deploy/kubernetes/cluster-role.yaml is granted, or choose "
+                    "another gang_scheduler",
+                    what,
+                    _api_message(exc),
+                )
+            except _UNREACHABLE as exc:
+                log.info("cannot check the gang's rights now (%s)", exc)
 
     async def close(self) -> None:
         self._closed.set()
@@ -320,6 +365,8 @@ class KubernetesBackend(ThreadedBackend):
             maps = [objects.config_map, *objects.extra_config_maps]
             for obj in [*maps, *objects.secrets, *policy]:
                 self._create(obj["kind"], with_owner(obj, attempt.service_uid))
+            if objects.pod_group is not None:
+                self._create_pod_group(with_owner(objects.pod_group, attempt.service_uid))
         except _UNREACHABLE as exc:
             self._drop(attempt)
             self._end_all(
@@ -337,6 +384,7 @@ class KubernetesBackend(ThreadedBackend):
             )
             return
         pods = [with_owner(pod, attempt.service_uid) for pod in objects.pods]
+        attempt.queued = self.settings.gang_scheduler == "gates"
         problems = [
             p for p in self._pool.map(lambda pod: self._create_pod(attempt, pod), pods) if p
         ]
@@ -351,9 +399,18 @@ class KubernetesBackend(ThreadedBackend):
                 )
             if all(status == 422 for status, _ in problems):
                 raise LaunchRefused(f"the cluster refuses the attempt: {problems[0][1]}")
-            self._end_all(
-                attempt, EventKind.START_FAILED, f"cannot create the pods: {problems[0][1]}"
-            )
+            status, message = problems[0]
+            reason = f"cannot create the pods: {message}"
+            if status == 403:
+                reason += (
+                    " (refused by the cluster's policy, e.g. a ResourceQuota or Pod Security "
+                    "admission; not retried: change the job or ask the cluster's administrator)"
+                )
+            code = _CREATE_CODES.get(status, -120 if status >= 500 else None)
+            self._end_all(attempt, EventKind.START_FAILED, reason, completion_code=code)
+            return
+        with self._lock:
+            self._changed.notify_all()  # the gang thread looks at the queue
 
     def _create_pod(self, attempt: _Attempt, pod: dict[str, Any]) -> tuple[int, str] | None:
         if attempt.stopping:
@@ -366,6 +423,8 @@ class KubernetesBackend(ThreadedBackend):
             instance.created_at = time.monotonic()
         try:
             self._create("Pod", pod)
+            with self._lock:
+                instance.made = True
         except ApiException as exc:
             with self._lock:
                 instance.created_at = None
@@ -385,7 +444,34 @@ class KubernetesBackend(ThreadedBackend):
             "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }
         call = create[kind]
-        return _body(call(self.namespace, body, _preload_content=False))
+        return self._retried(lambda: _body(call(self.namespace, body, _preload_content=False)))
+
+    def _retried(self, call: Callable[[], Any]) -> Any:
+        """Make a call, again with back-off while the API server answers 429 (too many
+        requests: after its Retry-After) or a 5xx, up to _CREATE_TRIES in all."""
+        for attempt in range(1, _CREATE_TRIES + 1):
+            try:
+                return call()
+            except ApiException as exc:
+                status = exc.status or 0
+                if (status != 429 and status < 500) or attempt == _CREATE_TRIES:
+                    raise
+                delay = min(0.5 * 2**attempt, 8.0)
+                with contextlib.suppress(TypeError, ValueError, AttributeError, KeyError):
+                    delay = max(delay, float((exc.headers or {})["Retry-After"]))
+                log.info("the API server answered %s; trying again in %g s", status, delay)
+                if self._closed.wait(min(delay, 30.0)):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _create_pod_group(self, body: dict[str, Any]) -> None:
+        group, version = POD_GROUP_API[self.settings.gang_scheduler]
+        custom = k8s.CustomObjectsApi(self.client)
+        self._retried(
+            lambda: custom.create_namespaced_custom_object(
+                group, version, self.namespace, "podgroups", body, _preload_content=False
+            )
+        )
 
     def _drop(self, attempt: _Attempt) -> None:
         """Remove what a launch that failed half-way created (the Service owns the rest)."""
@@ -516,8 +602,15 @@ class KubernetesBackend(ThreadedBackend):
                 return
             facts = pod_facts(pod)
             instance.facts = facts
+            instance.made = True
             if instance.created_at is None:
                 instance.created_at = time.monotonic()
+            if facts.deleting and instance.deleting_since is None:
+                instance.deleting_since = time.monotonic()
+            if facts.pull_waiting is None:
+                instance.pull_since = None
+            elif instance.pull_since is None:
+                instance.pull_since = time.monotonic()
             if deleted:
                 pass
             elif facts.start_error:
@@ -537,11 +630,30 @@ class KubernetesBackend(ThreadedBackend):
                 if not attempt.gang_complete:
                     if facts.unschedulable:
                         attempt.unschedulable = facts.unschedulable
+                    if facts.terminated is not None or facts.lost:
+                        # ended before its gang formed: its own end is told, not a timeout
+                        self._ended_early(attempt, instance, facts, now=now)
+                        return
                     self._check_gang(attempt, now=now)
                 else:
                     self._advance(attempt, instance, now=now)
                 return
         self._gone(attempt, instance)
+
+    def _ended_early(
+        self, attempt: _Attempt, instance: _Instance, facts: PodFacts, *, now: bool
+    ) -> None:
+        """The pod ended before every pod of its attempt was scheduled (lock held)."""
+        if facts.terminated is not None:
+            instance.termination = facts.terminated
+            instance.finishing = True
+            if now:
+                self._finish(attempt, instance, facts.terminated)
+            else:
+                self._pool.submit(self._finish, attempt, instance, facts.terminated)
+        else:
+            reason = facts.disruption or facts.lost
+            self._end(attempt, instance, EventKind.LOST, reason=reason, completion_code=facts.code)
 
     def _check_gang(self, attempt: _Attempt, *, now: bool = False) -> None:
         """PLACED for every instance once all pods are scheduled; WAITING until then."""
@@ -559,6 +671,8 @@ class KubernetesBackend(ThreadedBackend):
             return
         attempt.gang_complete = True
         attempt.waiting_reason = None
+        attempt.queued = False
+        attempt.admitted_at = None
         for instance in live:
             self._advance(attempt, instance, now=now)
 
@@ -602,7 +716,13 @@ class KubernetesBackend(ThreadedBackend):
             else:
                 self._pool.submit(self._finish, attempt, instance, facts.terminated)
         elif facts.lost:
-            self._end(attempt, instance, EventKind.LOST, reason=facts.lost)
+            self._end(
+                attempt,
+                instance,
+                EventKind.LOST,
+                reason=facts.disruption or facts.lost,
+                completion_code=facts.code,
+            )
 
     def _finish(self, attempt: _Attempt, instance: _Instance, ended: Termination) -> None:
         """The main container ended: copy its whole log, then tell how it ended."""
@@ -611,6 +731,12 @@ class KubernetesBackend(ThreadedBackend):
             self.logbook.settle(key, run, self._log_stream(instance.pod))
         memory = attempt.request.role(key.role).resources.memory_mb
         reason = oom_reason(memory) if ended.oom_killed else None
+        facts = instance.facts
+        # what Kubernetes did decides, unless the command had succeeded or ran out of memory
+        disrupted = facts is not None and not ended.oom_killed and ended.exit_code != 0
+        code = facts.code if disrupted and facts is not None else None
+        if code is not None and facts is not None:
+            reason = facts.disruption or facts.lost or reason
         with self._lock:
             if instance.ended or instance.run != run:
                 return
@@ -624,12 +750,17 @@ class KubernetesBackend(ThreadedBackend):
                 oom_killed=ended.oom_killed,
                 reason=reason,
                 at=ended.finished_at,
+                completion_code=code,
             )
 
-    def _fail_to_start(self, attempt: _Attempt, instance: _Instance, reason: str) -> None:
+    def _fail_to_start(
+        self, attempt: _Attempt, instance: _Instance, reason: str, code: int | None = None
+    ) -> None:
         """The pod can never run its command: end the instance and take the pod away."""
         kind = EventKind.STOPPED if attempt.stopping else EventKind.START_FAILED
-        self._end(attempt, instance, kind, reason=reason)
+        if code is None and instance.facts is not None:
+            code = instance.facts.code
+        self._end(attempt, instance, kind, reason=reason, completion_code=code)
         self._pool.submit(self._delete_pod, instance.pod, 0)
 
     def _gone(self, attempt: _Attempt, instance: _Instance) -> None:
@@ -649,8 +780,14 @@ class KubernetesBackend(ThreadedBackend):
                     reason=reason,
                 )
             else:
+                facts = instance.facts
+                why = f" ({facts.disruption})" if facts and facts.disruption else ""
                 self._end(
-                    attempt, instance, EventKind.LOST, reason=f"its pod {instance.pod} is gone"
+                    attempt,
+                    instance,
+                    EventKind.LOST,
+                    reason=f"its pod {instance.pod} is gone{why}",
+                    completion_code=facts.code if facts else None,
                 )
 
     def _end(self, attempt: _Attempt, instance: _Instance, kind: EventKind, **fields: Any) -> None:
@@ -664,27 +801,36 @@ class KubernetesBackend(ThreadedBackend):
             )
             instance.end = event
             self._emit(event)
+            self._room_changed = True
             if not attempt.gang_complete and not attempt.stopping and attempt.live():
                 self._check_gang(attempt)
             self._changed.notify_all()
 
-    def _end_all(self, attempt: _Attempt, kind: EventKind, reason: str) -> None:
+    def _end_all(self, attempt: _Attempt, kind: EventKind, reason: str, **fields: Any) -> None:
         for instance in list(attempt.instances.values()):
-            self._end(attempt, instance, kind, reason=reason)
+            self._end(attempt, instance, kind, reason=reason, **fields)
 
     # --- the gang's clock --------------------------------------------------------------------
 
     def _keep_time(self) -> None:
+        """The gang thread: admits queued attempts, takes back those not bound in time, fails
+        those that waited too long, ends pods stuck Terminating and image pulls past their
+        deadline."""
         limit = self.settings.gang_timeout_seconds
-        if not limit:
-            return
-        tick = min(1.0, limit / 4)
+        tick = min(1.0, limit / 4) if limit else 1.0
         while not self._closed.wait(tick):
             if not self._reach.reachable:
                 # the pods' facts are unknown meanwhile: the clock stops for every gang
                 with self._lock:
                     for attempt in self._attempts.values():
                         attempt.since += tick
+                continue
+            try:
+                self._look_after_pods()
+                self._admit()
+            except Exception as exc:  # the clock goes on; the next tick tries again
+                log.warning("the gang thread could not do its round: %s", exc)
+            if not limit:
                 continue
             with self._lock:
                 late = [
@@ -698,11 +844,223 @@ class KubernetesBackend(ThreadedBackend):
             for attempt in late:
                 self._gang_timed_out(attempt, limit)
 
+    def _look_after_pods(self) -> None:
+        """Pods left Terminating past their grace period are force-deleted (their kubelet is
+        gone: nothing else would ever end them) and their instances are lost with their node;
+        image pulls failing past `image_pull_deadline_seconds` fail their instances."""
+        clock = time.monotonic()
+        stuck: list[tuple[_Attempt, _Instance, str]] = []
+        with self._lock:
+            for attempt in list(self._attempts.values()):
+                for instance in attempt.instances.values():
+                    facts = instance.facts
+                    if facts is None or instance.deleting_since is None:
+                        continue
+                    grace = facts.deletion_grace if facts.deletion_grace is not None else 30
+                    if clock - instance.deleting_since > grace + _TERMINATING_SLACK:
+                        instance.deleting_since = None  # forced once
+                        stuck.append((attempt, instance, instance.pod))
+                        if not instance.ended:
+                            where = f" on node {facts.node}" if facts.node else ""
+                            why = f" ({facts.disruption})" if facts.disruption else ""
+                            reason = (
+                                f"its pod {instance.pod} stayed Terminating{where} past its "
+                                f"grace period of {grace} s{why}: its node does not answer; "
+                                "the pod was force-deleted"
+                            )
+                            kind = EventKind.STOPPED if attempt.stopping else EventKind.LOST
+                            self._end(
+                                attempt, instance, kind, reason=reason, completion_code=NODE_LOST
+                            )
+            deadline = self.settings.image_pull_deadline_seconds
+            pulls = [
+                (attempt, instance)
+                for attempt in self._attempts.values()
+                for instance in attempt.live()
+                if instance.pull_since is not None
+                and instance.facts is not None
+                and instance.facts.pull_waiting
+                and clock - instance.pull_since > deadline
+            ]
+            for attempt, instance in pulls:
+                assert instance.facts is not None and instance.facts.pull_waiting
+                reason = f"{instance.facts.pull_waiting} (still failing after {deadline:g} s)"
+                self._fail_to_start(attempt, instance, reason, IMAGE_NOT_PULLED)
+        for _, _, pod in stuck:
+            self._delete_pod(pod, 0)
+
+    # --- admitting gangs (gang_scheduler `gates`) --------------------------------------------
+
+    def _admit(self) -> None:
+        """Lift the gates of the oldest queued attempt when the whole of it fits; one attempt
+        at a time, so two gangs never hold halves of the same room. An admitted attempt whose
+        pods are not all bound within `gang_bind_seconds` is taken back and queued again."""
+        with self._lock:
+            active = [a for a in self._attempts.values() if a.live() and not a.stopping]
+            admitted = [a for a in active if a.admitted_at is not None and not a.gang_complete]
+            queue = sorted(
+                (
+                    a
+                    for a in active
+                    if a.queued and a.admitted_at is None and all(i.made for i in a.live())
+                ),
+                key=lambda a: a.since,
+            )
+        if admitted:
+            attempt = admitted[0]
+            assert attempt.admitted_at is not None
+            if time.monotonic() - attempt.admitted_at > self.settings.gang_bind_seconds:
+                self._take_back(attempt)
+            return
+        if not queue:
+            return
+        attempt = queue[0]
+        with self._lock:
+            head, since = self._looked
+            if (
+                head == attempt.id
+                and not self._room_changed
+                and time.monotonic() - since < _LOOK_EVERY
+            ):
+                return  # nothing of ours freed room: the cluster is read again later
+            self._looked = (attempt.id, time.monotonic())
+            self._room_changed = False
+            if attempt.demand is None:  # the barrier's requests count too
+                attempt.demand = [
+                    attempt.builder.pod(i.key.role, i.key.index) for i in attempt.live()
+                ]
+            pods = attempt.demand
+        try:
+            view = ClusterView.of(
+                self._list_all(self.core.list_node),
+                self._list_all(self.core.list_pod_for_all_namespaces),
+                self.settings.node_selector,
+            )
+        except ApiException as exc:
+            why = (
+                f"cannot see the cluster's free room ({_api_message(exc)}); the server needs "
+                "to list and watch nodes and pods in every namespace (the ClusterRole "
+                "paigraph-gang in deploy/kubernetes)"
+            )
+            self._tell_waiting(attempt, why)
+            return
+        fits, why = view.fits(pods)
+        if not fits:
+            self._tell_waiting(attempt, f"waiting for room in the cluster: {why}")
+            return
+        with self._lock:
+            if attempt.stopping or attempt.forgotten:
+                return
+            attempt.admitted_at = time.monotonic()
+            names = [i.pod for i in attempt.live()]
+        log.info(
+            "the cluster has room for attempt %s: its %d pod(s) ungated", attempt.id, len(names)
+        )
+        for name in names:
+            self._ungate(name)
+
+    def _ungate(self, pod: str) -> None:
+        patch = [{"op": "remove", "path": "/spec/schedulingGates"}]
+        try:
+            self._retried(
+                lambda: self.core.patch_namespaced_pod(
+                    pod, self.namespace, patch, _preload_content=False
+                )
+            )
+        except ApiException as exc:  # gone meanwhile (404), or ungated already (422)
+            if exc.status not in (404, 422):
+                log.warning("cannot lift the gate %s of pod %s: %s", GATE, pod, _api_message(exc))
+
+    def _take_back(self, attempt: _Attempt) -> None:
+        """The attempt was not bound whole in time (the view was stale, or another scheduler
+        took the room): every pod goes, and new gated ones queue again, so no half of a gang
+        keeps holding resources."""
+        limit = self.settings.gang_bind_seconds
+        with self._lock:
+            if attempt.stopping or attempt.forgotten or attempt.gang_complete:
+                return
+            bound = sum(i.scheduled for i in attempt.instances.values())
+            old, fresh = [], []
+            for instance in attempt.live():
+                old.append(instance.pod)
+                instance.run += 1
+                instance.pod = attempt.builder.pod_name(
+                    instance.key.role, instance.key.index, instance.run
+                )
+                instance.scheduled = False
+                instance.facts = None
+                instance.made = False
+                instance.created_at = time.monotonic()
+                fresh.append(
+                    (
+                        instance,
+                        with_owner(
+                            attempt.builder.pod(
+                                instance.key.role, instance.key.index, instance.run
+                            ),
+                            attempt.service_uid,
+                        ),
+                    )
+                )
+            attempt.admitted_at = None
+            attempt.queued = True
+            attempt.unschedulable = None
+            self._room_changed = True  # its bound pods go: look again at once
+            reason = (
+                f"only {bound} of {len(attempt.instances)} pod(s) were bound within {limit:g} s "
+                "of the room being found; all taken back and queued again"
+            )
+            attempt.waiting_reason = reason
+            self._emit_attempt(attempt, EventKind.WAITING, reason)
+        log.warning("attempt %s: %s", attempt.id, reason)
+        for name in old:
+            self._delete_pod(name, 0)
+        for instance, pod in fresh:
+            self.logbook.forget_run(instance.key)
+            self.logbook.begin(instance.key, instance.run)
+            try:
+                self._create("Pod", pod)
+                with self._lock:
+                    instance.made = True
+            except (ApiException, *_UNREACHABLE) as exc:
+                message = _api_message(exc) if isinstance(exc, ApiException) else str(exc)
+                self._end(
+                    attempt,
+                    instance,
+                    EventKind.START_FAILED,
+                    reason=f"cannot create pod {instance.pod} again: {message}",
+                    completion_code=-120,
+                )
+
+    def _tell_waiting(self, attempt: _Attempt, reason: str) -> None:
+        with self._lock:
+            if reason != attempt.waiting_reason and not attempt.gang_complete:
+                attempt.waiting_reason = reason
+                self._emit_attempt(attempt, EventKind.WAITING, reason)
+
+    def _list_all(self, call: Callable[..., Any]) -> list[dict[str, Any]]:
+        """Every item of a listing, page by page (`limit` and `continue`)."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": _PAGE, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            page = _body(self._retried(partial(call, **kwargs, _request_timeout=_LIST_TIMEOUT)))
+            items += page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
     def _gang_timed_out(self, attempt: _Attempt, limit: float) -> None:
         with self._lock:
             pending = [i for i in attempt.live() if not i.scheduled]
             total = len(attempt.instances)
-        why = attempt.unschedulable or self._last_warning([i.pod for i in pending])
+        why = (
+            attempt.unschedulable
+            or attempt.waiting_reason
+            or self._last_warning([i.pod for i in pending])
+        )
         reason = (
             f"not every pod of the attempt was scheduled within {limit:g} s "
             f"({total - len(pending)} of {total} were)" + (f": {why}" if why else "")
@@ -710,8 +1068,17 @@ class KubernetesBackend(ThreadedBackend):
         with self._lock:
             if attempt.gang_complete:
                 return
+            attempt.queued = False
             for instance in attempt.live():
-                self._end(attempt, instance, EventKind.START_FAILED, reason=reason)
+                if instance.finishing:  # ended by itself: told with its own exit code
+                    continue
+                self._end(
+                    attempt,
+                    instance,
+                    EventKind.START_FAILED,
+                    reason=reason,
+                    completion_code=GANG_TIMEOUT,
+                )
         for instance in attempt.instances.values():
             self._pool.submit(self._delete_pod, instance.pod, 0)
 
@@ -918,6 +1285,9 @@ class KubernetesBackend(ThreadedBackend):
             )
         builder = AttemptBuilder(request, self.settings, self.namespace, claims, legacy)
         attempt = _Attempt(request=request, builder=builder, service_uid=service["metadata"]["uid"])
+        # gated pods made before the restart wait for admission again (lifting gates already
+        # lifted is harmless); the attempt leaves the queue once all its pods are scheduled
+        attempt.queued = self.settings.gang_scheduler == "gates"
         for role in request.roles:
             for index in range(role.instances):
                 key = InstanceKey(

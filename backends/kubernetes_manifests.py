@@ -62,6 +62,7 @@ from backends.entrypoint import (
     WORK_DIR,
     entrypoint_script,
 )
+from backends.kubernetes_gang import decorate, pod_group
 from backends.kubernetes_isolation import (
     SECRET_MODE,
     claim_of,
@@ -134,11 +135,13 @@ class AttemptObjects:
     pods: list[dict[str, Any]]
     network_policy: dict[str, Any] | None = None
     extra_config_maps: list[dict[str, Any]] = field(default_factory=list)
+    pod_group: dict[str, Any] | None = None  # Volcano's or coscheduling's (kubernetes_gang)
 
     def all(self) -> list[dict[str, Any]]:
         policy = [self.network_policy] if self.network_policy else []
+        group = [self.pod_group] if self.pod_group else []
         maps = [self.config_map, *self.extra_config_maps]
-        return [self.service, *maps, *self.secrets, *policy, *self.pods]
+        return [self.service, *maps, *self.secrets, *policy, *group, *self.pods]
 
 
 @dataclass
@@ -227,6 +230,7 @@ class AttemptBuilder:
             pods,
             policy,
             self.extra_config_maps(),
+            pod_group(self),
         )
 
     def network_policy(self) -> dict[str, Any]:
@@ -451,7 +455,14 @@ class AttemptBuilder:
             )
         return secrets
 
-    def pod(self, role_or_name: RoleLaunch | str, index: int, run: int = 1) -> dict[str, Any]:
+    def pod(
+        self, role_or_name: RoleLaunch | str, index: int, run: int = 1, *, gang: bool = True
+    ) -> dict[str, Any]:
+        """The instance's pod; with `gang`, with what its gang needs (kubernetes_gang)."""
+        pod = self._pod(role_or_name, index, run)
+        return decorate(pod, self) if gang else pod
+
+    def _pod(self, role_or_name: RoleLaunch | str, index: int, run: int) -> dict[str, Any]:
         role = self.request.role(role_or_name) if isinstance(role_or_name, str) else role_or_name
         ports = self.ports[(role.name, index)]
         labels = {
@@ -838,6 +849,10 @@ class AttemptBuilder:
             self.secret_values,
             lambda key: f"$(cat {shlex.quote(f'{SECRETS_DIR}/{key}')})",
         )
+
+    def render(self, template: str) -> str:
+        """A setting's template with `{group}`, `{count}`, `{queue}`, `{job}`, `{user}`."""
+        return self._render(template)
 
     def _render(self, template: str) -> str:
         values = {

@@ -31,8 +31,22 @@ YAML keys (environment variable in brackets):
 - `node_selector`: labels a node must have to run the pods.
 - `service_account`: the service account of the pods (default: the namespace's default,
   with no API token mounted).
+- `gang_scheduler`: how an attempt's pods are scheduled all together (backends/kubernetes_gang):
+  `gates` (default: pods are created with a scheduling gate, and the server lifts the gates of
+  one attempt at a time, when its view of the nodes' free resources says the whole gang fits;
+  needs Kubernetes 1.30+ and read access to nodes and pods cluster-wide), `volcano` or
+  `coscheduling` (a PodGroup with `minMember` equal to the attempt's pods, for Volcano or
+  scheduler-plugins' coscheduling), `kueue` (Kueue's plain-pod group labels), or `scheduler`
+  (nothing: the scheduler named by `scheduler_name` and `pod_labels` is trusted to do it).
+- `gang_queue`: the Volcano queue or Kueue LocalQueue of the attempts (default `{queue}`, the
+  job's virtual cluster; the same templates as `pod_labels`).
+- `gang_bind_seconds`: how long an attempt whose gates were lifted has for all its pods to be
+  bound before it is taken back whole and queued again (default 120).
 - `gang_timeout_seconds`: how long an attempt waits for all its pods to be scheduled before
-  it fails (default 600; 0 waits forever).
+  it fails with OpenPAI's JobGangAllocationTimeout, 251, retried after a back-off (default
+  600; 0 waits forever).
+- `image_pull_deadline_seconds`: how long image pull errors (ErrImagePull, ImagePullBackOff),
+  which the kubelet retries, are waited out before the instance fails (default 300).
 - `stop_grace_seconds`: the pods' grace period between SIGTERM and SIGKILL (default 30).
 - `state_dir` [PAIGRAPH_K8S_STATE]: where instance logs are kept after their pods are gone
   (default `$XDG_DATA_HOME/paigraph/kubernetes` or `~/.local/share/paigraph/kubernetes`).
@@ -140,7 +154,11 @@ class KubernetesSettings(BaseModel):
     pod_annotations: dict[str, str] = Field(default_factory=dict)
     node_selector: dict[str, str] = Field(default_factory=dict)
     service_account: str | None = Field(default=None, pattern=_DNS_LABEL)
+    gang_scheduler: Literal["gates", "volcano", "coscheduling", "kueue", "scheduler"] = "gates"
+    gang_queue: str = "{queue}"
+    gang_bind_seconds: float = Field(default=120.0, gt=0)
     gang_timeout_seconds: float = Field(default=600.0, ge=0)
+    image_pull_deadline_seconds: float = Field(default=300.0, ge=0)
     stop_grace_seconds: float = Field(default=30.0, ge=0, le=86400)
     state_dir: Path = Field(default_factory=lambda: default_state_dir(os.environ))
     hdfs_claims: dict[str, str] = Field(default_factory=dict)

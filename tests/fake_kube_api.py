@@ -14,11 +14,17 @@ What an API server refuses before storing an object is refused the same way here
 (`jobs` enforces baseline unless the test labels it otherwise), size limits, name rules, and
 RBAC from the Role in deploy/kubernetes (its namespace served as `jobs`).
 
-Nothing schedules or runs pods: the test plays scheduler and kubelet through the methods at the
-bottom (`schedule`, `run`, `exit`, `oom`, `unschedulable`, ...), and every change is streamed to
-watchers as a MODIFIED event. A deletion of a running pod ends its container with 143 (SIGTERM)
-before the pod goes. Every request is recorded as (verb, resource), so tests can compare what
-the backend did with the RBAC rules it is deployed with.
+Until a test adds nodes (`add_node`), nothing schedules or runs pods: the test plays scheduler
+and kubelet through the methods at the bottom (`schedule`, `run`, `exit`, `oom`,
+`unschedulable`, ...). Once there are nodes, a scheduler binds pods as kube-scheduler would
+(tests/fake_kube_nodes.py: capacity, schedulingGates, hostPort conflicts) and the test still
+plays the kubelet. Every change is streamed to watchers as a MODIFIED event. A deletion of a
+running pod ends its container with 143 (SIGTERM) before the pod goes, unless its node is lost:
+then it stays Terminating until it is force-deleted (grace period 0), as with a kubelet gone.
+Lists are paginated (`limit`, `continue`), watches send BOOKMARKs, and a test can make the
+server answer 429 or 5xx, or refuse pod creates with 403, as a real one does under load or
+quota. Every request is recorded as (verb, resource), so tests can compare what the backend
+did with the RBAC rules it is deployed with.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from tests.fake_kube_admission import (
     size_refusal,
 )
 from tests.fake_kube_exec import ExecConnection, accept_key, choose_protocol
+from tests.fake_kube_nodes import choose_node, node_object
 from tests.waiting import NotInTime, until_notified
 
 KUBERNETES_VERSION = "1.33"  # the schema objects are validated against
@@ -63,12 +70,19 @@ RESOURCES = {
     "configmaps": "ConfigMap",
     "secrets": "Secret",
     "networkpolicies": "NetworkPolicy",
+    "nodes": "Node",
+    "podgroups": "PodGroup",
 }
 GROUPS = {"networkpolicies": "networking.k8s.io"}  # the others are the core group ""
+# custom resources the fake serves (the API groups of Volcano and scheduler-plugins' PodGroup)
+CUSTOM_GROUPS = ("scheduling.volcano.sh/v1beta1", "scheduling.x-k8s.io/v1alpha1")
 _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>networking\.k8s\.io)/v1)/namespaces/(?P<ns>[^/]+)/"
     r"(?P<resource>pods|services|configmaps|secrets|events|networkpolicies)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log|exec))?$"
+    r"|^/api/v1/(?P<cluster>nodes|pods)(?:/(?P<node>[^/]+))?$"
+    r"|^/apis/(?P<cgroup>[^/]+/[^/]+)/namespaces/(?P<cns>[^/]+)/(?P<custom>podgroups)"
+    r"(?:/(?P<cname>[^/]+))?$"
 )
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
 DEPLOYED_JOBS_NAMESPACE = "paigraph-jobs"  # served as `jobs` here
@@ -97,8 +111,9 @@ def validate(obj: dict[str, Any]) -> None:
     kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
 
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now(later: float = 0) -> str:
+    """The time as the API writes it, `later` seconds from now."""
+    return datetime.fromtimestamp(time.time() + later, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class FakeKubeAPI:
@@ -121,6 +136,12 @@ class FakeKubeAPI:
         self.answering = True
         self.watch_epoch = 0  # a watch ends, cut off, when this moves on
         self.compacted = 0  # watches from a resource version before this get 410 Gone
+        self.refusals: list[tuple[str, str, int, str]] = []  # verb, resource, code, message
+        self.bookmark_seconds = 1.0  # an idle watch that asked for bookmarks gets one this often
+        self.page_size: int | None = None  # when set, lists are cut to pages of this size
+        self.lost_nodes: set[str] = set()  # nodes whose kubelet is gone
+        self.scheduler_paused = False  # the scheduler binds nothing meanwhile (down, or busy)
+        self.continued = 0  # list pages asked for with a continue token
         self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -175,6 +196,23 @@ class FakeKubeAPI:
         with self.lock:
             self.namespace_labels.setdefault(namespace, {}).update(labels)
 
+    def refuse(
+        self, verb: str, resource: str, code: int, message: str = "", times: int = 1
+    ) -> None:
+        """Answer the next `times` requests of (verb, resource) with `code`: 429 (with a
+        Retry-After of 1 s, as API Priority and Fairness does), 500/503, or 403 (with the
+        message, e.g. a ResourceQuota's or PodSecurity admission's refusal)."""
+        with self.lock:
+            self.refusals += [(verb, resource, code, message)] * times
+
+    def _refusal(self, verb: str, resource: str) -> tuple[int, str] | None:
+        with self.lock:
+            for n, (v, r, code, message) in enumerate(self.refusals):
+                if (v, r) == (verb, resource):
+                    del self.refusals[n]
+                    return code, message
+        return None
+
     def kubeconfig(self, path: Path, namespace: str = "jobs") -> Path:
         """A kubeconfig file pointing at this server, with a bearer token."""
         path.write_text(
@@ -211,9 +249,16 @@ class FakeKubeAPI:
 
     def create(self, resource: str, namespace: str, body: dict[str, Any]) -> tuple[int, dict]:
         kind = RESOURCES[resource]
-        if body.get("kind") != kind or body.get("apiVersion") != api_version(resource):
-            return 400, _status(400, "BadRequest", f"expected a {api_version(resource)} {kind}")
-        if self.validate:
+        custom = resource == "podgroups"
+        expected = api_version(resource)
+        if body.get("kind") != kind or (not custom and body.get("apiVersion") != expected):
+            return 400, _status(400, "BadRequest", f"expected a {expected} {kind}")
+        if custom:
+            if body.get("apiVersion") not in CUSTOM_GROUPS:
+                return 404, _status(404, "NotFound", f"no API group {body.get('apiVersion')}")
+            if not isinstance((body.get("spec") or {}).get("minMember"), int):
+                return 422, _status(422, "Invalid", "PodGroup.spec.minMember: Required value")
+        elif self.validate:
             try:
                 validate(body)
             except kubernetes_validate.ValidationError as exc:
@@ -248,17 +293,80 @@ class FakeKubeAPI:
                 obj["data"] = {**obj.get("data", {}), **data}
             if resource == "pods":
                 obj["status"] = {"phase": "Pending", "conditions": []}
+                obj["spec"].setdefault("terminationGracePeriodSeconds", 30)
+                if obj["spec"].get("schedulingGates"):
+                    # Pod Scheduling Readiness: a gated pod says why it is not scheduled
+                    obj["status"]["conditions"] = [_gated_condition()]
                 self.logs[name] = bytearray()
             self.objects[(resource, namespace, name)] = obj
             self._bump(resource, "ADDED", obj)
-            return 201, copy.deepcopy(obj)
+            created = copy.deepcopy(obj)
+            self._schedule()
+            return 201, created
 
-    def delete(self, resource: str, namespace: str, name: str) -> tuple[int, dict]:
+    def patch(
+        self, namespace: str, name: str, content_type: str, body: Any
+    ) -> tuple[int, dict[str, Any]]:
+        """Patch a pod. Of a pod's spec only the scheduling gates may change, and only by
+        removing gates (Pod Scheduling Readiness); anything else in spec is immutable (422).
+        JSON patch (RFC 6902), merge patch and strategic merge patch are understood for
+        `spec.schedulingGates`, `metadata.labels` and `metadata.annotations`."""
+        with self.lock:
+            pod = self.objects.get(("pods", namespace, name))
+            if pod is None:
+                return 404, _status(404, "NotFound", f'pods "{name}" not found')
+            before = list(pod["spec"].get("schedulingGates") or [])
+            meta, gates = _patched(pod, content_type, body)
+            if gates is None:
+                return 422, _status(
+                    422,
+                    "Invalid",
+                    f'Pod "{name}" is invalid: spec: Forbidden: pod updates may '
+                    "not change fields other than the scheduling gates",
+                )
+            if not {g["name"] for g in gates} <= {g["name"] for g in before}:
+                return 422, _status(
+                    422,
+                    "Invalid",
+                    f'Pod "{name}" is invalid: spec.schedulingGates: Forbidden: '
+                    "only deletion is allowed, but found new scheduling gate",
+                )
+            pod["metadata"].update(meta)
+            if gates:
+                pod["spec"]["schedulingGates"] = gates
+            else:
+                pod["spec"].pop("schedulingGates", None)
+                if before:
+                    pod["status"]["conditions"] = [
+                        c
+                        for c in pod["status"]["conditions"]
+                        if c.get("reason") != "SchedulingGated"
+                    ]
+            self._bump("pods", "MODIFIED", pod)
+            patched = copy.deepcopy(pod)
+            self._schedule()
+            return 200, patched
+
+    def delete(
+        self, resource: str, namespace: str, name: str, grace: int | None = None
+    ) -> tuple[int, dict]:
+        """Delete an object (and its dependents). A pod bound to a lost node is only marked
+        for deletion (deletionTimestamp = now + grace, as graceful deletion does) and stays
+        Terminating, since no kubelet confirms its end, unless the grace period is 0 (a force
+        delete removes it from the store at once)."""
         with self.lock:
             obj = self.objects.get((resource, namespace, name))
             if obj is None:
                 return 404, _status(404, "NotFound", f'{resource} "{name}" not found')
-            if resource == "pods":
+            if resource == "pods" and obj["spec"].get("nodeName") in self.lost_nodes and grace != 0:
+                if not obj["metadata"].get("deletionTimestamp"):
+                    seconds = obj["spec"].get("terminationGracePeriodSeconds", 30)
+                    seconds = seconds if grace is None else grace
+                    obj["metadata"]["deletionTimestamp"] = now(seconds)
+                    obj["metadata"]["deletionGracePeriodSeconds"] = seconds
+                    self._bump(resource, "MODIFIED", obj)
+                return 200, copy.deepcopy(obj)
+            if resource == "pods" and obj["spec"].get("nodeName") not in self.lost_nodes:
                 main = _main_status(obj)
                 if main is not None and "running" in main["state"]:
                     started = main["state"]["running"]["startedAt"]
@@ -275,6 +383,8 @@ class FakeKubeAPI:
                     self._bump(resource, "MODIFIED", obj)
             del self.objects[(resource, namespace, name)]
             self._bump(resource, "DELETED", obj)
+            if resource == "pods":
+                self._schedule()  # its room is free again
             uid = obj["metadata"]["uid"]
             dependents = [
                 key
@@ -290,13 +400,54 @@ class FakeKubeAPI:
             obj = self.objects.get((resource, namespace, name))
             return copy.deepcopy(obj) if obj else None
 
-    def list(self, resource: str, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+    def list(
+        self, resource: str, namespace: str | None, selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """Matching objects in one namespace (None: every namespace), ordered by name."""
         with self.lock:
-            return [
-                copy.deepcopy(obj)
-                for (res, ns, _), obj in self.objects.items()
-                if res == resource and ns == namespace and _matches(obj, selector)
-            ]
+            return sorted(
+                (
+                    copy.deepcopy(obj)
+                    for (res, ns, _), obj in self.objects.items()
+                    if res == resource and namespace in (None, ns) and _matches(obj, selector)
+                ),
+                key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]),
+            )
+
+    def page(
+        self, resource: str, namespace: str | None, query: dict[str, str]
+    ) -> tuple[int, dict[str, Any]]:
+        """One page of a list, as the API server's chunked lists: at most `limit` items, and a
+        `continue` token while more remain, which resumes after the last item given; a token
+        older than the compacted history is refused with 410 Expired."""
+        items = self.list(resource, namespace, query.get("labelSelector", ""))
+        token = query.get("continue")
+        with self.lock:
+            version = str(self.version)
+            compacted = self.compacted
+        if token:
+            try:
+                state = json.loads(base64.b64decode(token))
+                after, version = state["after"], state["rv"]
+            except (ValueError, KeyError, TypeError):
+                return 400, _status(400, "BadRequest", "invalid continue token")
+            if int(version) < compacted:
+                return 410, _status(410, "Expired", "the continue token is too old; list again")
+            with self.lock:
+                self.continued += 1
+            items = [i for i in items if _position(i) > tuple(after)]
+        limit = int(query.get("limit") or 0)
+        if limit and self.page_size:  # a server may answer with fewer items than the limit
+            limit = min(limit, self.page_size)
+        meta: dict[str, Any] = {"resourceVersion": version}
+        if limit and len(items) > limit:
+            meta["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+            last = {"after": list(_position(items[-1])), "rv": version}
+            meta["continue"] = base64.b64encode(json.dumps(last).encode()).decode()
+        kind = RESOURCES[resource] + "List"
+        listed = {"kind": kind, "apiVersion": api_version(resource), "metadata": meta}
+        return 200, {**listed, "items": items}
 
     # --- playing scheduler and kubelet ---------------------------------------------------------
 
@@ -406,11 +557,6 @@ class FakeKubeAPI:
                 }
             ]
 
-    def evict(self, name: str, message: str, namespace: str = "jobs") -> None:
-        with self._pod(name, namespace) as pod:
-            pod["status"].update(phase="Failed", reason="Evicted", message=message)
-            pod["status"]["containerStatuses"] = []
-
     def write_log(self, name: str, text: str) -> None:
         with self.lock:
             self.logs[name] += text.encode()
@@ -429,6 +575,163 @@ class FakeKubeAPI:
                     "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace},
                 }
             )
+
+    # --- nodes, the scheduler, and the kubelet's endings ----------------------------------------
+
+    def add_node(self, name: str, **capacity: Any) -> None:
+        """Register a Ready node (see fake_kube_nodes.node_object); from the first node on,
+        the fake schedules pods itself."""
+        with self.lock:
+            node = node_object(name, **capacity)
+            node["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp=now())
+            self.objects[("nodes", "", name)] = node
+            self._bump("nodes", "ADDED", node)
+            self._schedule()
+
+    def pause_scheduler(self, paused: bool = True) -> None:
+        """Stop (or resume) binding pods, as when kube-scheduler is down or far behind."""
+        with self.lock:
+            self.scheduler_paused = paused
+            self._schedule()
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        return [o for (res, _, _), o in self.objects.items() if res == "nodes"]
+
+    def _schedule(self) -> None:
+        """Bind every pod that can be bound, oldest first, as kube-scheduler would (the lock is
+        held). Gated, bound and terminating pods are left alone; a pod that fits nowhere gets
+        `PodScheduled=False` with reason `Unschedulable` and the scheduler's message."""
+        nodes = self._nodes()
+        if not nodes or self.scheduler_paused:
+            return
+        pods = [o for (res, _, _), o in self.objects.items() if res == "pods"]
+        for pod in sorted(pods, key=lambda p: int(p["metadata"]["resourceVersion"])):
+            spec, meta = pod["spec"], pod["metadata"]
+            if spec.get("nodeName") or spec.get("schedulingGates") or meta.get("deletionTimestamp"):
+                continue
+            if spec.get("schedulerName", "default-scheduler") != "default-scheduler":
+                continue  # another scheduler's pod (Volcano's, ...): not ours to bind
+            node, why = choose_node(pod, nodes, pods)
+            if node is None:
+                condition = {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": why,
+                }
+                if pod["status"]["conditions"] != [condition]:
+                    pod["status"]["conditions"] = [condition]
+                    self._bump("pods", "MODIFIED", pod)
+                continue
+            self._bind(pod, node)
+
+    def _bind(self, pod: dict[str, Any], node: str, ip: str = "") -> None:
+        pod["spec"]["nodeName"] = node
+        status = pod["status"]
+        status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+        status["podIP"] = ip or f"10.1.{len(self.objects) % 250}.{(self.version % 250) + 1}"
+        status["hostIP"] = "192.168.0.10"
+        status["containerStatuses"] = [
+            {
+                "name": "main",
+                "image": pod["spec"]["containers"][0]["image"],
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+            }
+        ]
+        self._bump("pods", "MODIFIED", pod)
+
+    def bound(self, namespace: str = "jobs") -> dict[str, str]:
+        """Pod name -> node of every bound pod."""
+        return {
+            p["metadata"]["name"]: p["spec"]["nodeName"]
+            for p in self.pods(namespace)
+            if p["spec"].get("nodeName")
+        }
+
+    def lose_node(self, name: str) -> list[str]:
+        """The node stops answering: its kubelet is gone. As the node lifecycle controller does,
+        the node turns `Ready=Unknown` with the `node.kubernetes.io/unreachable` NoExecute
+        taint, and once the pods' toleration of it ends (300 s by default, now here) the taint
+        manager deletes them gracefully, with a `DisruptionTarget` condition of reason
+        `DeletionByTaintManager`. No kubelet confirms their end, so they stay Terminating with
+        their containers' last known state. The names of those pods."""
+        with self.lock:
+            node = self.objects[("nodes", "", name)]
+            self.lost_nodes.add(name)
+            node["status"]["conditions"] = [
+                {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
+            ]
+            node["spec"]["taints"] = [
+                {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
+            ]
+            self._bump("nodes", "MODIFIED", node)
+            victims = [
+                (ns, o["metadata"]["name"])
+                for (res, ns, _), o in self.objects.items()
+                if res == "pods" and o["spec"].get("nodeName") == name
+            ]
+            for namespace, pod_name in victims:
+                pod = self.objects[("pods", namespace, pod_name)]
+                pod["status"]["conditions"] = [
+                    *[c for c in pod["status"]["conditions"] if c["type"] != "Ready"],
+                    {"type": "Ready", "status": "False", "reason": "NodeLost"},
+                    _disruption(
+                        "DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint"
+                    ),
+                ]
+                self._bump("pods", "MODIFIED", pod)
+        for namespace, pod_name in victims:
+            self.delete("pods", namespace, pod_name)
+        return [pod_name for _, pod_name in victims]
+
+    def evict(self, name: str, message: str, namespace: str = "jobs") -> None:
+        """Node-pressure eviction as the kubelet reports it: the pod fails with reason
+        `Evicted`, a `DisruptionTarget` condition of reason `TerminationByKubelet` (Kubernetes
+        1.26+), and its main container, killed, terminated with 137."""
+        with self._pod(name, namespace) as pod:
+            pod["status"].update(phase="Failed", reason="Evicted", message=message)
+            pod["status"]["conditions"] = [
+                *pod["status"]["conditions"],
+                _disruption("TerminationByKubelet", message),
+            ]
+            main = _main_status(pod)
+            if main is not None:
+                started = (main["state"].get("running") or {}).get("startedAt")
+                main["state"] = {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "Error",
+                        "startedAt": started or now(),
+                        "finishedAt": now(),
+                    }
+                }
+
+    def preempt(self, name: str, namespace: str = "jobs") -> None:
+        """The scheduler preempts the pod for one of higher priority: a `DisruptionTarget`
+        condition of reason `PreemptionByScheduler`, then a graceful delete (SIGTERM: 143)."""
+        with self._pod(name, namespace) as pod:
+            pod["status"]["conditions"] = [
+                *pod["status"]["conditions"],
+                _disruption("PreemptionByScheduler", "preempted by a pod of higher priority"),
+            ]
+        self.delete("pods", namespace, name)
+
+    def init_oom(self, name: str, namespace: str = "jobs") -> None:
+        """The init container was OOM-killed: the pod fails before its main container ran."""
+        with self._pod(name, namespace) as pod:
+            pod["status"]["phase"] = "Failed"
+            pod["status"]["initContainerStatuses"] = [
+                {
+                    "name": pod["spec"]["initContainers"][0]["name"],
+                    "image": pod["spec"]["initContainers"][0]["image"],
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+                }
+            ]
 
     def verbs(self) -> set[tuple[str, str]]:
         with self.lock:
@@ -455,6 +758,72 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
         "reason": reason,
         "code": code,
     }
+
+
+def _gated_condition() -> dict[str, Any]:
+    return {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "SchedulingGated",
+        "message": "Scheduling is blocked due to non-empty scheduling gates",
+    }
+
+
+def _disruption(reason: str, message: str) -> dict[str, Any]:
+    """The pod condition Kubernetes (1.26+) adds before a disruption deletes or fails a pod."""
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now(),
+    }
+
+
+def _position(obj: dict[str, Any]) -> tuple[str, str]:
+    return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+
+def _patched(
+    pod: dict[str, Any], content_type: str, body: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """The metadata changes and the scheduling gates a patch leaves, or None for the gates
+    when it touches any other part of the spec (or of the pod)."""
+    gates = copy.deepcopy(pod["spec"].get("schedulingGates") or [])
+    meta: dict[str, Any] = {}
+    if "json-patch" in content_type:
+        for op in body:
+            path = op.get("path", "")
+            if op.get("op") == "test":
+                continue
+            if path == "/spec/schedulingGates":
+                gates = [] if op["op"] == "remove" else list(op.get("value") or [])
+            elif re.fullmatch(r"/spec/schedulingGates/\d+", path) and op["op"] == "remove":
+                del gates[int(path.rsplit("/", 1)[1])]
+            elif path.startswith("/metadata/labels") or path.startswith("/metadata/annotations"):
+                field = path.split("/")[2]
+                meta.setdefault(field, dict(pod["metadata"].get(field) or {}))
+                key = path.split("/", 3)[3].replace("~1", "/").replace("~0", "~")
+                if op["op"] == "remove":
+                    meta[field].pop(key, None)
+                else:
+                    meta[field][key] = op["value"]
+            else:
+                return meta, None
+        return meta, gates
+    for part, value in (body or {}).items():
+        if part == "spec":
+            if set(value) - {"schedulingGates"}:
+                return meta, None
+            gates = list(value.get("schedulingGates") or [])
+        elif part == "metadata":
+            for field in ("labels", "annotations"):
+                if field in value:
+                    merged = {**(pod["metadata"].get(field) or {}), **value[field]}
+                    meta[field] = {k: v for k, v in merged.items() if v is not None}
+        elif part not in ("apiVersion", "kind"):
+            return meta, None
+    return meta, gates
 
 
 def _main_status(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -517,45 +886,103 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             with api.lock:
                 api.calls.append((verb, resource))
             match, _ = self._route()
-            namespace = match["ns"] if match else ""
-            group = GROUPS.get(resource.split("/")[0], "")
+            namespace, group = "", GROUPS.get(resource.split("/")[0], "")
+            if match is not None:
+                namespace = self._target(match)[1] or ""
+                if match["custom"]:
+                    group = match["cgroup"].split("/")[0]
             if api.rbac.allows(verb, group, resource, namespace):
                 return True
             refusal = RoleRules.refusal(SERVICE_ACCOUNT, verb, group, resource, namespace)
             self._send(403, _status(403, "Forbidden", refusal))
             return False
 
+        def _target(self, match: re.Match[str]) -> tuple[str, str | None, str | None]:
+            """(resource, namespace or None for cluster scope, name) of a matched path."""
+            if match["cluster"]:
+                return match["cluster"], None, match["node"]
+            if match["custom"]:
+                return match["custom"], match["cns"], match["cname"]
+            return match["resource"], match["ns"], match["name"]
+
+        def _refused(self, verb: str, resource: str) -> bool:
+            """A refusal the test asked for: 429 with Retry-After, as API Priority and
+            Fairness answers an overloaded server; 5xx; or 403 with its message."""
+            refusal = api._refusal(verb, resource)
+            if refusal is None:
+                return False
+            code, message = refusal
+            reason = {429: "TooManyRequests", 403: "Forbidden"}.get(code, "InternalError")
+            body = _status(code, reason, message or f"{reason}: try again later")
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            if code == 429:
+                self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return True
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length", 0))
+            return json.loads(self.rfile.read(length) or b"{}") if length else {}
+
         def do_POST(self) -> None:
             match, _ = self._route()
             if not self._authorised():
                 return
-            if match is None or match["name"] or match["resource"] == "events":
+            if match is None:
+                self._send(404, _status(404, "NotFound", "not found"))
+                return
+            resource, namespace, name = self._target(match)
+            if name or resource in ("events", "nodes") or namespace is None:
                 self._send(404, _status(404, "NotFound", "not found"))
                 return
             length = int(self.headers.get("Content-Length", 0))
-            raw = self.rfile.read(length)
-            if not self._record("create", match["resource"]):
+            raw = self.rfile.read(length) if length else b""
+            if not self._record("create", resource):
                 return
             if length > REQUEST_LIMIT:
                 message = f"Request entity too large: limit is {REQUEST_LIMIT}"
                 self._send(413, _status(413, "RequestEntityTooLarge", message))
                 return
             body = json.loads(raw or b"{}")
-            self._send(*api.create(match["resource"], match["ns"], body))
+            if self._refused("create", resource):
+                return
+            self._send(*api.create(resource, namespace, body))
+
+        def do_PATCH(self) -> None:
+            match, _ = self._route()
+            if not self._authorised():
+                return
+            if match is None or not match["name"] or match["resource"] != "pods":
+                self._send(404, _status(404, "NotFound", "not found"))
+                return
+            body = self._body()
+            if not self._record("patch", "pods"):
+                return
+            if self._refused("patch", "pods"):
+                return
+            content_type = self.headers.get("Content-Type", "")
+            self._send(*api.patch(match["ns"], match["name"], content_type, body))
 
         def do_DELETE(self) -> None:
             match, _ = self._route()
             if not self._authorised():
                 return
-            if match is None or not match["name"]:
+            if match is None:
                 self._send(404, _status(404, "NotFound", "not found"))
                 return
-            length = int(self.headers.get("Content-Length", 0))
-            if length:
-                self.rfile.read(length)
-            if not self._record("delete", match["resource"]):
+            resource, namespace, name = self._target(match)
+            if not name or namespace is None:
+                self._send(404, _status(404, "NotFound", "not found"))
                 return
-            self._send(*api.delete(match["resource"], match["ns"], match["name"]))
+            body = self._body()
+            if not self._record("delete", resource):
+                return
+            grace = body.get("gracePeriodSeconds") if isinstance(body, dict) else None
+            self._send(*api.delete(resource, namespace, name, grace))
 
         def do_GET(self) -> None:
             match, query = self._route()
@@ -564,7 +991,7 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             if match is None:
                 self._send(404, _status(404, "NotFound", f"no route {self.path}"))
                 return
-            resource, namespace, name = match["resource"], match["ns"], match["name"]
+            resource, namespace, name = self._target(match)
             if match["sub"] == "log":
                 if self._record("get", "pods/log"):
                     self._log(namespace, name, query)
@@ -586,7 +1013,7 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             elif name:
                 if not self._record("get", resource):
                     return
-                obj = api.get(resource, namespace, name)
+                obj = api.get(resource, namespace or "", name)
                 if obj is None:
                     self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
                 else:
@@ -597,21 +1024,10 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             else:
                 if not self._record("list", resource):
                     return
-                items = api.list(resource, namespace, query.get("labelSelector", ""))
-                if "limit" in query:
-                    items = items[: int(query["limit"])]
-                with api.lock:
-                    version = str(api.version)
-                kind = RESOURCES[resource] + "List"
-                self._send(
-                    200,
-                    {
-                        "kind": kind,
-                        "apiVersion": api_version(resource),
-                        "metadata": {"resourceVersion": version},
-                        "items": items,
-                    },
-                )
+                if self._refused("list", resource):
+                    return
+                scope = "" if resource == "nodes" else namespace
+                self._send(*api.page(resource, scope, query))
 
         def _stream_start(self, content_type: str = "application/json") -> None:
             self.send_response(200)
@@ -660,9 +1076,14 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             ExecConnection(self.connection, protocol, command, tty).serve()
             self.close_connection = True
 
-        def _watch(self, resource: str, namespace: str, query: dict[str, str]) -> None:
+        def _watch(self, resource: str, namespace: str | None, query: dict[str, str]) -> None:
+            """Changes after a resource version, line by line. With `allowWatchBookmarks`, an
+            idle watch gets a BOOKMARK now and then: an object of the kind with nothing but
+            the current resourceVersion, to resume from (as the API server sends them)."""
             since = int(query.get("resourceVersion") or api.version)
             selector = query.get("labelSelector", "")
+            bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+            last_sent = time.monotonic()
             deadline = time.monotonic() + float(query.get("timeoutSeconds") or 300)
             self._stream_start()
             position = 0
@@ -684,18 +1105,30 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                         if not fresh:
                             if api.stopping or time.monotonic() > deadline:
                                 break
+                            if bookmarks and time.monotonic() - last_sent > api.bookmark_seconds:
+                                mark = {
+                                    "type": "BOOKMARK",
+                                    "object": {
+                                        "kind": RESOURCES[resource],
+                                        "apiVersion": "v1",
+                                        "metadata": {"resourceVersion": str(api.version)},
+                                    },
+                                }
+                                self._chunk(json.dumps(mark).encode() + b"\n")
+                                last_sent = time.monotonic()
                             api.lock.wait(0.5)
                             continue
                     for version, res, kind, obj in fresh:
                         if (
                             version <= since
                             or res != resource
-                            or obj["metadata"]["namespace"] != namespace
+                            or namespace not in (None, obj["metadata"].get("namespace", ""))
                         ):
                             continue
                         if not _matches(obj, selector):
                             continue
                         self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                        last_sent = time.monotonic()
                 self._stream_end()
             except (BrokenPipeError, ConnectionResetError, OSError):
                 return

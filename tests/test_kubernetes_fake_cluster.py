@@ -42,14 +42,25 @@ from tests.waiting import until_async, until_notified_async
 
 pytestmark = pytest.mark.anyio
 
-ROLE_FILE = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "role.yaml"
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
+ROLE_FILE = DEPLOY / "role.yaml"
+CLUSTER_ROLE_FILE = DEPLOY / "cluster-role.yaml"
 ENDED = (EventKind.EXITED, EventKind.STOPPED, EventKind.START_FAILED, EventKind.LOST)
 
 
 def allowed_by_role() -> set[tuple[str, str]]:
-    role = yaml.safe_load(ROLE_FILE.read_text())
+    """(verb, resource) the Role and the gang's ClusterRole in deploy/kubernetes grant."""
+    roles = [
+        yaml.safe_load(ROLE_FILE.read_text()),
+        *[
+            d
+            for d in yaml.safe_load_all(CLUSTER_ROLE_FILE.read_text())
+            if d["kind"] == "ClusterRole"
+        ],
+    ]
     return {
         (verb, resource)
+        for role in roles
         for rule in role["rules"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
@@ -65,7 +76,11 @@ def api() -> Iterator[FakeKubeAPI]:
 
 
 def settings(api: FakeKubeAPI, tmp_path: Path, **overrides: Any) -> KubernetesSettings:
+    """Settings for the fake. Unless a test asks for another, the gang is left to the
+    scheduler (`scheduler`): these tests play the scheduler themselves; the gang's own tests
+    (test_kubernetes_gang.py) give the fake nodes and keep the default, `gates`."""
     kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+    overrides.setdefault("gang_scheduler", "scheduler")
     return KubernetesSettings(
         kubeconfig=str(kubeconfig), state_dir=tmp_path / "state", stop_grace_seconds=2, **overrides
     )
@@ -237,7 +252,9 @@ async def test_fake_cluster_failures_oom_and_start_errors_are_told_with_their_ca
         job_name="broken",
         roles=[role("worker", 3), role("ps")],
     )
-    async with backend_on(api, tmp_path) as backend:
+    # a pull error the kubelet retries fails the instance once its deadline passed (here: at
+    # once; test_kubernetes_gang.py waits one out)
+    async with backend_on(api, tmp_path, image_pull_deadline_seconds=0) as backend:
         events = Events(backend)
         await backend.launch(request)
         api.wait_for_pods(4)
@@ -273,9 +290,12 @@ async def test_fake_cluster_failures_oom_and_start_errors_are_told_with_their_ca
         assert pull.kind is EventKind.START_FAILED
         assert "image 'busybox:1.36' cannot be pulled (ErrImagePull)" in (pull.reason or "")
         assert classify(None, start_failed_reason=pull.reason).code == 254  # never retried
+        assert pull.completion_code == 254
+        # evicted as the kubelet reports it: killed (137), with the DisruptionTarget condition
         evicted = ended["ps-0"]
-        assert evicted.kind is EventKind.LOST
-        assert evicted.reason == "Evicted: The node was low on resource: memory."
+        assert (evicted.kind, evicted.exit_code) == (EventKind.EXITED, 137)
+        assert evicted.completion_code == -1000  # OpenPAI's PodEvicted, retried
+        assert evicted.reason == "TerminationByKubelet: The node was low on resource: memory."
         # the pod that could not pull is taken away at once
         await until_async(lambda: pod_of_missing(api, "worker-2"), "worker-2 gone", 10, 0.05)
         events.close()
@@ -629,10 +649,14 @@ def _pingpong() -> dict[str, Any]:
 
 
 async def test_fake_cluster_the_role_grants_exactly_what_the_backend_uses(tmp_path: Path) -> None:
-    """The Role in deploy/kubernetes allows every call the backend makes (each scenario's `api`
-    fixture checks that) and nothing more: the backend's scenarios, run here on fresh fake
-    clusters, use every verb the Role grants."""
+    """The Role and the gang's ClusterRole in deploy/kubernetes allow every call the backend
+    makes (each scenario's `api` fixture checks that) and nothing more: the backend's
+    scenarios, run here on fresh fake clusters, use every verb they grant."""
+    from tests import test_kubernetes_gang as gang
+
     scenarios = (
+        gang.test_two_gpu_gangs_with_room_for_one_run_one_after_the_other,
+        gang.test_a_volcano_gang_is_one_pod_group_of_all_the_pods,
         test_fake_cluster_runs_a_two_role_job_through_every_phase,
         test_fake_cluster_failures_oom_and_start_errors_are_told_with_their_cause,
         test_fake_cluster_an_init_container_failure_is_a_start_failure,

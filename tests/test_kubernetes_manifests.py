@@ -274,7 +274,7 @@ def test_host_network_hashes_ports_as_openpai_does() -> None:
     assert all(15000 <= p["containerPort"] < 40000 for p in declared)
     assert by_name(again)["worker-0"] == pod  # decided before the pod exists, the same each time
     assert main(by_name(retry)["worker-0"])["ports"] != declared  # a new attempt, new ports
-    (prepare,) = pod["spec"]["initContainers"]
+    prepare, _barrier = pod["spec"]["initContainers"]
     script = prepare["command"][-1]
     assert all(str(p["containerPort"]) in script for p in declared)
     assert "address already in use" in script
@@ -283,8 +283,9 @@ def test_host_network_hashes_ports_as_openpai_does() -> None:
 def test_data_and_scripts_are_fetched_by_an_init_container() -> None:
     objects = build(request_of(V2_JOB))
     worker, ps = by_name(objects)["worker-0"], by_name(objects)["ps-0"]
-    assert "initContainers" not in ps["spec"]
-    (prepare,) = worker["spec"]["initContainers"]
+    # nothing to fetch for the ps: only the barrier waits for its peers before its commands
+    assert [c["name"] for c in ps["spec"]["initContainers"]] == ["barrier"]
+    prepare, _barrier = worker["spec"]["initContainers"]
     assert prepare["image"] == SETTINGS.init_image
     script = prepare["command"][-1]
     assert "wget -q -O cifar.tgz https://example.org/cifar.tgz" in script
@@ -303,7 +304,7 @@ def test_a_list_of_repositories_is_cloned_each_under_the_script_name() -> None:
         "https://github.com/MaggieQi/benchmarks@8482093",
         "https://example.org/team/models.git",
     ]
-    (prepare,) = by_name(build(request_of(doc)))["worker-0"]["spec"]["initContainers"]
+    prepare, _barrier = by_name(build(request_of(doc)))["worker-0"]["spec"]["initContainers"]
     script = prepare["command"][-1]
     assert "git clone -q https://github.com/MaggieQi/benchmarks /work/bench/benchmarks" in script
     assert "git -C /work/bench/benchmarks checkout -q 8482093" in script
@@ -661,3 +662,76 @@ def test_a_pod_asked_to_stop_ends_with_sigterm_s_code(tmp_path: Path) -> None:
     code, output = _run_like_a_pod(tmp_path, ["echo sleeping", "sleep 600"], stop_after="sleeping")
     assert code == 143
     assert "received SIGTERM, stopping" in output
+
+
+# --- the gang ------------------------------------------------------------------------------------
+
+
+def test_the_default_gang_gates_every_pod_and_a_barrier_waits_for_every_peer(
+    tmp_path: Path,
+) -> None:
+    objects = build(request_of(V2_JOB))
+    assert objects.pod_group is None
+    service = objects.service["metadata"]["name"]
+    assert objects.service["spec"]["publishNotReadyAddresses"] is True
+    peers = sorted(f"{p['spec']['hostname']}.{service}" for p in objects.pods)
+    for pod in objects.pods:
+        assert pod["spec"]["schedulingGates"] == [{"name": "paigraph.io/gang"}]
+        barrier = pod["spec"]["initContainers"][-1]
+        assert barrier["name"] == "barrier" and "env" not in barrier  # no API rights needed
+        assert "serviceAccountName" not in pod["spec"]
+        validate(pod)
+
+    # the barrier's script, run by a real shell: it ends only once every peer's name resolves
+    script = objects.pods[0]["spec"]["initContainers"][-1]["command"][2]
+    names, bin_dir = tmp_path / "names", tmp_path / "bin"
+    names.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "getent").write_text(f'#!/bin/sh\n[ -e "{names}/$2" ]\n')
+    (bin_dir / "nslookup").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "sleep").write_text("#!/bin/sh\nexec /bin/sleep 0.1\n")  # not 2 s here
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    barrier = subprocess.Popen(
+        ["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE, text=True
+    )
+    for peer in peers[:-1]:
+        (names / peer).touch()
+    with pytest.raises(subprocess.TimeoutExpired):
+        barrier.wait(timeout=1)  # one peer still has no name
+    (names / peers[-1]).touch()
+    out, _ = barrier.communicate(timeout=30)
+    assert barrier.returncode == 0
+    assert f"every peer of {len(peers)} resolves" in out
+
+
+def test_volcano_and_coscheduling_gangs_are_one_pod_group_of_the_whole_attempt() -> None:
+    for mode, api_version in (
+        ("volcano", "scheduling.volcano.sh/v1beta1"),
+        ("coscheduling", "scheduling.x-k8s.io/v1alpha1"),
+    ):
+        objects = build(request_of(V2_JOB), gang_scheduler=mode)
+        group = objects.pod_group
+        assert group is not None and group["apiVersion"] == api_version
+        assert group["spec"]["minMember"] == len(objects.pods) == 3
+        assert group["metadata"]["name"] == objects.service["metadata"]["name"]
+        assert group in objects.all()
+        for pod in objects.pods:
+            assert "schedulingGates" not in pod["spec"]
+            validate(pod)
+    volcano = build(request_of(V2_JOB), gang_scheduler="volcano")
+    assert volcano.pod_group is not None and volcano.pod_group["spec"]["queue"] == "default"
+    assert all(p["spec"]["schedulerName"] == "volcano" for p in volcano.pods)
+
+
+def test_a_kueue_gang_carries_kueues_pod_group_labels() -> None:
+    objects = build(request_of(V2_JOB), gang_scheduler="kueue", gang_queue="team-{queue}")
+    service = objects.service["metadata"]["name"]
+    for pod in objects.pods:
+        labels, notes = pod["metadata"]["labels"], pod["metadata"]["annotations"]
+        assert labels["kueue.x-k8s.io/pod-group-name"] == service
+        assert labels["kueue.x-k8s.io/queue-name"] == "team-default"
+        assert notes["kueue.x-k8s.io/pod-group-total-count"] == "3"
+        assert "schedulingGates" not in pod["spec"]  # Kueue's webhook gates them itself
+        validate(pod)

@@ -1,12 +1,20 @@
-"""The two-role ps/worker job, claim isolation and the restricted profile on a real cluster.
+"""The Kubernetes backend on a real cluster: the two-role ps/worker job, claim isolation, the
+restricted profile, network isolation, the gang and node loss.
 
 Skipped unless PAIGRAPH_TEST_KUBECONFIG names a kubeconfig; the cluster must be able to pull
-`busybox` (or the image in PAIGRAPH_TEST_K8S_IMAGE). The namespace is the kubeconfig context's,
-or PAIGRAPH_TEST_K8S_NAMESPACE; the restricted profile is tried in
+`busybox` (or the image in PAIGRAPH_TEST_K8S_IMAGE) and `alpine/git` (the barrier's image, or
+PAIGRAPH_TEST_K8S_INIT_IMAGE). The namespace is the kubeconfig context's, or
+PAIGRAPH_TEST_K8S_NAMESPACE. The restricted profile is tried in
 PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE, a namespace labelled
 `pod-security.kubernetes.io/enforce=restricted` (skipped without it); the NetworkPolicy test
 runs with PAIGRAPH_TEST_K8S_NETWORK_POLICY=1, on a cluster whose network plugin enforces
-NetworkPolicy. Everything the tests create is removed at their end.
+NetworkPolicy. The gang test needs Kubernetes 1.30+ and the rights of
+deploy/kubernetes/cluster-role.yaml (list nodes and pods cluster-wide). The node-loss test runs
+only when PAIGRAPH_TEST_K8S_LOSE_NODE names a command that makes a node unreachable, `{node}`
+standing for its name (with kind: `docker pause {node}`), and PAIGRAPH_TEST_K8S_RESTORE_NODE
+one that brings it back (`docker unpause {node}`); it takes about six minutes, as Kubernetes
+evicts from an unreachable node after 300 s. Everything the tests create is removed at their
+end. docs/kubernetes.md says how to run them on kind.
 
     PAIGRAPH_TEST_KUBECONFIG=~/.kube/config pytest -q tests/test_kubernetes_real_cluster.py
 """
@@ -14,8 +22,13 @@ NetworkPolicy. Everything the tests create is removed at their end.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shlex
+import subprocess
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +46,15 @@ from backends.base import (
     RoleLaunch,
 )
 from backends.kubernetes import KubernetesBackend
+from backends.kubernetes_gang import GATE, ClusterView
 from backends.kubernetes_settings import KubernetesSettings
 from tests.waiting import until_async
 
 KUBECONFIG = os.environ.get("PAIGRAPH_TEST_KUBECONFIG")
 IMAGE = os.environ.get("PAIGRAPH_TEST_K8S_IMAGE", "busybox:1.36")
+INIT_IMAGE = os.environ.get("PAIGRAPH_TEST_K8S_INIT_IMAGE", "alpine/git:v2.36.1")
+LOSE_NODE = os.environ.get("PAIGRAPH_TEST_K8S_LOSE_NODE", "")
+RESTORE_NODE = os.environ.get("PAIGRAPH_TEST_K8S_RESTORE_NODE", "")
 ENDED = (EventKind.EXITED, EventKind.STOPPED, EventKind.START_FAILED, EventKind.LOST)
 
 pytestmark = [
@@ -132,6 +149,7 @@ def _settings(tmp_path: Path, **overrides: Any) -> KubernetesSettings:
         "namespace": os.environ.get("PAIGRAPH_TEST_K8S_NAMESPACE") or None,
         "owner": f"test-{uuid.uuid4().hex[:8]}",
         "state_dir": tmp_path,
+        "init_image": INIT_IMAGE,
         "gang_timeout_seconds": 300,
         "stop_grace_seconds": 5,
     }
@@ -242,6 +260,7 @@ async def test_another_jobs_pod_cannot_reach_a_jobs_pods_on_a_real_cluster(
             ),
         ],
     )
+
     seen: list[InstanceEvent] = []
 
     async def collect() -> None:
@@ -292,3 +311,132 @@ async def test_another_jobs_pod_cannot_reach_a_jobs_pods_on_a_real_cluster(
         if outsider is not None:
             await backend.forget(outsider.job_id, 1)
         await backend.close()
+
+
+# --- the gang and node loss ----------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _backend(
+    tmp_path: Path, **overrides: Any
+) -> AsyncIterator[tuple[KubernetesBackend, list]]:
+    backend = KubernetesBackend(_settings(tmp_path, **overrides))
+    backend.check()
+    await backend.start()
+    seen: list[InstanceEvent] = []
+
+    async def collect() -> None:
+        async for event in backend.events():
+            seen.append(event)
+
+    reader = asyncio.create_task(collect())
+    try:
+        yield backend, seen
+    finally:
+        reader.cancel()
+        await backend.close()
+
+
+def _cpu_job(job_id: str, pods: int, cpu: int, commands: list[str]) -> LaunchRequest:
+    return LaunchRequest(
+        job_id=job_id,
+        job_name=job_id.split("-")[0],
+        roles=[
+            RoleLaunch(
+                name="worker",
+                instances=pods,
+                image=IMAGE,
+                resources=ResourceRequest(cpu=cpu, memory_mb=64, shm_mb=16),
+                commands=commands,
+            )
+        ],
+    )
+
+
+async def test_two_gangs_with_room_for_one_run_one_after_the_other(tmp_path: Path) -> None:
+    """Each job asks for 60% of the cluster's free cpu: the second waits, gated and holding
+    nothing, until the first is done."""
+    async with _backend(tmp_path, gang_timeout_seconds=0) as (backend, seen):
+        core = backend.core
+        nodes = json.loads(core.list_node(_preload_content=False).data)["items"]
+        pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+        view = ClusterView.of(nodes, pods)
+        biggest = max(int(n.free["cpu"]) for n in view.nodes)
+        cpu = max(1, int(biggest * 0.6) // 2)
+        if cpu * 2 > biggest or cpu < 1:
+            pytest.skip(f"no node has room for a 2-pod gang of this shape ({biggest} cpu free)")
+        token = uuid.uuid4().hex[:8]
+        first = _cpu_job(f"first-{token}", 2, cpu, ["sleep 20"])
+        second = _cpu_job(f"second-{token}", 2, cpu, ["true"])
+        try:
+            await backend.launch(first)
+            await until_async(
+                lambda: (
+                    sum(e.kind is EventKind.STARTED and e.job_id == first.job_id for e in seen) == 2
+                ),
+                "the first gang running",
+                300,
+                1,
+            )
+            await backend.launch(second)
+            await until_async(
+                lambda: any(
+                    e.kind is EventKind.WAITING and e.job_id == second.job_id for e in seen
+                ),
+                "the second gang waiting",
+                60,
+                1,
+            )
+            listing = core.list_namespaced_pod(
+                backend.namespace,
+                label_selector=f"{backend.selector},paigraph.io/attempt=1",
+                _preload_content=False,
+            )
+            waiting = [
+                p
+                for p in json.loads(listing.data)["items"]
+                if p["metadata"]["annotations"]["paigraph.io/job-id"] == second.job_id
+            ]
+            assert waiting and all(
+                p["spec"].get("schedulingGates") == [{"name": GATE}]
+                and not p["spec"].get("nodeName")
+                for p in waiting
+            ), "the waiting gang must hold nothing"
+            await until_async(
+                lambda: sum(e.kind in ENDED and e.job_id == second.job_id for e in seen) == 2,
+                "the second gang done",
+                600,
+                1,
+            )
+            ended = [e for e in seen if e.kind in ENDED]
+            assert {(e.kind, e.exit_code) for e in ended} == {(EventKind.EXITED, 0)}, ended
+        finally:
+            await backend.forget(first.job_id, 1)
+            await backend.forget(second.job_id, 1)
+
+
+@pytest.mark.skipif(
+    not (LOSE_NODE and RESTORE_NODE),
+    reason="set PAIGRAPH_TEST_K8S_LOSE_NODE and _RESTORE_NODE to lose a node",
+)
+async def test_a_lost_node_ends_its_instance_as_lost(tmp_path: Path) -> None:
+    async with _backend(tmp_path) as (backend, seen):
+        request = _cpu_job(f"nodeloss-{uuid.uuid4().hex[:8]}", 1, 1, ["sleep 3600"])
+        node = ""
+        try:
+            await backend.launch(request)
+            started = await until_async(
+                lambda: [e for e in seen if e.kind is EventKind.STARTED], "running", 300, 1
+            )
+            node = started[0].placement.node if started[0].placement else ""
+            assert node
+            subprocess.run(shlex.split(LOSE_NODE.format(node=node)), check=True)
+            # 300 s of toleration of the unreachable taint, the grace period, then forced
+            ended = await until_async(
+                lambda: [e for e in seen if e.kind in ENDED], "the instance lost", 900, 2
+            )
+            assert (ended[0].kind, ended[0].completion_code) == (EventKind.LOST, -1001), ended
+        finally:
+            if node:
+                subprocess.run(shlex.split(RESTORE_NODE.format(node=node)), check=False)
+            await backend.forget(request.job_id, 1)

@@ -666,6 +666,10 @@ def _before_this_run(view: InstanceView, event: InstanceEvent) -> bool:
 
 
 def _classify(event: InstanceEvent, log_tail: str) -> ExitInfo:
+    if event.completion_code is not None and event.kind is not EventKind.STOPPED:
+        spec = exit_codes.spec_for(event.completion_code)
+        text = f"{event.reason}; {spec.description}" if event.reason else spec.description
+        return exit_codes.info(event.completion_code, text, exit_code=event.exit_code)
     if event.kind is EventKind.START_FAILED:
         return exit_codes.classify(event.exit_code, start_failed_reason=event.reason or "")
     if event.kind is EventKind.LOST:

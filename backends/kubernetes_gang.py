@@ -1,0 +1,280 @@
+"""An attempt's pods run all together or not at all: the gang, on Kubernetes.
+
+Pods created one by one are bound one by one, so two multi-pod jobs can each hold half a
+cluster's GPUs while they wait for the other half, forever. What prevents it depends on the
+`gang_scheduler` setting:
+
+- `gates` (default, the plain kube-scheduler): every pod is created with the scheduling gate
+  `paigraph.io/gang`, so it holds nothing while it waits (a gated pod is never considered by the
+  scheduler, Kubernetes 1.30+). The backend lifts the gates of one attempt at a time, and only
+  when its own view of the cluster (nodes' allocatable resources minus the requests of the pods
+  bound to them, `ClusterView`) says every pod of the attempt fits; an attempt whose pods are
+  not all bound in time is taken back whole and queued again;
+- `volcano`, `coscheduling`: a PodGroup with `minMember` equal to the attempt's pods, which
+  Volcano or scheduler-plugins' coscheduling bind all together or not at all;
+- `kueue`: Kueue's plain-pod group labels (`kueue.x-k8s.io/pod-group-name`, the total count
+  annotation, the LocalQueue label); Kueue gates the pods itself until it admits the group;
+- `scheduler`: nothing added (the operator's `scheduler_name` and `pod_labels` do it).
+
+Whatever the scheduler, user commands start only once every peer exists: a barrier init
+container waits until each peer's `<role>-<index>` name resolves through the attempt's
+headless Service (which publishes not-ready addresses), as the training operator's init
+container does; it needs no Kubernetes API rights.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from kubernetes.utils import parse_quantity
+
+if TYPE_CHECKING:
+    from backends.kubernetes_manifests import AttemptBuilder
+
+GATE = "paigraph.io/gang"
+BARRIER_CONTAINER = "barrier"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+POD_GROUP_API = {
+    "volcano": ("scheduling.volcano.sh", "v1beta1"),
+    "coscheduling": ("scheduling.x-k8s.io", "v1alpha1"),
+}
+_TERMINAL = ("Succeeded", "Failed")
+_BARRIER_SLEEP = 2  # seconds between two looks at a peer's name
+
+
+# --- the objects ---------------------------------------------------------------------------------
+
+
+def decorate(pod: dict[str, Any], builder: AttemptBuilder) -> dict[str, Any]:
+    """The pod with what its gang needs: the gate, the PodGroup reference or Kueue's labels,
+    and the barrier before user commands."""
+    settings = builder.settings
+    meta, spec = pod["metadata"], pod["spec"]
+    mode = settings.gang_scheduler
+    group = builder.service
+    if mode == "gates":
+        spec["schedulingGates"] = [{"name": GATE}]
+    elif mode == "volcano":
+        meta.setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = group
+        spec.setdefault("schedulerName", "volcano")
+    elif mode == "coscheduling":
+        meta.setdefault("labels", {})[COSCHEDULING_GROUP_LABEL] = group
+    elif mode == "kueue":
+        meta.setdefault("labels", {}).update(
+            {KUEUE_GROUP_LABEL: group, KUEUE_QUEUE_LABEL: queue_of(builder)}
+        )
+        meta.setdefault("annotations", {})[KUEUE_COUNT_ANNOTATION] = str(
+            builder.request.total_instances
+        )
+    barrier = barrier_container(builder)
+    if barrier is not None:
+        spec["initContainers"] = [*(spec.get("initContainers") or []), barrier]
+    return pod
+
+
+def queue_of(builder: AttemptBuilder) -> str:
+    """The attempt's Volcano queue or Kueue LocalQueue (`gang_queue`, templates filled in)."""
+    from backends.kubernetes_names import label_value
+
+    return label_value(builder.render(builder.settings.gang_queue) or "default")
+
+
+def pod_group(builder: AttemptBuilder) -> dict[str, Any] | None:
+    """The attempt's PodGroup for Volcano or coscheduling (None for the other modes): all of
+    its pods or none, `minResources` the sum of their requests."""
+    api = POD_GROUP_API.get(builder.settings.gang_scheduler)
+    if api is None:
+        return None
+    total: Counter[str] = Counter()
+    for role in builder.request.roles:
+        for index in range(role.instances):
+            total.update(pod_requests(builder.pod(role.name, index, gang=False)))
+    del total["pods"]
+    spec: dict[str, Any] = {
+        "minMember": builder.request.total_instances,
+        "minResources": {k: _quantity(v) for k, v in sorted(total.items())},
+    }
+    if builder.settings.gang_scheduler == "volcano":
+        spec["queue"] = queue_of(builder)
+    else:
+        spec["scheduleTimeoutSeconds"] = int(builder.settings.gang_bind_seconds)
+    return {
+        "apiVersion": "/".join(api),
+        "kind": "PodGroup",
+        "metadata": {
+            "name": builder.service,
+            "namespace": builder.namespace,
+            "labels": builder.attempt_labels(),
+            "ownerReferences": builder.owned(),
+        },
+        "spec": spec,
+    }
+
+
+def barrier_container(builder: AttemptBuilder) -> dict[str, Any] | None:
+    """The init container that waits for every peer's name to resolve (None for one pod).
+    The script grows with the roles, not the instances: one loop per role."""
+    roles = builder.request.roles
+    if builder.request.total_instances < 2:
+        return None
+    lines = [
+        "say() { printf '%s\\n' \"[paigraph barrier] $*\"; }",
+        "wait_for() {",
+        '  until getent hosts "$1" >/dev/null 2>&1 || nslookup "$1" >/dev/null 2>&1; do',
+        f"    sleep {_BARRIER_SLEEP}",
+        "  done",
+        "}",
+    ]
+    for role in roles:
+        prefix = builder.host(role.name, 0)[:-1]
+        service = builder.service
+        if all(builder.host(role.name, i) == f"{prefix}{i}" for i in range(role.instances)):
+            lines += [
+                f"i=0; while [ $i -lt {role.instances} ]; do",
+                f"  wait_for {shlex.quote(prefix)}$i.{service}; i=$((i + 1))",
+                "done",
+            ]
+        else:
+            lines += [f"wait_for {builder.address(role.name, i)}" for i in range(role.instances)]
+    lines.append(f"say every peer of {builder.request.total_instances} resolves")
+    return {
+        "name": BARRIER_CONTAINER,
+        "image": builder.settings.init_image,
+        "imagePullPolicy": builder.settings.image_pull_policy,
+        "command": ["/bin/sh", "-c", "\n".join(lines) + "\n"],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "16Mi"},
+            "limits": {"cpu": "100m", "memory": "64Mi"},
+        },
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+# --- the cluster as the scheduler sees it --------------------------------------------------------
+
+
+def pod_requests(pod: dict[str, Any]) -> Counter[str]:
+    """A pod's effective requests (the larger of its containers' sum and each init container),
+    plus one `pods` slot, as kube-scheduler counts them."""
+    spec = pod.get("spec") or {}
+    total: Counter[str] = Counter()
+    for container in spec.get("containers") or []:
+        for name, amount in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[name] += parse_quantity(amount)
+    for init in spec.get("initContainers") or []:
+        for name, amount in ((init.get("resources") or {}).get("requests") or {}).items():
+            total[name] = max(total[name], parse_quantity(amount))
+    for name, amount in (spec.get("overhead") or {}).items():
+        total[name] += parse_quantity(amount)
+    total["pods"] += 1
+    return total
+
+
+def host_ports(pod: dict[str, Any]) -> set[tuple[int, str]]:
+    spec = pod.get("spec") or {}
+    return {
+        (port["hostPort"], port.get("protocol", "TCP"))
+        for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+        for port in container.get("ports") or []
+        if port.get("hostPort")
+    }
+
+
+@dataclass
+class _Node:
+    name: str
+    free: Counter[str]
+    ports: set[tuple[int, str]] = field(default_factory=set)
+
+
+@dataclass
+class ClusterView:
+    """The free room of every node a pod of this server could be bound to."""
+
+    nodes: list[_Node]
+
+    @classmethod
+    def of(
+        cls,
+        nodes: list[dict[str, Any]],
+        pods: list[dict[str, Any]],
+        node_selector: dict[str, str] | None = None,
+    ) -> ClusterView:
+        """From Node and Pod objects (every namespace's pods: all of them use the nodes).
+        Nodes that are not Ready, cordoned, tainted NoSchedule/NoExecute or not matching the
+        node selector are left out."""
+        wanted = node_selector or {}
+        usable: dict[str, _Node] = {}
+        for node in nodes:
+            meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+            labels = meta.get("labels") or {}
+            conditions = status.get("conditions") or []
+            is_ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+            )
+            tainted = any(
+                t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []
+            )
+            if not is_ready or tainted or spec.get("unschedulable"):
+                continue
+            if any(labels.get(k) != v for k, v in wanted.items()):
+                continue
+            free: Counter[str] = Counter(
+                {k: parse_quantity(v) for k, v in (status.get("allocatable") or {}).items()}
+            )
+            usable[meta["name"]] = _Node(meta["name"], free)
+        for pod in pods:
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            phase = (pod.get("status") or {}).get("phase")
+            if node_name not in usable or phase in _TERMINAL:
+                continue
+            target = usable[node_name]
+            target.free.subtract(pod_requests(pod))
+            target.ports |= host_ports(pod)
+        return cls(sorted(usable.values(), key=lambda n: n.name))
+
+    def fits(self, pods: list[dict[str, Any]]) -> tuple[bool, str]:
+        """Whether every pod can be placed at once (largest first, each on the node with the
+        least room left that still takes it); if not, what is missing, for the user."""
+        nodes = [_Node(n.name, Counter(n.free), set(n.ports)) for n in self.nodes]
+        demands = sorted(
+            ((pod_requests(p), host_ports(p)) for p in pods),
+            key=lambda d: tuple(-d[0][k] for k in sorted(d[0])),
+        )
+        for wanted, ports in demands:
+            candidates = [
+                n
+                for n in nodes
+                if all(n.free[k] >= v for k, v in wanted.items() if v > 0) and not (ports & n.ports)
+            ]
+            if not candidates:
+                asked = ", ".join(f"{k} {_quantity(v)}" for k, v in sorted(wanted.items()))
+                most = {
+                    k: max((n.free[k] for n in nodes), default=Decimal(0)) for k in sorted(wanted)
+                }
+                room = ", ".join(f"{k} {_quantity(v)}" for k, v in most.items())
+                return False, (
+                    f"{len(pods)} pod(s) must be placed together and one of them ({asked}) "
+                    f"fits on no node once the others are placed (the most any node has "
+                    f"left: {room}; {len(self.nodes)} usable node(s))"
+                )
+            best = min(candidates, key=lambda n: tuple(n.free[k] - v for k, v in wanted.items()))
+            best.free.subtract(wanted)
+            best.ports |= ports
+        return True, ""
+
+
+def _quantity(value: Decimal | int) -> str:
+    """A quantity as Kubernetes writes it (integers plain, fractions of a cpu in milli)."""
+    value = Decimal(value)
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int(value * 1000)}m"
