@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes.utils import parse_quantity
 
+from backends.kubernetes_isolation import container_security_context
+
 if TYPE_CHECKING:
     from backends.kubernetes_manifests import AttemptBuilder
 
@@ -155,6 +157,8 @@ def barrier_container(builder: AttemptBuilder) -> dict[str, Any] | None:
             "limits": {"cpu": "100m", "memory": "64Mi"},
         },
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        # hardened like every container of the pod, so the namespace's admission takes it
+        "securityContext": container_security_context(builder.settings),
     }
 
 
