@@ -72,6 +72,7 @@ from backends.docker_specs import (
     PORTS,
     ROLE,
     RUN,
+    TASK_ATTEMPT,
     HostLimits,
     attempt_labels,
     container_spec,
@@ -614,6 +615,7 @@ class DockerBackend(ThreadedBackend):
             key,
             instance.run,
             placement,
+            task_attempt=instance.task_attempt,
             runtime_dir=records.runtime_dir(instance.dir),
             writable_dir=records.writable_dir(instance.dir),
             env={**env, **secret_environment(request)},
@@ -672,14 +674,18 @@ class DockerBackend(ThreadedBackend):
 
     # --- starting one instance again ---------------------------------------------------------
 
-    def _relaunch(self, key: InstanceKey) -> None:
-        """Queue an ended instance to run again; its events start over from PLACED."""
+    def _relaunch(self, key: InstanceKey, run: int | None) -> None:
+        """Queue an ended instance to run again as task attempt `run`; its events start over
+        from PLACED. A run that was started already is not started again."""
         where = f"{key.role}-{key.index} of attempt {key.attempt} of job {key.job_id}"
         with self._lock:
             attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
             instance = attempt.instances.get((key.role, key.index)) if attempt else None
             if attempt is None or instance is None:
                 raise UnknownInstance(f"no instance {where}")
+            if run is not None and run <= instance.task_attempt:
+                log.debug("%s: run %s was started already; not again", instance.key, run)
+                return
             # the exit record is written after `ended` is set: wait for both
             if not (instance.ended and records.has_exit(instance.dir)):
                 raise BackendError(f"{where} has not ended; only an ended instance runs again")
@@ -690,18 +696,22 @@ class DockerBackend(ThreadedBackend):
             instance.started_at = None
             instance.waiting_reason = None
             instance.run += 1
+            instance.task_attempt = run if run is not None else instance.task_attempt + 1
             old, instance.container_id = instance.container_id, None
             if old:
                 self._by_container.pop(old, None)
             self._write_run(instance, queued=True)
             self._scheduler.add_relaunch(instance)
-        records.log_retry(instance.dir, instance.run)
+        records.log_retry(instance.dir, instance.task_attempt)
         if old:
             self._remove(old)  # its address is given to the new run
         self._schedule()
 
     def _write_run(self, instance: Instance, *, queued: bool) -> None:
-        records.write_run(instance.dir, records.RunRecord(instance.run, queued, instance.placement))
+        records.write_run(
+            instance.dir,
+            records.RunRecord(instance.run, queued, instance.placement, instance.task_attempt),
+        )
 
     def _wait_instance(self, instance: Instance, reason: str) -> None:
         if instance.waiting_reason == reason:
@@ -1234,6 +1244,8 @@ class DockerBackend(ThreadedBackend):
             ports = json.loads(info.labels.get(PORTS, "{}"))
             node = info.labels.get(NODE, "")
             instance.container_id = info.id
+            if TASK_ATTEMPT in info.labels:  # the run its events are about, as it was made
+                instance.task_attempt = int(info.labels[TASK_ATTEMPT])
             instance.placement = Placement(node=node, host_ip=info.ip or "", ports=ports)
             instance.started_at = info.started_at
             self._by_container[info.id] = instance
@@ -1306,6 +1318,7 @@ class DockerBackend(ThreadedBackend):
                             ),
                             placement=instance.placement,
                             started_at=instance.started_at,
+                            run=instance.task_attempt,
                         )
                     )
                 elif event := records.read_exit(instance.dir):
@@ -1318,6 +1331,7 @@ class DockerBackend(ThreadedBackend):
                             oom_killed=event.oom_killed,
                             started_at=instance.started_at,
                             finished_at=event.at,
+                            run=event.run,
                         )
                     )
         return reports

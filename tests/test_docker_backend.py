@@ -417,9 +417,10 @@ async def test_relaunch_runs_one_failed_instance_again_where_its_peers_expect_it
             await sim.relaunch(first)
         with pytest.raises(UnknownInstance):
             await sim.relaunch(retried.model_copy(update={"index": 2}))
-        await sim.relaunch(retried)
+        await sim.relaunch(retried, 2)
+        await sim.relaunch(retried, 2)  # asked again (a restarted server): nothing more starts
         with pytest.raises(BackendError, match="has not ended"):
-            await sim.relaunch(retried)  # twice: the second run is under way
+            await sim.relaunch(retried, 3)  # the second run is under way
         await events.until(lambda: _runs(events, retried).count(EventKind.EXITED) == 2)
         ended = await events.all_ended(request)
         assert {k.index: (e.kind, e.exit_code) for k, e in ended.items()} == {
@@ -434,6 +435,9 @@ async def test_relaunch_runs_one_failed_instance_again_where_its_peers_expect_it
             EventKind.STARTED,
             EventKind.EXITED,
         ]
+        # each event names the run it is about, so a late copy of the first end is told apart
+        assert [e.run for e in events.events if e.key == retried] == [1, 1, 1, 2, 2, 2]
+        assert {e.run for e in events.events if e.key == first} == {1}
         placed = [e.placement for e in events.of(request) if e.kind is EventKind.PLACED]
         assert placed[1] == placed[2]  # w-1: same node, address and ports the second time
         log = await log_text(sim, retried)
@@ -443,9 +447,10 @@ async def test_relaunch_runs_one_failed_instance_again_where_its_peers_expect_it
         peer = f"{address}:{placed[1].ports['http'][0]}"
         assert f"reached {peer}: second run of 1" in await log_text(sim, first)
         reports = {r.key: r for r in await sim.reconcile()}
-        assert (reports[retried].status, reports[retried].exit_code) == (
+        assert (reports[retried].status, reports[retried].exit_code, reports[retried].run) == (
             InstanceStatus.EXITED,
             0,
+            2,
         )
         await sim.forget(request.job_id, 1)
         events.close()
