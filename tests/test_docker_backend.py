@@ -457,6 +457,35 @@ async def test_relaunch_runs_one_failed_instance_again_where_its_peers_expect_it
         assert leftovers(sim.owner) == ([], [])
 
 
+async def test_a_restarted_backend_tells_the_run_of_a_relaunched_instance(
+    tmp_path: Path, owner: str
+) -> None:
+    """The run a relaunch was asked for is kept with its container: a backend started again
+    reports it and names it on the run's end, and is not made to start it a second time."""
+    results = Material(name="results", kind=Fetch.MOUNT)
+    twice = "if [ -f results/once ]; then sleep 2; exit 0; fi; touch results/once; exit 3"
+    request = job(role("w", [twice], materials=[results]))
+    retried = InstanceKey(job_id=request.job_id, attempt=1, role="w", index=0)
+    async with backend(tmp_path, owner=owner) as first:
+        events = Collector(first)
+        await first.launch(request)
+        await events.until(lambda: retried in events.ended(request))
+        await first.relaunch(retried, 2)
+        await events.until(lambda: _runs(events, retried).count(EventKind.STARTED) == 2)
+        events.close()
+    async with backend(tmp_path, owner=owner) as second:
+        events = Collector(second)
+        (found,) = await second.reconcile()
+        assert (found.status, found.run) == (InstanceStatus.RUNNING, 2)
+        await second.relaunch(retried, 2)  # a relaunch carried out again after a restart
+        await events.until(lambda: retried in events.ended(request))
+        end = events.ended(request)[retried]
+        assert (end.kind, end.exit_code, end.run) == (EventKind.EXITED, 0, 2)
+        await second.forget(request.job_id, 1)
+        events.close()
+    assert leftovers(owner) == ([], [])
+
+
 async def test_relaunch_after_every_peer_ended_gets_a_network_again(tmp_path: Path) -> None:
     commands = [
         'if [ "$PAI_TASK_INDEX" = 0 ] || [ -f results/tried ]; then',
