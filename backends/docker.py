@@ -749,10 +749,12 @@ class DockerBackend(ThreadedBackend):
                 if peer.placement is not None
             }
             spec = self._prepare_run(attempt, instance, placements, network, mounts, slot)
-            self._write_run(instance, queued=False)
             with self._lock:
                 instance.gated = True  # STARTED follows PLACED, told once its ports are sure
+            # closed before the run is recorded as being started: a restart that finds it so
+            # and no container of it knows its commands never ran (_relaunch_cut_short)
             records.close_gate(instance.dir)
+            self._write_run(instance, queued=False)
             lost = self._run_container(attempt, instance, spec, retry_ports=tries_left > 0)
             if lost is None:
                 break
@@ -1181,10 +1183,34 @@ class DockerBackend(ThreadedBackend):
                     and instance.container_id is None
                     and not self._scheduler.relaunching(instance)
                 ):
-                    self._end(attempt, instance, EventKind.LOST, reason="its container is gone")
+                    if self._relaunch_cut_short(instance):
+                        self._relaunch_again(instance)
+                    else:
+                        self._end(attempt, instance, EventKind.LOST, reason="its container is gone")
         self._adopt_networks()
         if self._scheduler.pending():
             self._schedule()
+
+    def _relaunch_cut_short(self, instance: Instance) -> bool:
+        """Whether the instance was being started again on its own (a relaunch) when the last
+        process stopped, and its commands never ran: its run was recorded as being started,
+        and its gate, closed before that, was never opened."""
+        run = records.read_run(instance.dir)
+        return run is not None and not run.queued and not records.gate_opened(instance.dir)
+
+    def _relaunch_again(self, instance: Instance) -> None:
+        """Queue a relaunch that was cut short to be placed again, as the same task attempt
+        (its events name the run the job engine asked for) in a new container."""
+        log.warning(
+            "%s was being started again when the server stopped; starting it again", instance.key
+        )
+        with self._lock:
+            instance.run += 1  # a container made for the cut-short start is not used
+            instance.started_at = None
+            instance.gated = False
+            instance.waiting_reason = None
+            self._write_run(instance, queued=True)
+            self._scheduler.add_relaunch(instance)
 
     def _starts_cut_short(self, containers: list[ContainerInfo]) -> list[tuple[Attempt, list[str]]]:
         """The attempts whose start the last process did not finish: some of their containers
@@ -1238,6 +1264,10 @@ class DockerBackend(ThreadedBackend):
             instance = self._instance_from_labels(info.labels)
             if instance is None or info.labels.get(RUN, "1") != str(instance.run):
                 # an orphan: no attempt on record owns it, or a run that was replaced
+                self.engine.remove(info.id)
+                continue
+            if info.status != "running" and self._relaunch_cut_short(instance):
+                # made for a relaunch but never started: the relaunch is made again
                 self.engine.remove(info.id)
                 continue
             attempt = self._attempts[instance.attempt_id]

@@ -17,6 +17,7 @@ import docker
 import httpx
 import pytest
 
+from backends import docker_records as records
 from backends.base import (
     BackendError,
     EventKind,
@@ -481,6 +482,45 @@ async def test_a_restarted_backend_tells_the_run_of_a_relaunched_instance(
         await events.until(lambda: retried in events.ended(request))
         end = events.ended(request)[retried]
         assert (end.kind, end.exit_code, end.run) == (EventKind.EXITED, 0, 2)
+        await second.forget(request.job_id, 1)
+        events.close()
+    assert leftovers(owner) == ([], [])
+
+
+async def test_a_relaunch_cut_short_by_a_restart_is_started_again_not_lost(
+    tmp_path: Path, owner: str
+) -> None:
+    """The server stopped while an instance was being started again on its own: its run was
+    recorded as being started, its gate closed, and no container of it made. Its commands never
+    ran, so the restarted backend starts that run again; declaring it lost would have made the
+    job engine retry it once more than the instance ran."""
+    results = Material(name="results", kind=Fetch.MOUNT)
+    twice = "if [ -f results/once ]; then echo second run; exit 0; fi; touch results/once; exit 3"
+    request = job(role("w", [twice], materials=[results]), role("peer", ["sleep 4"]))
+    retried = InstanceKey(job_id=request.job_id, attempt=1, role="w", index=0)
+    async with backend(tmp_path, owner=owner) as first:
+        events = Collector(first)
+        await first.launch(request)
+        await events.until(lambda: retried in events.ended(request))
+        placement = events.ended(request)[retried].placement
+        directory = first._instance_dir(retried)
+        events.close()
+    # what `relaunch` and the start of its run leave on disk when the process dies before the
+    # container is made: no exit record, the gate closed, the run recorded as being started
+    records.remove_exit(directory)
+    records.close_gate(directory)
+    records.write_run(directory, records.RunRecord(2, False, placement, 2))
+    async with backend(tmp_path, owner=owner) as second:
+        events = Collector(second)
+        await events.all_ended(request)
+        told = [(e.kind, e.run) for e in events.events if e.key == retried]
+        assert told == [
+            (EventKind.PLACED, 2),
+            (EventKind.STARTED, 2),
+            (EventKind.EXITED, 2),
+        ]
+        assert events.ended(request)[retried].exit_code == 0
+        assert "second run" in await log_text(second, retried)
         await second.forget(request.job_id, 1)
         events.close()
     assert leftovers(owner) == ([], [])
