@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -505,7 +506,7 @@ TOLD_AGAIN = [
 
 @pytest.mark.parametrize(("when", "restart", "kind"), TOLD_AGAIN)
 def test_one_end_told_twice_counts_one_death_and_one_retry(
-    when: str, restart: bool, kind: EventKind
+    when: str, restart: bool, kind: EventKind, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A backend tells the end of a run twice, the second time dated after the retry was
     decided (as after a server restart: its records, then its event stream) and, when `kind`
@@ -539,7 +540,9 @@ def test_one_end_told_twice_counts_one_death_and_one_retry(
     again = end.model_copy(update={"kind": kind, "at": run.tick() + timedelta(seconds=30)})
     if when == "after the retry started":
         run.place_and_start("worker-1")  # its events name the new run: run 2
-    assert run.m.apply(again) == []
+    with caplog.at_level(logging.DEBUG, logger="server.jobs.machine"):
+        assert run.m.apply(again) == []
+    assert f"{kind} event of worker-1 dropped: it is about run 1; run 2 is current" in caplog.text
     if when == "before the retry started":
         run.place_and_start("worker-1")
     assert run.view("worker-1").state is S.RUNNING
