@@ -204,6 +204,12 @@ class InstanceEvent(_Value):
     kind: EventKind
     role: str | None = None  # None for events about the whole attempt (WAITING)
     index: int | None = None
+    # which run of the instance the event is about: 1 for the run the attempt's launch started,
+    # then the number each `relaunch` was asked for (the job's task attempt). The job machine
+    # applies an event only to the run it names, so a late or second telling of an earlier
+    # run's end cannot end the run that replaced it. None: not known (an attempt's event, or a
+    # record written before runs were told).
+    run: int | None = None
     at: datetime = Field(default_factory=utcnow)
     reason: str | None = None
     exit_code: int | None = None
@@ -239,6 +245,7 @@ class InstanceReport(_Value):
     oom_killed: bool = False
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    run: int | None = None  # the run this is about, as on InstanceEvent
 
 
 class BackendHealth(_Value):
@@ -323,16 +330,21 @@ class Backend(Protocol):
     ) -> AsyncIterator[LogChunk]:
         """An instance's output, from a byte offset or its last `tail` lines; kept after it ends."""
 
-    async def relaunch(self, key: InstanceKey) -> None:
+    async def relaunch(self, key: InstanceKey, run: int | None = None) -> None:
         """Start one ended instance of a live attempt again (task retry, gang allocation off).
 
         Its peers keep running and keep the environment they started with, so the instance
         comes back with the same role, index and environment, at the same address, and with
         the same ports when they are still free (else new ones). PLACED / STARTED / EXITED ...
         follow for it as for any instance, WAITING (with its role and index) while it does not
-        fit, and its log goes on in the same file. The events carry no retry number: the
-        caller knows which run it asked for. UnknownInstance when there is no such instance;
-        BackendError when it has not ended yet or its attempt is being stopped.
+        fit, and its log goes on in the same file.
+
+        `run` is the number of the new run (the job's task attempt for the instance; None: the
+        one after the current). Every event of the new run carries it, the backend keeps it
+        with the run (on its container or pod) so a restarted server reads it back, and asking
+        for a run that was started already does nothing: a relaunch repeated after a restart
+        starts nothing twice. UnknownInstance when there is no such instance; BackendError when
+        it has not ended yet or its attempt is being stopped.
         """
 
     async def reconcile(self) -> list[InstanceReport]:

@@ -73,6 +73,7 @@ from backends.docker_specs import (
     PORTS,
     ROLE,
     RUN,
+    TASK_ATTEMPT,
     HostLimits,
     attempt_labels,
     container_spec,
@@ -732,6 +733,7 @@ class DockerBackend(ThreadedBackend):
             key,
             instance.run,
             placement,
+            task_attempt=instance.task_attempt,
             runtime_dir=records.runtime_dir(instance.dir),
             writable_dir=records.writable_dir(instance.dir),
             env={**env, **secret_environment(request)},
@@ -807,14 +809,18 @@ class DockerBackend(ThreadedBackend):
 
     # --- starting one instance again ---------------------------------------------------------
 
-    def _relaunch(self, key: InstanceKey) -> None:
-        """Queue an ended instance to run again; its events start over from PLACED."""
+    def _relaunch(self, key: InstanceKey, run: int | None) -> None:
+        """Queue an ended instance to run again as task attempt `run`; its events start over
+        from PLACED. A run that was started already is not started again."""
         where = f"{key.role}-{key.index} of attempt {key.attempt} of job {key.job_id}"
         with self._lock:
             attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
             instance = attempt.instances.get((key.role, key.index)) if attempt else None
             if attempt is None or instance is None:
                 raise UnknownInstance(f"no instance {where}")
+            if run is not None and run <= instance.task_attempt:
+                log.debug("%s: run %s was started already; not again", instance.key, run)
+                return
             # the exit record is written after `ended` is set: wait for both
             if not (instance.ended and records.has_exit(instance.dir)):
                 raise BackendError(f"{where} has not ended; only an ended instance runs again")
@@ -825,18 +831,22 @@ class DockerBackend(ThreadedBackend):
             instance.started_at = None
             instance.waiting_reason = None
             instance.run += 1
+            instance.task_attempt = run if run is not None else instance.task_attempt + 1
             old, instance.container_id = instance.container_id, None
             if old:
                 self._by_container.pop(old, None)
             self._write_run(instance, queued=True)
             self._scheduler.add_relaunch(instance)
-        records.log_retry(instance.dir, instance.run)
+        records.log_retry(instance.dir, instance.task_attempt)
         if old:
             self._remove(old)  # its address is given to the new run
         self._schedule()
 
     def _write_run(self, instance: Instance, *, queued: bool) -> None:
-        records.write_run(instance.dir, records.RunRecord(instance.run, queued, instance.placement))
+        records.write_run(
+            instance.dir,
+            records.RunRecord(instance.run, queued, instance.placement, instance.task_attempt),
+        )
 
     def _wait_instance(self, instance: Instance, reason: str) -> None:
         if instance.waiting_reason == reason:
@@ -874,10 +884,12 @@ class DockerBackend(ThreadedBackend):
                 if peer.placement is not None
             }
             spec = self._prepare_run(attempt, instance, placements, network, mounts, slot)
-            self._write_run(instance, queued=False)
             with self._lock:
                 instance.gated = True  # STARTED follows PLACED, told once its ports are sure
+            # closed before the run is recorded as being started: a restart that finds it so
+            # and no container of it knows its commands never ran (_relaunch_cut_short)
             records.close_gate(instance.dir)
+            self._write_run(instance, queued=False)
             lost = self._run_container(attempt, instance, spec, retry_ports=tries_left > 0)
             if lost is None:
                 break
@@ -1304,10 +1316,34 @@ class DockerBackend(ThreadedBackend):
                     and instance.container_id is None
                     and not self._scheduler.relaunching(instance)
                 ):
-                    self._end(attempt, instance, EventKind.LOST, reason="its container is gone")
+                    if self._relaunch_cut_short(instance):
+                        self._relaunch_again(instance)
+                    else:
+                        self._end(attempt, instance, EventKind.LOST, reason="its container is gone")
         self._adopt_networks()
         if self._scheduler.pending():
             self._schedule()
+
+    def _relaunch_cut_short(self, instance: Instance) -> bool:
+        """Whether the instance was being started again on its own (a relaunch) when the last
+        process stopped, and its commands never ran: its run was recorded as being started,
+        and its gate, closed before that, was never opened."""
+        run = records.read_run(instance.dir)
+        return run is not None and not run.queued and not records.gate_opened(instance.dir)
+
+    def _relaunch_again(self, instance: Instance) -> None:
+        """Queue a relaunch that was cut short to be placed again, as the same task attempt
+        (its events name the run the job engine asked for) in a new container."""
+        log.warning(
+            "%s was being started again when the server stopped; starting it again", instance.key
+        )
+        with self._lock:
+            instance.run += 1  # a container made for the cut-short start is not used
+            instance.started_at = None
+            instance.gated = False
+            instance.waiting_reason = None
+            self._write_run(instance, queued=True)
+            self._scheduler.add_relaunch(instance)
 
     def _starts_cut_short(self, containers: list[ContainerInfo]) -> list[tuple[Attempt, list[str]]]:
         """The attempts whose start the last process did not finish: some of their containers
@@ -1363,10 +1399,16 @@ class DockerBackend(ThreadedBackend):
                 # an orphan: no attempt on record owns it, or a run that was replaced
                 self.engine.remove(info.id)
                 continue
+            if info.status != "running" and self._relaunch_cut_short(instance):
+                # made for a relaunch but never started: the relaunch is made again
+                self.engine.remove(info.id)
+                continue
             attempt = self._attempts[instance.attempt_id]
             ports = json.loads(info.labels.get(PORTS, "{}"))
             node = info.labels.get(NODE, "")
             instance.container_id = info.id
+            if TASK_ATTEMPT in info.labels:  # the run its events are about, as it was made
+                instance.task_attempt = int(info.labels[TASK_ATTEMPT])
             instance.placement = Placement(node=node, host_ip=info.ip or "", ports=ports)
             instance.started_at = info.started_at
             self._by_container[info.id] = instance
@@ -1439,6 +1481,7 @@ class DockerBackend(ThreadedBackend):
                             ),
                             placement=instance.placement,
                             started_at=instance.started_at,
+                            run=instance.task_attempt,
                         )
                     )
                 elif event := records.read_exit(instance.dir):
@@ -1451,6 +1494,7 @@ class DockerBackend(ThreadedBackend):
                             oom_killed=event.oom_killed,
                             started_at=instance.started_at,
                             finished_at=event.at,
+                            run=event.run,
                         )
                     )
         return reports

@@ -23,7 +23,8 @@ from simulator.ports import PortAsk
 class Instance:
     key: InstanceKey
     dir: Path
-    run: int = 1  # how many times it was started; relaunch adds one
+    run: int = 1  # how many containers it was given; a relaunch, or one made again, adds one
+    task_attempt: int = 1  # the run the job engine knows: 1, then what each relaunch asked for
     container_id: str | None = None
     started_at: datetime | None = None
     placement: Placement | None = None
@@ -85,6 +86,7 @@ def recorded_attempt(request: LaunchRequest, directory: Path) -> tuple[Attempt, 
         run = read_run(instance.dir)
         if run is not None:
             instance.run = run.run
+            instance.task_attempt = run.task_attempt
             if run.placement is not None:
                 instance.placement = run.placement
             if run.queued:

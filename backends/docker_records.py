@@ -56,11 +56,13 @@ _DROPPED = "log-dropped.json"  # which range of a long log was dropped (the serv
 
 
 class RunRecord(NamedTuple):
-    """An instance's run number, and whether that run still waits to be placed."""
+    """An instance's run number (its containers'), whether that run still waits to be placed,
+    and the task attempt the job engine knows the run by (its events carry it)."""
 
     run: int
     queued: bool
     placement: Placement | None
+    task_attempt: int
 
 
 def attempt_dir(attempts_dir: Path, job_id: str, attempt: int) -> Path:
@@ -163,7 +165,12 @@ def remove_exit(instance_dir: Path) -> None:
 
 def write_run(instance_dir: Path, record: RunRecord) -> None:
     placement = record.placement.model_dump() if record.placement else None
-    data = {"run": record.run, "queued": record.queued, "placement": placement}
+    data = {
+        "run": record.run,
+        "queued": record.queued,
+        "placement": placement,
+        "task_attempt": record.task_attempt,
+    }
     host_files.write_atomic(instance_dir / _RUN, json.dumps(data))
 
 
@@ -177,6 +184,7 @@ def read_run(instance_dir: Path) -> RunRecord | None:
             int(data["run"]),
             bool(data["queued"]),
             Placement.model_validate(placement) if placement is not None else None,
+            int(data.get("task_attempt", data["run"])),  # a record from before it was kept
         )
     except FileNotFoundError:
         return None

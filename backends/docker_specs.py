@@ -27,6 +27,7 @@ NODE = f"{LABEL}.node"
 PORTS = f"{LABEL}.ports"
 GPUS = f"{LABEL}.gpus"
 RUN = f"{LABEL}.run"  # 1, then 2, 3 ... for each time the instance is started again
+TASK_ATTEMPT = f"{LABEL}.task-attempt"  # the run the job engine knows it by (InstanceEvent.run)
 
 
 GATE = f"{RUNTIME_DIR}/go"  # written by the backend once every container of the gang started
@@ -154,6 +155,7 @@ def container_spec(
     run: int,
     placement: Placement,
     *,
+    task_attempt: int = 1,
     runtime_dir: Path,
     writable_dir: Path,
     env: dict[str, str],
@@ -199,6 +201,7 @@ def container_spec(
             PORTS: json.dumps(placement.ports),
             GPUS: json.dumps(list(slot.gpus)),
             RUN: str(run),
+            TASK_ATTEMPT: str(task_attempt),
         },
         env=env,
         ports=all_ports,

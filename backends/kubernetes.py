@@ -150,6 +150,11 @@ class _Instance:
     deleting_since: float | None = None  # monotonic time its pod was first seen Terminating
     pull_since: float | None = None  # monotonic time its image pull was first seen failing
 
+    @property
+    def task_attempt(self) -> int:
+        """The run its events are about: a pod's run label is the job's task attempt."""
+        return self.run
+
 
 @dataclass(eq=False)
 class _Attempt:
@@ -1130,19 +1135,24 @@ class KubernetesBackend(ThreadedBackend):
                         reason=f"its pod {instance.pod} did not report its end after the stop",
                     )
 
-    def _relaunch(self, key: InstanceKey) -> None:
+    def _relaunch(self, key: InstanceKey, run: int | None) -> None:
+        """A new pod for the ended instance, run `run` (named and labelled with it); a run
+        that was started already is not started again."""
         where = f"{key.role}-{key.index} of attempt {key.attempt} of job {key.job_id}"
         with self._lock:
             attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
             instance = attempt.instances.get((key.role, key.index)) if attempt else None
             if attempt is None or instance is None:
                 raise UnknownInstance(f"no instance {where}")
+            if run is not None and run <= instance.run:
+                log.debug("%s: run %s was started already; not again", key, run)
+                return
             if not instance.ended:
                 raise BackendError(f"{where} has not ended; only an ended instance runs again")
             if attempt.stopping:
                 raise BackendError(f"attempt {key.attempt} of job {key.job_id} is being stopped")
             old = instance.pod
-            instance.run += 1
+            instance.run = run if run is not None else instance.run + 1
             instance.pod = attempt.builder.pod_name(key.role, key.index, instance.run)
             instance.ended = instance.placed = instance.started = instance.scheduled = False
             instance.finishing = False
@@ -1347,6 +1357,7 @@ class KubernetesBackend(ThreadedBackend):
                                 oom_killed=instance.end.oom_killed,
                                 started_at=instance.started_at,
                                 finished_at=instance.end.at,
+                                run=instance.end.run,
                             )
                         )
                     elif not instance.ended:
@@ -1359,6 +1370,7 @@ class KubernetesBackend(ThreadedBackend):
                                 else InstanceStatus.PENDING,
                                 placement=placement if instance.placed else None,
                                 started_at=instance.started_at,
+                                run=instance.run,
                             )
                         )
         return reports

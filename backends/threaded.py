@@ -50,6 +50,11 @@ class Keyed(Protocol):
     @property
     def key(self) -> InstanceKey: ...
 
+    @property
+    def task_attempt(self) -> int:
+        """The run its events are about (InstanceEvent.run)."""
+        ...
+
 
 class ThreadedBackend(ABC):
     """The Backend methods on top of blocking ones, and the event queue threads feed."""
@@ -98,8 +103,8 @@ class ThreadedBackend(ABC):
         ):
             yield chunk
 
-    async def relaunch(self, key: InstanceKey) -> None:
-        await asyncio.to_thread(self._relaunch, key)
+    async def relaunch(self, key: InstanceKey, run: int | None = None) -> None:
+        await asyncio.to_thread(self._relaunch, key, run)
 
     async def reconcile(self) -> list[InstanceReport]:
         return await asyncio.to_thread(self._reports)
@@ -118,8 +123,8 @@ class ThreadedBackend(ABC):
         """Stop every instance of the attempt named by `attempt_id`."""
 
     @abstractmethod
-    def _relaunch(self, key: InstanceKey) -> None:
-        """Start one ended instance again (see `Backend.relaunch`)."""
+    def _relaunch(self, key: InstanceKey, run: int | None) -> None:
+        """Start one ended instance again as run `run` (see `Backend.relaunch`)."""
 
     @abstractmethod
     def _reports(self) -> list[InstanceReport]:
@@ -140,9 +145,10 @@ class ThreadedBackend(ABC):
     # --- events, from any thread ---------------------------------------------------------------
 
     def _event(self, instance: Keyed, kind: EventKind, **fields: Any) -> InstanceEvent:
-        """An event about one instance, at now unless `at` is given."""
+        """An event about one instance's current run, at now unless `at` is given."""
         if fields.get("at") is None:
             fields["at"] = utcnow()
+        fields.setdefault("run", instance.task_attempt)
         return InstanceEvent(
             job_id=instance.key.job_id,
             attempt=instance.key.attempt,

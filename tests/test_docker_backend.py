@@ -17,6 +17,7 @@ import docker
 import httpx
 import pytest
 
+from backends import docker_records as records
 from backends.base import (
     BackendError,
     EventKind,
@@ -417,9 +418,10 @@ async def test_relaunch_runs_one_failed_instance_again_where_its_peers_expect_it
             await sim.relaunch(first)
         with pytest.raises(UnknownInstance):
             await sim.relaunch(retried.model_copy(update={"index": 2}))
-        await sim.relaunch(retried)
+        await sim.relaunch(retried, 2)
+        await sim.relaunch(retried, 2)  # asked again (a restarted server): nothing more starts
         with pytest.raises(BackendError, match="has not ended"):
-            await sim.relaunch(retried)  # twice: the second run is under way
+            await sim.relaunch(retried, 3)  # the second run is under way
         await events.until(lambda: _runs(events, retried).count(EventKind.EXITED) == 2)
         ended = await events.all_ended(request)
         assert {k.index: (e.kind, e.exit_code) for k, e in ended.items()} == {
@@ -434,6 +436,9 @@ async def test_relaunch_runs_one_failed_instance_again_where_its_peers_expect_it
             EventKind.STARTED,
             EventKind.EXITED,
         ]
+        # each event names the run it is about, so a late copy of the first end is told apart
+        assert [e.run for e in events.events if e.key == retried] == [1, 1, 1, 2, 2, 2]
+        assert {e.run for e in events.events if e.key == first} == {1}
         placed = [e.placement for e in events.of(request) if e.kind is EventKind.PLACED]
         assert placed[1] == placed[2]  # w-1: same node, address and ports the second time
         log = await log_text(sim, retried)
@@ -443,13 +448,82 @@ async def test_relaunch_runs_one_failed_instance_again_where_its_peers_expect_it
         peer = f"{address}:{placed[1].ports['http'][0]}"
         assert f"reached {peer}: second run of 1" in await log_text(sim, first)
         reports = {r.key: r for r in await sim.reconcile()}
-        assert (reports[retried].status, reports[retried].exit_code) == (
+        assert (reports[retried].status, reports[retried].exit_code, reports[retried].run) == (
             InstanceStatus.EXITED,
             0,
+            2,
         )
         await sim.forget(request.job_id, 1)
         events.close()
         assert leftovers(sim.owner) == ([], [])
+
+
+async def test_a_restarted_backend_tells_the_run_of_a_relaunched_instance(
+    tmp_path: Path, owner: str
+) -> None:
+    """The run a relaunch was asked for is kept with its container: a backend started again
+    reports it and names it on the run's end, and is not made to start it a second time."""
+    results = Material(name="results", kind=Fetch.MOUNT)
+    twice = "if [ -f results/once ]; then sleep 2; exit 0; fi; touch results/once; exit 3"
+    request = job(role("w", [twice], materials=[results]))
+    retried = InstanceKey(job_id=request.job_id, attempt=1, role="w", index=0)
+    async with backend(tmp_path, owner=owner) as first:
+        events = Collector(first)
+        await first.launch(request)
+        await events.until(lambda: retried in events.ended(request))
+        await first.relaunch(retried, 2)
+        await events.until(lambda: _runs(events, retried).count(EventKind.STARTED) == 2)
+        events.close()
+    async with backend(tmp_path, owner=owner) as second:
+        events = Collector(second)
+        (found,) = await second.reconcile()
+        assert (found.status, found.run) == (InstanceStatus.RUNNING, 2)
+        await second.relaunch(retried, 2)  # a relaunch carried out again after a restart
+        await events.until(lambda: retried in events.ended(request))
+        end = events.ended(request)[retried]
+        assert (end.kind, end.exit_code, end.run) == (EventKind.EXITED, 0, 2)
+        await second.forget(request.job_id, 1)
+        events.close()
+    assert leftovers(owner) == ([], [])
+
+
+async def test_a_relaunch_cut_short_by_a_restart_is_started_again_not_lost(
+    tmp_path: Path, owner: str
+) -> None:
+    """The server stopped while an instance was being started again on its own: its run was
+    recorded as being started, its gate closed, and no container of it made. Its commands never
+    ran, so the restarted backend starts that run again; declaring it lost would have made the
+    job engine retry it once more than the instance ran."""
+    results = Material(name="results", kind=Fetch.MOUNT)
+    twice = "if [ -f results/once ]; then echo second run; exit 0; fi; touch results/once; exit 3"
+    request = job(role("w", [twice], materials=[results]), role("peer", ["sleep 4"]))
+    retried = InstanceKey(job_id=request.job_id, attempt=1, role="w", index=0)
+    async with backend(tmp_path, owner=owner) as first:
+        events = Collector(first)
+        await first.launch(request)
+        await events.until(lambda: retried in events.ended(request))
+        placement = events.ended(request)[retried].placement
+        directory = first._instance_dir(retried)
+        events.close()
+    # what `relaunch` and the start of its run leave on disk when the process dies before the
+    # container is made: no exit record, the gate closed, the run recorded as being started
+    records.remove_exit(directory)
+    records.close_gate(directory)
+    records.write_run(directory, records.RunRecord(2, False, placement, 2))
+    async with backend(tmp_path, owner=owner) as second:
+        events = Collector(second)
+        await events.all_ended(request)
+        told = [(e.kind, e.run) for e in events.events if e.key == retried]
+        assert told == [
+            (EventKind.PLACED, 2),
+            (EventKind.STARTED, 2),
+            (EventKind.EXITED, 2),
+        ]
+        assert events.ended(request)[retried].exit_code == 0
+        assert "second run" in await log_text(second, retried)
+        await second.forget(request.job_id, 1)
+        events.close()
+    assert leftovers(owner) == ([], [])
 
 
 async def test_relaunch_after_every_peer_ended_gets_a_network_again(tmp_path: Path) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,6 +61,9 @@ class Run:
             role, _, number = name.rpartition("-")
             index = int(number)
         log_tail = kw.pop("log_tail", "")
+        if role is not None and index is not None and "run" not in kw:
+            view = self.m.instance(role, index)  # a backend names the run it tells of
+            kw["run"] = view.task_attempt if view is not None else 1
         event = InstanceEvent(
             job_id=kw.pop("job_id", self.m.job_id),
             attempt=self.m.attempt if attempt is None else attempt,
@@ -503,6 +508,93 @@ def test_the_end_of_a_run_told_again_after_its_retry_does_not_end_the_new_run() 
     run.exit("worker-1", 0)
     assert run.view("worker-1").state is S.SUCCEEDED
     assert run.m.state is S.RUNNING
+
+
+TOLD_AGAIN = [
+    (when, restart, kind)
+    for when in ("before the retry started", "after the retry started")
+    for restart in (False, True)
+    for kind in (EventKind.EXITED, EventKind.LOST)
+]
+
+
+@pytest.mark.parametrize(("when", "restart", "kind"), TOLD_AGAIN)
+def test_one_end_told_twice_counts_one_death_and_one_retry(
+    when: str, restart: bool, kind: EventKind, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A backend tells the end of a run twice, the second time dated after the retry was
+    decided (as after a server restart: its records, then its event stream) and, when `kind`
+    is LOST, as a vanished container, which on its own would be retried without counting.
+    Both copies name run 1, so the second is dropped whenever it comes: before the retry's
+    start or once it runs, with or without the machine saved and restored in between."""
+    policy = JobPolicy(
+        roles=(
+            RolePolicy(name="ps", instances=1, min_failed=1),
+            RolePolicy(name="worker", instances=2, min_failed=1, task_retry_count=1),
+        ),
+        gang_allocation=False,
+    )
+    run = Run(policy)
+    run.place_and_start(*ALL)
+    end = InstanceEvent(
+        job_id=run.m.job_id,
+        attempt=1,
+        kind=EventKind.EXITED,
+        role="worker",
+        index=1,
+        run=1,
+        exit_code=3,
+        at=run.tick(),
+    )
+    retry = run.take(run.m.apply(end))
+    assert [(type(a), a.task_attempt) for a in retry] == [(RetryInstance, 2)]
+    if restart:
+        stored = run.m.snapshot().model_dump_json()
+        run.machine = JobMachine.restore(MachineSnapshot.model_validate_json(stored))
+    again = end.model_copy(update={"kind": kind, "at": run.tick() + timedelta(seconds=30)})
+    if when == "after the retry started":
+        run.place_and_start("worker-1")  # its events name the new run: run 2
+    with caplog.at_level(logging.DEBUG, logger="server.jobs.machine"):
+        assert run.m.apply(again) == []
+    assert f"{kind} event of worker-1 dropped: it is about run 1; run 2 is current" in caplog.text
+    if when == "before the retry started":
+        run.place_and_start("worker-1")
+    assert run.view("worker-1").state is S.RUNNING
+    run.exit("worker-1", 0)
+
+    view = run.view("worker-1")
+    assert (view.state, view.exit_code, view.task_attempt) == (S.SUCCEEDED, 0, 2)
+    assert (view.task_retries, view.task_accountable_retries) == (1, 1)
+    deaths = [
+        t
+        for t in run.m.transitions
+        if (t.role, t.index) == ("worker", 1) and t.from_state is S.RUNNING
+    ]
+    assert [t.to_state for t in deaths] == [S.WAITING, S.SUCCEEDED]  # one death, one retry
+    assert [a for a in run.actions if isinstance(a, RetryInstance)] == retry
+
+
+def test_an_end_without_a_run_number_is_told_apart_by_its_time() -> None:
+    """A record written before events named their run: its end, told again no later than the
+    retry, is still taken for the earlier run's."""
+    policy = JobPolicy(
+        roles=(RolePolicy(name="worker", instances=2, min_failed=1, task_retry_count=1),),
+        gang_allocation=False,
+    )
+    run = Run(policy)
+    run.place_and_start("worker-0", "worker-1")
+    run.exit("worker-1", 3)
+    old_end = InstanceEvent(
+        job_id=run.m.job_id,
+        attempt=1,
+        kind=EventKind.EXITED,
+        role="worker",
+        index=1,
+        exit_code=3,
+        at=run.m.instance("worker", 1).retried_at,
+    )
+    assert run.m.apply(old_end) == []
+    assert run.view("worker-1").task_attempt == 2
 
 
 def test_with_gang_allocation_an_instance_is_never_retried_on_its_own() -> None:

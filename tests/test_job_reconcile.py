@@ -166,6 +166,33 @@ def test_an_instance_retried_on_its_own_but_not_started_again_is_started_again()
     assert all(e.index == 0 for e in plan.events)
 
 
+def test_a_retry_that_ended_while_down_is_applied_not_started_a_third_time() -> None:
+    """The new run was started and ended while the server was down: the backend's report
+    names that run, so its end is applied, and nothing is started again."""
+    text = job_config(
+        {"main": {"instances": 2, "taskRetryCount": 1, "commands": ["true"]}},
+        extras={"gangAllocation": False},
+    )
+    machine = started_machine(text)
+    main = [("main", 0), ("main", 1)]
+    place(machine, main)
+    run(machine, main)
+    machine.apply(event(machine, EventKind.EXITED, "main", 1, exit_code=1, at=T0, run=1))
+    later = T0 + timedelta(seconds=5)
+    plan = plan_resumption(
+        machine.snapshot(),
+        [
+            report("j1", "main", 0, InstanceStatus.RUNNING, run=1),
+            report("j1", "main", 1, InstanceStatus.EXITED, exit_code=0, finished_at=later, run=2),
+        ],
+    )
+    assert plan.pending == []
+    assert apply_all(plan.machine, plan.events) == []
+    retried = plan.machine.instance("main", 1)
+    assert retried is not None
+    assert (retried.state, retried.exit_code, retried.task_attempt) == (JobState.SUCCEEDED, 0, 2)
+
+
 def test_attempts_no_unfinished_job_runs_are_released() -> None:
     reports = [
         report("running", "ps", 0, InstanceStatus.RUNNING, attempt=2),

@@ -410,16 +410,17 @@ async def test_fake_cluster_a_restarted_backend_adopts_what_runs_and_what_ended(
     async with backend_on(api, tmp_path) as second:
         events = Events(second)
         reports = {f"{r.key.role}-{r.key.index}": r for r in await second.reconcile()}
-        assert {k: (r.status, r.exit_code) for k, r in reports.items()} == {
-            "ps-0": (InstanceStatus.RUNNING, None),
-            "worker-0": (InstanceStatus.EXITED, 0),
-            "worker-1": (InstanceStatus.EXITED, 3),
+        assert {k: (r.status, r.exit_code, r.run) for k, r in reports.items()} == {
+            "ps-0": (InstanceStatus.RUNNING, None, 1),
+            "worker-0": (InstanceStatus.EXITED, 0, 1),
+            "worker-1": (InstanceStatus.EXITED, 3, 1),
         }
         assert (
             await log_text(second, key(request, "worker", 1)) == "worker-1 up\nworker-1 failing\n"
         )
         # an adopted instance runs again from the objects in the cluster, secrets included
-        await second.relaunch(key(request, "worker", 1))
+        await second.relaunch(key(request, "worker", 1), 2)
+        await second.relaunch(key(request, "worker", 1), 2)  # again: nothing more starts
         await until_async(
             lambda: len(api.pods()) == 3 and pod_of(api, "worker-1").endswith("-r2"),
             "worker-1 relaunched as its second pod",
@@ -440,6 +441,7 @@ async def test_fake_cluster_a_restarted_backend_adopts_what_runs_and_what_ended(
 
         await events.until(lambda: "ps-0" in events.ended() and len(runs()) == 2)
         assert [e.exit_code for e in runs()] == [3, 0]  # adopted as it ended, then the new run
+        assert [e.run for e in runs()] == [1, 2]  # each end names its run
         text = await log_text(second, key(request, "worker", 1))
         assert text.endswith("task retry 1: starting task attempt 2\nsecond try\n")
         assert text.startswith("worker-1 up\nworker-1 failing\n")

@@ -21,6 +21,7 @@ Actions come in the order they must be carried out. Everything the machine knows
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
@@ -31,6 +32,8 @@ from server.jobs import exit_codes
 from server.jobs.exit_codes import ExitInfo
 from server.jobs.policy import JobPolicy, Outcome
 from server.jobs.states import JobState, Transition, check_transition
+
+log = logging.getLogger(__name__)
 
 _ENDING = frozenset({EventKind.EXITED, EventKind.START_FAILED, EventKind.STOPPED, EventKind.LOST})
 _PROGRESS = {JobState.WAITING: 0, JobState.STARTING: 1, JobState.RUNNING: 2}
@@ -94,7 +97,9 @@ class InstanceView(BaseModel):
     role: str
     index: int
     attempt: int
-    task_attempt: int = 1  # > 1 after the instance was retried on its own
+    # its current run: 1, then one more each time it is retried on its own; the backend is
+    # asked for that run by number and tells it on the run's events (InstanceEvent.run)
+    task_attempt: int = 1
     task_retries: int = 0
     task_accountable_retries: int = 0
     state: JobState = JobState.WAITING
@@ -292,7 +297,12 @@ class JobMachine:
             return []
         key = event.key
         view = self.instance(key.role, key.index) if key is not None else None
-        if view is None or view.ended or _before_this_run(view, event):
+        if view is None or view.ended:
+            return []
+        if (other := _other_run(view, event)) is not None:
+            log.debug(
+                "job %s: %s event of %s dropped: %s", record.job_id, event.kind, view.name, other
+            )
             return []
         if event.placement is not None:
             view.node = event.placement.node
@@ -657,12 +667,21 @@ def _views(policy: JobPolicy, attempt: int) -> list[InstanceView]:
     ]
 
 
-def _before_this_run(view: InstanceView, event: InstanceEvent) -> bool:
-    """The event is a fact about a run that ended before the instance was retried on its own:
-    a backend may tell one end twice (its records at a restart, and its event stream), and the
-    second telling must not end the run that replaced it. The retry is decided at the time of
-    that end, and everything of the new run happens after it."""
-    return view.retried_at is not None and event.at <= view.retried_at
+def _other_run(view: InstanceView, event: InstanceEvent) -> str | None:
+    """Why the event is not about the instance's current run, or None when it is.
+
+    A backend may tell one end twice (its records at a restart, and its event stream), or late,
+    and by then the instance may run again on its own: a fact about an earlier run must not end
+    the run that replaced it, nor count as another death. The event names its run; an event
+    that does not (a record older than run numbers) is taken as the earlier run's when it is
+    dated no later than the retry, which is decided at the time of that end."""
+    if event.run is not None:
+        if event.run == view.task_attempt:
+            return None
+        return f"it is about run {event.run}; run {view.task_attempt} is current"
+    if view.retried_at is not None and event.at <= view.retried_at:
+        return "it happened before the instance was retried on its own"
+    return None
 
 
 def _classify(event: InstanceEvent, log_tail: str) -> ExitInfo:
@@ -723,6 +742,7 @@ def events_for_report(report: InstanceReport) -> list[InstanceEvent]:
         "attempt": key.attempt,
         "role": key.role,
         "index": key.index,
+        "run": report.run,
     }
     events = [
         InstanceEvent(

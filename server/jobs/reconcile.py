@@ -85,9 +85,11 @@ def plan_resumption(snapshot: MachineSnapshot, reports: Iterable[InstanceReport]
             view.state is JobState.WAITING
             and view.task_attempt > 1
             and report.status is InstanceStatus.EXITED
+            and (report.run is None or report.run < view.task_attempt)
             and not current.stop_issued
         ):
-            # retried on its own; what the backend shows is the run before the retry
+            # retried on its own; what the backend shows is the run before the retry (a run
+            # that ended while the server was down names itself, and its end is applied)
             plan.pending.append(
                 RetryInstance(
                     attempt=record.attempt,
@@ -124,6 +126,7 @@ def _lost(job_id: str, view: InstanceView, reason: str) -> InstanceEvent:
         attempt=view.attempt,
         role=view.role,
         index=view.index,
+        run=view.task_attempt,
         kind=EventKind.LOST,
         reason=reason,
     )

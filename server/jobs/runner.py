@@ -216,7 +216,7 @@ class JobRunner:
             job_id=self.job_id, attempt=action.attempt, role=action.role, index=action.index
         )
         with contextlib.suppress(BackendError):  # stopping or forgotten meanwhile: stop ends it
-            await self.backend.relaunch(key)
+            await self.backend.relaunch(key, action.task_attempt)
 
     async def _pause(self, seconds: float) -> bool:
         """Sleep, unless a stop is asked for first; True when the sleep ran its course."""

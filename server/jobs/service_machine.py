@@ -159,6 +159,7 @@ def stuck_in_starting(
                 role=view.role,
                 index=view.index,
                 task_attempt=view.task_attempt,
+                run=view.task_attempt,
                 at=now,
                 reason=f"still not running {timeout:g} s after it was placed (starting timeout)",
             )
