@@ -97,7 +97,9 @@ def test_an_instance_count_from_a_parameter_is_written_as_its_value_with_a_note(
     notes = {".".join(n.segments): n.message for n in converted.notes}
     assert set(notes) == {"taskRoles.worker.instances", "taskRoles.worker.commands.0"}
     assert "parameter 'workers'" in notes["taskRoles.worker.instances"]
-    assert "$$role$$, $$who$$, $job.tasks.worker.dockerimage" in notes["taskRoles.worker.commands.0"]
+    assert (
+        "$$role$$, $$who$$, $job.tasks.worker.dockerimage" in notes["taskRoles.worker.commands.0"]
+    )
     assert all(n.severity == "warning" for n in converted.notes)
     assert commands(converted.config) == commands(draft)
 
@@ -109,7 +111,7 @@ def test_a_v2_job_is_given_back_as_written_and_an_unreadable_one_is_not_converte
         "protocolVersion: 2\nname: same  # a comment that stays\ntype: job\n"
         "prerequisites: [{name: box, type: dockerimage, uri: busybox}]\n"
         "taskRoles:\n  main: {dockerImage: box, resourcePerInstance: {cpu: 1, memoryMB: 128, "
-        "gpu: 0}, commands: [\"true\"]}\n"
+        'gpu: 0}, commands: ["true"]}\n'
     )
     assert convert_to_v2(readable).config == readable
     broken = "protocol_version: v2\nname: broken\ntype: job\ntasks:\n  - role: a\n"
