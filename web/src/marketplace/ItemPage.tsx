@@ -1,7 +1,7 @@
 // One marketplace item: what it is and holds (at the version picked in `?version=`), who made
 // it, what it requires; star it, use it, copy its reference; its owner edits or deletes it.
 import { Suspense, lazy, useEffect, useState } from "react";
-import { Link, useNavigate, useParams, useSearchParams } from "react-router-dom";
+import { Link, useLocation, useNavigate, useParams, useSearchParams } from "react-router-dom";
 import { useMutation, useQuery } from "urql";
 import type { MarketplaceItemDetailQuery } from "../gql/graphql";
 import { copyText } from "../lib/download";
@@ -23,6 +23,8 @@ export function ItemPage() {
   const [params, setParams] = useSearchParams();
   const version = params.get("version");
   const [{ data, error }] = useQuery({ query: ItemDetailQuery, variables: { id, version } });
+  // the warnings of the publish that led here, if it did
+  const published = (useLocation().state as { publishWarnings?: { path: string[]; message: string }[] } | null)?.publishWarnings ?? [];
   useEffect(() => {
     void loadMarkdown();
   }, []);
@@ -49,6 +51,16 @@ export function ItemPage() {
         {item.name} <span className={`kind kind-${item.type.toLowerCase()}`}>{typeLabel(item.type)}</span>
       </h1>
       {item.summary && <p className="lead">{item.summary}</p>}
+      {published.length > 0 && (
+        <div className="warnings" data-testid="publish-warnings">
+          <h3>Published, with warnings</h3>
+          <ul>
+            {published.map((warning, n) => (
+              <li key={n}>{warning.message}</li>
+            ))}
+          </ul>
+        </div>
+      )}
       <dl className="summary">
         <dt>Owner</dt>
         <dd data-testid="owner">{item.owner.name}</dd>

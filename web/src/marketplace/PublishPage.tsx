@@ -47,7 +47,11 @@ export function PublishPage() {
     if (answer.error) return setErrors([{ path: [], code: "request", message: describeProblem(answer.error).message }]);
     const payload = answer.data?.publishMarketplaceItem;
     setErrors(payload?.errors ?? []);
-    if (payload?.item && payload.errors.length === 0) navigate(`/marketplace/${encodeURIComponent(payload.item.id)}`);
+    // what the publisher should know (a draft-dialect template is converted when used) is shown
+    // on the item's page
+    if (payload?.item && payload.errors.length === 0) {
+      navigate(`/marketplace/${encodeURIComponent(payload.item.id)}`, { state: { publishWarnings: payload.warnings } });
+    }
   }
 
   if (jobId && jobError) return <p className="error" role="alert">{describeProblem(jobError).message}</p>;

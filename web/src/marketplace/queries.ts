@@ -149,6 +149,11 @@ export const PublishItemMutation = graphql(`
         code
         message
       }
+      warnings {
+        path
+        code
+        message
+      }
     }
   }
 `);
