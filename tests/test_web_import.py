@@ -4,9 +4,9 @@ the forms however much the cluster refuses of it, every problem is listed at onc
 line, and the refusals are fixed in the forms and in the editor. A draft-dialect template from
 the marketplace opens the same way; the page's layout holds at 800 px and with long lines.
 
-The jobs are the seeds' example files as written, taken from ../shared/seeds when the test runs
-(skipped, naming the folder, when it is missing). Each step is photographed into the test's
-temporary folder.
+The jobs are the seeds' example files as written, taken from the seed documents when the test
+runs (tests/corpus.py; skipped, naming the folder, when they are missing). Each step is
+photographed into the test's temporary folder.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 // Opening a job of any dialect on the Submit page: the seed's draft job as its document writes
-// it (read from ../shared/seeds here, skipped when that folder is missing), the server's
-// problems placed at their own lines of it, what the page says about a conversion, and the form
-// edits the page relies on once the job is converted.
+// it (read from the seed documents beside the repository, skipped when they are missing), the
+// server's problems placed at their own lines of it, what the page says about a conversion, and
+// the form edits the page relies on once the job is converted.
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
