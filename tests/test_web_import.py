@@ -12,6 +12,7 @@ photographed into the test's temporary folder.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -305,3 +306,63 @@ def test_the_page_holds_its_layout_and_the_forms_clean_up_after_themselves(
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
         checked(page)
         steps.shot("800px")
+
+
+def test_a_draft_the_protocol_cannot_read_is_fixed_in_the_editor_then_converted(
+    site: Site, web_browser: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    draft = textwrap.dedent(
+        """\
+        protocol_version: v2
+        name: counted
+        type: job
+        parameters: {workers: 2}
+        prerequisites:
+          - {protocol_version: v2, name: box, type: dockerimage, uri: paigraph/busybox:test}
+        tasks:
+          - role: worker
+            resource:
+              instances: $$workers$$
+              resourcePerInstance:
+                cpu: 1
+                memoryMB: 12
+                gpu: 0
+            command:
+              - echo $$workers$$ workers
+        """
+    )
+    job_file = write_seed_file(tmp_path, "counted.yaml", draft)
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        steps = Steps(page, tmp_path)
+        page.goto("/submit")
+        page.set_input_files("input[name=import]", str(job_file))
+        note = page.get_by_test_id("source-note")
+        expect(note).to_contain_text('press "Convert to protocol v2"')
+        expect(note).not_to_contain_text("import it again")
+        checked(page)
+        wait_for_problem_paths(page, ["tasks.0.resource.resourcePerInstance.memoryMB"])
+        assert problems(page)[0][1] == line_of(draft, "memoryMB: 12")
+        steps.shot("draft-with-a-problem-at-its-line")
+        # fixed in the editor, then converted without any file
+        page.locator(".cm-line", has_text="memoryMB: 12").click()
+        page.keyboard.press("End")
+        page.keyboard.type("8")
+        page.get_by_test_id("problems").get_by_text("No problems.").wait_for()
+        page.get_by_test_id("convert").click()
+        expect(note).to_contain_text("This job: converted from the draft dialect")
+        expect(note).to_contain_text("1 value could not stay as written")
+        worker = page.locator("[data-role-form=worker]")
+        expect(worker.locator("input[name=instances]")).to_have_value("2")
+        # the count a parameter gave is a number now, and the page says so beside it
+        expect(worker.locator("[data-note-for=instances]")).to_contain_text("parameter 'workers'")
+        expect(worker.get_by_label("Command 1")).to_have_value(
+            "echo <% $parameters.workers %> workers"
+        )
+        page.fill("input[name=parameter-workers]", "5")
+        page.get_by_test_id("problems").get_by_text("No problems.").wait_for()
+        page.get_by_test_id("preview").locator("summary").first.click()
+        resolved = page.get_by_test_id("resolved-config")
+        expect(resolved).to_contain_text("echo 5 workers")
+        steps.shot("converted-with-a-note-at-instances")
