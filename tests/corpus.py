@@ -74,5 +74,19 @@ def top_level(valid: bool) -> list[Entry]:
 
 def seed_yaml_blocks(seed_prefix: str) -> list[str]:
     """The ```yaml blocks of a seed document, e.g. seed_yaml_blocks('000')."""
+    return seed_blocks(seed_prefix, "yaml")
+
+
+def seed_blocks(seed_prefix: str, language: str) -> list[str]:
+    """The fenced blocks of one language of a seed document, e.g. seed_blocks('003', 'js')."""
     (path,) = SEEDS.glob(f"{seed_prefix}_*.txt")
-    return re.findall(r"```yaml\n(.*?)```", path.read_text(encoding="utf-8"), re.DOTALL)
+    fence = re.compile(rf"```{re.escape(language)}\n(.*?)```", re.DOTALL)
+    return fence.findall(path.read_text(encoding="utf-8"))
+
+
+def seed_job(seed_prefix: str, name: str, language: str = "yaml") -> str:
+    """The block of a seed document that is the job called `name` (a draft `name:` or a
+    v1 `"jobName":`), as the seed writes it."""
+    named = re.compile(rf"""^\s*("jobName"|name)\s*:\s*"?{re.escape(name)}"?\s*[,#\n]""", re.M)
+    (block,) = [b for b in seed_blocks(seed_prefix, language) if named.search(b + "\n")]
+    return block

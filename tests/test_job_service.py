@@ -250,12 +250,12 @@ async def test_virtual_clusters_are_for_their_members_and_admins(
 
         # a member may use the cluster, and an admin needs no membership: both get past the
         # check, and this simulator has no vc "gpu", so the backend refuses the job at once,
-        # saying why, and nothing is stored
+        # saying why at the job's virtual cluster, and nothing is stored
         for who in (dora, root):
             outcome = await service.submit(who, quick, {}, virtual_cluster="gpu")
             assert outcome.job is None
             assert [(p.path_parts(), p.code) for p in outcome.errors] == [
-                (["taskRoles"], "refused")
+                (["defaults", "virtualCluster"], "refused")
             ]
             assert "unknown virtual cluster 'gpu'" in outcome.errors[0].message
         assert [j.id for j in store.list_jobs().jobs] == [opened.id]

@@ -487,14 +487,16 @@ async def test_fake_cluster_the_service_runs_a_job_to_succeeded(
         # the ended attempt is released: nothing of it stays in the cluster
         await until_async(lambda: api.objects == {}, "no objects left", 10, 0.05)
 
-        # what a cluster cannot serve is refused at submission, saying which prerequisite,
-        # and nothing is stored or created
+        # what a cluster cannot serve is refused at submission, saying which prerequisite at
+        # the role's field naming it, and nothing is stored or created
         hdfs = _pingpong()
         hdfs["prerequisites"].append({"name": "corpus", "type": "data", "uri": ["hdfs://nn/x"]})
         hdfs["taskRoles"]["worker"]["data"] = "corpus"
         refused = await service.submit(user, json.dumps(hdfs))
         assert refused.job is None
-        assert [(e.path_parts(), e.code) for e in refused.errors] == [(["taskRoles"], "refused")]
+        assert [(e.path_parts(), e.code) for e in refused.errors] == [
+            (["taskRoles", "worker", "data"], "refused")
+        ]
         message = refused.errors[0].message
         assert "task role 'worker': prerequisite 'corpus': hdfs://nn/x is on HDFS" in message
         assert "kubernetes setting hdfs_claims" in message

@@ -20,7 +20,9 @@ from server.api.mutations import Mutation as JobMutation
 from server.api.types import Job, UserError, json_object
 from server.marketplace.items import API_TYPE, item_key
 from server.marketplace.service import ItemFields, ItemOutcome, MarketplaceService
-from server.protocol import Issue
+from server.protocol import Dialect, Issue
+from server.protocol.convert import convert_to_v2
+from server.protocol.model import DIALECT_TITLES
 from server.store.marketplace_values import Visibility
 
 
@@ -72,8 +74,10 @@ class PublishMarketplaceItemPayload:
     errors: list[UserError]
     warnings: list[UserError] = strawberry.field(
         default_factory=list,
-        description="What the publisher should know: e.g. a credential or secret published "
-        "as a secret its user supplies, without its value.",
+        description="What the publisher and the item's users should know: a credential or "
+        "secret published as a secret its user supplies, without its value; a job template in "
+        "the draft or v1 dialect converted to protocol v2 when used, and what the conversion "
+        "writes as a value instead of a template (or the protocol ignores).",
     )
 
 
@@ -153,6 +157,37 @@ class UseMarketplaceItemPayload:
     errors: list[UserError]
 
 
+def conversion_warnings(content: str) -> list[UserError]:
+    """Warnings for a job template not written in protocol v2: using it converts it, and
+    what the conversion cannot keep as written (or the protocol ignores) is said."""
+    converted = convert_to_v2(content)
+    if converted.config is None or converted.dialect in (None, Dialect.V2):
+        return []
+    warnings = [
+        UserError(
+            path=["content"],
+            code="converted",
+            message=f"the template is written in the {DIALECT_TITLES[converted.dialect]}: "
+            "using it converts it to protocol v2"
+            + (
+                ", where some values cannot stay as written (listed below)"
+                if converted.notes
+                else "; its parameters keep their effect"
+            ),
+        )
+    ]
+    warnings += [UserError.from_issue(i.within("content")) for i in converted.issues]
+    warnings += [
+        UserError(
+            path=["content"],
+            code=note.code,
+            message=f"converted, {'.'.join(note.segments)}: {note.message}",
+        )
+        for note in converted.notes
+    ]
+    return warnings
+
+
 def _errors(issues: list[Issue]) -> list[UserError]:
     return [UserError.from_issue(issue) for issue in issues]
 
@@ -219,13 +254,16 @@ class Mutation(JobMutation):
                 else PublishOutcome.NEW_VERSION
             )
         item = None
+        warnings: list[UserError] = []
         if outcome.item is not None:
             item = MarketplaceItem.from_value(outcome.item, outcome.version)
+            if input.content is not None:
+                warnings = await asyncio.to_thread(conversion_warnings, input.content)
         return PublishMarketplaceItemPayload(
             item=item,
             outcome=result,
             errors=_errors(outcome.errors),
-            warnings=_errors(outcome.warnings),
+            warnings=[*_errors(outcome.warnings), *warnings],
         )
 
     @mutation(description="Change an item or publish a new version; owner or admin.")

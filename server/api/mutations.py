@@ -21,6 +21,7 @@ from server.api.types import Job, UserError, json_object
 from server.jobs.launch import default_fs_of
 from server.marketplace.service import MarketplaceService
 from server.protocol import ParseResult, resolve_job
+from server.protocol.convert import convert_to_v2
 
 if TYPE_CHECKING:
     from server.jobs.service import ResolveOutcome
@@ -39,6 +40,33 @@ class ResolveJobPayload:
     job: ResolvedJob | None
     errors: list[UserError]
     warnings: list[UserError]
+
+
+@strawberry.input
+class ConvertJobInput:
+    config: str = strawberry.field(description="The job config: YAML or JSON, any dialect.")
+
+
+@strawberry.type(
+    description="A job as protocol v2 YAML to edit further. Only the protocol is judged: a "
+    "job this cluster cannot run is converted all the same (resolveJob says why it cannot)."
+)
+class ConvertJobPayload:
+    config: str | None = strawberry.field(
+        description="The job as protocol v2 YAML, its parameters kept as `<% $parameters.x %>` "
+        "where v2 has a template; a v2 job as given. Null when the protocol cannot read it."
+    )
+    dialect: str | None = strawberry.field(description="The dialect it was written in.")
+    errors: list[UserError] = strawberry.field(
+        description="Why the protocol cannot read it, at paths of the config as given."
+    )
+    warnings: list[UserError] = strawberry.field(
+        description="The protocol's warnings, at paths of the config as given."
+    )
+    notes: list[UserError] = strawberry.field(
+        description="What the conversion wrote as a value instead of a template (an instance "
+        "count from a parameter...), at paths of the converted config."
+    )
 
 
 @strawberry.input
@@ -106,6 +134,18 @@ class Mutation:
             )
             warnings += more
         return ResolveJobPayload(job=job, errors=errors, warnings=warnings)
+
+    @mutation(description="Convert a job of any dialect to protocol v2 YAML for editing.")
+    async def convert_job(self, info: Info, input: ConvertJobInput) -> ConvertJobPayload:
+        converted = await asyncio.to_thread(convert_to_v2, input.config)
+        errors = converted.errors
+        return ConvertJobPayload(
+            config=converted.config,
+            dialect=converted.dialect.value if converted.dialect is not None else None,
+            errors=[UserError.from_issue(i) for i in errors],
+            warnings=[UserError.from_issue(i) for i in converted.issues if i not in errors],
+            notes=[UserError.from_issue(i) for i in converted.notes],
+        )
 
     @mutation(description="Submit a job to run; errors say what to fix.")
     async def submit_job(self, info: Info, input: SubmitJobInput) -> SubmitJobPayload:

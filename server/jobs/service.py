@@ -43,6 +43,7 @@ from server.jobs.launch import NotRunnable, default_fs_of, launch_request
 from server.jobs.machine import JobMachine, MachineSnapshot
 from server.jobs.policy import job_policy
 from server.jobs.reconcile import Resumption, plan_resumption, stale_attempts
+from server.jobs.refusals import refusal_issues
 from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.service_machine import BackendOutage, ServiceMachine, stuck_in_starting
 from server.jobs.simulated import simulation_warnings
@@ -199,20 +200,20 @@ class JobService:
             spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
         if spec is not None and check_runnable:
             user = viewer.name if viewer is not None else "default"
-            problem, simulated = self._unrunnable(spec, user=user)
+            problems, simulated = self._unrunnable(spec, user=user)
             issues += simulated
-            if problem is not None:
-                issues.append(problem)
+            if problems:
+                issues.extend(problems)
                 spec = None
         return ResolveOutcome(spec=spec, issues=issues, item_ids=item_ids)
 
-    def _unrunnable(self, spec: JobSpec, *, user: str) -> tuple[Issue | None, list[Issue]]:
-        """Why the job cannot run as it is, or can never run on this backend, if so, judged on
-        a request of a job that is not stored; and what the backend would simulate."""
+    def _unrunnable(self, spec: JobSpec, *, user: str) -> tuple[list[Issue], list[Issue]]:
+        """Why the job cannot run as it is, or every reason it can never run on this backend,
+        judged on a request of a job that is not stored; and what the backend would simulate."""
         built = self._first_request(spec, job_id="dry-run", user=user)
         if isinstance(built, Issue):
-            return built, []
-        return self._refusal(built), simulation_warnings(spec, built, self.backend)
+            return [built], []
+        return self._refusals(built, spec), simulation_warnings(spec, built, self.backend)
 
     def _first_request(self, spec: JobSpec, *, job_id: str, user: str) -> LaunchRequest | Issue:
         """The job's first attempt as the backend is to launch it, or why the job cannot run as
@@ -225,14 +226,12 @@ class JobService:
         except NotRunnable as exc:
             return Issue(exc.path, "not-runnable", exc.message)
 
-    def _refusal(self, request: LaunchRequest) -> Issue | None:
-        """Why the backend can never run the request (`refused`: bigger than any node, data it
-        cannot fetch...), if it says so."""
+    def _refusals(self, request: LaunchRequest, spec: JobSpec) -> list[Issue]:
+        """Every reason the backend can never run the request (`refused`: bigger than any
+        node, data it cannot fetch...), each at its field, if it says so."""
         if isinstance(self.backend, ChecksLaunches):
-            reason = self.backend.refusal(request)
-            if reason:
-                return Issue("taskRoles", "refused", f"this cluster cannot run the job: {reason}")
-        return None
+            return refusal_issues(self.backend.refusal, request, spec)
+        return []
 
     async def submit(
         self,
@@ -274,10 +273,11 @@ class JobService:
             return SubmitOutcome(job=None, issues=[*outcome.warnings, built])
         vc = spec.virtual_cluster
         problem = await self._check_vc(user, vc)  # may the user use it, before can it run here
-        if problem is None:
-            problem = await asyncio.to_thread(self._refusal, built)
-        if problem is not None:
-            return SubmitOutcome(job=None, issues=[*outcome.warnings, problem])
+        problems = [problem] if problem is not None else []
+        if not problems:
+            problems = await asyncio.to_thread(self._refusals, built, spec)
+        if problems:
+            return SubmitOutcome(job=None, issues=[*outcome.warnings, *problems])
         request = built
         policy = job_policy(spec)
         simulated = await asyncio.to_thread(simulation_warnings, spec, request, self.backend)

@@ -23,7 +23,8 @@ export function ItemPage() {
   const [params, setParams] = useSearchParams();
   const version = params.get("version");
   const [{ data, error }] = useQuery({ query: ItemDetailQuery, variables: { id, version } });
-  const notes = (useLocation().state as { published?: string[] } | null)?.published ?? [];
+  // the warnings of the publish that led here, if it did
+  const published = (useLocation().state as { publishWarnings?: { path: string[]; message: string }[] } | null)?.publishWarnings ?? [];
   useEffect(() => {
     void loadMarkdown();
   }, []);
@@ -49,14 +50,17 @@ export function ItemPage() {
       <h1>
         {item.name} <span className={`kind kind-${item.type.toLowerCase()}`}>{typeLabel(item.type)}</span>
       </h1>
-      {notes.length > 0 && (
-        <ul className="warnings" data-testid="publish-warnings" aria-label="Published with warnings">
-          {notes.map((note) => (
-            <li key={note}>{note}</li>
-          ))}
-        </ul>
-      )}
       {item.summary && <p className="lead">{item.summary}</p>}
+      {published.length > 0 && (
+        <div className="warnings" data-testid="publish-warnings">
+          <h3>Published, with warnings</h3>
+          <ul>
+            {published.map((warning, n) => (
+              <li key={n}>{warning.message}</li>
+            ))}
+          </ul>
+        </div>
+      )}
       <dl className="summary">
         <dt>Owner</dt>
         <dd data-testid="owner">{item.owner.name}</dd>

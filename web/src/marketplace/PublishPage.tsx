@@ -47,10 +47,10 @@ export function PublishPage() {
     if (answer.error) return setErrors([{ path: [], code: "request", message: describeProblem(answer.error).message }]);
     const payload = answer.data?.publishMarketplaceItem;
     setErrors(payload?.errors ?? []);
+    // what the publisher should know (a draft-dialect template is converted when used) is shown
+    // on the item's page
     if (payload?.item && payload.errors.length === 0) {
-      // what the publisher should know (a secret published without its value) is shown there
-      const published = payload.warnings.map((w) => w.message);
-      navigate(`/marketplace/${encodeURIComponent(payload.item.id)}`, { state: { published } });
+      navigate(`/marketplace/${encodeURIComponent(payload.item.id)}`, { state: { publishWarnings: payload.warnings } });
     }
   }
 

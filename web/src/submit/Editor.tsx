@@ -46,6 +46,7 @@ export function Editor({
       extensions: [
         basicSetup,
         yaml(),
+        EditorView.lineWrapping, // long commands wrap: no line loses its start to a sideways scroll
         lintGutter(),
         EditorView.updateListener.of((update) => {
           if (update.docChanged) changed.current(update.state.doc.toString());
@@ -66,7 +67,10 @@ export function Editor({
     const current = view.current;
     if (!current) return;
     const text = current.state.doc.toString();
-    if (text !== value) current.dispatch({ changes: { from: 0, to: text.length, insert: value } });
+    if (text === value) return;
+    current.dispatch({ changes: { from: 0, to: text.length, insert: value } });
+    // a text from elsewhere (an import, a form) is shown from its first column
+    current.scrollDOM.scrollLeft = 0;
   }, [value]);
 
   useEffect(() => {

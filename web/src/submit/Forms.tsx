@@ -1,7 +1,7 @@
 // The job by form: its name, prerequisites and task roles. Each control shows what the YAML
 // says and writes a change back through `edit`, which updates the YAML Document.
-import type { JobForm, PrerequisiteForm, RoleForm, RoleField } from "./form";
-import { newRole, PREREQUISITE_TYPES } from "./form";
+import type { FieldNote, JobForm, PrerequisiteForm, RoleForm, RoleField } from "./form";
+import { commandRows, newRole, notesAt, PREREQUISITE_TYPES } from "./form";
 import { Picker, ReferenceDetails } from "./Picker";
 
 export type Edit = (change: (form: JobForm) => void) => void;
@@ -142,7 +142,7 @@ function PrerequisiteRow({ prerequisite, index, edit }: { prerequisite: Prerequi
 }
 
 /** Every task role, and a button for one more. */
-export function RolesForm({ form, edit }: { form: JobForm; edit: Edit }) {
+export function RolesForm({ form, edit, notes = [] }: { form: JobForm; edit: Edit; notes?: readonly FieldNote[] }) {
   const images = (form.prerequisites ?? []).filter((p) => p.type === "dockerimage").map((p) => shown(p.name));
   return (
     <fieldset className="form-block" data-testid="roles-form">
@@ -153,7 +153,7 @@ export function RolesForm({ form, edit }: { form: JobForm; edit: Edit }) {
         ))}
       </datalist>
       {form.roles.map((role, index) => (
-        <RoleFields key={index} role={role} index={index} edit={edit} />
+        <RoleFields key={index} role={role} index={index} edit={edit} notes={notes} />
       ))}
       <button type="button" onClick={() => edit((f) => void f.roles.push(newRole(f)))}>
         Add task role
@@ -162,7 +162,22 @@ export function RolesForm({ form, edit }: { form: JobForm; edit: Edit }) {
   );
 }
 
-function RoleFields({ role, index, edit }: { role: RoleForm; index: number; edit: Edit }) {
+/** What converting the job says about a field, shown beside it. */
+function Notes({ notes, field }: { notes: readonly FieldNote[]; field: string }) {
+  if (notes.length === 0) return null;
+  return (
+    <>
+      {notes.map((note, n) => (
+        <p key={n} className="field-note" data-note-for={field}>
+          {note.message}
+        </p>
+      ))}
+    </>
+  );
+}
+
+function RoleFields({ role, index, edit, notes }: { role: RoleForm; index: number; edit: Edit; notes: readonly FieldNote[] }) {
+  const at = (...path: string[]) => notesAt(notes, ["taskRoles", role.name, ...path]);
   const set = (change: (r: RoleForm) => void) =>
     edit((f) => {
       const target = f.roles[index];
@@ -204,6 +219,7 @@ function RoleFields({ role, index, edit }: { role: RoleForm; index: number; edit
           Delete role {role.name}
         </button>
       </div>
+      <Notes notes={at("instances")} field="instances" />
       <div className="row">
         {number("minFailed", "Fail after (minFailedInstances)", "1")}
         {number("minSucceeded", "Succeed after (minSucceededInstances)", "all")}
@@ -294,13 +310,14 @@ function RoleFields({ role, index, edit }: { role: RoleForm; index: number; edit
           <div key={n} className="row">
             <textarea
               aria-label={`Command ${n + 1}`}
-              rows={Math.min(8, shown(command).split("\n").length)}
+              rows={commandRows(shown(command))}
               value={shown(command)}
               onChange={(e) => set((r) => void (r.commands = commands.map((old, i) => (i === n ? e.target.value : old))))}
             />
             <button type="button" className="link" onClick={() => set((r) => void (r.commands = commands.filter((_, i) => i !== n)))}>
               Remove
             </button>
+            <Notes notes={at("commands", String(n))} field={`commands.${n}`} />
           </div>
         ))}
         <button type="button" onClick={() => set((r) => void (r.commands = [...commands, ""]))}>

@@ -9,11 +9,12 @@ import { isScalar } from "yaml";
 import type { SubmitPageResolveMutation } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
 import { useSession } from "../session";
+import { conversionNote, DIALECT_NAMES } from "./conversion";
 import { clearDraft, loadDraft, saveDraft } from "./draft";
 import { Editor, type EditorHandle, type Mark } from "./Editor";
 import { applyForm, EMPTY_JOB, readForm, type JobForm } from "./form";
 import { JobFields, PrerequisitesForm, RolesForm, type Edit } from "./Forms";
-import { CloneConfigQuery, ResolveJobMutation, SubmitJobMutation, UseItemMutation } from "./operations";
+import { CloneConfigQuery, ConvertJobMutation, ResolveJobMutation, SubmitJobMutation, UseItemMutation } from "./operations";
 import { parameterValues, ParametersForm } from "./Parameters";
 import { Picker } from "./Picker";
 import { Preview } from "./Preview";
@@ -21,12 +22,6 @@ import { parse, placeOf, type Parsed } from "./yamlDoc";
 
 /** How long typing must pause before the server checks the text. */
 export const CHECK_DELAY_MS = 120;
-
-const DIALECT_NAMES: Record<string, string> = {
-  draft: "draft dialect (protocol_version, a tasks list)",
-  v1: "OpenPAI v1 JSON",
-  v2: "OpenPAI protocol v2",
-};
 
 type Resolved = SubmitPageResolveMutation["resolveJob"];
 interface Problem {
@@ -77,10 +72,13 @@ export default function SubmitPage() {
   const [secretValues, setSecretValues] = useState<Record<string, string>>({});
   const [note, setNote] = useState<string | null>(initial ? "Your draft was restored." : null);
   const [loadError, setLoadError] = useState<string | null>(null);
+  // what converting the job wrote as a value instead of a template, at the v2 text's paths
+  const [notes, setNotes] = useState<Problem[]>([]);
   const [loading, setLoading] = useState(hasEntry);
   const [check, setCheck] = useState<Check | null>(null);
   const [refused, setRefused] = useState<string | null>(null);
   const [submitting, setSubmitting] = useState(false);
+  const [converting, setConverting] = useState(false);
   const [previewOpen, setPreviewOpen] = useState(false);
   const editor = useRef<EditorHandle | null>(null);
 
@@ -106,31 +104,34 @@ export default function SubmitPage() {
     [setText],
   );
 
-  /** Show a config: a v1 or draft one converted to v2 (the server's conversion), saying so. */
+  /** Show a config: one in the draft or v1 dialect converted to protocol v2 (the server's
+   * conversion, which judges only the protocol: whether this cluster can run the job never
+   * keeps it from the forms), saying so. A config the protocol cannot read is shown as it is,
+   * its problems at their lines, with a button to convert it once they are fixed. */
+  const show = useCallback(
+    async (raw: string, from: string) => {
+      const answer = await client.mutation(ConvertJobMutation, { config: raw }).toPromise();
+      const converted = answer.data?.convertJob;
+      const failure = answer.error ? describeProblem(answer.error).message : undefined;
+      setText(converted?.config ?? raw);
+      setNotes(converted?.config != null ? converted.notes : []);
+      setNote(conversionNote(from, converted, failure));
+      return converted?.config != null;
+    },
+    [client],
+  );
+
+  /** Show a config from somewhere else, starting over: no parameter values, secrets or items. */
   const load = useCallback(
     async (raw: string, from: string) => {
       setRefused(null);
       setLoadError(null);
-      const answer = await client.mutation(ResolveJobMutation, { config: raw, parameters: null, preview: false }).toPromise();
-      const job = answer.data?.resolveJob.job;
-      if (job && job.dialect !== "v2") {
-        setText(job.config);
-        setNote(`${from}: converted from the ${DIALECT_NAMES[job.dialect] ?? job.dialect} to protocol v2.`);
-      } else {
-        setText(raw);
-        const dialect = readForm(parse(raw).doc).dialect;
-        const unconverted = dialect === "draft" || dialect === "v1";
-        setNote(
-          unconverted
-            ? `${from}: a config in the ${DIALECT_NAMES[dialect]}; once its problems are fixed it can be converted (import it again).`
-            : `${from}.`,
-        );
-      }
+      await show(raw, from);
       setValues({});
       setSecretValues({});
       setMadeFrom([]);
     },
-    [client],
+    [show],
   );
 
   // entry addresses: a template, a data item, or another job's config
@@ -289,6 +290,8 @@ export default function SubmitPage() {
             setSecretValues({});
             setMadeFrom([]);
             setRefused(null);
+            setLoadError(null);
+            setNotes([]);
             setNote("Started an empty job: add a docker image and task roles.");
           }}
         >
@@ -308,6 +311,15 @@ export default function SubmitPage() {
           {note}
         </p>
       )}
+      {notes.length > 0 && (
+        <ul className="conversion-notes" data-testid="conversion-notes">
+          {notes.map((converted, n) => (
+            <li key={n}>
+              {converted.path.length > 0 && <code>{converted.path.join(".")}</code>} {converted.message}
+            </li>
+          ))}
+        </ul>
+      )}
       <div className="submit-grid">
         <div className="forms">
           {form?.dialect === "v2" ? (
@@ -322,14 +334,31 @@ export default function SubmitPage() {
                 onSecret={(name, value) => setSecretValues((old) => ({ ...old, [name]: value }))}
               />
               <PrerequisitesForm form={form} edit={edit} />
-              <RolesForm form={form} edit={edit} />
+              <RolesForm form={form} edit={edit} notes={notes} />
             </>
+          ) : form ? (
+            <div className="note convert" data-testid="convert-note">
+              <p>
+                The forms edit protocol v2 jobs; this is {form.dialect === "unknown" ? "not a job config the page recognises" : `the ${DIALECT_NAMES[form.dialect]}`}. Convert it (its problems, if any, are listed at their lines in the editor), or edit the YAML.
+              </p>
+              <button
+                type="button"
+                data-testid="convert"
+                disabled={converting}
+                onClick={async () => {
+                  setConverting(true);
+                  try {
+                    await show(text, "This job");
+                  } finally {
+                    setConverting(false);
+                  }
+                }}
+              >
+                Convert to protocol v2
+              </button>
+            </div>
           ) : (
-            <p className="note">
-              {form
-                ? `The forms edit protocol v2 jobs; this is ${form.dialect === "unknown" ? "not a job config" : `the ${DIALECT_NAMES[form.dialect]}`}. Import it as a file to convert it, or edit the YAML.`
-                : "The YAML cannot be read (see the problem under the editor): the forms return once it can."}
-            </p>
+            <p className="note">The YAML cannot be read (see the problem under the editor): the forms return once it can.</p>
           )}
         </div>
         <div className="yaml-side">

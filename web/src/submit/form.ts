@@ -2,7 +2,7 @@
 // Fields hold the YAML's own values (unknown: a number may be a string someone typed) and are
 // undefined when the YAML does not write them; writing back changes only what differs, so
 // comments, unknown fields and the author's layout survive every form edit.
-import { isMap, isSeq, type Document, type Pair } from "yaml";
+import { isMap, isScalar, isSeq, type Document, type Pair } from "yaml";
 import { sameValue, valueAt, writeIn } from "./yamlDoc";
 
 export type Dialect = "v2" | "draft" | "v1" | "unknown";
@@ -107,12 +107,22 @@ export function applyForm(doc: Document, form: JobForm): void {
 
 function applyPrerequisites(doc: Document, prerequisites: PrerequisiteForm[] | undefined): void {
   const seq = doc.get("prerequisites", true);
-  if (prerequisites === undefined) {
+  // none left: no key at all, since the protocol refuses an empty list
+  if (prerequisites === undefined || (prerequisites.length === 0 && isSeq(seq))) {
     if (isSeq(seq)) doc.delete("prerequisites");
     return;
   }
+  if (prerequisites.length === 0) return;
   if (!isSeq(seq)) {
     writeIn(doc, ["prerequisites"], []);
+    // a new list goes before the task roles, where the protocol's documents write it
+    const top = doc.contents;
+    if (isMap(top) && seq === undefined) {
+      const keyOf = (pair: Pair) => (isScalar(pair.key) ? pair.key.value : pair.key);
+      const at = top.items.findIndex((pair) => keyOf(pair) === "taskRoles");
+      const added = top.items.findIndex((pair) => keyOf(pair) === "prerequisites");
+      if (at >= 0 && added > at) top.items.splice(at, 0, ...top.items.splice(added, 1));
+    }
   }
   const list = doc.get("prerequisites", true);
   if (!isSeq(list)) return;
@@ -178,10 +188,27 @@ export function newRole(form: JobForm): RoleForm {
   };
 }
 
-/** The job a "Start empty" gives: valid but for its missing task role. */
+/** The job a "Start empty" gives: valid but for its missing prerequisites and task role. */
 export const EMPTY_JOB = `protocolVersion: 2
 name: new-job
 type: job
-prerequisites: []
 taskRoles: {}
 `;
+
+/** Something the page says about a field (e.g. what a conversion rendered), at its path. */
+export interface FieldNote {
+  path: readonly string[];
+  message: string;
+}
+
+/** The notes about exactly the field at `path`. */
+export function notesAt(notes: readonly FieldNote[], path: readonly string[]): FieldNote[] {
+  return notes.filter((note) => note.path.length === path.length && note.path.every((segment, i) => segment === path[i]));
+}
+
+/** Rows a command box needs to show all of a command: its lines, long ones wrapped at about
+ * `width` characters, at least two rows and at most twelve. */
+export function commandRows(command: string, width = 64): number {
+  const rows = command.split("\n").reduce((sum, line) => sum + Math.max(1, Math.ceil(line.length / width)), 0);
+  return Math.min(12, Math.max(2, rows));
+}

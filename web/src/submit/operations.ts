@@ -114,3 +114,22 @@ export const CloneConfigQuery = graphql(`
     }
   }
 `);
+
+export const ConvertJobMutation = graphql(`
+  mutation SubmitPageConvert($config: String!) {
+    convertJob(input: { config: $config }) {
+      config
+      dialect
+      errors {
+        path
+        code
+        message
+      }
+      notes {
+        path
+        code
+        message
+      }
+    }
+  }
+`);
