@@ -198,7 +198,8 @@ class JobService:
             spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
         if spec is not None and check_runnable:
             user = viewer.name if viewer is not None else "default"
-            problem = self._unrunnable(spec, user=user)
+            problem = self._unknown_vc(spec.virtual_cluster, "defaults.virtualCluster")
+            problem = problem or self._unrunnable(spec, user=user)
             if problem is not None:
                 issues.append(problem)
                 spec = None
@@ -267,7 +268,7 @@ class JobService:
         if isinstance(built, Issue):
             return SubmitOutcome(job=None, issues=[*outcome.warnings, built])
         vc = spec.virtual_cluster
-        problem = await self._check_vc(user, vc)  # may the user use it, before can it run here
+        problem = self._unknown_vc(vc, "virtualCluster") or await self._check_vc(user, vc)
         if problem is None:
             problem = await asyncio.to_thread(self._refusal, built)
         if problem is not None:
@@ -572,6 +573,18 @@ class JobService:
             # the event log has the change; subscribers catch up on their next notice or resync
             log.warning("job %s: notice not published: %s", job_id, exc)
 
+    def _unknown_vc(self, vc: str, path: str) -> Issue | None:
+        """A virtual cluster this cluster does not have, said the same way by the dry run and
+        by submission, when the backend names its virtual clusters."""
+        known = getattr(getattr(self.backend, "cluster", None), "vc_names", None)
+        if not isinstance(known, tuple) or vc in known:
+            return None
+        return Issue(
+            path,
+            "unknown-virtual-cluster",
+            f"unknown virtual cluster {vc!r}; known: {', '.join(known) or 'none'}",
+        )
+
     async def _check_vc(self, user: User, vc: str) -> Issue | None:
         """Admins (the local admin too) may use any virtual cluster; everyone may use
         `default` (as in OpenPAI, where it is every user's); others need a membership."""
@@ -580,7 +593,7 @@ class JobService:
         allowed = await asyncio.to_thread(self.store.user_vcs, user.id)
         if vc in allowed:
             return None
-        mine = ", ".join(allowed) if allowed else "none"
+        mine = ", ".join([OPEN_VIRTUAL_CLUSTER, *allowed])
         return Issue(
             "virtualCluster",
             "forbidden",
