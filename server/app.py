@@ -204,6 +204,7 @@ def create_app(
                 runtime = await _build(stack, db_url, backend, loopback)
                 runtime.subscriptions = subscriptions
             slot.current = runtime
+            stack.push_async_callback(runtime.sockets.close)
             tune_collector()
             try:
                 yield

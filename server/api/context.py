@@ -14,6 +14,7 @@ from server.api.auth import Authenticator
 from server.api.errors import ApiError, Unauthorized
 from server.api.limits import UserSubscriptions
 from server.api.loaders import Loaders
+from server.api.open_sockets import OpenSockets
 from server.events import EventBus
 from server.store import Store, User
 
@@ -33,6 +34,7 @@ class Runtime:
     backend: Backend | None = None
     backend_name: str | None = None  # "docker", ...; None: the server runs no backend
     subscriptions: UserSubscriptions = field(default_factory=UserSubscriptions)
+    sockets: OpenSockets = field(default_factory=OpenSockets)  # closed when a token is revoked
 
 
 class RuntimeSlot:

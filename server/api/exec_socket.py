@@ -28,6 +28,7 @@ from server.api.context import RuntimeSlot
 from server.api.errors import ApiError, Unauthorized
 from server.api.ids import BadId, expect_global_id
 from server.api.loopback import local_admin_refusal
+from server.api.open_sockets import REVOKED_CLOSE, REVOKED_REASON
 from server.store import User
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,9 @@ class ExecEndpoint:
         offered = scope.get("subprotocols") or []
         await websocket.accept(frames.SUBPROTOCOL if frames.SUBPROTOCOL in offered else None)
         opened: list[int] = []  # the user whose session this is, once counted
+        tokens: list[str] = []  # the token it was opened with (none: the local admin)
         try:
-            session = await self._open(websocket, opened)
+            session = await self._open(websocket, opened, tokens)
         except _Refused as refused:
             self._release(opened)
             await _refuse(websocket, refused.code, str(refused))
@@ -72,9 +74,17 @@ class ExecEndpoint:
         except BaseException:
             self._release(opened)
             raise
+        runtime = self.slot.get()
+
+        async def revoked() -> None:  # the token was revoked while the session ran
+            await websocket.close(REVOKED_CLOSE, reason=REVOKED_REASON)
+            await asyncio.to_thread(session.close)
+
+        handle = runtime.sockets.register(runtime.store, tokens[0], revoked) if tokens else None
         try:
             await _pump(websocket, session)
         finally:
+            runtime.sockets.unregister(handle)
             self._release(opened)
             await asyncio.to_thread(session.close)
 
@@ -99,7 +109,9 @@ class ExecEndpoint:
                 self._sessions.pop(user_id, None)
         opened.clear()
 
-    async def _open(self, websocket: WebSocket, opened: list[int]) -> ExecSession:
+    async def _open(
+        self, websocket: WebSocket, opened: list[int], tokens: list[str]
+    ) -> ExecSession:
         """Read the start message, check who asks, and start the command (counted in
         `opened` as a session of its user)."""
         try:
@@ -116,7 +128,9 @@ class ExecEndpoint:
         except KeyError:  # a binary frame first
             raise _Refused("bad-request", "the first message must be a start message") from None
         start = _start(first)
-        user = await self._user(websocket, runtime, start.token)
+        user, token = await self._user(websocket, runtime, start.token)
+        if token is not None:
+            tokens.append(token)
         job = await asyncio.to_thread(runtime.store.get_job, start.job_id)
         if job is None:
             raise _Refused("not-found", f"no job has id {start.job_id!r}")
@@ -146,7 +160,10 @@ class ExecEndpoint:
         except BackendError as exc:
             raise _Refused("not-running", f"job {job.name!r}: {exc}") from None
 
-    async def _user(self, websocket: WebSocket, runtime: Any, token: str | None) -> User:
+    async def _user(
+        self, websocket: WebSocket, runtime: Any, token: str | None
+    ) -> tuple[User, str | None]:
+        """Who asks, and with which token (None: the local admin of a loopback server)."""
         try:
             if token is None:
                 token = bearer_token(websocket.headers.get("authorization"))
@@ -154,7 +171,7 @@ class ExecEndpoint:
                 refusal = local_admin_refusal(websocket.scope)
                 if refusal is not None:
                     raise _Refused("forbidden", refusal)
-            return await runtime.auth.user(token)
+            return await runtime.auth.user(token), token
         except Unauthorized as exc:
             raise _Refused("unauthorized", str(exc)) from None
 

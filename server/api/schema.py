@@ -27,11 +27,10 @@ from strawberry.types.graphql import OperationType
 
 from server.api.errors import should_mask
 from server.api.limits import schema_extensions
-from server.api.marketplace_mutations import Mutation  # the job mutations and the marketplace's
-from server.api.marketplace_queries import Query  # the job queries and the marketplace's
 from server.api.marketplace_types import MarketplaceItem
 from server.api.subscriptions import Subscription
 from server.api.types import Job, User
+from server.api.user_admin import Mutation, Query  # jobs', the marketplace's and users'
 
 EXECUTOR_ENV = "PAIGRAPH_EXECUTOR"
 FAST, STANDARD = "fast", "standard"

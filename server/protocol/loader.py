@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
-from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -255,7 +255,8 @@ def _quote_hint(text: str, line: int | None) -> str:
     quote = "'" if '"' in value else '"'
     lead = "- " if item else ""
     written_key = f"{key}: " if key else ""
-    return f"; if `{value}` is one value, put it in quotes: {lead}{written_key}{quote}{value}{quote}"
+    quoted = f"{lead}{written_key}{quote}{value}{quote}"
+    return f"; if `{value}` is one value, put it in quotes: {quoted}"
 
 
 def _load_masked_yaml(text: str) -> Any:
