@@ -394,7 +394,7 @@ def test_using_a_data_item_gives_an_empty_job_that_uses_it_as_seed_004_describes
             "name": "mnist",
             "require": [
                 {
-                    "name": f"marketplace://prerequisites/itemId/{api_id(with_vars.key)}",
+                    "name": "marketplace://name/mnist",
                     "template_variables": {"dataPath": "/dataset/mnist"},
                 }
             ],

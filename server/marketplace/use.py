@@ -106,7 +106,9 @@ def component_job(
         Issue.at(
             ["parameters", name],
             "missing-variable",
-            f"item {document.name!r} needs its template variable {name!r}: give it in parameters",
+            f"item {document.name!r} needs a value for its template variable {name!r}: give it "
+            "in parameters (the web UI's Use form, or paigraph market use --param "
+            f"{name}=VALUE)",
         )
         for name in wanted
         if name not in variables
@@ -126,14 +128,15 @@ def component_job(
     reference = item_reference(item_id, document.name, version)
     doc = _empty_job(document.name, image)
     role = doc["taskRoles"][ROLE]
-    if wanted:
+    if wanted:  # as seed 004 writes it: the item by name, its variables given
         local = _safe_name(document.name)
+        by_name = f"marketplace://name/{document.name}" + (f"@{version}" if version else "")
         role["prerequisites"] = [local]
         doc["extras"] = {
             "reference_prerequisites": [
                 {
                     "name": local,
-                    "require": [{"name": reference, "template_variables": dict(variables)}],
+                    "require": [{"name": by_name, "template_variables": dict(variables)}],
                 }
             ]
         }
