@@ -402,6 +402,13 @@ def test_using_a_data_item_gives_an_empty_job_that_uses_it_as_seed_004_describes
     ]
     assert parse_job(config or "").ok
 
+    # a declared default is the value when none is given
+    defaulted = data_item("digits", template_variables=[{"name": "dataPath", "default": "/d"}])
+    with_default = published(market, ann, defaulted)
+    config = market.use(bob, with_default.key).config
+    (entry,) = yaml.safe_load(config or "")["extras"]["reference_prerequisites"]
+    assert entry["require"][0]["template_variables"] == {"dataPath": "/d"}
+
     # a dataset with URIs is the role's data too: the backend puts it under /work/<name>/
     files = published(market, ann, yaml.safe_dump({"name": "files", "type": "data", "uri": ["u"]}))
     spec = parse_job(market.use(bob, files.key).config or "").spec
