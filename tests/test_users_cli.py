@@ -14,6 +14,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from server.remote import RemoteError
 from tests.servers import Server, instances, job, served
 from tests.simulated import job_config
 from tests.waiting import until
@@ -155,6 +156,8 @@ def test_admins_manage_users_over_graphql_and_a_reset_closes_sockets_at_once(
         ("forbidden", "only an admin may manage users")
     ]
     assert _refused(server, root) is False
+    with pytest.raises(RemoteError, match="only an admin may manage users"):
+        user.execute(_USERS, {"removed": False})
 
     added = admin.execute(_ADD, {"name": "carol"})["addUser"]
     assert added["errors"] == [] and added["user"] == {
