@@ -159,7 +159,11 @@ def test_admins_manage_users_over_graphql_and_a_reset_closes_sockets_at_once(
     with pytest.raises(RemoteError, match="only an admin may manage users"):
         user.execute(_USERS, {"removed": False})
 
-    added = admin.execute(_ADD, {"name": "carol"})["addUser"]
+    bad = admin.execute(_ADD.replace('["research"]', '["no good"]'), {"name": "carol"})["addUser"]
+    assert [(e["path"], e["code"]) for e in bad["errors"]] == [
+        (["virtualClusters", "0"], "invalid")
+    ]
+    added = admin.execute(_ADD, {"name": "carol"})["addUser"]  # carol was not made above
     assert added["errors"] == [] and added["user"] == {
         "name": "carol",
         "virtualClusters": ["research"],

@@ -20,6 +20,7 @@ from server.api.mutation_field import mutation
 from server.api.types import User, UserError
 from server.store import StoreError, UnknownUser
 from server.store import User as StoredUser
+from server.store.users import check_name
 
 _ADMINS_ONLY = "only an admin may manage users"
 
@@ -73,10 +74,20 @@ class Mutation(MarketplaceMutation):
             return UserTokenPayload(user=None, token=None, errors=refused)
         store = info.context.store
 
+        clusters = [cluster.strip() for cluster in input.virtual_clusters]
+        for index, cluster in enumerate(clusters):  # all checked before the user is made
+            try:
+                check_name(cluster, "virtual cluster name")
+            except StoreError as exc:
+                error = UserError(
+                    path=["virtualClusters", str(index)], code="invalid", message=str(exc)
+                )
+                return UserTokenPayload(user=None, token=None, errors=[error])
+
         def add() -> tuple[StoredUser, str]:
             user, token = store.create_user(input.name.strip(), admin=input.admin)
-            for cluster in input.virtual_clusters:
-                store.add_membership(user.id, cluster.strip())
+            for cluster in clusters:
+                store.add_membership(user.id, cluster)
             return user, token
 
         try:
