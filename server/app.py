@@ -212,6 +212,7 @@ def create_app(
                 runtime.subscriptions = subscriptions
             runtime.job_visibility = visibility
             slot.current = runtime
+            stack.push_async_callback(runtime.sockets.close)
             tune_collector()
             try:
                 yield

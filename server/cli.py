@@ -27,6 +27,7 @@ from server.protocol import (
 )
 from server.protocol.model import JobSpec
 from server.remote_commands import register as register_remote_commands
+from server.user_commands import register as register_user_commands
 
 if TYPE_CHECKING:
     from server.store import Store
@@ -408,6 +409,7 @@ def users_add(
     typer.echo(token)
 
 
+register_user_commands(users_app)
 register_remote_commands(app, parse_params)
 register_exec_commands(app)
 register_fs_commands(app)

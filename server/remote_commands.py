@@ -242,6 +242,8 @@ def _watch(client: Client, job: dict[str, Any]) -> int:
                 break
         job = client.job(job["id"])
         live.update(render(job))
+    if not out.is_terminal:  # rich ends a terminal's last frame with a newline, not a pipe's
+        out.line()
     return 0 if job["state"] == "SUCCEEDED" else 1
 
 

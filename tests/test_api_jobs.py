@@ -201,12 +201,12 @@ async def test_only_the_owner_or_an_admin_stops_and_no_field_shows_a_secret(
             ann, job["id"], lambda j: instance(j, "sleeper", 0)["state"] == "RUNNING"
         )
 
-        # bob sees the job but may not stop it, nor submit where he is not a member
+        # bob sees the job but may not stop it, nor submit to a virtual cluster there is not
         refused = (await data(server.client, STOP, {"id": job["id"]}, token=bob))["stopJob"]
         assert [(e["path"], e["code"]) for e in refused["errors"]] == [(["id"], "forbidden")]
         elsewhere = await data(server.client, SUBMIT, {"config": text, "vc": "research"}, token=bob)
         assert [(e["path"], e["code"]) for e in elsewhere["submitJob"]["errors"]] == [
-            (["virtualCluster"], "forbidden")
+            (["virtualCluster"], "unknown-virtual-cluster")
         ]
         assert (await server.job(ann, job["id"]))["state"] == "RUNNING"
 

@@ -1,4 +1,4 @@
-"""Credentials an earlier version stored as written are scrubbed by migration 0004, on real
+"""Credentials an earlier version stored as written are scrubbed by migration 0005, on real
 SQLite and PostgreSQL databases: the job's config, resolved spec and event messages, and the
 versions of published items. The database is left as an earlier version would have left it
 (the schema of revision 0003 is the same tables) and migrated again."""
@@ -89,11 +89,11 @@ def _plant_old_rows(store: Store) -> str:
                 content=OLD_COMPONENT
             )
         )
-        connection.execute(text("UPDATE alembic_version SET version_num = '0003'"))
+        connection.execute(text("UPDATE alembic_version SET version_num = '0004'"))
     return job.id
 
 
-def test_migration_0004_scrubs_credentials_stored_by_earlier_versions(db_url: str) -> None:
+def test_migration_0005_scrubs_credentials_stored_by_earlier_versions(db_url: str) -> None:
     migrate(db_url)
     engine = create_store_engine(db_url)
     try:

@@ -272,3 +272,23 @@ def test_long_sessions_do_not_hold_up_the_server(running) -> None:
         refused = session(tokens["ann"])
         assert refused["code"] == "too-many-sessions" and "limit 16" in refused["message"]
         assert session(tokens["root"])["type"] == "started"
+
+
+def test_a_session_ends_at_once_when_its_token_is_revoked(running) -> None:
+    server, _, job_id = running
+    added = server.paigraph("users", "add", "eve", "--admin")
+    assert added.returncode == 0, added.stderr
+    session = server.start_paigraph(
+        "exec", job_id, "main", "0", "--", "sh", "-c", "echo started; sleep 300",
+        token=added.stdout.strip(),
+    )  # fmt: skip
+    try:
+        assert session.stdout is not None
+        assert session.stdout.readline() == "started\n"
+        renewed = server.paigraph("users", "token", "eve")
+        assert renewed.returncode == 0, renewed.stderr
+        said, _ = session.communicate(timeout=60)  # ended by the server, not by sleep 300
+    finally:
+        session.kill()
+    assert session.returncode != 0
+    assert "revoked" in said, said

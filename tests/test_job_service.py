@@ -20,9 +20,11 @@ from backends.docker import DockerBackend
 from server.events import JobNotice, bus_for
 from server.jobs import JobMachine, JobState, job_policy
 from server.jobs.service import JobService
+from server.marketplace.store_lookup import viewer_for
 from server.protocol import Issue
 from server.store import INSTANCE_STATE, JOB_STATE, Event, Instance, Job, Store, User, open_store
 from simulator.containers import OWNER
+from simulator.settings import VirtualClusterSpec
 from tests.service_support import job_config, ps_worker, spec_of
 from tests.simulated import leftovers, nothing_left, settings
 from tests.waiting import until_async
@@ -229,7 +231,12 @@ async def test_virtual_clusters_are_for_their_members_and_admins(
     db_url: str, tmp_path: Path, owner: str
 ) -> None:
     quick = job_config({"main": {"commands": ["true"]}}, name="quick")
-    async with service_on(db_url, tmp_path / "state", owner) as service:
+    vcs = [
+        VirtualClusterSpec(name="default", share=50),
+        VirtualClusterSpec(name="research", share=50),
+    ]
+    backend = DockerBackend(settings(tmp_path / "state", virtual_clusters=vcs), owner=owner)
+    async with service_with(db_url, backend) as service:
         store = service.store
         carl = user(store, "carl")
         dora = user(store, "dora", "gpu")
@@ -241,6 +248,7 @@ async def test_virtual_clusters_are_for_their_members_and_admins(
                 (["virtualCluster"], "forbidden")
             ]
             assert "may not submit to virtual cluster 'research'" in outcome.errors[0].message
+            assert "(their virtual clusters: default" in outcome.errors[0].message
         assert store.list_jobs().jobs == []
         # `default` is everyone's, as in OpenPAI
         opened = await submitted(service, carl, quick)
@@ -248,16 +256,18 @@ async def test_virtual_clusters_are_for_their_members_and_admins(
         opened_job = await until_async(lambda: _final(store, opened.id), "the job ending", 90)
         assert opened_job.state is JobState.SUCCEEDED
 
-        # a member may use the cluster, and an admin needs no membership: both get past the
-        # check, and this simulator has no vc "gpu", so the backend refuses the job at once,
-        # saying why at the job's virtual cluster, and nothing is stored
-        for who in (dora, root):
+        # this cluster has no vc "gpu": member, admin or neither, the job is refused at once
+        # with the message the dry run gives, and nothing is stored
+        for who in (carl, dora, root):
             outcome = await service.submit(who, quick, {}, virtual_cluster="gpu")
             assert outcome.job is None
-            assert [(p.path_parts(), p.code) for p in outcome.errors] == [
-                (["defaults", "virtualCluster"], "refused")
+            said = [(p.path_parts(), p.code, p.message) for p in outcome.errors]
+            unknown = "unknown virtual cluster 'gpu'; known: default, research"
+            assert said == [(["virtualCluster"], "unknown-virtual-cluster", unknown)]
+            dry = service.resolve(quick, virtual_cluster="gpu", viewer=viewer_for(store, who))
+            assert [(p.path_parts(), p.message) for p in dry.errors] == [
+                (["defaults", "virtualCluster"], unknown)
             ]
-            assert "unknown virtual cluster 'gpu'" in outcome.errors[0].message
         assert [j.id for j in store.list_jobs().jobs] == [opened.id]
         await nothing_left(owner)
 

@@ -481,7 +481,7 @@ async def test_use_gives_a_ready_config_or_says_what_is_missing(db_url: str) -> 
         (reference,) = doc["extras"]["reference_prerequisites"]
         assert reference["require"] == [
             {
-                "name": f"marketplace://prerequisites/itemId/{mnist['id']}",
+                "name": "marketplace://name/mnist",
                 "template_variables": {"dataPath": "/d"},
             }
         ]

@@ -114,6 +114,46 @@ def test_content_the_protocol_engine_refuses_is_not_published_and_errors_point_i
     assert store.list_items(market.reader(ann)).items == []
 
 
+SEED_PVC_ITEM = """\
+name: confignfs_pvc
+plugin: pvc_storage
+plugin_params:
+  name: confignfs
+  mountPath: {{ mountPath }}
+template_variables:
+  - name: mountPath
+"""
+
+
+def test_an_items_placeholders_are_template_syntax_and_its_text_is_kept_as_written(
+    store: Store, market: MarketplaceService
+) -> None:
+    (ann,) = users(store, "ann")
+    item = published(market, ann, SEED_PVC_ITEM)
+    assert item.kind is ItemKind.PLUGIN
+    assert store.item_version(item.key).content == SEED_PVC_ITEM
+
+    # a declared default is what publishing checks the item with
+    with_default = SEED_PVC_ITEM.replace(
+        "  - name: mountPath", "  - name: mountPath\n    default: mnt/relative"
+    )
+    outcome = market.publish(ann, with_default.replace("confignfs_pvc", "pvc2"), ItemFields())
+    assert outcome.item is None
+    assert [(e.path_parts(), e.code) for e in outcome.errors] == [
+        (["content", "plugin_params", "mountPath"], "path")
+    ]
+    assert "mountPath='mnt/relative'" in outcome.errors[0].message
+    good = with_default.replace("mnt/relative", "/mnt/confignfs").replace("confignfs_pvc", "pvc3")
+    assert published(market, ann, good).name == "pvc3"
+
+    # YAML that is wrong with its placeholders swapped out still is, and the error says to quote
+    broken = SEED_PVC_ITEM.replace("  name: confignfs\n", "  name: nfs: {{ mountPath }}\n")
+    outcome = market.publish(ann, broken.replace("confignfs_pvc", "pvc4"), ItemFields())
+    assert outcome.item is None
+    assert outcome.errors[0].code == "yaml-syntax"
+    assert 'put it in quotes: name: "nfs: {{ mountPath }}"' in outcome.errors[0].message
+
+
 def test_a_new_version_keeps_the_old_ones_and_references_pin_one_or_take_the_latest(
     store: Store, market: MarketplaceService
 ) -> None:
@@ -354,13 +394,20 @@ def test_using_a_data_item_gives_an_empty_job_that_uses_it_as_seed_004_describes
             "name": "mnist",
             "require": [
                 {
-                    "name": f"marketplace://prerequisites/itemId/{api_id(with_vars.key)}",
+                    "name": "marketplace://name/mnist",
                     "template_variables": {"dataPath": "/dataset/mnist"},
                 }
             ],
         }
     ]
     assert parse_job(config or "").ok
+
+    # a declared default is the value when none is given
+    defaulted = data_item("digits", template_variables=[{"name": "dataPath", "default": "/d"}])
+    with_default = published(market, ann, defaulted)
+    config = market.use(bob, with_default.key).config
+    (entry,) = yaml.safe_load(config or "")["extras"]["reference_prerequisites"]
+    assert entry["require"][0]["template_variables"] == {"dataPath": "/d"}
 
     # a dataset with URIs is the role's data too: the backend puts it under /work/<name>/
     files = published(market, ann, yaml.safe_dump({"name": "files", "type": "data", "uri": ["u"]}))

@@ -183,12 +183,13 @@ def test_seed_000_cifar10_clones_each_repository_at_its_commit_under_the_script_
 
 # --- seed 004: storage plugin items ---------------------------------------------------------
 
+# As the seed writes it: the placeholder stands where YAML expects a value, unquoted.
 CONFIGNFS_PVC = """\
 name: confignfs_pvc
 plugin: pvc_storage
 plugin_params:
   name: confignfs
-  mountPath: "{{ mountPath }}"
+  mountPath: {{ mountPath }}
 template_variables:
   - name: mountPath
 """
@@ -271,6 +272,8 @@ def imagenet_items(
     )
     for item in ("confignfs_pvc", "imagenet", "imagenet_only_validation"):
         paigraph(server, "market", "publish", str(items / f"{item}.yaml"), token=tokens["root"])
+    shown = paigraph(server, "market", "show", "confignfs_pvc", token=tokens["root"])
+    assert "  mountPath: {{ mountPath }}\n" in shown, shown  # kept as written
     return items
 
 

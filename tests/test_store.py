@@ -197,6 +197,38 @@ def test_user_names_are_unique_and_must_be_plain(store: Store) -> None:
         store.add_token(999)
 
 
+def test_a_removed_user_keeps_their_row_and_jobs_but_no_token_or_membership(
+    store: Store,
+) -> None:
+    ann, first = store.create_user("ann")
+    store.add_membership(ann.id, "research")
+    second = store.add_token(ann.id)
+    job, _ = submit(store, ann.id, "kept", utcnow())
+    assert store.valid_token_hashes([token_hash(first), token_hash(second), "x"]) == {
+        token_hash(first),
+        token_hash(second),
+    }
+
+    renewed = store.reset_token("ann")
+    assert store.user_for_token(first) is None and store.user_for_token(second) is None
+    assert store.user_for_token(renewed) == ann
+
+    removed = store.remove_user("ann")
+    assert removed.removed_at is not None
+    assert store.user_for_token(renewed) is None and store.user_vcs(ann.id) == []
+    assert store.valid_token_hashes([token_hash(renewed)]) == set()
+    assert store.get_job(job.id).owner == "ann"  # on record under their name
+    assert store.list_users() == [] and [u.name for u in store.list_users(removed=True)] == ["ann"]
+    with pytest.raises(UnknownUser, match="removed already"):
+        store.remove_user("ann")
+    with pytest.raises(UnknownUser, match="removed already"):
+        store.reset_token("ann")
+    with pytest.raises(UserExists, match="was removed"):
+        store.create_user("ann")
+    with pytest.raises(UnknownUser):
+        store.remove_user("nobody")
+
+
 def test_membership_lists_a_users_virtual_clusters(store: Store) -> None:
     ann, _ = store.create_user("ann")
     bob, _ = store.create_user("bob")

@@ -15,6 +15,7 @@ from server.api.errors import ApiError, Unauthorized
 from server.api.job_access import JobVisibility, may_read, reader_limit
 from server.api.limits import UserSubscriptions
 from server.api.loaders import Loaders
+from server.api.open_sockets import OpenSockets
 from server.events import EventBus
 from server.store import Job, Store, User
 
@@ -35,6 +36,7 @@ class Runtime:
     backend_name: str | None = None  # "docker", ...; None: the server runs no backend
     subscriptions: UserSubscriptions = field(default_factory=UserSubscriptions)
     job_visibility: JobVisibility = JobVisibility.ALL  # who may read which jobs (job_access)
+    sockets: OpenSockets = field(default_factory=OpenSockets)  # closed when a token is revoked
 
 
 class RuntimeSlot:

@@ -50,6 +50,7 @@ from server.api.limits import (
 )
 from server.api.loaders import Loaders
 from server.api.loopback import local_admin_refusal
+from server.api.open_sockets import REVOKED_CLOSE, REVOKED_REASON
 from server.api.request_body import BadRequest, check_request, check_variables, parse_json
 from server.store import User
 from server.webapp import page, wants_html
@@ -80,6 +81,7 @@ class _TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._running: dict[asyncio.Task[None], int] = {}  # operation task: user id
+        self._socket: int | None = None  # its handle in the runtime's OpenSockets
 
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         payload = message.get("payload") or {}
@@ -89,13 +91,23 @@ class _TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             and isinstance(payload, dict)
         ):
             try:
-                self.context.user = await _authenticate_ws(self.context, payload)
+                self.context.user, token = await _authenticate_ws(self.context, payload)
             except Unauthorized as exc:
                 if self.connection_init_timeout_task:
                     self.connection_init_timeout_task.cancel()
                 await self.websocket.close(code=UNAUTHORIZED_CLOSE, reason=str(exc)[:120])
                 return
+            if token is not None:  # closed as soon as the token is revoked
+                runtime = self.context.runtime
+                self._socket = runtime.sockets.register(runtime.store, token, self._revoked)
         await super().handle_connection_init(message)
+
+    async def _revoked(self) -> None:
+        await self.websocket.close(code=REVOKED_CLOSE, reason=REVOKED_REASON)
+
+    async def shutdown(self) -> None:
+        self.context.runtime.sockets.unregister(self._socket)
+        await super().shutdown()
 
     async def handle_subscribe(self, message: SubscribeMessage) -> None:
         """Refuse a new operation over the limits with an `error` for its id; the running
@@ -153,11 +165,12 @@ class _TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             self.context.runtime.subscriptions.ended(user_id)
 
 
-async def _authenticate_ws(context: Context, payload: dict[str, Any]) -> User:
+async def _authenticate_ws(context: Context, payload: dict[str, Any]) -> tuple[User, str | None]:
+    """The user, and the token they came with (None: the local admin of a loopback server)."""
     token = token_from_params(payload)
     if token is None:  # a client that can set headers on the upgrade request may use them
         token = bearer_token(context.request.headers.get("authorization"))
-    return await context.runtime.auth.user(token)
+    return await context.runtime.auth.user(token), token
 
 
 class GraphQLView(GraphQL[Context, None]):

@@ -29,6 +29,7 @@ from server.api.errors import ApiError, Unauthorized
 from server.api.ids import BadId, expect_global_id
 from server.api.job_access import may_read
 from server.api.loopback import local_admin_refusal
+from server.api.open_sockets import REVOKED_CLOSE, REVOKED_REASON
 from server.store import User
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,9 @@ class ExecEndpoint:
         self._anonymous[address] = anonymous + 1
         unidentified = [address]  # emptied once the connection's user is known
         opened: list[int] = []  # the user whose session this is, once counted
+        tokens: list[str] = []  # the token it was opened with (none: the local admin)
         try:
-            session = await self._open(websocket, opened, unidentified)
+            session = await self._open(websocket, opened, unidentified, tokens)
         except _Refused as refused:
             self._release(opened)
             await _refuse(websocket, refused.code, str(refused))
@@ -106,9 +108,17 @@ class ExecEndpoint:
             raise
         finally:
             self._identified(unidentified)
+        runtime = self.slot.get()
+
+        async def revoked() -> None:  # the token was revoked while the session ran
+            await websocket.close(REVOKED_CLOSE, reason=REVOKED_REASON)
+            await asyncio.to_thread(session.close)
+
+        handle = runtime.sockets.register(runtime.store, tokens[0], revoked) if tokens else None
         try:
             await _pump(websocket, session)
         finally:
+            runtime.sockets.unregister(handle)
             self._release(opened)
             await asyncio.to_thread(session.close)
 
@@ -144,11 +154,16 @@ class ExecEndpoint:
         opened.clear()
 
     async def _open(
-        self, websocket: WebSocket, opened: list[int], unidentified: list[str]
+        self,
+        websocket: WebSocket,
+        opened: list[int],
+        unidentified: list[str],
+        tokens: list[str],
     ) -> ExecSession:
         """Read the start message, check who asks (then the connection leaves
-        `unidentified`), and start the command (counted in `opened` as a session of its
-        user). _Left when the client goes away before its start message."""
+        `unidentified`, and `tokens` holds the token it was opened with), and start the command
+        (counted in `opened` as a session of its user). _Left when the client goes away before
+        its start message."""
         try:
             runtime = self.slot.get()
         except ApiError as exc:
@@ -165,8 +180,10 @@ class ExecEndpoint:
         except WebSocketDisconnect:
             raise _Left from None
         start = _start(first)
-        user = await self._user(websocket, runtime, start.token)
+        user, token = await self._user(websocket, runtime, start.token)
         self._identified(unidentified)
+        if token is not None:
+            tokens.append(token)
         job = await asyncio.to_thread(runtime.store.get_job, start.job_id)
         if job is None or not may_read(runtime.job_visibility, user, job.owner_id):
             raise _Refused("not-found", f"no job has id {start.job_id!r}")
@@ -196,7 +213,10 @@ class ExecEndpoint:
         except BackendError as exc:
             raise _Refused("not-running", f"job {job.name!r}: {exc}") from None
 
-    async def _user(self, websocket: WebSocket, runtime: Any, token: str | None) -> User:
+    async def _user(
+        self, websocket: WebSocket, runtime: Any, token: str | None
+    ) -> tuple[User, str | None]:
+        """Who asks, and with which token (None: the local admin of a loopback server)."""
         try:
             if token is None:
                 token = bearer_token(websocket.headers.get("authorization"))
@@ -204,7 +224,7 @@ class ExecEndpoint:
                 refusal = local_admin_refusal(websocket.scope)
                 if refusal is not None:
                     raise _Refused("forbidden", refusal)
-            return await runtime.auth.user(token)
+            return await runtime.auth.user(token), token
         except Unauthorized as exc:
             raise _Refused("unauthorized", str(exc)) from None
 

@@ -313,6 +313,28 @@ class MarketplaceItem(Node):
             return []
         return list(document.component.template_variables)
 
+    @strawberry.field(
+        description="A component's template variables with what each declares: the form a use "
+        "of the item shows, prefilled with the defaults."
+    )
+    async def declared_variables(self, info: Info) -> list[TemplateVariable]:
+        document = await marketplace_loaders(info).document(self.key, self.version)
+        if document is None or document.component is None:
+            return []
+        component = document.component
+        return [
+            TemplateVariable(name=name, default=component.variable_defaults.get(name))
+            for name in component.template_variables
+        ]
+
+
+@strawberry.type(description="A template variable a component declares.")
+class TemplateVariable:
+    name: str = strawberry.field(description="What `{{ name }}` in the item's content names.")
+    default: str | None = strawberry.field(
+        description="The value a form offers first (`default` in `template_variables`)."
+    )
+
 
 @strawberry.type(description="A reference an item makes to another item.")
 class ItemRequirement:

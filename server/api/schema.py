@@ -27,13 +27,13 @@ from strawberry.types.execution import PreExecutionError
 from strawberry.types.graphql import OperationType
 
 from server.api.errors import should_mask
-
-# the job queries and mutations, the marketplace's, and the simulated file system's
-from server.api.files import Mutation, Query
 from server.api.limits import CHECKER, schema_extensions
 from server.api.marketplace_types import MarketplaceItem
 from server.api.subscriptions import Subscription
 from server.api.types import Job, User
+
+# the job queries and mutations, the marketplace's, the simulated file system's and users'
+from server.api.user_admin import Mutation, Query
 from server.api.validation_cache import hand_over
 
 EXECUTOR_ENV = "PAIGRAPH_EXECUTOR"

@@ -72,6 +72,10 @@ class User(Node):
     name: str
     admin: bool
     created_at: datetime
+    removed_at: datetime | None = strawberry.field(
+        description="When the user was removed: their tokens no longer work; their jobs and "
+        "items keep their name."
+    )
     user_id: strawberry.Private[int]  # the user's id in the store; `id` is the global ID
 
     @classmethod
@@ -81,6 +85,7 @@ class User(Node):
             name=user.name,
             admin=user.admin,
             created_at=user.created_at,
+            removed_at=user.removed_at,
             user_id=user.id,
         )
 

@@ -43,6 +43,10 @@ ENGINE_FAILED = -1100  # CreateFrameworkPermanentFailed: accepted, but the engin
 UNRECOGNISED_FAILURE = 255
 UNDEFINED_NEGATIVE = -8000
 STOP_CODES = frozenset({STOP_REQUESTED, ATTEMPT_COMPLETED, -230})
+# Codes of paigraph's own, in a range OpenPAI's spec leaves free: a prerequisite the fetch
+# policy refuses is the user's error and deserves its own reason, not "creation error".
+PREREQUISITE_FETCH_REFUSED = 240
+OWN_CODES = frozenset({PREREQUISITE_FETCH_REFUSED})
 
 LOG_TAIL_BYTES = 16 * 1024  # how much of the end of the log is searched for known failures
 
@@ -190,6 +194,7 @@ _LOG_RULES: tuple[tuple[int, int | None, str], ...] = (
 
 # Start errors as container engines word them; the first match wins.
 _START_RULES: tuple[tuple[int, str], ...] = (
+    (PREREQUISITE_FETCH_REFUSED, r"paigraph does not fetch from"),  # the fetch policy's refusal
     (
         254,
         r"no such image|pull access denied|manifest unknown|repository does not exist"

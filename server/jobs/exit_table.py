@@ -446,6 +446,18 @@ ROWS: tuple[tuple[int, str, str, str, str, tuple[str, ...]], ...] = (
         (_FIX,),
     ),
     (
+        240,
+        "PrerequisiteFetchRefused",
+        "PERMANENT",
+        "NEVER_RETRY",
+        "a prerequisite is to be fetched from an address this cluster does not fetch from "
+        "(loopback, private, link-local or reserved)",
+        (
+            "Serve the prerequisite from a public address, or name one the cluster may reach",
+            "An operator can allow the address in PAIGRAPH_ALLOWED_FETCH_NETWORKS",
+        ),
+    ),
+    (
         249,
         "PAIRuntimeSSHBarrierTimeout",
         "PERMANENT",

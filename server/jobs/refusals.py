@@ -22,6 +22,11 @@ DEFAULT_VIRTUAL_CLUSTER = "default"
 _RESOURCE_WORDS = (("gpu", "gpu"), ("cpu", "cpu"), ("memory", "memoryMB"), ("port", "ports"))
 
 
+def virtual_cluster_path(spec: JobSpec) -> str:
+    """Where the job's virtual cluster is written, in its own dialect."""
+    return ".".join(_Paths(spec).virtual_cluster)
+
+
 def refusal_issues(refusal: Refusal, request: LaunchRequest, spec: JobSpec) -> list[Issue]:
     """Why `refusal` says the request can never run, one issue per cause; none if it can."""
     whole = refusal(request)

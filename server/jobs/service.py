@@ -43,7 +43,7 @@ from server.jobs.launch import NotRunnable, default_fs_of, launch_request
 from server.jobs.machine import JobMachine, MachineSnapshot
 from server.jobs.policy import job_policy
 from server.jobs.reconcile import Resumption, plan_resumption, stale_attempts
-from server.jobs.refusals import refusal_issues
+from server.jobs.refusals import refusal_issues, virtual_cluster_path
 from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.service_machine import BackendOutage, ServiceMachine, stuck_in_starting
 from server.jobs.simulated import simulation_warnings
@@ -202,6 +202,9 @@ class JobService:
             user = viewer.name if viewer is not None else "default"
             problems, simulated = self._unrunnable(spec, user=user)
             issues += simulated
+            unknown = self._unknown_vc(spec.virtual_cluster, virtual_cluster_path(spec))
+            if unknown is not None:  # said as submission says it, in place of the backend's
+                problems = [unknown, *(p for p in problems if p.path != unknown.path)]
             if problems:
                 issues.extend(problems)
                 spec = None
@@ -272,7 +275,7 @@ class JobService:
         if isinstance(built, Issue):
             return SubmitOutcome(job=None, issues=[*outcome.warnings, built])
         vc = spec.virtual_cluster
-        problem = await self._check_vc(user, vc)  # may the user use it, before can it run here
+        problem = self._unknown_vc(vc, "virtualCluster") or await self._check_vc(user, vc)
         problems = [problem] if problem is not None else []
         if not problems:
             problems = await asyncio.to_thread(self._refusals, built, spec)
@@ -586,6 +589,18 @@ class JobService:
             # the event log has the change; subscribers catch up on their next notice or resync
             log.warning("job %s: notice not published: %s", job_id, exc)
 
+    def _unknown_vc(self, vc: str, path: str) -> Issue | None:
+        """A virtual cluster this cluster does not have, said the same way by the dry run and
+        by submission, when the backend names its virtual clusters."""
+        known = getattr(getattr(self.backend, "cluster", None), "vc_names", None)
+        if not isinstance(known, tuple) or vc in known:
+            return None
+        return Issue(
+            path,
+            "unknown-virtual-cluster",
+            f"unknown virtual cluster {vc!r}; known: {', '.join(known) or 'none'}",
+        )
+
     async def _check_vc(self, user: User, vc: str) -> Issue | None:
         """Admins (the local admin too) may use any virtual cluster; everyone may use
         `default` (as in OpenPAI, where it is every user's); others need a membership."""
@@ -594,7 +609,7 @@ class JobService:
         allowed = await asyncio.to_thread(self.store.user_vcs, user.id)
         if vc in allowed:
             return None
-        mine = ", ".join(allowed) if allowed else "none"
+        mine = ", ".join([OPEN_VIRTUAL_CLUSTER, *allowed])
         return Issue(
             "virtualCluster",
             "forbidden",

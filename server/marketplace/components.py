@@ -167,7 +167,9 @@ def fill_variables(component: Prerequisite, values: dict[str, Any]) -> Prerequis
     """The component with `{{ name }}` of each declared variable replaced by its value, in
     every field but its name; the result declares no variables any more."""
     declared = {k: _text(v) for k, v in values.items() if k in component.template_variables}
-    data = component.model_dump(mode="json", exclude={"name", "template_variables", "origin"})
+    data = component.model_dump(
+        mode="json", exclude={"name", "template_variables", "variable_defaults", "origin"}
+    )
     filled = _fill(data, declared)
     return Prerequisite.model_validate({**filled, "name": component.name})
 

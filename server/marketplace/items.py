@@ -8,6 +8,7 @@ stable code and a sentence that says what to do.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -83,6 +84,7 @@ def read_item(content: str, *, path: str = "content") -> ItemDocument:
     if result.kind is Kind.COMPONENT:
         component = result.component
         assert component is not None
+        _check_with_defaults(content, component, path)
         kind, name = _KIND_OF_TYPE[component.type], component.name
         version, description = component.version, component.description
         spec = None
@@ -123,6 +125,31 @@ def read_item(content: str, *, path: str = "content") -> ItemDocument:
         component=component,
         warnings=tuple(warnings),
     )
+
+
+def _check_with_defaults(content: str, component: Prerequisite, path: str) -> None:
+    """A component whose declared variables have defaults must also be valid with them filled
+    in (a variable without one stays a placeholder, which the checks leave alone)."""
+    defaults = {
+        name: component.variable_defaults[name]
+        for name in component.template_variables
+        if name in component.variable_defaults
+    }
+    if not defaults:
+        return
+    filled = parse_document(content, variables=defaults)
+    if filled.errors:
+        raise IssuesFound(
+            [
+                dataclasses.replace(
+                    issue.within(path),
+                    message=f"{issue.message} (with the declared defaults filled in: "
+                    + ", ".join(f"{k}={v!r}" for k, v in defaults.items())
+                    + ")",
+                )
+                for issue in filled.errors
+            ]
+        )
 
 
 def check_version(version: str, path: list[str]) -> Issue | None:

@@ -6,7 +6,8 @@
   reference, as seed 004 describes for datasets: in the role's `prerequisites` (its plugin and
   callbacks run), and as its `data` / `script` / `output` when the item has URIs (the backend
   puts them in place under /work/<name>/). An item with template variables is reached through
-  `extras.reference_prerequisites`, where the variables get their values.
+  `extras.reference_prerequisites`, where the variables get their values (the values given,
+  else the declared defaults).
 - A docker image: an empty job that runs in that image.
 """
 
@@ -95,18 +96,22 @@ def component_job(
     variables: dict[str, Any],
     image: str | None,
 ) -> str:
-    """An empty v2 job that uses the component; raises IssuesFound for missing or unknown
-    template variables."""
+    """An empty v2 job that uses the component; a template variable not given takes its
+    declared default; raises IssuesFound for one without either, or one it does not declare."""
     component = document.component
     assert component is not None
     if component.type is PrerequisiteType.DOCKERIMAGE:
         return _image_job(document, variables, image)
     wanted = list(component.template_variables)
+    defaults = {k: v for k, v in component.variable_defaults.items() if k in wanted}
+    variables = {**defaults, **variables}
     problems = [
         Issue.at(
             ["parameters", name],
             "missing-variable",
-            f"item {document.name!r} needs its template variable {name!r}: give it in parameters",
+            f"item {document.name!r} needs a value for its template variable {name!r}: give it "
+            "in parameters (the web UI's Use form, or paigraph market use --param "
+            f"{name}=VALUE)",
         )
         for name in wanted
         if name not in variables
@@ -126,14 +131,15 @@ def component_job(
     reference = item_reference(item_id, document.name, version)
     doc = _empty_job(document.name, image)
     role = doc["taskRoles"][ROLE]
-    if wanted:
+    if wanted:  # as seed 004 writes it: the item by name, its variables given
         local = _safe_name(document.name)
+        by_name = f"marketplace://name/{document.name}" + (f"@{version}" if version else "")
         role["prerequisites"] = [local]
         doc["extras"] = {
             "reference_prerequisites": [
                 {
                     "name": local,
-                    "require": [{"name": reference, "template_variables": dict(variables)}],
+                    "require": [{"name": by_name, "template_variables": dict(variables)}],
                 }
             ]
         }

@@ -67,11 +67,13 @@ def parse_document(
     parameters: dict[str, Any] | None = None,
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    variables: dict[str, Any] | None = None,
 ) -> ParseResult:
-    """Parse and validate a job (any dialect) or a standalone component."""
+    """Parse and validate a job (any dialect) or a standalone component; `{{ name }}`
+    placeholders in YAML take the text of `variables[name]`, else stay as written."""
     result = ParseResult()
     try:
-        loaded = load_document(text, max_bytes=max_bytes)
+        loaded = load_document(text, max_bytes=max_bytes, variables=variables)
     except LoadError as exc:
         result.issues.append(exc.issue)
         return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 
 from server.protocol.issues import Issue
+from server.protocol.placeholders import mask
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
@@ -40,20 +42,30 @@ class Loaded:
 
 
 class LoadError(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, line: int | None = None) -> None:
         super().__init__(message)
         self.issue = Issue("", code, message)
+        self.line = line  # the line the YAML parser stopped at, when it says
 
 
-def load_document(raw: str | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Loaded:
-    """Parse one YAML or JSON document. Raises LoadError with a user-facing message."""
+def load_document(
+    raw: str | bytes,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    variables: Mapping[str, Any] | None = None,
+) -> Loaded:
+    """Parse one YAML or JSON document. Raises LoadError with a user-facing message.
+
+    YAML is read as a template: a `{{ name }}` placeholder stands for a value wherever it is
+    written, and becomes the text of `variables[name]` when given, else stays as written
+    (see placeholders.py)."""
     text = _decode(raw, max_bytes)
     stripped = text.lstrip()
     if not stripped or all(line.lstrip().startswith("#") for line in stripped.splitlines() if line):
         raise LoadError("empty-document", "the document is empty: expected a job or a component")
     if stripped[0] in "{[":
         return Loaded(_load_json(text), "json", text)
-    return Loaded(_load_yaml(text), "yaml", text)
+    return Loaded(_load_yaml(text, variables), "yaml", text)
 
 
 def _decode(raw: str | bytes, max_bytes: int) -> str:
@@ -215,7 +227,39 @@ def _jsonc_hint(text: str) -> tuple[str, str] | None:
 # ---------------------------------------------------------------------------- YAML
 
 
-def _load_yaml(text: str) -> Any:
+def _load_yaml(text: str, variables: Mapping[str, Any] | None = None) -> Any:
+    masked = mask(text)
+    try:
+        return masked.restore(_load_masked_yaml(masked.text), variables)
+    except LoadError as exc:
+        hint = _quote_hint(text, exc.line) if exc.issue.code == "yaml-syntax" else ""
+        if not hint:
+            raise
+        raise LoadError(exc.issue.code, exc.issue.message + hint, exc.line) from None
+
+
+def _quote_hint(text: str, line: int | None) -> str:
+    """What to try where the YAML itself is wrong: quoting the value on that line."""
+    lines = text.splitlines()
+    if line is None or not 0 < line <= len(lines):
+        return ""  # not a parser's stop (a tab, an unsupported feature): quoting is no help
+    written = lines[line - 1].strip()
+    item = written.startswith("- ")
+    body = written.removeprefix("- ").split(" #")[0].strip()
+    key, colon, value = body.partition(": ")
+    if not colon or not re.fullmatch(r"[\w.$-]+", key):
+        key, value = "", body  # a list item as a whole
+    value = value.strip()
+    if not value or value.startswith(("'", '"')) or not (item or key):
+        return ""
+    quote = "'" if '"' in value else '"'
+    lead = "- " if item else ""
+    written_key = f"{key}: " if key else ""
+    quoted = f"{lead}{written_key}{quote}{value}{quote}"
+    return f"; if `{value}` is one value, put it in quotes: {quoted}"
+
+
+def _load_masked_yaml(text: str) -> Any:
     if _nesting_bound(text) > _SAFE_COMPOSE_DEPTH:
         _check_event_depth(text)
     if _values_bound(text) > MAX_VALUES:
@@ -274,6 +318,7 @@ def _yaml_error(exc: yaml.YAMLError) -> LoadError:
         return LoadError(
             "yaml-syntax",
             f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {what}{context}",
+            mark.line + 1,
         )
     return LoadError("yaml-syntax", f"invalid YAML: {exc}")
 

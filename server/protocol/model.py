@@ -94,6 +94,9 @@ class Prerequisite(_Model):
     callbacks: list[Callback] = Field(default_factory=list)
     require_storages: list[StorageRequest] = Field(default_factory=list)
     template_variables: list[str] = Field(default_factory=list)
+    # A declared variable's `default`: what a form offers first, and what publishing checks
+    # the item with (a use still gives every variable its value).
+    variable_defaults: dict[str, str] = Field(default_factory=dict)
     failure_policy: str | None = None
     # Other keys are parameters for the prerequisite's plugin (OpenPAI passes them through).
     plugin_parameters: dict[str, Any] = Field(default_factory=dict)

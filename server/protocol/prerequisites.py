@@ -151,7 +151,7 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
         params = {k: v for k, v in params.items() if k not in ("name", "mountPath")}
     else:
         storages = _read_storages(obj if "requireStorages" in obj else params, path, f)
-    variables = _read_template_variables(obj, path, f)
+    variables, defaults = _read_template_variables(obj, path, f)
     check_options(
         {k: v for k, v in obj.items() if k not in _COMMON_KEYS | _PLUGIN_KEYS}, path, f.issues
     )
@@ -183,6 +183,7 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
         callbacks=callbacks or [],
         require_storages=storages or [],
         template_variables=variables or [],
+        variable_defaults=defaults,
         failure_policy=failure,
         plugin_parameters=leftovers,
     )
@@ -385,24 +386,52 @@ def _read_pvc_storage(params: dict[str, Any], path: str, f: Fields) -> list[Stor
     return [StorageRequest(name=name, mount_path=mount)]
 
 
-def _read_template_variables(obj: dict[str, Any], path: str, f: Fields) -> list[str] | None:
+def _read_template_variables(
+    obj: dict[str, Any], path: str, f: Fields
+) -> tuple[list[str] | None, dict[str, str]]:
+    """The declared names (a name, or a mapping with `name` and an optional `default` and
+    `description`), and the defaults given."""
     raw = obj.get("template_variables")
     if raw is None:
-        return []
+        return [], {}
     where = join(path, "template_variables")
     items = f.as_list(raw, where)
     if items is None:
-        return None
+        return None, {}
     names: list[str] = []
+    defaults: dict[str, str] = {}
     for i, item in enumerate(items):
         if isinstance(item, str):
             names.append(item)
         elif isinstance(item, dict) and isinstance(item.get("name"), str):
             names.append(item["name"])
+            default = item.get("default")
+            if isinstance(default, str | int | float | bool):
+                defaults[item["name"]] = _scalar_text(default)
+            elif default is not None:
+                f.issues.error(
+                    join(join(where, i), "default"),
+                    "type",
+                    f"a default must be a string or a number, got {describe(default)}",
+                )
+            for key in item:
+                if key not in ("name", "default", "description"):
+                    f.issues.warn(
+                        join(join(where, i), key),
+                        "ignored",
+                        f"a template variable has `name`, `default` and `description`; "
+                        f"{key!r} has no effect",
+                    )
         else:
             f.issues.error(
                 join(where, i),
                 "type",
                 f"must be a variable name or a mapping with `name`, got {describe(item)}",
             )
-    return names
+    return names, defaults
+
+
+def _scalar_text(value: str | int | float | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -92,7 +92,10 @@ def prerequisite_dict(p: Prerequisite) -> dict[str, Any]:
             for s in p.require_storages
         ]
     if p.template_variables:
-        out["template_variables"] = [{"name": n} for n in p.template_variables]
+        out["template_variables"] = [
+            {"name": n, **({"default": p.variable_defaults[n]} if n in p.variable_defaults else {})}
+            for n in p.template_variables
+        ]
     out.update(p.plugin_parameters)
     return out
 

@@ -39,6 +39,8 @@ class UserRow(SQLModel, table=True):
     name: str = Field(sa_type=String(64))
     admin: bool = Field(default=False, sa_type=Boolean)
     created_at: datetime = Field(sa_type=UTCDateTime)
+    # Set when the user was removed: no token, no memberships, the name kept on the record.
+    removed_at: datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
 
 
 class TokenRow(SQLModel, table=True):

@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -51,7 +51,13 @@ def check_name(name: str, what: str = "user name") -> str:
 
 def _user(row: UserRow) -> User:
     assert row.id is not None
-    return User(id=row.id, name=row.name, admin=row.admin, created_at=row.created_at)
+    return User(
+        id=row.id,
+        name=row.name,
+        admin=row.admin,
+        created_at=row.created_at,
+        removed_at=row.removed_at,
+    )
 
 
 class UserStore(Repository):
@@ -81,10 +87,13 @@ class UserStore(Repository):
         token = new_token()
         try:
             with self._write() as session:
-                if (
-                    session.scalar(select(col(UserRow.id)).where(col(UserRow.name) == name))
-                    is not None
-                ):
+                found = session.scalar(select(UserRow).where(col(UserRow.name) == name))
+                if found is not None and found.removed_at is not None:
+                    raise UserExists(
+                        f"a user named {name!r} was removed; the name stays with their jobs and "
+                        "items, so choose another"
+                    )
+                if found is not None:
                     raise UserExists(f"a user named {name!r} exists already")
                 row = UserRow(name=name, admin=admin, created_at=utcnow())
                 session.add(row)
@@ -102,12 +111,66 @@ class UserStore(Repository):
         """A further token for the user; the earlier ones stay valid."""
         token = new_token()
         with self._write() as session:
-            if session.get(UserRow, user_id) is None:
+            found = session.get(UserRow, user_id)
+            if found is None or found.removed_at is not None:
                 raise UnknownUser(f"no user has id {user_id}")
             session.add(
                 TokenRow(user_id=user_id, token_hash=token_hash(token), created_at=utcnow())
             )
         return token
+
+    def list_users(self, *, removed: bool = False) -> list[User]:
+        """The users who were added, by name (the reserved local admin is not one); removed
+        ones too when `removed`."""
+        with self._read() as session:
+            query = select(UserRow).where(col(UserRow.name) != LOCAL_USER)
+            if not removed:
+                query = query.where(col(UserRow.removed_at).is_(None))
+            return [_user(row) for row in session.scalars(query.order_by(col(UserRow.name)))]
+
+    def remove_user(self, name: str) -> User:
+        """Remove a user: every token of theirs stops working and their memberships go; the
+        row stays, so their jobs and items keep their owner's name. UnknownUser when there is
+        no such user (or they were removed already)."""
+        with self._write() as session:
+            row = self._active_row(session, name)
+            assert row.id is not None
+            session.execute(delete(TokenRow).where(col(TokenRow.user_id) == row.id))
+            session.execute(delete(MembershipRow).where(col(MembershipRow.user_id) == row.id))
+            row.removed_at = utcnow()
+            session.add(row)
+            return _user(row)
+
+    def reset_token(self, name: str) -> str:
+        """A new token for the user in place of every token they had (those stop working at
+        once); UnknownUser when there is no such user."""
+        token = new_token()
+        with self._write() as session:
+            row = self._active_row(session, name)
+            assert row.id is not None
+            session.execute(delete(TokenRow).where(col(TokenRow.user_id) == row.id))
+            session.add(TokenRow(user_id=row.id, token_hash=token_hash(token), created_at=utcnow()))
+        return token
+
+    def valid_token_hashes(self, hashes: Iterable[str]) -> set[str]:
+        """Which of the token hashes still belong to a user (for open connections to drop
+        the ones that were revoked)."""
+        wanted = set(hashes)
+        if not wanted:
+            return set()
+        with self._read() as session:
+            found = session.scalars(
+                select(col(TokenRow.token_hash)).where(col(TokenRow.token_hash).in_(wanted))
+            )
+            return set(found)
+
+    def _active_row(self, session: Session, name: str) -> UserRow:
+        row = session.scalar(select(UserRow).where(col(UserRow.name) == name))
+        if row is None or name == LOCAL_USER:
+            raise UnknownUser(f"no user is named {name!r}")
+        if row.removed_at is not None:
+            raise UnknownUser(f"user {name!r} was removed already")
+        return row
 
     def user_for_token(self, token: str) -> User | None:
         """The user a bearer token belongs to, or None for an unknown token."""

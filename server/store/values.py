@@ -26,6 +26,7 @@ class User:
     name: str
     admin: bool
     created_at: datetime
+    removed_at: datetime | None = None  # removed users keep their name on jobs and items
 
 
 @dataclass(frozen=True, slots=True)

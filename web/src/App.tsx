@@ -12,6 +12,7 @@ import { EditPage, PublishPage } from "./marketplace/PublishPage";
 import { JobPage } from "./pages/JobPage";
 import { JobsPage } from "./pages/JobsPage";
 import { SignInPage } from "./pages/SignInPage";
+import { UsersPage } from "./pages/UsersPage";
 import { ViewerQuery } from "./queries";
 import { SessionContext, type Session } from "./session";
 
@@ -76,6 +77,7 @@ function Signed({ clients, hasToken }: { clients: Clients; hasToken: boolean }) 
           <Route path="/marketplace/publish" element={<PublishPage />} />
           <Route path="/marketplace/:id" element={<ItemPage />} />
           <Route path="/marketplace/:id/edit" element={<EditPage />} />
+          <Route path="/users" element={<UsersPage />} />
           <Route path="/signin" element={<SignInPage problem={null} />} />
           <Route path="*" element={<p className="error" role="alert">There is no page at this address. <Link to="/">See the jobs</Link>.</p>} />
         </Routes>
@@ -103,6 +105,7 @@ function Frame({
             <NavLink to="/submit">Submit job</NavLink>
             <NavLink to="/cluster">Cluster</NavLink>
             <NavLink to="/marketplace">Marketplace</NavLink>
+            {session.viewer.admin && <NavLink to="/users">Users</NavLink>}
             <a href="/graphql">GraphiQL</a>
           </nav>
         )}

@@ -10,6 +10,8 @@ import { formatTime } from "../lib/format";
 import { typeLabel } from "./listState";
 import { DeleteItemMutation, ItemDetailQuery, StarItemMutation } from "./queries";
 import { idReference, nameReference, useLink } from "./references";
+import { initialValues, missingValues } from "./variables";
+import { VariablesForm } from "./VariablesForm";
 
 type Item = NonNullable<MarketplaceItemDetailQuery["marketplaceItem"]>;
 
@@ -94,7 +96,7 @@ export function ItemPage() {
         <dt>Published</dt>
         <dd>{formatTime(item.createdAt)}, updated {formatTime(item.updatedAt)}</dd>
       </dl>
-      <Actions item={item} />
+      <Actions key={`${item.id}@${item.version}`} item={item} />
       <References item={item} />
       {item.description && (
         <>
@@ -118,7 +120,9 @@ function Actions({ item }: { item: Item }) {
   const [deleting, remove] = useMutation(DeleteItemMutation);
   const [confirming, setConfirming] = useState(false);
   const [problem, setProblem] = useState<string | null>(null);
-  const use = useLink(item.type, item.id, item.version);
+  const [values, setValues] = useState(() => initialValues(item.declaredVariables));
+  const missing = missingValues(item.declaredVariables, values);
+  const use = useLink(item.type, item.id, item.version, values);
   const report = (error: { message: string }[] | undefined, failure: Parameters<typeof describeProblem>[0] | undefined) =>
     setProblem(failure ? describeProblem(failure).message : error?.[0]?.message ?? null);
   return (
@@ -136,10 +140,15 @@ function Actions({ item }: { item: Item }) {
           {item.viewerHasStarred ? "★ Unstar" : "☆ Star"}
         </button>
         <span data-testid="stars">{item.stars} star{item.stars === 1 ? "" : "s"}</span>
-        {use && (
+        {use && missing.length === 0 && (
           <Link className="button primary" to={use}>
             Use{item.type === "DATA" ? " in a new job" : ""}
           </Link>
+        )}
+        {use && missing.length > 0 && (
+          <button type="button" className="primary" disabled title={`Give ${missing.join(", ")} a value first`}>
+            Use{item.type === "DATA" ? " in a new job" : ""}
+          </button>
         )}
         {item.viewerCanChange && (
           <>
@@ -150,6 +159,19 @@ function Actions({ item }: { item: Item }) {
           </>
         )}
       </div>
+      {use && (
+        <VariablesForm
+          itemName={item.name}
+          declared={item.declaredVariables}
+          values={values}
+          onChange={(name, value) => setValues((old) => ({ ...old, [name]: value }))}
+        />
+      )}
+      {use && missing.length > 0 && (
+        <p className="muted" data-testid="variables-needed">
+          A use gives every template variable a value: {missing.join(", ")}.
+        </p>
+      )}
       {confirming && (
         <div className="note confirm" role="alertdialog" aria-label="Confirm deletion">
           Delete {item.name} with all its {item.versions.length} version{item.versions.length === 1 ? "" : "s"}? Jobs that
@@ -252,9 +274,19 @@ function ComponentParts({ item }: { item: Item }) {
       {item.templateVariables.length === 0 ? (
         <p className="muted">None: it is used as it is.</p>
       ) : (
-        <p data-testid="template-variables">
-          Each use gives a value to {item.templateVariables.map((name) => <code key={name}>{name} </code>)}
-        </p>
+        <table data-testid="template-variables">
+          <thead>
+            <tr><th>Name</th><th>Default</th></tr>
+          </thead>
+          <tbody>
+            {item.declaredVariables.map((variable) => (
+              <tr key={variable.name}>
+                <td><code>{variable.name}</code></td>
+                <td>{variable.default != null ? <code>{variable.default}</code> : <span className="muted">none: each use gives one</span>}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
       )}
     </>
   );

@@ -84,6 +84,10 @@ export const ItemDetailQuery = graphql(`
       }
       parameters
       templateVariables
+      declaredVariables {
+        name
+        default
+      }
       taskRoles {
         name
         instanceCount

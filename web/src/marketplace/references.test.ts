@@ -13,4 +13,8 @@ describe("item references and the Use link", () => {
     expect(useLink("DATA", "x", "3")).toBe("/submit?data=x");
     expect(useLink("DOCKERIMAGE", "x", "3")).toBeNull();
   });
+
+  it("hands a dataset's template variable values to the Submit page", () => {
+    expect(useLink("DATA", "x", "3", { dataPath: "/dataset/mnist" })).toBe("/submit?data=x&var.dataPath=%2Fdataset%2Fmnist");
+  });
 });

@@ -1,4 +1,5 @@
 // How a job names a marketplace item, and where "Use" takes an item.
+import { VARIABLE_PREFIX } from "./variables";
 
 /** `marketplace://name/<name>`, pinned to a version when one is given. */
 export function nameReference(name: string, version?: string | null): string {
@@ -10,11 +11,16 @@ export function idReference(id: string): string {
   return `marketplace://prerequisites/itemId/${id}`;
 }
 
-/** The Submit page pre-filled from the item, for the kinds it can start from; else null. */
-export function useLink(type: string, id: string, version: string): string | null {
+/** The Submit page pre-filled from the item, for the kinds it can start from, with the values
+ * of its template variables; else null. */
+export function useLink(type: string, id: string, version: string, variables: Record<string, string> = {}): string | null {
   if (type === "JOB_TEMPLATE") {
     return `/submit?${new URLSearchParams({ template: id, version }).toString()}`;
   }
-  if (type === "DATA") return `/submit?${new URLSearchParams({ data: id }).toString()}`;
+  if (type === "DATA") {
+    const search = new URLSearchParams({ data: id });
+    for (const [name, value] of Object.entries(variables)) search.set(`${VARIABLE_PREFIX}${name}`, value);
+    return `/submit?${search.toString()}`;
+  }
   return null;
 }

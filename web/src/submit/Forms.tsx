@@ -2,7 +2,8 @@
 // says and writes a change back through `edit`, which updates the YAML Document.
 import type { FieldNote, JobForm, PrerequisiteForm, RoleForm, RoleField } from "./form";
 import { commandRows, newRole, notesAt, PREREQUISITE_TYPES } from "./form";
-import { Picker, ReferenceDetails } from "./Picker";
+import { localName, referenceEntry, referenceList, takenNames } from "../marketplace/variables";
+import { Picker, ReferenceDetails, type PickerItem } from "./Picker";
 
 export type Edit = (change: (form: JobForm) => void) => void;
 
@@ -153,7 +154,7 @@ export function RolesForm({ form, edit, notes = [] }: { form: JobForm; edit: Edi
         ))}
       </datalist>
       {form.roles.map((role, index) => (
-        <RoleFields key={index} role={role} index={index} edit={edit} notes={notes} />
+        <RoleFields key={index} role={role} index={index} form={form} edit={edit} notes={notes} />
       ))}
       <button type="button" onClick={() => edit((f) => void f.roles.push(newRole(f)))}>
         Add task role
@@ -176,7 +177,60 @@ function Notes({ notes, field }: { notes: readonly FieldNote[]; field: string })
   );
 }
 
-function RoleFields({ role, index, edit, notes }: { role: RoleForm; index: number; edit: Edit; notes: readonly FieldNote[] }) {
+/** The template variables an `extras.reference_prerequisites` entry gives its item, editable. */
+function ReferenceVariables({ form, at, edit }: { form: JobForm; at: number; edit: Edit }) {
+  const entry = referenceList(form.referencePrerequisites)[at];
+  const required = Array.isArray(entry?.require) ? entry.require : [];
+  return (
+    <>
+      {required.map((requirement, r) => {
+        const values =
+          requirement && typeof requirement.template_variables === "object" && requirement.template_variables
+            ? (requirement.template_variables as Record<string, unknown>)
+            : {};
+        return (
+          <fieldset key={r} className="variables-form" data-variables-for={entry?.name}>
+            <legend>
+              {entry?.name}: <code>{String(requirement?.name ?? "")}</code>
+            </legend>
+            {Object.entries(values).map(([name, value]) => (
+              <label key={name}>
+                <code>{name}</code>
+                <input
+                  aria-label={`Template variable ${name} of ${entry?.name}`}
+                  value={shown(value)}
+                  onChange={(e) =>
+                    edit((f) => {
+                      const list = referenceList(f.referencePrerequisites).map((item) => structuredClone(item));
+                      const target = list[at]?.require?.[r];
+                      if (!target) return;
+                      target.template_variables = { ...target.template_variables, [name]: e.target.value };
+                      f.referencePrerequisites = list;
+                    })
+                  }
+                />
+              </label>
+            ))}
+          </fieldset>
+        );
+      })}
+    </>
+  );
+}
+
+function RoleFields({
+  role,
+  index,
+  form,
+  edit,
+  notes,
+}: {
+  role: RoleForm;
+  index: number;
+  form: JobForm;
+  edit: Edit;
+  notes: readonly FieldNote[];
+}) {
   const at = (...path: string[]) => notesAt(notes, ["taskRoles", role.name, ...path]);
   const set = (change: (r: RoleForm) => void) =>
     edit((f) => {
@@ -204,6 +258,27 @@ function RoleFields({ role, index, edit, notes }: { role: RoleForm; index: numbe
   const commands = Array.isArray(role.commands) ? (role.commands as unknown[]) : [];
   const ports = role.ports && typeof role.ports === "object" && !Array.isArray(role.ports) ? (role.ports as Record<string, unknown>) : {};
   const extra = Array.isArray(role.prerequisites) ? (role.prerequisites as unknown[]) : [];
+  const references = referenceList(form.referencePrerequisites);
+  /** What picking an item does: its reference into the field; an item with template variables
+   * is named by an `extras.reference_prerequisites` entry that gives them (seed 004's form),
+   * and the role lists that entry's name among its prerequisites. */
+  const pick =
+    (field: "dockerImage" | "data" | "script" | "output" | "prerequisites") =>
+    (reference: string, item: PickerItem, variables: Record<string, string> | null) =>
+      edit((f) => {
+        const target = f.roles[index];
+        if (!target) return;
+        const listed = Array.isArray(target.prerequisites) ? (target.prerequisites as unknown[]) : [];
+        if (variables) {
+          const local = localName(item.name, takenNames(f.prerequisites, f.referencePrerequisites));
+          f.referencePrerequisites = [...referenceList(f.referencePrerequisites), referenceEntry(local, item.name, variables)];
+          target.prerequisites = [...listed, local];
+        } else if (field === "prerequisites") {
+          target.prerequisites = [...listed, reference];
+        } else {
+          target[field] = reference;
+        }
+      });
   return (
     <section className="role-form" data-role-form={role.name} aria-label={`Task role ${role.name}`}>
       <div className="row">
@@ -227,40 +302,46 @@ function RoleFields({ role, index, edit, notes }: { role: RoleForm; index: numbe
       </div>
       <div className="row">
         {text("dockerImage", "Docker image", "job-images")}
-        <Picker type="DOCKERIMAGE" label="a docker image" onPick={(reference) => set((r) => void (r.dockerImage = reference))} />
+        <Picker type="DOCKERIMAGE" label="a docker image" onPick={pick("dockerImage")} />
       </div>
       <ReferenceDetails reference={role.dockerImage} type="DOCKERIMAGE" />
       <div className="row">
         {text("data", "Data")}
-        <Picker type="DATA" label="a data set" onPick={(reference) => set((r) => void (r.data = reference))} />
+        <Picker type="DATA" label="a data set" onPick={pick("data")} />
       </div>
       <ReferenceDetails reference={role.data} type="DATA" />
       <div className="row">
         {text("script", "Script")}
-        <Picker type="SCRIPT" label="a script" onPick={(reference) => set((r) => void (r.script = reference))} />
+        <Picker type="SCRIPT" label="a script" onPick={pick("script")} />
       </div>
       <ReferenceDetails reference={role.script} type="SCRIPT" />
       <div className="row">
         {text("output", "Output")}
-        <Picker type="OUTPUT" label="an output" onPick={(reference) => set((r) => void (r.output = reference))} />
+        <Picker type="OUTPUT" label="an output" onPick={pick("output")} />
       </div>
       <ReferenceDetails reference={role.output} type="OUTPUT" />
       <div className="sub">
         <h4>Storages and other prerequisites of the role</h4>
-        {extra.map((entry, n) => (
-          <div key={n} className="row">
-            <input
-              aria-label={`Role prerequisite ${n + 1}`}
-              value={shown(entry)}
-              onChange={(e) => set((r) => void (r.prerequisites = extra.map((old, i) => (i === n ? e.target.value : old))))}
-            />
-            <button type="button" className="link" onClick={() => set((r) => void (r.prerequisites = extra.filter((_, i) => i !== n)))}>
-              Remove
-            </button>
-            <ReferenceDetails reference={entry} type="STORAGE" />
-          </div>
-        ))}
-        <Picker type="STORAGE" label="a storage" onPick={(reference) => set((r) => void (r.prerequisites = [...extra, reference]))} />
+        {extra.map((entry, n) => {
+          const used = references.findIndex((reference) => reference.name === entry);
+          return (
+            <div key={n} className="role-prerequisite">
+              <div className="row">
+                <input
+                  aria-label={`Role prerequisite ${n + 1}`}
+                  value={shown(entry)}
+                  onChange={(e) => set((r) => void (r.prerequisites = extra.map((old, i) => (i === n ? e.target.value : old))))}
+                />
+                <button type="button" className="link" onClick={() => set((r) => void (r.prerequisites = extra.filter((_, i) => i !== n)))}>
+                  Remove
+                </button>
+                <ReferenceDetails reference={entry} type="STORAGE" />
+              </div>
+              {used >= 0 && <ReferenceVariables form={form} at={used} edit={edit} />}
+            </div>
+          );
+        })}
+        <Picker type="STORAGE" label="a storage" onPick={pick("prerequisites")} />
       </div>
       <div className="sub">
         <h4>Ports</h4>

@@ -6,6 +6,8 @@ import { useQuery } from "urql";
 import { parse as parseYaml } from "yaml";
 import type { ItemType, SubmitPagePickerItemsQuery } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
+import { initialValues, missingValues } from "../marketplace/variables";
+import { VariablesForm } from "../marketplace/VariablesForm";
 import { PickerItemsQuery } from "./operations";
 
 export type PickerItem = SubmitPagePickerItemsQuery["marketplaceItems"]["edges"][number]["node"];
@@ -17,6 +19,8 @@ export function referenceTo(item: PickerItem, byId = false): string {
   return byId ? `${ID_REFERENCE}${item.id}` : `${NAME_REFERENCE}${item.name}`;
 }
 
+/** Picking calls `onPick` with the item's reference and, for an item with template variables,
+ * the values given in the form it shows first (prefilled with the declared defaults). */
 export function Picker({
   type,
   label,
@@ -24,9 +28,10 @@ export function Picker({
 }: {
   type: ItemType;
   label: string;
-  onPick: (reference: string, item: PickerItem) => void;
+  onPick: (reference: string, item: PickerItem, variables: Record<string, string> | null) => void;
 }) {
   const [open, setOpen] = useState(false);
+  const [asking, setAsking] = useState<{ item: PickerItem; values: Record<string, string> } | null>(null);
   const [search, setSearch] = useState("");
   const [byId, setById] = useState(false);
   const [{ data, error, fetching }] = useQuery({
@@ -69,15 +74,45 @@ export function Picker({
               {item.summary && <div>{item.summary}</div>}
               <ItemDetails item={item} />
             </div>
-            <button
-              type="button"
-              onClick={() => {
-                onPick(referenceTo(item, byId), item);
-                setOpen(false);
-              }}
-            >
-              Use {item.name}
-            </button>
+            {asking?.item.id === item.id ? (
+              <div className="picker-variables">
+                <VariablesForm
+                  itemName={item.name}
+                  declared={item.declaredVariables}
+                  values={asking.values}
+                  onChange={(name, value) => setAsking({ item, values: { ...asking.values, [name]: value } })}
+                />
+                <button
+                  type="button"
+                  className="primary"
+                  disabled={missingValues(item.declaredVariables, asking.values).length > 0}
+                  onClick={() => {
+                    onPick(referenceTo(item, byId), item, asking.values);
+                    setAsking(null);
+                    setOpen(false);
+                  }}
+                >
+                  Add {item.name} with these values
+                </button>
+                <button type="button" className="link" onClick={() => setAsking(null)}>
+                  Cancel
+                </button>
+              </div>
+            ) : (
+              <button
+                type="button"
+                onClick={() => {
+                  if (item.declaredVariables.length > 0) {
+                    setAsking({ item, values: initialValues(item.declaredVariables) });
+                    return;
+                  }
+                  onPick(referenceTo(item, byId), item, null);
+                  setOpen(false);
+                }}
+              >
+                Use {item.name}
+              </button>
+            )}
           </li>
         ))}
       </ul>

@@ -8,6 +8,7 @@ import { useClient } from "urql";
 import { isScalar } from "yaml";
 import type { SubmitPageResolveMutation } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
+import { variablesFromSearch } from "../marketplace/variables";
 import { useSession } from "../session";
 import { conversionNote, DIALECT_NAMES } from "./conversion";
 import { clearDraft, loadDraft, saveDraft } from "./draft";
@@ -60,6 +61,7 @@ export default function SubmitPage() {
     version: search.get("version"),
     data: search.get("data"),
     clone: search.get("clone"),
+    variables: variablesFromSearch(search),
   };
   const entryKey = JSON.stringify(entry);
   const hasEntry = !!(entry.template || entry.data || entry.clone);
@@ -139,7 +141,7 @@ export default function SubmitPage() {
   useEffect(() => {
     if (!hasEntry || loadedEntry.current === entryKey) return;
     loadedEntry.current = entryKey;
-    const { template, version, data, clone } = JSON.parse(entryKey) as typeof entry;
+    const { template, version, data, clone, variables } = JSON.parse(entryKey) as typeof entry;
     void (async () => {
       setLoading(true);
       try {
@@ -158,7 +160,8 @@ export default function SubmitPage() {
           await load(config, `A copy of job ${job.name}${masked ? " (its secrets were masked: add them again)" : ""}`);
         } else {
           const id = (template ?? data) as string;
-          const answer = await client.mutation(UseItemMutation, { id, version }).toPromise();
+          const parameters = Object.keys(variables).length > 0 ? variables : null;
+          const answer = await client.mutation(UseItemMutation, { id, version, parameters }).toPromise();
           if (answer.error) throw new Error(describeProblem(answer.error).message);
           const used = answer.data?.useMarketplaceItem;
           if (!used?.config) {

@@ -38,6 +38,8 @@ export const JOB_FIELDS = {
   jobRetryCount: ["jobRetryCount"],
   parameters: ["parameters"],
   secrets: ["secrets"],
+  // items used with template variables (seed 004): [{name, require: [{name, template_variables}]}]
+  referencePrerequisites: ["extras", "reference_prerequisites"],
 } as const;
 export type JobField = keyof typeof JOB_FIELDS;
 

@@ -57,8 +57,8 @@ export const SubmitJobMutation = graphql(`
 `);
 
 export const UseItemMutation = graphql(`
-  mutation SubmitPageUseItem($id: ID!, $version: String) {
-    useMarketplaceItem(input: { id: $id, version: $version, submit: false }) {
+  mutation SubmitPageUseItem($id: ID!, $version: String, $parameters: JSON) {
+    useMarketplaceItem(input: { id: $id, version: $version, parameters: $parameters, submit: false }) {
       config
       item {
         id
@@ -99,6 +99,10 @@ export const PickerItemsQuery = graphql(`
             description
           }
           templateVariables
+          declaredVariables {
+            name
+            default
+          }
         }
       }
     }

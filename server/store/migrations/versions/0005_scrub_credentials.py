@@ -7,8 +7,8 @@ the values are masked in the job's event messages and state reasons. Operators s
 rotate those credentials: copies may exist outside the database (backups, earlier dumps).
 SQLite's `secure_delete` overwrites the old text in freed pages as well.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-11-27 00:00:00
 """
 
@@ -21,8 +21,8 @@ from alembic import op
 
 from server.protocol.scrub import scrubbed_document, scrubbed_message, scrubbed_spec
 
-revision: str = "0004"
-down_revision: str | None = "0003"
+revision: str = "0005"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
