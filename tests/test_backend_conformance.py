@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import EventKind, InstanceKey, LaunchRequest
+from backends.base import EventKind, InstanceKey, LaunchRefused, LaunchRequest
 from backends.runtime_env import runtime_env
 from tests.backend_drivers import NODE_CPU, Driver, docker_driver, kubernetes_driver
 from tests.simulated import job, role
@@ -175,7 +175,50 @@ async def test_a_stopped_attempt_ends_every_instance_as_stopped(driver: Driver) 
     )
     await driver.backend.stop(request.job_id, request.attempt, grace_seconds=1)
     ended = await driver.events.all_ended(request)
-    assert {e.kind for e in ended.values()} == {EventKind.STOPPED}
+    # SIGTERM's code on both: the entrypoint passes the signal on and ends with 128 + 15
+    assert {(e.kind, e.exit_code) for e in ended.values()} == {(EventKind.STOPPED, 143)}
+
+
+async def test_a_gang_stopped_while_it_waits_ends_every_instance_as_stopped_unstarted(
+    driver: Driver,
+) -> None:
+    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=f"hold-{driver.kind[:4]}")
+    await driver.backend.launch(holder)
+    await driver.events.until(lambda: driver.events.of(holder, EventKind.STARTED), "the holder")
+    gang = job(
+        role("big", ["echo never"], instances=2, cpu=NODE_CPU), job_id=f"gang-{driver.kind[:4]}"
+    )
+    await driver.backend.launch(gang)
+    await driver.events.until(lambda: driver.events.of(gang, EventKind.WAITING), "the gang waiting")
+    await driver.backend.stop(gang.job_id, gang.attempt, grace_seconds=1)
+    ended = await driver.events.all_ended(gang)
+    # no exit code: nothing ran. The reason's words differ ("stopped while waiting" on Docker,
+    # "stopped before it started" on Kubernetes, where gated pods existed); both say stopped
+    assert {(e.kind, e.exit_code) for e in ended.values()} == {(EventKind.STOPPED, None)}
+    assert all("stopped" in (e.reason or "") for e in ended.values())
+    assert not driver.events.of(gang, EventKind.PLACED, EventKind.STARTED)
+    await driver.backend.stop(holder.job_id, holder.attempt, grace_seconds=1)
+
+
+async def test_an_instance_larger_than_any_node_is_refused_on_docker_and_waits_on_kubernetes(
+    driver: Driver,
+) -> None:
+    huge = job(role("huge", ["echo never"], cpu=NODE_CPU * 2), job_id=f"huge-{driver.kind[:4]}")
+    if driver.kind == "docker":
+        # Differs on purpose: the simulator's nodes are fixed by its settings, so a job that
+        # can never fit is refused at once, naming the setting
+        with pytest.raises(LaunchRefused, match="asks 8 cpu, the largest node has 4 cpu"):
+            await driver.backend.launch(huge)
+        return
+    # a cluster can grow (a node added, an autoscaler): the attempt waits, saying why
+    await driver.backend.launch(huge)
+    waiting = await driver.events.until(
+        lambda: driver.events.of(huge, EventKind.WAITING), "the attempt waiting"
+    )
+    assert "fits on no node" in (waiting[0].reason or "")
+    assert "cpu 8" in (waiting[0].reason or "")
+    assert not driver.events.of(huge, EventKind.PLACED)
+    await driver.backend.stop(huge.job_id, huge.attempt, grace_seconds=1)
 
 
 # --- retries -------------------------------------------------------------------------------------
