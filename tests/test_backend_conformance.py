@@ -290,3 +290,40 @@ async def test_an_instance_over_its_memory_is_killed_and_told_as_out_of_memory(
     ended = (await driver.events.all_ended(request))["hog-0"]
     assert (ended.kind, ended.exit_code, ended.oom_killed) == (EventKind.EXITED, 137, True)
     assert "its limit of 32 MB exceeded" in (ended.reason or "")
+
+
+async def test_a_relaunch_without_room_waits_naming_its_instance_then_runs_when_room_frees(
+    driver: Driver,
+) -> None:
+    request = job(
+        role("flaky", ["exit 7"], cpu=NODE_CPU),
+        role("steady", ["sleep 600"], cpu=NODE_CPU),
+        job_id=f"room-{driver.kind[:4]}",
+    )
+    await driver.backend.launch(request)
+    await driver.events.until(
+        lambda: [e for e in driver.events.of(request, EventKind.EXITED) if e.role == "flaky"],
+        "the first run ending",
+    )
+    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=f"hold-{driver.kind[:4]}")
+    await driver.backend.launch(holder)
+    await driver.events.until(lambda: driver.events.of(holder, EventKind.STARTED), "the holder")
+
+    await driver.backend.relaunch(key(request, "flaky"), run=2)
+    waiting = await driver.events.until(
+        lambda: [e for e in driver.events.of(request, EventKind.WAITING) if e.run == 2],
+        "the second run waiting",
+    )
+    # each says what is missing in its own words ("needs 4 cpu, 0 free in vc default" on
+    # Docker, the scheduler's "0/2 nodes are available: 2 Insufficient cpu." on Kubernetes)
+    assert (waiting[0].role, waiting[0].index) == ("flaky", 0)
+    assert "cpu" in (waiting[0].reason or "")
+    assert not [e for e in driver.events.of(request, EventKind.PLACED) if e.run == 2]
+
+    await driver.backend.stop(holder.job_id, holder.attempt, grace_seconds=1)
+    second = await driver.events.until(
+        lambda: [e for e in driver.events.of(request, EventKind.EXITED) if e.run == 2],
+        "the second run ending",
+    )
+    assert (second[0].role, second[0].exit_code) == ("flaky", 7)
+    await driver.backend.stop(request.job_id, request.attempt, grace_seconds=1)
