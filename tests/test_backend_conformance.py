@@ -136,6 +136,14 @@ async def test_each_instance_ends_with_its_own_exit_code_and_keeps_its_output(
     )
 
 
+async def test_an_ended_attempt_forgotten_keeps_its_output(driver: Driver) -> None:
+    request = job(role("once", ["echo said once"]), job_id=f"keep-{driver.kind[:4]}")
+    await driver.backend.launch(request)
+    await driver.events.all_ended(request)
+    await driver.backend.forget(request.job_id, request.attempt)
+    assert "said once" in await driver.log(key(request, "once"))
+
+
 # --- gang: all or nothing ------------------------------------------------------------------------
 
 
