@@ -1162,6 +1162,10 @@ class KubernetesBackend(ThreadedBackend):
             pod = with_owner(
                 attempt.builder.pod(key.role, key.index, instance.run), attempt.service_uid
             )
+            if not attempt.queued:
+                # the gang formed already, and nothing would lift this one pod's gate: a run
+                # again is one pod the scheduler places alone, as a relaunch is on Docker
+                pod["spec"].pop("schedulingGates", None)
         self.logbook.forget_run(key)
         self.logbook.begin(key, instance.run)
         self._delete_pod(old, 0)

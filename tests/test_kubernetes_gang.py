@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from backends.base import EventKind, LaunchRequest, ResourceRequest, RoleLaunch
+from backends.base import EventKind, InstanceKey, LaunchRequest, ResourceRequest, RoleLaunch
 from backends.kubernetes import KubernetesBackend
 from backends.kubernetes_gang import GATE
 from server.events import bus_for
@@ -403,3 +403,39 @@ async def test_without_the_right_to_read_nodes_gangs_wait_and_say_why(
         assert "ClusterRole paigraph-gang" in (waiting[0].reason or "")
         assert api.bound() == {}  # nothing half-placed meanwhile
         events.close()
+
+
+async def test_an_instance_run_again_after_its_gang_formed_is_not_gated_and_is_bound(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    api.add_node("node-a", cpu=8, memory_mi=8192)
+    async with backend_on(api, tmp_path, gang_scheduler="gates") as backend:
+        events = Events(backend)
+        request = gpu_job("again-0000abcd", pods=2, gpus=0)
+        await backend.launch(request)
+        await events.until(lambda: len(events.of(EventKind.PLACED)) == 2)
+        for host in ("trainer-0", "trainer-1"):
+            api.run(pod_of(api, host))
+        api.exit(pod_of(api, "trainer-1"), 3)
+        await events.until(lambda: events.ended().get("trainer-1"))
+
+        await backend.relaunch(request_key(request, "trainer", 1), 2)
+        again = await until_async(
+            lambda: pod_of(api, "trainer-1").endswith("-r2") and pod_of(api, "trainer-1"),
+            "trainer-1's second pod",
+            10,
+            0.05,
+        )
+        # the gang formed once: its second run is one pod the scheduler places alone
+        pod = api.get("pods", "jobs", again)
+        assert pod is not None and "schedulingGates" not in pod["spec"]
+        placed = await events.until(
+            lambda: [e for e in events.of(EventKind.PLACED) if e.run == 2], 10
+        )
+        assert placed[0].placement is not None and placed[0].placement.node == "node-a"
+        await backend.stop(request.job_id, request.attempt, grace_seconds=1)
+        events.close()
+
+
+def request_key(request: LaunchRequest, role: str, index: int) -> InstanceKey:
+    return InstanceKey(job_id=request.job_id, attempt=request.attempt, role=role, index=index)

@@ -1,0 +1,337 @@
+"""The backend conformance suite: the same tests run against the Docker simulator (real
+containers) and the Kubernetes backend on a fake API server (tests/fake_kube_api.py, whose
+pods a kubelet played in tests/backend_drivers.py runs as real containers), so what a job sees
+cannot drift between the two. Where the backends legitimately differ, the test says so."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from backends.base import EventKind, InstanceKey, LaunchRefused, LaunchRequest
+from backends.runtime_env import runtime_env
+from tests.backend_drivers import NODE_CPU, Driver, docker_driver, kubernetes_driver
+from tests.simulated import job, role
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+BACKENDS = ["docker-simulator", "kubernetes-on-a-fake-api-server"]
+PAI_LINE = re.compile(r"^(PAI_\w+)=(.*)$", re.MULTILINE)
+
+
+@pytest.fixture(params=BACKENDS)
+async def driver(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Driver]:
+    opened = docker_driver if request.param == "docker-simulator" else kubernetes_driver
+    async with opened(tmp_path) as started:
+        yield started
+
+
+def key(request: LaunchRequest, role_name: str, index: int = 0) -> InstanceKey:
+    return InstanceKey(job_id=request.job_id, attempt=request.attempt, role=role_name, index=index)
+
+
+async def environment(driver: Driver, request: LaunchRequest, role_name: str, index: int) -> dict:
+    text = await driver.log(key(request, role_name, index))
+    return dict(PAI_LINE.findall(text))
+
+
+# --- environment ---------------------------------------------------------------------------------
+
+
+async def test_every_instance_sees_the_pai_variables_the_runtime_gives_its_role_and_index(
+    driver: Driver,
+) -> None:
+    show = ["env | grep ^PAI_ | sort"]
+    request = job(
+        role("ps", show, ports=[("grpc", 2)]),
+        role("worker", show, instances=2, ports=[("grpc", 2)]),
+        job_id=f"env-{driver.kind[:4]}",
+    )
+    await driver.backend.launch(request)
+    ended = await driver.events.all_ended(request)
+    assert {k: e.exit_code for k, e in ended.items()} == {"ps-0": 0, "worker-0": 0, "worker-1": 0}
+    placements = {
+        (e.role, e.index): e.placement
+        for e in driver.events.of(request, EventKind.PLACED)
+        if e.role is not None and e.index is not None and e.placement is not None
+    }
+    for role_name, index in [("ps", 0), ("worker", 0), ("worker", 1)]:
+        seen = await environment(driver, request, role_name, index)
+        expected = {
+            name: value
+            for name, value in runtime_env(request, placements, role_name, index).items()
+            if name.startswith("PAI_")
+        }
+        # the same variables on both backends, and the same values but for addresses
+        assert set(seen) == set(expected)
+        if driver.kind == "kubernetes":
+            # Differs on purpose: peers are named by their stable DNS names through the
+            # headless Service (a pod's IP changes when it is recreated), and the pod's own
+            # IP comes from the downward API, so the address variables are checked apart.
+            peers = dict(_addressed(seen))
+            assert peers == {
+                f"PAI_HOST_IP_{r}_{i}": f"{r}-{i}.{_service(seen)}"
+                for r, i in [("ps", 0), ("worker", 0), ("worker", 1)]
+            }
+            assert seen["PAI_CONTAINER_HOST_IP"] == placements[role_name, index].host_ip
+            expected = _with_addresses(expected, placements, seen)
+        assert seen == expected
+
+
+def _addressed(env: dict[str, str]) -> list[tuple[str, str]]:
+    return [(n, v) for n, v in env.items() if n.startswith("PAI_HOST_IP_")]
+
+
+def _service(env: dict[str, str]) -> str:
+    return env["PAI_HOST_IP_ps_0"].split(".", 1)[1]
+
+
+def _with_addresses(
+    expected: dict[str, str], placements: dict, seen: dict[str, str]
+) -> dict[str, str]:
+    """`expected` with each instance's IP written as the name a Kubernetes pod sees for it."""
+    names = {placements[r, i].host_ip: seen[f"PAI_HOST_IP_{r}_{i}"] for (r, i) in placements}
+    own = seen["PAI_CONTAINER_HOST_IP"]
+    result = {}
+    for name, value in expected.items():
+        if name in ("PAI_CONTAINER_HOST_IP", "PAI_CURRENT_CONTAINER_IP"):
+            result[name] = own
+            continue
+        for ip, dns in names.items():
+            value = re.sub(rf"(?<![\d.]){re.escape(ip)}(?!\d)", dns, value)
+        result[name] = value
+    return result
+
+
+# --- completion ----------------------------------------------------------------------------------
+
+
+async def test_each_instance_ends_with_its_own_exit_code_and_keeps_its_output(
+    driver: Driver,
+) -> None:
+    request = job(
+        role(
+            "trainer",
+            ["echo trainer $PAI_TASK_INDEX says hello", "exit $((PAI_TASK_INDEX + 3))"],
+            instances=2,
+        ),
+        job_id=f"codes-{driver.kind[:4]}",
+    )
+    await driver.backend.launch(request)
+    ended = await driver.events.all_ended(request)
+    assert {k: (e.kind, e.exit_code) for k, e in ended.items()} == {
+        "trainer-0": (EventKind.EXITED, 3),
+        "trainer-1": (EventKind.EXITED, 4),
+    }
+    for index in (0, 1):
+        assert f"trainer {index} says hello" in await driver.log(key(request, "trainer", index))
+    kinds = [e.kind for e in driver.events.of(request) if e.index == 0]
+    assert (
+        kinds.index(EventKind.PLACED)
+        < kinds.index(EventKind.STARTED)
+        < kinds.index(EventKind.EXITED)
+    )
+
+
+async def test_an_ended_attempt_forgotten_keeps_its_output(driver: Driver) -> None:
+    request = job(role("once", ["echo said once"]), job_id=f"keep-{driver.kind[:4]}")
+    await driver.backend.launch(request)
+    await driver.events.all_ended(request)
+    await driver.backend.forget(request.job_id, request.attempt)
+    assert "said once" in await driver.log(key(request, "once"))
+
+
+# --- gang: all or nothing ------------------------------------------------------------------------
+
+
+async def test_a_gang_that_does_not_fit_waits_whole_and_is_placed_whole_once_room_is_free(
+    driver: Driver,
+) -> None:
+    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=f"hold-{driver.kind[:4]}")
+    await driver.backend.launch(holder)
+    await driver.events.until(
+        lambda: driver.events.of(holder, EventKind.STARTED), "the holder running"
+    )
+    # two instances of a whole node each: one node is free, so neither may start
+    gang = job(
+        role("big", ["echo placed"], instances=2, cpu=NODE_CPU), job_id=f"gang-{driver.kind[:4]}"
+    )
+    await driver.backend.launch(gang)
+    await driver.events.until(lambda: driver.events.of(gang, EventKind.WAITING), "the gang waiting")
+    assert not driver.events.of(gang, EventKind.PLACED, EventKind.STARTED)
+
+    await driver.backend.stop(holder.job_id, holder.attempt, grace_seconds=1)
+    ended = await driver.events.all_ended(gang)
+    assert {k: e.exit_code for k, e in ended.items()} == {"big-0": 0, "big-1": 0}
+    placed = driver.events.of(gang, EventKind.PLACED)
+    assert {e.placement.node for e in placed if e.placement} == {"node-a", "node-b"}
+
+
+# --- stop ----------------------------------------------------------------------------------------
+
+
+async def test_a_stopped_attempt_ends_every_instance_as_stopped(driver: Driver) -> None:
+    request = job(
+        role("server", ["echo up", "sleep 600"], instances=2), job_id=f"stop-{driver.kind[:4]}"
+    )
+    await driver.backend.launch(request)
+    await driver.events.until(
+        lambda: len(driver.events.of(request, EventKind.STARTED)) == 2, "both running"
+    )
+    await driver.backend.stop(request.job_id, request.attempt, grace_seconds=1)
+    ended = await driver.events.all_ended(request)
+    # SIGTERM's code on both: the entrypoint passes the signal on and ends with 128 + 15
+    assert {(e.kind, e.exit_code) for e in ended.values()} == {(EventKind.STOPPED, 143)}
+
+
+async def test_a_gang_stopped_while_it_waits_ends_every_instance_as_stopped_unstarted(
+    driver: Driver,
+) -> None:
+    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=f"hold-{driver.kind[:4]}")
+    await driver.backend.launch(holder)
+    await driver.events.until(lambda: driver.events.of(holder, EventKind.STARTED), "the holder")
+    gang = job(
+        role("big", ["echo never"], instances=2, cpu=NODE_CPU), job_id=f"gang-{driver.kind[:4]}"
+    )
+    await driver.backend.launch(gang)
+    await driver.events.until(lambda: driver.events.of(gang, EventKind.WAITING), "the gang waiting")
+    await driver.backend.stop(gang.job_id, gang.attempt, grace_seconds=1)
+    ended = await driver.events.all_ended(gang)
+    # no exit code: nothing ran. The reason's words differ ("stopped while waiting" on Docker,
+    # "stopped before it started" on Kubernetes, where gated pods existed); both say stopped
+    assert {(e.kind, e.exit_code) for e in ended.values()} == {(EventKind.STOPPED, None)}
+    assert all("stopped" in (e.reason or "") for e in ended.values())
+    assert not driver.events.of(gang, EventKind.PLACED, EventKind.STARTED)
+    await driver.backend.stop(holder.job_id, holder.attempt, grace_seconds=1)
+
+
+async def test_an_instance_larger_than_any_node_is_refused_on_docker_and_waits_on_kubernetes(
+    driver: Driver,
+) -> None:
+    huge = job(role("huge", ["echo never"], cpu=NODE_CPU * 2), job_id=f"huge-{driver.kind[:4]}")
+    if driver.kind == "docker":
+        # Differs on purpose: the simulator's nodes are fixed by its settings, so a job that
+        # can never fit is refused at once, naming the setting
+        with pytest.raises(LaunchRefused, match="asks 8 cpu, the largest node has 4 cpu"):
+            await driver.backend.launch(huge)
+        return
+    # a cluster can grow (a node added, an autoscaler): the attempt waits, saying why
+    await driver.backend.launch(huge)
+    waiting = await driver.events.until(
+        lambda: driver.events.of(huge, EventKind.WAITING), "the attempt waiting"
+    )
+    assert "fits on no node" in (waiting[0].reason or "")
+    assert "cpu 8" in (waiting[0].reason or "")
+    assert not driver.events.of(huge, EventKind.PLACED)
+    await driver.backend.stop(huge.job_id, huge.attempt, grace_seconds=1)
+
+
+# --- retries -------------------------------------------------------------------------------------
+
+
+async def test_a_relaunched_instance_runs_again_as_its_next_run_with_the_same_environment(
+    driver: Driver,
+) -> None:
+    request = job(
+        role("flaky", ["echo index=$PAI_TASK_INDEX", "exit 7"]),
+        role("steady", ["sleep 600"]),
+        job_id=f"retry-{driver.kind[:4]}",
+    )
+    await driver.backend.launch(request)
+    flaky = key(request, "flaky")
+    first = await driver.events.until(
+        lambda: [e for e in driver.events.of(request, EventKind.EXITED) if e.role == "flaky"],
+        "the first run ending",
+    )
+    assert (first[0].exit_code, first[0].run) == (7, 1)
+
+    await driver.backend.relaunch(flaky, run=2)
+    second = await driver.events.until(
+        lambda: [
+            e
+            for e in driver.events.of(request, EventKind.EXITED)
+            if e.role == "flaky" and e.run == 2
+        ],
+        "the second run ending",
+    )
+    assert second[0].exit_code == 7
+    assert "index=0" in await driver.log(flaky)
+    await driver.backend.stop(request.job_id, request.attempt, grace_seconds=1)
+
+
+# --- restart adoption ----------------------------------------------------------------------------
+
+
+async def test_a_second_backend_on_the_same_state_finds_the_running_instances(
+    driver: Driver,
+) -> None:
+    request = job(role("long", ["sleep 600"], instances=2), job_id=f"adopt-{driver.kind[:4]}")
+    await driver.backend.launch(request)
+    await driver.events.until(
+        lambda: len(driver.events.of(request, EventKind.STARTED)) == 2, "both running"
+    )
+    async with driver.reopen() as second:
+        reports = [r for r in await second.reconcile() if r.key.job_id == request.job_id]
+        assert sorted((r.key.role, r.key.index, r.status.value) for r in reports) == [
+            ("long", 0, "running"),
+            ("long", 1, "running"),
+        ]
+    await driver.backend.stop(request.job_id, request.attempt, grace_seconds=1)
+    ended = await driver.events.all_ended(request)
+    assert {e.kind for e in ended.values()} == {EventKind.STOPPED}
+
+
+# --- faults --------------------------------------------------------------------------------------
+
+
+async def test_an_instance_over_its_memory_is_killed_and_told_as_out_of_memory(
+    driver: Driver,
+) -> None:
+    request = job(
+        role("hog", ["dd if=/dev/zero of=/dev/null bs=200M count=1"], memory_mb=32),
+        job_id=f"oom-{driver.kind[:4]}",
+    )
+    await driver.backend.launch(request)
+    ended = (await driver.events.all_ended(request))["hog-0"]
+    assert (ended.kind, ended.exit_code, ended.oom_killed) == (EventKind.EXITED, 137, True)
+    assert "its limit of 32 MB exceeded" in (ended.reason or "")
+
+
+async def test_a_relaunch_without_room_waits_naming_its_instance_then_runs_when_room_frees(
+    driver: Driver,
+) -> None:
+    request = job(
+        role("flaky", ["exit 7"], cpu=NODE_CPU),
+        role("steady", ["sleep 600"], cpu=NODE_CPU),
+        job_id=f"room-{driver.kind[:4]}",
+    )
+    await driver.backend.launch(request)
+    await driver.events.until(
+        lambda: [e for e in driver.events.of(request, EventKind.EXITED) if e.role == "flaky"],
+        "the first run ending",
+    )
+    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=f"hold-{driver.kind[:4]}")
+    await driver.backend.launch(holder)
+    await driver.events.until(lambda: driver.events.of(holder, EventKind.STARTED), "the holder")
+
+    await driver.backend.relaunch(key(request, "flaky"), run=2)
+    waiting = await driver.events.until(
+        lambda: [e for e in driver.events.of(request, EventKind.WAITING) if e.run == 2],
+        "the second run waiting",
+    )
+    # each says what is missing in its own words ("needs 4 cpu, 0 free in vc default" on
+    # Docker, the scheduler's "0/2 nodes are available: 2 Insufficient cpu." on Kubernetes)
+    assert (waiting[0].role, waiting[0].index) == ("flaky", 0)
+    assert "cpu" in (waiting[0].reason or "")
+    assert not [e for e in driver.events.of(request, EventKind.PLACED) if e.run == 2]
+
+    await driver.backend.stop(holder.job_id, holder.attempt, grace_seconds=1)
+    second = await driver.events.until(
+        lambda: [e for e in driver.events.of(request, EventKind.EXITED) if e.run == 2],
+        "the second run ending",
+    )
+    assert (second[0].role, second[0].exit_code) == ("flaky", 7)
+    await driver.backend.stop(request.job_id, request.attempt, grace_seconds=1)
