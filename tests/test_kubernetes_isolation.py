@@ -458,8 +458,9 @@ async def test_fake_cluster_the_service_refuses_a_job_naming_a_claim_not_its_use
             doc["taskRoles"]["worker"]["output"] = "out"
             refused = await service.submit(kate, json.dumps(doc))
             assert refused.job is None
+            # at the field that names the claim
             assert [(e.path_parts(), e.code) for e in refused.errors] == [
-                (["taskRoles"], "refused")
+                (["taskRoles", "worker", "output"], "refused")
             ]
             message = refused.errors[0].message
             assert (
