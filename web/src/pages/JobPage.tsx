@@ -14,6 +14,7 @@ import {
   emptyTimeline,
   instanceStates,
   jobState,
+  shownReason,
   shownState,
   type Timeline,
   type TimelineEvent,
@@ -99,11 +100,7 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
   const latest = jobState(timeline.events);
   const state = shownState(job.state, latest?.state);
   const attempt = Math.max(latest?.attempt ?? 0, job.attempt); // attempts only grow
-  // The job's own reason, refetched after every event, is current: instance events after the
-  // job's last change of state (the other instances placed, started, ended) update it too,
-  // while that change's message tells only how it was then ("1 of 3 placed").
-  const reason =
-    job.state === state || !latest || latest.state !== state ? job.stateReason : latest.message ?? job.stateReason;
+  const reason = shownReason({ state: job.state, reason: job.stateReason ?? null }, state, latest);
   const states = useMemo(() => instanceStates(timeline.events, attempt), [timeline, attempt]);
   const [params, setParams] = useSearchParams();
   const logOf = params.get("log");
