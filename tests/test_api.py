@@ -16,7 +16,7 @@ from server.api.schema import current_schema
 from server.app import create_app
 from tests.api_support import gql, serving
 from tests.jobs import as_json, as_yaml, v1, v2
-from tests.servers import paigraph
+from tests.servers import free_port, paigraph
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schema.graphql"
 
@@ -215,8 +215,10 @@ async def test_health(client: httpx.AsyncClient) -> None:
 
 
 def test_serve_refuses_a_kubernetes_backend_without_a_cluster(tmp_path: Path) -> None:
+    # a port of its own: the default one may be taken by a server someone runs meanwhile
     done = paigraph(
-        *("serve", "--backend", "kubernetes", "--db", f"sqlite:///{tmp_path / 'k.db'}"),
+        *("serve", "--backend", "kubernetes", "--port", str(free_port())),
+        *("--db", f"sqlite:///{tmp_path / 'k.db'}"),
         env={"PAIGRAPH_KUBECONFIG": str(tmp_path / "no-such-kubeconfig")},
         timeout=60,
     )

@@ -315,6 +315,8 @@ def test_a_job_made_of_marketplace_items_reads_their_data_and_runs_their_code(
     # serve-files tells how to point the items at it
     told = f"paigraph market import examples/marketplace --set files={files_address}"
     assert told in file_server.read_text()
+    allowing = "start it with: PAIGRAPH_ALLOWED_FETCH_NETWORKS=127.0.0.1 ./scripts/serve"
+    assert allowing in file_server.read_text()
     assert imported.returncode == 0, imported.stderr
     job_id = submitted(server, "using-marketplace/train-on-clusters.yaml")
     accuracy = {0: "0.93", 1: "1.00"}

@@ -145,6 +145,8 @@ def test_scripts_test_then_serve_run_on_debian_python_in_one_virtual_environment
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "making the virtual environment" in tested.stderr
+    # pip's own progress: a line per package it installs
+    assert "Successfully installed" in tested.stderr, tested.stderr
     assert "1 passed" in tested.stdout
     venv = clone.repository / ".venv"
     base = [str(venv / "bin" / "python"), "-c", "import sys; print(sys.base_prefix)"]
@@ -157,6 +159,10 @@ def test_scripts_test_then_serve_run_on_debian_python_in_one_virtual_environment
         until(lambda: answers(port), f"scripts/serve answering on {port}", timeout=120)
         said = log.read_text()
     assert "making the virtual environment" not in said and "installing" not in said, said
+    # each step says when it starts, so a long first run is never silent
+    for step in ("step 1 of 3: the virtual environment", "step 2 of 3: the web UI"):
+        assert f"==> {step}" in said, said
+    assert f"==> step 3 of 3: paigraph serve --port {port}" in said, said
     assert f"serving GraphQL on http://127.0.0.1:{port}/graphql" in said
 
 

@@ -74,6 +74,9 @@ def test_seed_004_items_publish_verbatim_and_use_gives_the_dataset_its_variable(
             page.get_by_role("button", name="Publish").click()
             page.wait_for_url(re.compile(r"/marketplace/(?!publish)[^/?]+$"))
             expect(page.get_by_test_id("content")).to_have_text(text)  # kept as written
+            if text is MNIST:  # a plugin-based item: its plugin where others have a URI
+                provided = page.get_by_test_id("prerequisites").locator("tbody tr")
+                expect(provided.locator("td").nth(2)).to_have_text("plugin cmd")
         variables = page.get_by_test_id("template-variables")
         expect(variables).to_contain_text("mountPath")
         expect(variables).to_contain_text("none: each use gives one")

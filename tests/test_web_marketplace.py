@@ -21,7 +21,7 @@ from tests.browser_support import (
 )
 from tests.marketplace_support import data_item, template
 from tests.simulated import job_config
-from tests.test_web_submit import no_problems, submit_and_watch
+from tests.test_web_submit import editor_text, no_problems, submit_and_watch
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
@@ -124,7 +124,7 @@ def test_a_template_is_published_from_a_file(site: Site, web_browser: Any, tmp_p
     with browser_page(web_browser, site.url, site.alice) as (page, _):
         page.goto("/marketplace/publish")
         page.set_input_files("input[type=file]", str(file))
-        expect(page.locator("#content")).to_have_value(re.compile("name: from-file"))
+        expect(page.locator("#content")).to_contain_text("name: from-file")
         page.get_by_role("button", name="Publish").click()
         item_path(page)
         expect(page.locator("main .lead")).to_have_text("Read from a file.")
@@ -338,8 +338,8 @@ def test_the_owner_edits_a_new_version_then_deletes_the_item(site: Site, web_bro
         page.get_by_role("link", name="Edit").click()
         page.wait_for_url(re.compile(r"/edit$"))
         content = page.locator("#content")
-        expect(content).to_have_value(re.compile("echo one"))
-        content.fill(content.input_value().replace("echo one", "echo two"))
+        expect(content).to_contain_text("echo one")
+        content.fill(editor_text(page).replace("echo one", "echo two"))
         page.fill("#summary", "Says two now")
         page.fill("#tags", "new, fresh")
         page.get_by_role("button", name="Save").click()
@@ -380,7 +380,12 @@ def test_a_bad_publish_shows_each_error_at_its_field_and_keeps_what_was_typed(
         page.get_by_role("button", name="Publish").click()
         errors = page.get_by_test_id("error-content")
         expect(errors).to_contain_text("taskRoles.main.resourcePerInstance.cpu:")
-        expect(page.locator("#content")).to_have_attribute("aria-invalid", "true")
+        # the same editor as the Submit page's, the problem marked at its own line
+        cpu_line = bad.splitlines().index(
+            next(line for line in bad.splitlines() if "cpu: 0" in line)
+        )
+        marked = page.locator(".cm-line").nth(cpu_line).locator(".cm-lintRange-error")
+        expect(marked).to_have_text("cpu: 0")
         assert page.url.endswith("/marketplace/publish")
 
         page.fill("#content", bad.replace("cpu: 0", "cpu: 1"))

@@ -1,7 +1,8 @@
 """The web UI in headless chromium against a real `paigraph serve` on the Docker simulator:
-sign-in, the live jobs list, a multi-role job page with ports and logs, following a log,
-stopping a job, another user's job, GraphiQL with the network cut off, and a job page that
-loses its websocket without missing or repeating an event."""
+sign-in, the live jobs list (anyone's, with jobs submitted after it opened), a multi-role job
+page with ports and logs, following a log, stopping a job, another user's job, GraphiQL with
+the network cut off, and a job page that loses its websocket without missing or repeating an
+event."""
 
 from __future__ import annotations
 
@@ -327,7 +328,11 @@ def test_a_prerequisite_from_the_marketplace_links_to_its_item(
         screenshot(page, "marketplace-item")
 
 
-def test_an_admin_switches_the_list_to_every_users_jobs(site: Site, web_browser: Any) -> None:
+def test_every_user_switches_the_list_to_everyones_jobs_and_new_ones_arrive_live(
+    site: Site, web_browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
     site.api(site.bob).submit(job_config(name="bobs", roles={"main": {"commands": ["true"]}}))
     with browser_page(web_browser, site.url, site.root) as (page, _):
         page.goto("/")
@@ -336,10 +341,25 @@ def test_an_admin_switches_the_list_to_every_users_jobs(site: Site, web_browser:
         page.select_option("select[name=owner]", "all")
         page.locator("tr[data-job=bobs]").wait_for()
         assert "all=1" in page.url
-    with browser_page(web_browser, site.url, site.bob) as (page, _):
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
         page.goto("/")
+        expect(page.locator("tr[data-job=bobs]")).to_have_count(0)  # her own, first
+        page.select_option("select[name=owner]", "all")  # a plain user may switch too
         page.locator("tr[data-job=bobs]").wait_for()
-        assert page.locator("select[name=owner]").count() == 0  # only admins may switch
+        assert "all=1" in page.url
+        page.evaluate("window.__notReloaded = true")
+        # a job submitted while the list is open appears in it, and follows its states
+        site.api(site.bob).submit(
+            job_config(name="arrives", roles={"main": {"commands": ["sleep 2"]}})
+        )
+        arrived = page.locator("tr[data-job=arrives]")
+        arrived.wait_for(timeout=60_000)
+        assert arrived.locator("td").all_inner_texts()[1] == "bob"
+        page.wait_for_selector("tr[data-job=arrives] [data-state=SUCCEEDED]", timeout=90_000)
+        assert page.evaluate("window.__notReloaded") is True
+        screenshot(page, "jobs-everyone-live")
+        page.select_option("select[name=owner]", "mine")
+        expect(page.locator("tr[data-job=arrives]")).to_have_count(0)
 
 
 def test_under_the_content_security_policy_no_inline_script_runs_and_no_other_site_frames_a_page(

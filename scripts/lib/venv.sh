@@ -47,7 +47,7 @@ paigraph_venv_create() {
         echo "On Debian or Ubuntu: apt-get install python3-venv" >&2
         return 1
     fi
-    echo "making the virtual environment $venv with $(command -v "$python")" >&2
+    echo "==> making the virtual environment $venv with $(command -v "$python")" >&2
     if ! "$python" -m venv --clear "$venv" >&2; then
         rm -rf "$venv"
         return 1
@@ -65,11 +65,14 @@ paigraph_venv() {
         paigraph_venv_create "$venv" "$python" || return 1
     fi
     if ! paigraph_venv_current "$stamp_file" "$extras"; then
-        echo "installing paigraph${extras:+ [$extras]} and its dependencies into $venv" \
-            "(again only when pyproject.toml changes)" >&2
+        echo "==> installing paigraph${extras:+ [$extras]} and its dependencies into $venv" \
+            "(a few minutes the first time; again only when pyproject.toml changes)" >&2
         rm -f "$stamp_file"
-        PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip install --quiet \
-            -e ".${extras:+[$extras]}" || return 1
+        # pip's own lines (one per package it collects and installs) are the progress; they go
+        # to stderr, as every other step's, so that stdout stays the commands' own
+        PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip install --progress-bar off \
+            -e ".${extras:+[$extras]}" >&2 || return 1
+        echo "==> paigraph${extras:+ [$extras]} is installed in $venv" >&2
         paigraph_venv_stamp "$extras" >"$stamp_file"
     fi
     export VIRTUAL_ENV="$venv"

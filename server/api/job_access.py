@@ -3,8 +3,9 @@
 OpenPAI lets every signed-in user read every job (secrets masked), and so does paigraph by
 default (`all`). With `own`, a user reads only their own jobs, and an admin every job: a job
 of another user is then exactly like one that does not exist, in `job`, `node`, the `jobs`
-list, the `jobEvents` and `taskLogs` subscriptions and `/exec`. Everything else a job shows
-(its config, instances, events, logs) is reached through the job, so it follows.
+list, the `jobEvents`, `jobsChanged` and `taskLogs` subscriptions and `/exec`. Everything
+else a job shows (its config, instances, events, logs) is reached through the job, so it
+follows.
 
 The setting: `paigraph serve --job-visibility`, or $PAIGRAPH_JOB_VISIBILITY.
 """

@@ -15,7 +15,16 @@ from server.api.errors import ApiError
 from server.api.ids import expect_global_id, parse_global_id
 from server.api.limits import page_size
 from server.api.lookahead import selected_below
-from server.api.types import Job, JobConnection, JobEdge, JobFilter, Node, PageInfo, User
+from server.api.types import (
+    Job,
+    JobConnection,
+    JobEdge,
+    JobFilter,
+    Node,
+    PageInfo,
+    User,
+    changes_cursor,
+)
 from server.protocol.model import JobSpec
 from server.store import Instance, JobCursor
 from server.store import JobFilter as StoreJobFilter
@@ -31,9 +40,22 @@ def _version() -> str:
 
 @dataclass(frozen=True)
 class JobPage:
+    since: int  # the newest event id before the page was read
     page: StoredJobPage
     specs: dict[str, JobSpec]
     instances: dict[str, list[Instance]]
+
+
+def store_filter(info: Info, filter: JobFilter | None) -> StoreJobFilter:
+    """The store's filter for a `JobFilter`, narrowed to the jobs the viewer may read."""
+    return StoreJobFilter(
+        states=tuple(filter.state or ()) if filter else (),
+        owner=filter.user if filter else None,
+        virtual_cluster=filter.virtual_cluster if filter else None,
+        name=filter.name if filter else None,
+        name_contains=filter.name_contains if filter else None,
+        owner_id=info.context.job_owner_limit,
+    )
 
 
 def _job_cursor(after: str | None) -> JobCursor | None:
@@ -111,14 +133,7 @@ class Query:
         filter: JobFilter | None = None,
     ) -> JobConnection:
         size = page_size(first)
-        where = StoreJobFilter(
-            states=tuple(filter.state or ()) if filter else (),
-            owner=filter.user if filter else None,
-            virtual_cluster=filter.virtual_cluster if filter else None,
-            name=filter.name if filter else None,
-            name_contains=filter.name_contains if filter else None,
-            owner_id=info.context.job_owner_limit,
-        )
+        where = store_filter(info, filter)
         store, loaders = info.context.store, info.context.loaders
         after_cursor = _job_cursor(after)
         roles = selected_below(info, "edges", "node", "taskRoles")
@@ -126,9 +141,11 @@ class Query:
 
         def read() -> JobPage:
             """The page, and what the query wants of its jobs, in one worker-thread hop."""
+            since = store.newest_event_id()  # before the page: a change meanwhile is told again
             page = store.list_jobs(where, first=size, after=after_cursor)
             ids = [stored.id for stored in page.jobs]
             return JobPage(
+                since,
                 page,
                 store.job_specs(ids) if roles and ids else {},
                 store.current_instances({j.id: j.attempt for j in page.jobs}) if instances else {},
@@ -143,6 +160,7 @@ class Query:
         edges = [JobEdge(cursor=j.cursor.encode(), node=Job.from_value(j)) for j in page.jobs]
         end = page.end_cursor
         return JobConnection(
+            changes_cursor=changes_cursor(found.since),
             edges=edges,
             page_info=PageInfo(
                 has_next_page=page.has_next, end_cursor=end.encode() if end else after

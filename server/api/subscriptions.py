@@ -1,4 +1,5 @@
-"""The Subscription type: a job's events from a cursor on, and a task instance's output.
+"""The Subscription type: a job's events from a cursor on, the jobs of a list that change,
+and a task instance's output.
 
 `jobEvents` follows the event bus's rule (server/events): subscribe first, then read the log
 after the cursor, and read again on every notice. A notice published between the first read
@@ -9,6 +10,9 @@ Subscribers of one job woken by the same notice read the same rows: the first to
 the read and the others wait for its answer, so a change costs one query however many follow
 the job. Sharing is safe because such a read begins after the notice arrived, and a notice is
 published only once its rows are committed.
+
+`jobsChanged` follows the same rule over every job's notices, with the id of the newest event
+read (of any job) as its cursor: ids grow in commit order (server/store/jobs.py, `_append`).
 """
 
 from __future__ import annotations
@@ -24,9 +28,22 @@ from backends.base import BackendError
 from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import expect_global_id
-from server.api.types import JobEvent, LogChunk, not_found, parse_event_cursor
+from server.api.queries import store_filter
+from server.api.types import (
+    Job,
+    JobChange,
+    JobEvent,
+    JobFilter,
+    LogChunk,
+    changes_cursor,
+    not_found,
+    parse_changes_cursor,
+    parse_event_cursor,
+)
 from server.events import JobNotice
 from server.store import JOB_STATE, Event, Store
+from server.store import Job as StoredJob
+from server.store import JobFilter as StoreJobFilter
 
 READ_BATCH = 100
 # reads under way that later subscribers may join: (loop, store, job, cursor, notice) -> rows
@@ -118,6 +135,29 @@ async def follow_events(
                 break
 
 
+async def follow_changes(
+    store: Store, notices: AsyncIterator[JobNotice], where: StoreJobFilter, after: int
+) -> AsyncGenerator[tuple[StoredJob, int], None]:
+    """Each job matching `where` that has events after the event id `after`, with the id to
+    resume after it, read again on every notice of any job; until the bus closes. Several
+    events of one job read together tell it once, as it is now."""
+    cursor = after
+    while True:
+        while True:
+            jobs, moved = await asyncio.to_thread(
+                store.jobs_changed_after, cursor, where, limit=READ_BATCH
+            )
+            for index, (job, newest) in enumerate(jobs):
+                # a job's state covers its events read: resuming after its newest tells only
+                # the jobs after it; after the last, only events of jobs outside the filter are left
+                yield job, (moved if index == len(jobs) - 1 else newest)
+            if moved == cursor:
+                break
+            cursor = moved
+        if await anext(notices, None) is None:  # the bus closed: the server is stopping
+            return
+
+
 @strawberry.type
 class Subscription:
     @strawberry.subscription(
@@ -137,6 +177,25 @@ class Subscription:
                 raise not_found("job", "jobId")
             async for event in follow_events(runtime.store, notices, key, since):
                 yield _VIEWS.view(event)
+
+    @strawberry.subscription(
+        description="Jobs that enter the filter or change within it (a new job, a new state, "
+        "an instance placed ...) after the cursor `after` (a list's `changesCursor`, or a "
+        "change's `cursor` to resume after a reconnect; from now on without it), each with "
+        "its state when it is told. Only jobs the viewer may read."
+    )
+    async def jobs_changed(
+        self, info: Info, filter: JobFilter | None = None, after: str | None = None
+    ) -> AsyncGenerator[JobChange, None]:
+        info.context.viewer  # noqa: B018 - only the authenticated may subscribe
+        where = store_filter(info, filter)
+        since = parse_changes_cursor(after) if after is not None else None
+        runtime = info.context.runtime
+        async with runtime.bus.subscribe(None) as notices:
+            store = runtime.store
+            start = since if since is not None else await asyncio.to_thread(store.newest_event_id)
+            async for job, resume in follow_changes(store, notices, where, start):
+                yield JobChange(job=Job.from_value(job), cursor=changes_cursor(resume))
 
     @strawberry.subscription(
         description="A task instance's output in chunks: from byte `offset`, or its last "

@@ -510,6 +510,30 @@ class JobEdge:
 class JobConnection:
     edges: list[JobEdge]
     page_info: PageInfo
+    changes_cursor: str = strawberry.field(
+        description="Where `jobsChanged` picks up for this list: what changed from just "
+        "before it was read."
+    )
+
+
+@strawberry.type(description="A job that entered a list's filter or changed within it.")
+class JobChange:
+    job: Job
+    cursor: str = strawberry.field(
+        description="Give it as `after` when subscribing again (e.g. after a reconnect)."
+    )
+
+
+def changes_cursor(event_id: int) -> str:
+    return cursor("changes", event_id)
+
+
+def parse_changes_cursor(value: str, *, argument: str = "after") -> int:
+    """The event id a `jobsChanged` cursor points at."""
+    parts = parse_cursor(value, argument=argument)
+    if len(parts) != 2 or parts[0] != "changes" or not isinstance(parts[1], int) or parts[1] < 0:
+        raise BadId(f"{argument}: {value!r} is not a jobsChanged cursor this service gave out")
+    return parts[1]
 
 
 @strawberry.input(description="Which jobs to list; every field given must match.")

@@ -235,22 +235,7 @@ class JobStore(Repository):
         """Jobs newest first, `first` (0 to 100) of them after the cursor, matching `where`."""
         if not 0 <= first <= MAX_PAGE:
             raise InvalidValue(f"first must be between 0 and {MAX_PAGE}, got {first}")
-        where = where or JobFilter()
-        query = _jobs_query()
-        if where.states:
-            query = query.where(col(JobRow.state).in_([JobState(s).value for s in where.states]))
-        if where.owner is not None:
-            query = query.where(col(UserRow.name) == where.owner)
-        if where.owner_id is not None:
-            query = query.where(col(JobRow.owner_id) == where.owner_id)
-        if where.virtual_cluster is not None:
-            query = query.where(col(JobRow.virtual_cluster) == where.virtual_cluster)
-        if where.name is not None:
-            query = query.where(col(JobRow.name) == where.name)
-        if where.name_contains:
-            query = query.where(
-                func.lower(col(JobRow.name)).contains(where.name_contains.lower(), autoescape=True)
-            )
+        query = _matching(_jobs_query(), where or JobFilter())
         if after is not None:
             query = query.where(
                 tuple_(col(JobRow.submitted_at), col(JobRow.id))
@@ -260,6 +245,49 @@ class JobStore(Repository):
         with self._read() as session:
             jobs = [_job(row) for row in session.execute(query)]
         return JobPage(jobs=jobs[:first], has_next=len(jobs) > first)
+
+    def newest_event_id(self) -> int:
+        """The id of the newest event of any job (0 without any): where a `jobs_changed_after`
+        reader starts that wants only what happens from now on."""
+        with self._read() as session:
+            return session.scalar(select(func.max(col(EventRow.id)))) or 0
+
+    def jobs_changed_after(
+        self, after: int, where: JobFilter | None = None, *, limit: int = 100
+    ) -> tuple[list[tuple[Job, int]], int]:
+        """The jobs matching `where` that have events with an id above `after` (a job entered
+        the list, or changed), oldest change first, each with the id of its newest event read,
+        and the id to read after next time.
+
+        Event ids grow in the order their transactions commit (see `_append`), so reading on
+        from the returned id misses nothing and tells each change once. At most `limit` events
+        are looked at per call: call again while the id moves."""
+        with self._read() as session:
+            rows = session.execute(
+                select(col(EventRow.id), col(EventRow.job_id))
+                .where(col(EventRow.id) > after)
+                .order_by(col(EventRow.id))
+                .limit(limit)
+            ).all()
+            if not rows:
+                return [], after
+            newest: dict[str, int] = {}
+            for event_id, job_id in rows:
+                assert event_id is not None  # a stored row's primary key
+                newest[job_id] = event_id
+            matching = {
+                job.id: job
+                for job in map(
+                    _job,
+                    session.execute(
+                        _matching(_jobs_query(), where or JobFilter()).where(
+                            col(JobRow.id).in_(list(newest))
+                        )
+                    ),
+                )
+            }
+        ordered = sorted(newest, key=newest.__getitem__)
+        return [(matching[j], newest[j]) for j in ordered if j in matching], max(newest.values())
 
     def unfinished_jobs(self) -> list[Job]:
         """Every job that has not reached a final state (what a restarted server resumes)."""
@@ -353,6 +381,25 @@ class JobStore(Repository):
                 .limit(limit)
             )
             return [_event(row) for row in rows]
+
+
+def _matching(query: Select[Any], where: JobFilter) -> Select[Any]:
+    """`query` narrowed to the jobs `where` asks for."""
+    if where.states:
+        query = query.where(col(JobRow.state).in_([JobState(s).value for s in where.states]))
+    if where.owner is not None:
+        query = query.where(col(UserRow.name) == where.owner)
+    if where.owner_id is not None:
+        query = query.where(col(JobRow.owner_id) == where.owner_id)
+    if where.virtual_cluster is not None:
+        query = query.where(col(JobRow.virtual_cluster) == where.virtual_cluster)
+    if where.name is not None:
+        query = query.where(col(JobRow.name) == where.name)
+    if where.name_contains:
+        query = query.where(
+            func.lower(col(JobRow.name)).contains(where.name_contains.lower(), autoescape=True)
+        )
+    return query
 
 
 # --- writing helpers -------------------------------------------------------------------------
@@ -472,6 +519,9 @@ def _end_earlier_attempts(
             )
 
 
+_EVENT_APPEND_LOCK = 0x7061_6967_6576  # "paigev": the advisory lock event appends take turns on
+
+
 def _append(
     session: Session, job_id: str, last: int, changes: Sequence[Transition | NewEvent]
 ) -> list[Event]:
@@ -479,6 +529,11 @@ def _append(
     events = [_new_event(job_id, last + n, change) for n, change in enumerate(changes, start=1)]
     if not events:
         return []
+    if session.get_bind().dialect.name == "postgresql":
+        # Event ids must grow in commit order, so that a reader of every job's changes after an
+        # id (`jobs_changed_after`) never skips a row committed late with a lower id: appends
+        # take turns until their transaction ends. SQLite has one writer at a time anyway.
+        session.execute(select(func.pg_advisory_xact_lock(_EVENT_APPEND_LOCK)))
     session.execute(
         insert(EventRow),
         [

@@ -26,6 +26,18 @@ export const JobsQuery = graphql(`
         hasNextPage
         endCursor
       }
+      changesCursor
+    }
+  }
+`);
+
+export const JobsChangedSubscription = graphql(`
+  subscription JobsChanged($filter: JobFilter, $after: String) {
+    jobsChanged(filter: $filter, after: $after) {
+      cursor
+      job {
+        ...JobRow
+      }
     }
   }
 `);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { addEvents, emptyTimeline, instanceStates, jobState, shownState, type TimelineEvent } from "./timeline";
+import { addEvents, emptyTimeline, instanceStates, jobState, shownReason, shownState, type TimelineEvent } from "./timeline";
 
 function event(sequence: number, extra: Partial<TimelineEvent> = {}): TimelineEvent {
   return { cursor: `c${sequence}`, sequence, at: "2024-05-01T12:00:00Z", type: "JOB_STATE", ...extra };
@@ -48,5 +48,20 @@ describe("shownState", () => {
     expect(shownState("SUCCEEDED", "STARTING")).toBe("SUCCEEDED");
     expect(shownState("STOPPED", "FAILED")).toBe("FAILED");
     expect(shownState("WAITING", null)).toBe("WAITING");
+  });
+});
+
+describe("shownReason", () => {
+  const entered = { state: "STARTING", message: "starting: 1 of 3 instance(s) placed" };
+
+  it("gives the job's current reason once the read caught up, not the message it entered with", () => {
+    const read = { state: "STARTING", reason: "starting: 3 of 3 instance(s) placed" };
+    expect(shownReason(read, "STARTING", entered)).toBe("starting: 3 of 3 instance(s) placed");
+  });
+
+  it("gives the newest change's message while the read lags behind it", () => {
+    const read = { state: "WAITING", reason: "waiting: attempt 1 queued" };
+    expect(shownReason(read, "STARTING", entered)).toBe("starting: 1 of 3 instance(s) placed");
+    expect(shownReason(read, "STARTING", { state: "STARTING", message: null })).toBe("waiting: attempt 1 queued");
   });
 });

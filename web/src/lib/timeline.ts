@@ -83,6 +83,18 @@ export function shownState(read: string, fromTimeline: string | null | undefined
   return fromTimeline;
 }
 
+/** Why the job is in the state shown: the job's own reason as last read (refetched after every
+ * event, so instance events after the job's last change of state update it: "3 of 3 placed"),
+ * unless the timeline is ahead of that read, when its newest change's message is all there is. */
+export function shownReason(
+  read: { state: string; reason: string | null },
+  shown: string,
+  latest: { state: string; message: string | null } | null,
+): string | null {
+  if (read.state === shown || !latest || latest.state !== shown) return read.reason;
+  return latest.message ?? read.reason;
+}
+
 function isFinalState(state: string): boolean {
   return state === "SUCCEEDED" || state === "FAILED" || state === "STOPPED";
 }

@@ -292,19 +292,28 @@ function ComponentParts({ item }: { item: Item }) {
   );
 }
 
+/** Where a prerequisite comes from: its reference, its URIs, or else the plugin that sets it up
+ * (a plugin-based item, e.g. seed 004's `cmd` dataset, has no URI). */
+function provides(p: Item["prerequisites"][number]) {
+  if (p.reference) return <code>{p.reference}</code>;
+  if (p.uri.length > 0) return <code>{p.uri.join(", ")}</code>;
+  if (p.plugin) return <span>plugin <code>{p.plugin}</code></span>;
+  return <span className="muted">—</span>;
+}
+
 function Prerequisites({ item }: { item: Item }) {
   if (item.prerequisites.length === 0) return <p className="muted">None.</p>;
   return (
     <table data-testid="prerequisites">
       <thead>
-        <tr><th>Name</th><th>Type</th><th>URI</th><th>Version</th></tr>
+        <tr><th>Name</th><th>Type</th><th>URI or plugin</th><th>Version</th></tr>
       </thead>
       <tbody>
         {item.prerequisites.map((p) => (
           <tr key={`${p.type}:${p.name}`}>
             <td>{p.name}</td>
             <td>{p.type ? typeLabel(p.type) : "—"}</td>
-            <td><code>{p.reference ?? p.uri.join(", ")}</code></td>
+            <td>{provides(p)}</td>
             <td>{p.version ?? "—"}</td>
           </tr>
         ))}

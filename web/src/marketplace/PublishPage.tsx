@@ -1,11 +1,13 @@
 // Publish an item (from pasted YAML, a file, or one's job: `?job=<id>`) and change one (a new
 // version when its content changes). Every error the server gives comes back at its field.
-import { useState } from "react";
+import { useMemo, useState } from "react";
 import { Link, useNavigate, useParams, useSearchParams } from "react-router-dom";
 import { useMutation, useQuery } from "urql";
 import type { Visibility } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
 import { useSession } from "../session";
+import { Editor, type Mark } from "../submit/Editor";
+import { parse, placeOf } from "../submit/yamlDoc";
 import { VISIBILITIES, errorsByField, splitLabels, type FormField, type UserErrorLike } from "./publishForm";
 import { ItemDetailQuery, PublishItemMutation, PublishJobQuery, UpdateItemMutation } from "./queries";
 
@@ -137,6 +139,32 @@ export function EditPage() {
   );
 }
 
+/** The content's errors as marks on their lines: a path inside the content at the node it
+ * names, a "line N" in the message (the YAML or JSON itself is wrong) at that line. */
+function contentMarks(text: string, errors: UserErrorLike[]): Mark[] {
+  const parsed = parse(text);
+  const lineStart = (line: number) => parsed.lines.lineStarts[Math.max(0, line - 1)] ?? 0;
+  return errors
+    .filter((error) => error.path[0] === "content" || error.path[0] === "config")
+    .map((error) => {
+      const inside = error.path.slice(1);
+      const line = /\bline (\d+)/.exec(error.message);
+      let from = 0;
+      let to = 0;
+      if (inside.length > 0) {
+        const place = placeOf(parsed, inside);
+        from = place.from;
+        to = place.to;
+      } else if (line) {
+        from = to = lineStart(Number(line[1]));
+      } else if (parsed.syntax) {
+        from = to = lineStart(parsed.syntax.line);
+      }
+      const where = inside.length > 0 ? `${inside.join(".")}: ` : "";
+      return { from, to, severity: "error" as const, message: `${where}${error.message}` };
+    });
+}
+
 function ItemForm({
   initial,
   job,
@@ -161,12 +189,16 @@ function ItemForm({
     setValues({ ...values, [field]: event.target.value });
   const at = errorsByField(errors);
   const contentChanged = values.content !== initial.content;
+  // the content the errors are about: the marks show while the editor still holds it
+  const [sent, setSent] = useState<string | null>(null);
+  const marks = useMemo(() => (sent === null ? [] : contentMarks(sent, errors)), [sent, errors]);
   return (
     <form
       className="publish"
       noValidate
       onSubmit={(event) => {
         event.preventDefault();
+        setSent(values.content);
         onSubmit(values);
       }}
     >
@@ -181,14 +213,13 @@ function ItemForm({
           <label htmlFor="content">
             Content: a job template or a component, YAML or JSON
           </label>
-          <textarea
+          <Editor
             id="content"
-            name="content"
-            rows={16}
-            spellCheck={false}
+            label="Content"
             value={values.content}
-            aria-invalid={at.content ? true : undefined}
-            onChange={set("content")}
+            onChange={(content) => setValues((current) => ({ ...current, content }))}
+            marks={marks}
+            marksFor={sent}
           />
           <label className="file">
             or read it from a file{" "}

@@ -107,6 +107,7 @@ export const ItemDetailQuery = graphql(`
         name
         type
         uri
+        plugin
         version
         reference
       }

@@ -14,6 +14,7 @@ import {
   emptyTimeline,
   instanceStates,
   jobState,
+  shownReason,
   shownState,
   type Timeline,
   type TimelineEvent,
@@ -99,7 +100,7 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
   const latest = jobState(timeline.events);
   const state = shownState(job.state, latest?.state);
   const attempt = Math.max(latest?.attempt ?? 0, job.attempt); // attempts only grow
-  const reason = latest && latest.state === state ? latest.message ?? job.stateReason : job.stateReason;
+  const reason = shownReason({ state: job.state, reason: job.stateReason ?? null }, state, latest);
   const states = useMemo(() => instanceStates(timeline.events, attempt), [timeline, attempt]);
   const [params, setParams] = useSearchParams();
   const logOf = params.get("log");

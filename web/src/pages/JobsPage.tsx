@@ -1,5 +1,7 @@
-// The jobs table: the viewer's jobs (an admin may switch to everyone's), newest first,
-// filtered and paged through the URL; rows of unfinished jobs follow their jobEvents.
+// The jobs table: the viewer's jobs or everyone's (as far as the server's job_visibility lets
+// the viewer read them), newest first, filtered and paged through the URL; rows of unfinished
+// jobs follow their jobEvents, and jobs submitted since the list was read arrive through
+// jobsChanged.
 import { useEffect, useMemo, useState } from "react";
 import { Link, useSearchParams } from "react-router-dom";
 import { useQuery } from "urql";
@@ -7,7 +9,13 @@ import type { JobFilter, JobRowFragment, JobState } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
 import { JOB_STATES, formatTime, isFinal } from "../lib/format";
 import { follow } from "../lib/live";
-import { JobEventsSubscription, JobRowQuery, JobsQuery, VirtualClusterNamesQuery } from "../queries";
+import {
+  JobEventsSubscription,
+  JobRowQuery,
+  JobsChangedSubscription,
+  JobsQuery,
+  VirtualClusterNamesQuery,
+} from "../queries";
 import { useSession } from "../session";
 import { StateBadge } from "./StateBadge";
 
@@ -16,7 +24,7 @@ export const PAGE_SIZE = 25;
 export function JobsPage() {
   const { viewer, clients } = useSession();
   const [params, setParams] = useSearchParams();
-  const everyone = viewer.admin && params.get("all") === "1";
+  const everyone = params.get("all") === "1";
   const state = params.get("state") ?? "";
   const name = params.get("name") ?? "";
   const vc = params.get("vc") ?? "";
@@ -38,8 +46,10 @@ export function JobsPage() {
     variables: { first: PAGE_SIZE, after, filter },
   });
   const [{ data: vcs }] = useQuery({ query: VirtualClusterNamesQuery });
-  const rows = useMemo(() => data?.jobs.edges.map((edge) => edge.node) ?? [], [data]);
-  const live = useLiveRows(rows, clients);
+  const listed = useMemo(() => data?.jobs.edges.map((edge) => edge.node) ?? [], [data]);
+  const added = useNewJobs(listed, filter, data?.jobs.changesCursor ?? null, !after, clients);
+  const rows = useMemo(() => [...added, ...listed], [added, listed]);
+  const live = useLiveRows(listed, clients);
 
   function change(updates: Record<string, string | null>) {
     const next = new URLSearchParams(params);
@@ -64,19 +74,17 @@ export function JobsPage() {
           change({ name: nameInput.trim() || null });
         }}
       >
-        {viewer.admin && (
-          <label>
-            Jobs of
-            <select
-              name="owner"
-              value={everyone ? "all" : "mine"}
-              onChange={(event) => change({ all: event.target.value === "all" ? "1" : null })}
-            >
-              <option value="mine">me</option>
-              <option value="all">every user</option>
-            </select>
-          </label>
-        )}
+        <label>
+          Jobs of
+          <select
+            name="owner"
+            value={everyone ? "all" : "mine"}
+            onChange={(event) => change({ all: event.target.value === "all" ? "1" : null })}
+          >
+            <option value="mine">me</option>
+            <option value="all">every user</option>
+          </select>
+        </label>
         <label>
           State
           <select name="state" value={state} onChange={(event) => change({ state: event.target.value || null })}>
@@ -169,6 +177,50 @@ export function JobsPage() {
     </section>
   );
 }
+
+/** The jobs that entered the list after it was read (`since`, its changesCursor), newest
+ * first, each as last told: a new job is shown on the first page at once, without a reload.
+ * Rows already listed follow their own jobEvents (`useLiveRows`), which also tell when a job
+ * leaves the filter's state. A new reading of the list (its cursor) starts again. */
+function useNewJobs(
+  listed: JobRowFragment[],
+  filter: JobFilter,
+  since: string | null,
+  firstPage: boolean,
+  clients: ReturnType<typeof useSession>["clients"],
+) {
+  const [told, setTold] = useState<{ since: string | null; jobs: JobRowFragment[] }>({ since: null, jobs: [] });
+  const filterKey = JSON.stringify(filter);
+  useEffect(() => {
+    if (!since || !firstPage) return;
+    const known = new Set(listed.map((row) => row.id));
+    return follow(
+      clients.ws,
+      JobsChangedSubscription,
+      { filter: JSON.parse(filterKey) as JobFilter, after: since as string | null },
+      (data, variables) => {
+        variables.after = data.jobsChanged.cursor;
+      },
+      {
+        next(data) {
+          const job = data.jobsChanged.job;
+          if (known.has(job.id)) return;
+          setTold((current) => {
+            const jobs = current.since === since ? current.jobs : [];
+            const at = jobs.findIndex((row) => row.id === job.id);
+            if (at >= 0) return { since, jobs: jobs.map((row, i) => (i === at ? job : row)) };
+            return { since, jobs: [job, ...jobs] };
+          });
+        },
+      },
+    );
+    // The listed rows are read through `since`: a new reading of the list has a new cursor.
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [since, firstPage, filterKey, clients]);
+  return told.since === since ? told.jobs : NONE;
+}
+
+const NONE: JobRowFragment[] = [];
 
 /** The newest known version of each unfinished row: its state at once from each JOB_STATE
  * event, the rest (counts, times) read again after any event. What is known belongs to one

@@ -23,6 +23,8 @@ export function Editor({
   marks,
   marksFor,
   handle,
+  id,
+  label = "Job YAML",
 }: {
   value: string;
   onChange: (text: string) => void;
@@ -30,6 +32,10 @@ export function Editor({
   /** The text the marks were computed for: they are shown only while it is the editor's. */
   marksFor: string | null;
   handle?: React.RefObject<EditorHandle | null>;
+  /** The editable element's id, for a <label htmlFor> (and tests) to find it. */
+  id?: string;
+  /** Its accessible name. */
+  label?: string;
 }) {
   const host = useRef<HTMLDivElement>(null);
   const view = useRef<EditorView | null>(null);
@@ -51,7 +57,7 @@ export function Editor({
         EditorView.updateListener.of((update) => {
           if (update.docChanged) changed.current(update.state.doc.toString());
         }),
-        EditorView.contentAttributes.of({ "aria-label": "Job YAML", "data-testid": "yaml-editor" }),
+        EditorView.contentAttributes.of({ "aria-label": label, "data-testid": "yaml-editor", ...(id ? { id } : {}) }),
       ],
     });
     view.current = created;
