@@ -212,13 +212,13 @@ def _shell_quote(value: str) -> str:
     return "'" + value.replace("'", "'\"'\"'") + "'"
 
 
-# v1's dataDir, outputDir and codeDir, exported as OpenPAI's v1 runtime exported them: with
-# $PAI_DEFAULT_FS_URI, $PAI_JOB_NAME and $PAI_USER_NAME expanded (every instance has them).
+# v1's dataDir, outputDir and codeDir, exported as OpenPAI's v1 runtime exported them: with the
+# job-wide variables it replaced there expanded (every instance has them in its environment).
 _V1_LOCATIONS = frozenset({"PAI_DATA_DIR", "PAI_OUTPUT_DIR", "PAI_CODE_DIR"})
-_EXPANDED = re.compile(
-    r"\$(?:\{(PAI_DEFAULT_FS_URI|PAI_JOB_NAME|PAI_USER_NAME)\}"
-    r"|(PAI_DEFAULT_FS_URI|PAI_JOB_NAME|PAI_USER_NAME)(?!\w))"
+_JOB_WIDE = (
+    "PAI_DEFAULT_FS_URI|PAI_JOB_NAME|PAI_USER_NAME|PAI_USERNAME|PAI_JOB_VC_NAME|PAI_VIRTUAL_CLUSTER"
 )
+_EXPANDED = re.compile(rf"\$(?:\{{({_JOB_WIDE})\}}|({_JOB_WIDE})(?!\w))")
 
 
 def _exported(name: str, value: str) -> str:
