@@ -196,6 +196,7 @@ class DockerBackend(ThreadedBackend):
             fetch_policy=self.settings.fetch_policy,
             dfs=self.file_systems,
             node_dir=state / "nodes",
+            mirrors=self.settings.fetch_mirrors,
         )
         self.host_cpus, self.host_memory_mb = self.engine.host_capacity()
         self._host = HostLimits(self.host_cpus, self.host_memory_mb, self.settings.pids_limit)

@@ -56,7 +56,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import astuple, dataclass
 from enum import StrEnum
 from pathlib import Path, PurePath
@@ -254,6 +254,13 @@ class MaterialStore:
     node_dir: where each user's simulated node folders are kept: a bare path outside the
         allowed roots (`/mnt/output`) is then `<node_dir>/users/<owner>/mnt/output`, instead
         of being refused (None: refused).
+    mirrors: URL prefixes fetched from somewhere else (`https://github.com/` ->
+        `file:///srv/git-mirror/`), for a machine that cannot reach the original: a data URL or
+        script repository starting with a key is fetched from the value followed by the rest,
+        which then passes the same checks (allowed roots, fetch policy) as if written so. The
+        longest matching prefix wins; the job still names, and is told, its original URIs. A key
+        may end in a script's `@ref` (`https://github.com/org/repo@<commit>`): that pinned
+        checkout is then the mirror's HEAD, for a copy that holds only the pinned tree.
     """
 
     def __init__(
@@ -270,7 +277,9 @@ class MaterialStore:
         fetch_policy: FetchPolicy | None = None,
         dfs: FileSystems | None = None,
         node_dir: Path | None = None,
+        mirrors: Mapping[str, str] | None = None,
     ) -> None:
+        self.mirrors = sorted((mirrors or {}).items(), key=lambda item: -len(item[0]))
         self.cache_dir = Path(cache_dir).resolve()
         self.storage_dir = Path(storage_dir).resolve()
         self.dfs = dfs
@@ -547,6 +556,13 @@ class MaterialStore:
         root = min((r for r in roots if path.is_relative_to(r)), key=lambda r: len(r.parts))
         return root, path.relative_to(root)
 
+    def mirrored(self, uri: str) -> str:
+        """Where `uri` is fetched from: behind the longest mirror prefix it starts with, if any."""
+        for prefix, replacement in self.mirrors:
+            if uri.startswith(prefix):
+                return replacement + uri[len(prefix) :]
+        return uri
+
     def _allowed(self, path: Path) -> bool:
         """Inside an allowed root and outside everything protected."""
         return any(path.is_relative_to(root) for root in self.allowed_file_roots) and not any(
@@ -557,7 +573,8 @@ class MaterialStore:
         if not uris:
             raise UnservableMaterial(f"prerequisite {name!r}: a data prerequisite needs a URI")
         sources: list[_Source] = []
-        for uri in uris:
+        for written in uris:
+            uri = self.mirrored(written)
             match = _SCHEME.match(uri)
             scheme = match.group(1).lower() if match else None
             if scheme in ("http", "https"):
@@ -604,7 +621,10 @@ class MaterialStore:
                 f"prerequisite {name!r}: a script prerequisite takes exactly one repository "
                 f"(got {len(uris)})"
             )
-        spec = parse_repo(name, uris[0])
+        written = uris[0].strip()
+        spec = parse_repo(name, self.mirrored(written))
+        if self.mirrored(written) == written:  # e.g. `host/path`, which means https
+            spec = RepoSpec(url=self.mirrored(spec.url), ref=spec.ref)
         if spec.url.startswith("/") or spec.url.lower().startswith("file://"):
             spec = RepoSpec(url=self._local(name, spec.url).as_uri(), ref=spec.ref)
         return spec

@@ -63,6 +63,14 @@ Settings (YAML keys):
     although they are not public (default: none, so loopback, private, link-local and other
     non-public addresses are refused; see ``simulator.fetch_policy``). The environment
     variable ``PAIGRAPH_ALLOWED_FETCH_NETWORKS`` (comma-separated) overrides the file.
+``fetch_mirrors``
+    URL prefixes that data downloads and script repositories are fetched from elsewhere, for a
+    machine that cannot reach the original (offline, or a local copy kept for speed):
+    ``{"https://github.com/": "file:///srv/git/github/"}`` clones
+    ``https://github.com/org/repo@ref`` from ``/srv/git/github/org/repo``. The longest matching
+    prefix wins; the replacement is checked as if the job had written it (a ``file://`` one
+    must lie under ``allowed_file_roots``, an address under ``allowed_fetch_networks``). Jobs
+    keep their URIs as written. Default: none.
 ``default_fs_uri``
     The cluster's default file system as jobs see it in ``PAI_DEFAULT_FS_URI`` (default
     ``hdfs://paigraph-dfs:9000``). It and every other ``hdfs://host:port`` a job names are
@@ -268,6 +276,10 @@ class SimulatorSettings(_Strict):
     allowed_fetch_networks: list[str] = Field(
         default_factory=list, description="Non-public networks and hosts downloads may reach."
     )
+    fetch_mirrors: dict[str, str] = Field(
+        default_factory=dict,
+        description="URL prefixes fetched from another URL or local folder instead.",
+    )
     default_fs_uri: str = Field(
         default="hdfs://paigraph-dfs:9000",
         description="PAI_DEFAULT_FS_URI: the simulated default file system.",
@@ -325,6 +337,18 @@ class SimulatorSettings(_Strict):
             FetchPolicy.parse(value)
         except FetchPolicyError as exc:
             raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("fetch_mirrors", mode="after")
+    @classmethod
+    def _mirror_prefixes(cls, value: dict[str, str]) -> dict[str, str]:
+        for prefix, replacement in value.items():
+            if not re.match(r"(https?|git)://[^/]+", prefix):
+                raise ValueError(f"{prefix!r}: a mirrored prefix is an http, https or git URL")
+            if not re.match(r"(https?|git|file)://", replacement):
+                raise ValueError(
+                    f"{prefix!r}: its mirror {replacement!r} is an http, https, git or file URL"
+                )
         return value
 
     @field_validator("nodes", mode="after")
@@ -586,6 +610,10 @@ image_pull: false
 # Non-public networks and host names data downloads may reach (none: only public addresses;
 # PAIGRAPH_ALLOWED_FETCH_NETWORKS, comma-separated, overrides this), e.g. [10.0.0.0/8, minio.lan]
 allowed_fetch_networks: []
+
+# URL prefixes fetched from elsewhere (a local copy for an offline machine), longest first;
+# e.g. {"https://github.com/": "file:///srv/git/github/"} (file:// under allowed_file_roots).
+fetch_mirrors: {}
 
 # The simulated default file system (PAI_DEFAULT_FS_URI); every hdfs://host:port a job names is
 # simulated under <state_dir>/dfs, one tree per host:port and user.

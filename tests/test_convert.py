@@ -125,3 +125,31 @@ def test_json_comments_go_but_strings_that_look_like_them_stay() -> None:
     stripped = without_json_comments(text)
     assert json.loads(stripped) == {"uri": "http://host//x", "n": 'a"//b'}
     assert stripped.count("\n") == text.count("\n")
+
+
+def test_a_v1_jobs_locations_convert_to_what_its_commands_were_given() -> None:
+    """v1 expanded $PAI_DEFAULT_FS_URI and $PAI_JOB_NAME in dataDir / codeDir and copied
+    codeDir to code/: the converted job exports the expanded locations and places its code
+    there, so `python code/x.py --data_dir=$PAI_DATA_DIR` reads the same."""
+    v1 = {
+        "jobName": "located",
+        "image": "busybox",
+        "dataDir": "$PAI_DEFAULT_FS_URI/data/$PAI_JOB_NAME",
+        "codeDir": "hdfs://nn:9000/code's",
+        "jobEnvs": {"plain": "$PAI_JOB_NAME"},
+        "taskRoles": [
+            {"name": "main", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 256,
+             "command": "python code/x.py --data_dir=$PAI_DATA_DIR"},
+        ],
+    }  # fmt: skip
+    converted = convert_to_v2(json.dumps(v1))
+    assert converted.config is not None
+    doc = yaml.safe_load(converted.config)
+    assert doc["taskRoles"]["main"]["script"] == "code"
+    assert {"name": "code", "type": "script", "uri": "hdfs://nn:9000/code's"} in doc[
+        "prerequisites"
+    ]
+    exports = doc["deployments"][0]["taskRoles"]["main"]["preCommands"]
+    assert "export plain='$PAI_JOB_NAME'" in exports  # jobEnvs stay as written
+    assert 'export PAI_DATA_DIR="${PAI_DEFAULT_FS_URI}"\'/data/\'"${PAI_JOB_NAME}"' in exports
+    assert "export PAI_CODE_DIR='hdfs://nn:9000/code'\"'\"'s'" in exports

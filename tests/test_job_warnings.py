@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,15 +94,23 @@ def test_the_submit_and_resolve_payloads_carry_the_warnings(kind: str, tmp_path:
         assert sorted(w["path"] for w in resolved["warnings"]) == paths
 
 
+def two_gpus_job() -> dict[str, Any]:
+    """A job whose one instance asks for two GPUs and prints the ones it sees."""
+    job: dict[str, Any] = json.loads(
+        job_config(name="gpus", roles={"main": {"commands": ["echo done"]}})
+    )
+    job["taskRoles"]["main"]["resourcePerInstance"]["gpu"] = 2
+    job["taskRoles"]["main"]["commands"] = ['echo "visible=$NVIDIA_VISIBLE_DEVICES"']
+    return job
+
+
 @pytest.mark.parametrize("kind", ["sqlite"])
 def test_a_job_given_simulated_gpus_is_told_so_and_its_log_says_it(
     kind: str, tmp_path: Path
 ) -> None:
     """The defaults are a GPU cluster on a machine without GPUs: a job asking for two runs,
     its warnings say they are simulated, and its instance prints which ones at its start."""
-    gpu_job = json.loads(job_config(name="gpus", roles={"main": {"commands": ["echo done"]}}))
-    gpu_job["taskRoles"]["main"]["resourcePerInstance"]["gpu"] = 2
-    gpu_job["taskRoles"]["main"]["commands"] = ['echo "visible=$NVIDIA_VISIBLE_DEVICES"']
+    gpu_job = two_gpus_job()
     with served(kind, tmp_path) as server:
         token = server.paigraph("users", "add", "ann").stdout.strip()
         server.start()
@@ -149,3 +158,22 @@ def test_the_job_page_shows_the_warnings(tmp_path: Path) -> None:
             assert "extras.hivedScheduler" in text and HIVED in text
             assert "taskRoles.main.extraContainerOptions.infiniband" in text
             assert text.count("[ignored]") == 2
+
+
+@pytest.mark.browser
+def test_the_job_page_says_when_its_gpus_are_simulated(tmp_path: Path) -> None:
+    need_browser_and_build()
+    with served("sqlite", tmp_path) as server:
+        token = server.paigraph("users", "add", "ann").stdout.strip()
+        server.start()
+        api = Api(server.url, token)
+        job_id = api.submit(json.dumps(two_gpus_job()))
+        api.wait(job_id, lambda job: job["state"] == "SUCCEEDED")
+        with chromium() as browser, browser_page(browser, server.url, token) as (page, _):
+            page.goto(f"/jobs/{job_id}")
+            shown = page.get_by_test_id("warnings")
+            shown.wait_for()
+            text = shown.inner_text()
+            assert "task role(s) main ask for GPUs, which are simulated" in text
+            assert "NVIDIA_VISIBLE_DEVICES" in text
+            assert "[simulated]" in text

@@ -24,6 +24,7 @@ from simulator.prereqs import (
     UnservableMaterial,
     parse_repo,
 )
+from simulator.settings import SettingsError, settings_from_yaml
 from tests.waiting import until
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -766,3 +767,70 @@ def test_an_allowed_internal_repository_is_asked_for_by_git(tmp_path: Path) -> N
     with pytest.raises(MaterialError, match="git could not list") as err:
         store.materialize("code", MaterialKind.CLONE, [f"http://127.0.0.1:{port}/repo.git"])
     assert "does not fetch" not in str(err.value)
+
+
+# --- mirrors ---------------------------------------------------------------------------------
+
+
+def test_a_mirrored_url_is_fetched_from_the_mirror_and_checked_as_written_there(
+    tmp_path: Path, allowed: Path, site: Site
+) -> None:
+    (allowed / "copies").mkdir()
+    (allowed / "copies" / "labels.txt").write_text("from the local copy\n")
+    store = MaterialStore(
+        tmp_path / "cache",
+        storage_dir=tmp_path / "storage",
+        allowed_file_roots=[allowed],
+        fetch_policy=LOOPBACK,
+        mirrors={
+            "https://data.example.org/": f"{site.url}/",
+            "https://data.example.org/sets/": (allowed / "copies").as_uri() + "/",
+            "https://elsewhere.example.org/": (tmp_path / "storage").as_uri() + "/",
+        },
+    )
+    # the longest prefix wins: a local copy; the entry keeps the URL's own name
+    mount = store.materialize(
+        "d", MaterialKind.DOWNLOAD, ["https://data.example.org/sets/labels.txt"]
+    )
+    assert (mount.host_path / "labels.txt").read_text() == "from the local copy\n"
+    # the shorter one: the loopback site, which the fetch policy allows
+    mount = store.materialize("t", MaterialKind.DOWNLOAD, ["https://data.example.org/train.bin"])
+    assert (mount.host_path / "train.bin").read_bytes() == (site.root / "train.bin").read_bytes()
+    assert site.hits["/train.bin"] == 1
+    # a mirror outside the allowed roots is refused as that path would be
+    with pytest.raises(UnservableMaterial):
+        store.check("e", MaterialKind.DOWNLOAD, ["https://elsewhere.example.org/x"])
+
+
+def test_a_pinned_repository_can_be_mirrored_by_a_copy_of_its_commit(
+    tmp_path: Path, allowed: Path
+) -> None:
+    copy = allowed / "benchmarks"
+    copy.mkdir()
+    (copy / "run.sh").write_text("echo pinned\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}  # fmt: skip
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "pinned tree"]):
+        subprocess.run(["git", *args], cwd=copy, env=env, check=True)
+    pinned = "https://github.com/org/benchmarks@" + "ab" * 20
+    store = MaterialStore(
+        tmp_path / "cache",
+        storage_dir=tmp_path / "storage",
+        allowed_file_roots=[allowed],
+        mirrors={pinned: copy.as_uri()},
+    )
+    mount = store.materialize("s", MaterialKind.CLONE, [pinned], per_repository=True)
+    assert (mount.host_path / "benchmarks" / "run.sh").read_text() == "echo pinned\n"
+    # another commit of the repository is not what the copy holds: fetched from its own URL
+    other = "https://github.com/org/benchmarks@main"
+    assert store.mirrored(other) == other
+
+
+def test_the_mirrors_setting_names_a_mirror_that_is_not_a_url() -> None:
+    env = {"PAIGRAPH_SIMULATOR_STATE": "/tmp/x"}
+    read = settings_from_yaml("fetch_mirrors: {'https://a.org/': 'file:///srv/a/'}", environ=env)
+    assert read.fetch_mirrors == {"https://a.org/": "file:///srv/a/"}
+    with pytest.raises(SettingsError, match=r"fetch_mirrors.*'/srv/a/' is an http, https, git"):
+        settings_from_yaml("fetch_mirrors: {'https://a.org/': /srv/a/}", environ=env)
+    with pytest.raises(SettingsError, match=r"'a.org/': a mirrored prefix is an http"):
+        settings_from_yaml("fetch_mirrors: {'a.org/': 'file:///srv/a/'}", environ=env)

@@ -7,17 +7,21 @@ own v2 reader understands, so the output reads back to the same job. Secrets are
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from server.protocol.dialect_v2 import DEFAULT_SHM_MB, EXTRAS_KEY
-from server.protocol.model import JobSpec, Prerequisite, PrerequisiteType, TaskRole
+from server.protocol.model import Dialect, JobSpec, Prerequisite, PrerequisiteType, TaskRole
 from server.protocol.v2_names import rename_references, v2_name
 from server.protocol.yaml_out import dump_yaml
+
+V1_CODE = "code"  # where v1 put codeDir: $PAI_WORK_DIR/code
 
 
 def to_v2_dict(spec: JobSpec) -> dict[str, Any]:
     renamed = _v2_prerequisite_names(spec)
     spec = _with_v2_prerequisite_names(spec, renamed)
+    spec = _with_v1_code_dir(spec)
     doc: dict[str, Any] = {"protocolVersion": 2, "name": v2_name(spec.name), "type": "job"}
     for key in ("version", "contributor", "description"):
         if getattr(spec, key) is not None:
@@ -105,6 +109,29 @@ def _v2_prerequisite_names(spec: JobSpec) -> dict[str, str]:
     return {p.name: v2_name(p.name) for p in spec.prerequisites if v2_name(p.name) != p.name}
 
 
+def _with_v1_code_dir(spec: JobSpec) -> JobSpec:
+    """A v1 job's codeDir as a script called `code`: v1 copied codeDir to `code/` of the work
+    directory, where its commands find it (`python code/train.py`), and a v2 script is placed
+    at the work directory's entry of its name."""
+    if spec.dialect is not Dialect.V1 or spec.prerequisite(V1_CODE, PrerequisiteType.SCRIPT):
+        return spec
+    code_dir = spec.prerequisite("default", PrerequisiteType.SCRIPT)
+    if code_dir is None:
+        return spec
+    return spec.model_copy(
+        update={
+            "prerequisites": [
+                p.model_copy(update={"name": V1_CODE}) if p is code_dir else p
+                for p in spec.prerequisites
+            ],
+            "task_roles": [
+                role.model_copy(update={"script": V1_CODE}) if role.script == "default" else role
+                for role in spec.task_roles
+            ],
+        }
+    )
+
+
 def _with_v2_prerequisite_names(spec: JobSpec, renamed: dict[str, str]) -> JobSpec:
     """`spec` with its prerequisites renamed, and the roles' references to them too."""
     if not renamed:
@@ -165,7 +192,7 @@ def _deployments(spec: JobSpec) -> list[dict[str, Any]]:
         if roles:  # a deployment that adds no commands says nothing v2 can write
             out.append({"name": d.name, "taskRoles": roles})
     exports = {
-        role.name: [f"export {k}={_shell_quote(v)}" for k, v in {**spec.env, **role.env}.items()]
+        role.name: [f"export {k}={_exported(k, v)}" for k, v in {**spec.env, **role.env}.items()]
         for role in spec.task_roles
     }
     if not any(exports.values()):
@@ -183,6 +210,32 @@ def _deployments(spec: JobSpec) -> list[dict[str, Any]]:
 
 def _shell_quote(value: str) -> str:
     return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+# v1's dataDir, outputDir and codeDir, exported as OpenPAI's v1 runtime exported them: with the
+# job-wide variables it replaced there expanded (every instance has them in its environment).
+_V1_LOCATIONS = frozenset({"PAI_DATA_DIR", "PAI_OUTPUT_DIR", "PAI_CODE_DIR"})
+_JOB_WIDE = (
+    "PAI_DEFAULT_FS_URI|PAI_JOB_NAME|PAI_USER_NAME|PAI_USERNAME|PAI_JOB_VC_NAME|PAI_VIRTUAL_CLUSTER"
+)
+_EXPANDED = re.compile(rf"\$(?:\{{({_JOB_WIDE})\}}|({_JOB_WIDE})(?!\w))")
+
+
+def _exported(name: str, value: str) -> str:
+    """`value` quoted for `export name=...`: as written, except that in v1's locations the
+    variables OpenPAI expanded there are expanded by the shell (`'hdfs'"$PAI_JOB_NAME"`)."""
+    if name not in _V1_LOCATIONS:
+        return _shell_quote(value)
+    parts: list[str] = []
+    at = 0
+    for match in _EXPANDED.finditer(value):
+        if match.start() > at:
+            parts.append(_shell_quote(value[at : match.start()]))
+        parts.append(f'"${{{match.group(1) or match.group(2)}}}"')
+        at = match.end()
+    if at < len(value) or not parts:
+        parts.append(_shell_quote(value[at:]))
+    return "".join(parts)
 
 
 def _paigraph_extras(spec: JobSpec) -> dict[str, Any]:
