@@ -69,9 +69,9 @@ def test_a_role_that_waits_for_another_is_read() -> None:
     assert "paigraph" not in result.spec.extras
 
 
-def test_the_backends_not_holding_roles_back_yet_is_a_warning() -> None:
+def test_the_kubernetes_backend_not_holding_roles_back_yet_is_a_warning() -> None:
     result = parse_job(as_yaml(ps_worker(READY)))
-    assert "do not hold a role back yet" in warnings(result)[f"{BASE}.worker.dependsOn"]
+    assert "Kubernetes backend does not hold" in warnings(result)[f"{BASE}.worker.dependsOn"]
 
 
 def test_resolve_writes_the_start_order_back_and_reads_it_again() -> None:

@@ -117,10 +117,10 @@ def read_start_order(
     return out
 
 
-# The backends do not hold a role back yet: an accepted field without effect is a warning.
+# Only the simulator backend holds a role back so far: on Kubernetes the field has no effect.
 NOT_YET_ENFORCED = (
-    "the start order is checked and kept with the job, but the backends do not hold a role "
-    "back yet: {role!r} starts together with the roles it names"
+    "the simulator backend starts {role!r} once what it waits for holds; the Kubernetes "
+    "backend does not hold a role back yet: there it starts together with the roles it names"
 )
 
 
