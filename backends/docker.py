@@ -741,6 +741,7 @@ class DockerBackend(ThreadedBackend):
             EventKind.EXITED,
             exit_code=start_gate.DEPENDENCY_FAILED,
             reason=reason,
+            completion_code=start_gate.DEPENDENCY_FAILED,
         )
         if container:
             self._stop_container(container, 0)
@@ -1150,6 +1151,7 @@ class DockerBackend(ThreadedBackend):
         reason: str | None = None,
         at: datetime | None = None,
         run: int | None = None,
+        completion_code: int | None = None,
     ) -> None:
         """Record an instance's end once: exit record on disk, resources back, event out;
         with `run`, only while that run is the instance's current one."""
@@ -1166,6 +1168,7 @@ class DockerBackend(ThreadedBackend):
             reason=reason,
             placement=instance.placement,
             at=at,
+            completion_code=completion_code,
         )
         try:
             records.write_exit(instance.dir, event)

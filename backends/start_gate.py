@@ -17,7 +17,7 @@ from backends.base import RoleLaunch, StartDependency
 
 # Exit code of an instance whose dependency never held: its wait ran past its deadline, or the
 # instances it waited for ended without getting where it needed them.
-DEPENDENCY_FAILED = 236
+DEPENDENCY_FAILED = 241  # server.jobs.exit_codes.START_DEPENDENCY_FAILED
 
 
 class Verdict(StrEnum):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from backends.start_gate import DEPENDENCY_FAILED
+from server.jobs import exit_codes
 from server.protocol import ParseResult, parse_job
 from server.protocol.model import Dependency, DependencyPhase, Readiness
 from server.protocol.writer import to_v2_yaml
@@ -189,3 +191,8 @@ def test_the_v1_dialect_cannot_say_it_and_warns_at_its_path() -> None:
     assert result.ok, result.errors
     path = f"extras.paigraph.taskRoles.{role}.readiness"
     assert "protocol v2 documents only" in warnings(result)[path]
+
+
+def test_the_backends_code_for_a_failed_wait_is_the_one_the_exit_table_explains() -> None:
+    assert DEPENDENCY_FAILED == exit_codes.START_DEPENDENCY_FAILED
+    assert "dependencyTimeoutSeconds" in exit_codes.spec_for(DEPENDENCY_FAILED).description

@@ -3,7 +3,9 @@ the gate until what it depends on holds, and a dependency that cannot hold ends 
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,12 @@ from backends.base import (
     StartDependency,
 )
 from backends.start_gate import DEPENDENCY_FAILED
-from tests.simulated import Collector, backend, job, leftovers, log_text, role
+from server.jobs.exit_codes import START_DEPENDENCY_FAILED
+from server.jobs.states import JobState
+from server.store import Job
+from tests.simulated import Collector, backend, job, job_config, leftovers, log_text, role
+from tests.test_job_service import history, instances_of, job_of, service_on, submitted, user
+from tests.waiting import until_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -157,3 +164,80 @@ async def test_a_readiness_command_run_inside_the_instance_opens_the_gate(tmp_pa
         assert "worker ran" in await log_text(sim, worker)
         await sim.forget(request.job_id, 1)
         events.close()
+
+
+# --- through the job service: what users see ----------------------------------------------------
+
+
+def ordered_job(ps_commands: list[str], order: dict[str, Any], **ps: Any) -> str:
+    """A v2 ps/worker job whose extras.paigraph.taskRoles say `order`."""
+    return job_config(
+        {
+            "ps": {"commands": ps_commands, "ports": {"grpc": 1}, **ps},
+            "worker": {"instances": 2, "commands": ["echo worker ran"]},
+        },
+        name=f"order-{uuid.uuid4().hex[:6]}",
+        extras={"paigraph": {"taskRoles": order}},
+    )
+
+
+async def test_a_waiting_worker_is_shown_starting_with_what_it_waits_for(
+    db_url: str, tmp_path: Path, owner: str
+) -> None:
+    order = {
+        "ps": {"readiness": {"command": ["test", "-e", "/tmp/up"], "periodSeconds": 0.2}},
+        "worker": {"dependsOn": [{"role": "ps", "when": "ready"}]},
+    }
+    text = ordered_job(
+        ["sleep 1", "touch /tmp/up", "sleep 2"],
+        order,
+        completion={"minSucceededInstances": -1},
+    )
+    async with service_on(db_url, tmp_path / "state", owner) as service:
+        ann = user(service.store, "ann", "default")
+        job = await submitted(service, ann, text)
+
+        async def ended() -> Job | None:
+            found = await job_of(service.store, job.id)
+            return found if found.state.is_final else None
+
+        final = await until_async(ended, "the job ending", 90)
+        assert final.state is JobState.SUCCEEDED, final.state_reason
+        told = [
+            (e.role, e.state, e.message or "")
+            for e in history(service.store, final)
+            if e.role == "worker"
+        ]
+        waiting = [m for _, state, m in told if state is JobState.STARTING]
+        assert waiting and all(
+            "waiting for 1 of 1 ps instances to be ready" in m for m in waiting
+        ), told
+
+
+async def test_a_dependency_that_cannot_hold_fails_the_job_with_the_reason(
+    db_url: str, tmp_path: Path, owner: str
+) -> None:
+    order = {"worker": {"dependsOn": [{"role": "ps", "when": "succeeded", "instances": 1}]}}
+    text = ordered_job(
+        ["exit 4"], order, completion={"minSucceededInstances": -1, "minFailedInstances": -1}
+    )
+    async with service_on(db_url, tmp_path / "state", owner) as service:
+        ann = user(service.store, "ann", "default")
+        job = await submitted(service, ann, text)
+
+        async def ended() -> Job | None:
+            found = await job_of(service.store, job.id)
+            return found if found.state.is_final else None
+
+        final = await until_async(ended, "the job ending", 90)
+        assert final.state is JobState.FAILED
+        workers = {k: i for k, i in (await instances_of(service.store, job.id)).items()}
+        codes = {i.exit_code for k, i in workers.items() if k.startswith("worker")}
+        # the first worker to give up fails the job; the other may be stopped with it
+        assert START_DEPENDENCY_FAILED in codes
+        assert "MinFailedTaskCount 1 in role worker" in final.state_reason
+        assert any(
+            "too many of them ended" in f"{i.state_reason} {i.exit_reason}"
+            for k, i in workers.items()
+            if k.startswith("worker")
+        ), [(i.state_reason, i.exit_reason) for i in workers.values()]
