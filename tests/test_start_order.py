@@ -71,9 +71,12 @@ def test_a_role_that_waits_for_another_is_read() -> None:
     assert "paigraph" not in result.spec.extras
 
 
-def test_the_kubernetes_backend_not_holding_roles_back_yet_is_a_warning() -> None:
-    result = parse_job(as_yaml(ps_worker(READY)))
-    assert "Kubernetes backend does not hold" in warnings(result)[f"{BASE}.worker.dependsOn"]
+def test_what_kubernetes_does_not_hold_back_is_a_warning() -> None:
+    ready_by_port = parse_job(as_yaml(ps_worker(READY)))
+    assert ready_by_port.warnings == []
+    order = {"worker": {"dependsOn": [{"role": "ps", "when": "running"}]}}
+    result = parse_job(as_yaml(ps_worker(order)))
+    assert "Kubernetes backend holds" in warnings(result)[f"{BASE}.worker.dependsOn[0]"]
 
 
 def test_resolve_writes_the_start_order_back_and_reads_it_again() -> None:

@@ -112,15 +112,23 @@ def read_start_order(
         updates[str(name)] = update
     out = [role.model_copy(update=updates.get(role.name, {})) for role in roles]
     _check_dependencies(out, dep_paths, issues, role_base=base)
-    for name, where in dep_paths.items():
-        issues.warn(where, IGNORED, NOT_YET_ENFORCED.format(role=name))
+    by_name = {role.name: role for role in out}
+    for role in out:
+        for i, dep in enumerate(role.depends_on):
+            target = by_name[dep.role]
+            by_port = target.readiness is not None and target.readiness.port is not None
+            if dep.when is not DependencyPhase.READY or not by_port:
+                where = join(dep_paths[role.name], i)
+                issues.warn(where, IGNORED, NOT_ON_KUBERNETES.format(role=role.name))
     return out
 
 
-# Only the simulator backend holds a role back so far: on Kubernetes the field has no effect.
-NOT_YET_ENFORCED = (
-    "the simulator backend starts {role!r} once what it waits for holds; the Kubernetes "
-    "backend does not hold a role back yet: there it starts together with the roles it names"
+# On Kubernetes only `when: ready` on a port readiness is held back (an init container that
+# connects to the port): an accepted field without effect there is a warning.
+NOT_ON_KUBERNETES = (
+    "the simulator backend holds {role!r} back until this holds; the Kubernetes backend holds "
+    "a role back only for `when: ready` on a role whose readiness is a `port`, so there "
+    "{role!r} starts without waiting for this"
 )
 
 
