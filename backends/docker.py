@@ -1512,6 +1512,7 @@ class DockerBackend(ThreadedBackend):
         """Attach each container to its instance, hold the capacity and ports of the running
         ones, finish the ones that ended meanwhile, and remove the ones nobody owns."""
         held: dict[str, list[tuple[str, Demand, tuple[int, ...]] | None]] = {}
+        waiting: dict[str, list[Instance]] = {}  # held back by their role's start order
         for info in containers:
             instance = self._instance_from_labels(info.labels)
             if instance is None or info.labels.get(RUN, "1") != str(instance.run):
@@ -1532,7 +1533,11 @@ class DockerBackend(ThreadedBackend):
             instance.started_at = info.started_at
             self._by_container[info.id] = instance
             if info.status == "running":
-                self._open_adopted_gate(instance)
+                instance.ran = records.gate_opened(instance.dir)
+                if not instance.ran and attempt.request.role(instance.key.role).depends_on:
+                    waiting.setdefault(attempt.id, []).append(instance)
+                else:
+                    self._open_adopted_gate(instance)
                 self.ports.adopt(
                     instance.port_owner, [p for group in ports.values() for p in group]
                 )
@@ -1553,6 +1558,17 @@ class DockerBackend(ThreadedBackend):
                 if ended:
                     self.ports.release(instance.port_owner)
                     self.cluster.release_one(held_id, gang_position(attempt.request, instance.key))
+        for waiting_id, instances in waiting.items():
+            # still waiting for what their role depends on: they go on waiting (their
+            # deadline counts again from now), gated, so STARTED is told when the gate opens
+            for instance in instances:
+                instance.gated = True
+            threading.Thread(
+                target=self._hold_until_dependencies,
+                args=(self._attempts[waiting_id], instances),
+                name=f"start-order-{waiting_id}",
+                daemon=True,
+            ).start()
 
     def _open_adopted_gate(self, instance: Instance) -> None:
         """A container adopted while it waited at the gate (its gang had started, the gate

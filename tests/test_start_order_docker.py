@@ -241,3 +241,26 @@ async def test_a_dependency_that_cannot_hold_fails_the_job_with_the_reason(
             for k, i in workers.items()
             if k.startswith("worker")
         ), [(i.state_reason, i.exit_reason) for i in workers.values()]
+
+
+async def test_workers_still_waiting_when_the_server_restarts_go_on_waiting(
+    tmp_path: Path, owner: str
+) -> None:
+    slow_ps = role("ps", ["sleep 5", *PS[1:]], readiness=BY_PORT, min_succeeded=-1)
+    request = job(slow_ps, role("worker", WORKER, instances=2, depends_on=READY))
+    async with backend(tmp_path, owner=owner) as first:
+        events = Collector(first)
+        await first.launch(request)
+        await events.until(lambda: len(events.started(request)) == 1)  # the ps only
+        events.close()
+    async with backend(tmp_path, owner=owner) as second:
+        events = Collector(second)
+        await second.reconcile()
+        ended = await workers_ended(events, request)
+        assert {e.exit_code for e in ended.values()} == {0}, [e.reason for e in ended.values()]
+        for key in ended:
+            assert "worker reached ps" in await log_text(second, key)
+        await second.stop(request.job_id, 1, grace_seconds=1)
+        await second.forget(request.job_id, 1)
+        events.close()
+    assert leftovers(owner) == ([], [])
