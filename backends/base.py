@@ -98,6 +98,26 @@ class ImageAuth(_Value):
     file: str = ""
 
 
+class StartDependency(_Value):
+    """The role's commands start once `instances` of `role` reached `when` (running, ready or
+    succeeded); see backends.start_gate."""
+
+    role: str
+    when: str
+    instances: int
+
+
+class ReadinessCheck(_Value):
+    """How an instance of the role shows it serves: a TCP connection to its port `port`
+    (a label) or `command` run in it exiting 0, tried every `period_seconds`."""
+
+    port: str | None = None
+    command: list[str] = Field(default_factory=list)
+    period_seconds: float = 1.0
+    timeout_seconds: float = 1.0
+    failure_threshold: int = 3
+
+
 class RoleLaunch(_Value):
     name: str  # exactly as the user wrote it
     instances: int
@@ -111,6 +131,9 @@ class RoleLaunch(_Value):
     env: dict[str, str] = Field(default_factory=dict)
     min_failed: int = 1  # -1: disabled (only exported to the instances here)
     min_succeeded: int = -1
+    depends_on: list[StartDependency] = Field(default_factory=list)
+    readiness: ReadinessCheck | None = None
+    dependency_timeout_seconds: float = 600.0
 
 
 class SshAccess(_Value):

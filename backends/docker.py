@@ -27,12 +27,13 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
-from backends import docker_pull
+from backends import docker_pull, start_gate
 from backends import docker_records as records
 from backends.base import (
     BackendError,
@@ -48,7 +49,9 @@ from backends.base import (
     LaunchRequest,
     Material,
     Placement,
+    ReadinessCheck,
     RoleLaunch,
+    StartDependency,
     UnknownInstance,
     utcnow,
 )
@@ -516,7 +519,15 @@ class DockerBackend(ThreadedBackend):
             if not instance.ended:
                 slot = slots[(role.name, index)]
                 self._emit_placed(attempt.request, instance, slot, skipped.get(role.name, []))
-        self._open_gates(started)
+        held = [i for i in started if request.role(i.key.role).depends_on]
+        self._open_gates([i for i in started if i not in held])
+        if held:
+            threading.Thread(
+                target=self._hold_until_dependencies,
+                args=(attempt, held),
+                name=f"start-order-{attempt.id}",
+                daemon=True,
+            ).start()
         # every container may have failed to start: then the network is not needed any more
         self._cleanup_if_done(attempt)
 
@@ -610,6 +621,7 @@ class DockerBackend(ThreadedBackend):
                     continue
                 instance.run += 1
                 instance.started_at = None
+                instance.ran = instance.ready = False
                 if instance.container_id:
                     removed.append(instance.container_id)
                     self._by_container.pop(instance.container_id, None)
@@ -626,6 +638,7 @@ class DockerBackend(ThreadedBackend):
         for instance in instances:
             with self._lock:
                 instance.gated = False
+                instance.ran = True
                 started = instance.started_at is not None and not instance.ended
             if started:
                 self._emit(self._event(instance, EventKind.STARTED, placement=instance.placement))
@@ -635,6 +648,105 @@ class DockerBackend(ThreadedBackend):
                 log.error("cannot let %s start its commands: %s", instance.key, exc)
                 if instance.container_id:
                     self._stop_container(instance.container_id, 0)
+
+    def _hold_until_dependencies(self, attempt: Attempt, held: list[Instance]) -> None:
+        """Keep each held instance at its gate until every dependency of its role holds, then
+        open it; end it (DEPENDENCY_FAILED) past its deadline or once a dependency can never
+        hold. Readiness is checked from here: a TCP connection to the published port, or the
+        readiness command run in the instance through the engine."""
+        request = attempt.request
+        roles = {r.name: r for r in request.roles}
+        started = time.monotonic()
+        next_check: dict[tuple[str, int], float] = {}
+        waiting = list(held)
+        while waiting and not attempt.forgotten and not attempt.stopping:
+            self._check_readiness(attempt, roles, next_check)
+            for instance in list(waiting):
+                if instance.ended:
+                    waiting.remove(instance)
+                    continue
+                role = roles[instance.key.role]
+                verdicts = [(d, self._judge(attempt, d)) for d in role.depends_on]
+                never = next((d for d, v in verdicts if v is start_gate.Verdict.NEVER), None)
+                open_ = next((d for d, v in verdicts if v is not start_gate.Verdict.HOLDS), None)
+                late = time.monotonic() - started > role.dependency_timeout_seconds
+                if open_ is None:
+                    waiting.remove(instance)
+                    self._open_gates([instance])
+                elif never is not None or late:
+                    waiting.remove(instance)
+                    dep = never or open_
+                    count = roles[dep.role].instances
+                    reason = (
+                        start_gate.never_reason(dep, count)
+                        if never is not None
+                        else start_gate.timeout_reason(dep, count, role.dependency_timeout_seconds)
+                    )
+                    self._end_held(attempt, instance, reason)
+            time.sleep(0.05)
+
+    def _judge(self, attempt: Attempt, dep: StartDependency) -> start_gate.Verdict:
+        role = attempt.request.role(dep.role)
+        with self._lock:
+            peers = [
+                start_gate.PeerState(
+                    running=i.ran, ready=i.ready, ended=i.ended, exit_code=i.exit_code
+                )
+                for (name, _), i in attempt.instances.items()
+                if name == role.name
+            ]
+        return start_gate.judge(dep, peers)
+
+    def _check_readiness(
+        self,
+        attempt: Attempt,
+        roles: dict[str, RoleLaunch],
+        next_check: dict[tuple[str, int], float],
+    ) -> None:
+        """Try the readiness check of each running, not yet ready instance whose period is up."""
+        now = time.monotonic()
+        for (name, index), instance in attempt.instances.items():
+            check = roles[name].readiness
+            if check is None or instance.ready or instance.ended or not instance.ran:
+                continue
+            if next_check.get((name, index), 0.0) > now:
+                continue
+            next_check[(name, index)] = now + check.period_seconds
+            if self._passes(instance, check):
+                with self._lock:
+                    instance.ready = True
+
+    def _passes(self, instance: Instance, check: ReadinessCheck) -> bool:
+        if check.port is not None:
+            ports = (instance.placement.ports if instance.placement else {}).get(check.port)
+            if not ports:
+                return False
+            # The instance's own address on its network, not the published port: Docker's
+            # proxy accepts a connection on the host side even when nothing listens inside.
+            host = instance.placement.host_ip if instance.placement else None
+            if not host:
+                return False
+            return start_gate.port_answers(host, ports[0], check.timeout_seconds)
+        if instance.container_id is None:
+            return False
+        return self.engine.exec_succeeds(
+            instance.container_id, check.command, check.timeout_seconds
+        )
+
+    def _end_held(self, attempt: Attempt, instance: Instance, reason: str) -> None:
+        """End an instance whose dependency never held: its commands never ran."""
+        container = instance.container_id
+        self._end(
+            attempt,
+            instance,
+            EventKind.EXITED,
+            exit_code=start_gate.DEPENDENCY_FAILED,
+            reason=reason,
+            completion_code=start_gate.DEPENDENCY_FAILED,
+        )
+        if container:
+            self._stop_container(container, 0)
+        self._cleanup_if_done(attempt)
 
     def _run_container(
         self, attempt: Attempt, instance: Instance, spec: ContainerSpec, *, retry_ports: bool
@@ -803,6 +915,8 @@ class DockerBackend(ThreadedBackend):
             simulated_gpu_note(slot, self.cluster.node(slot.node).real_gpus),
             *(skipped or []),
         ]
+        roles = {r.name: r for r in request.roles}
+        notes.append(start_gate.waits_for(role, roles))
         reason = "; ".join(note for note in notes if note) or None
         self._emit(
             self._event(instance, EventKind.PLACED, reason=reason, placement=instance.placement)
@@ -829,6 +943,8 @@ class DockerBackend(ThreadedBackend):
                 raise BackendError(f"attempt {key.attempt} of job {key.job_id} is being stopped")
             records.remove_exit(instance.dir)
             instance.ended = False
+            instance.exit_code = None
+            instance.ran = instance.ready = False
             instance.started_at = None
             instance.waiting_reason = None
             instance.run += 1
@@ -1036,6 +1152,7 @@ class DockerBackend(ThreadedBackend):
         reason: str | None = None,
         at: datetime | None = None,
         run: int | None = None,
+        completion_code: int | None = None,
     ) -> None:
         """Record an instance's end once: exit record on disk, resources back, event out;
         with `run`, only while that run is the instance's current one."""
@@ -1043,6 +1160,7 @@ class DockerBackend(ThreadedBackend):
             if instance.ended or attempt.forgotten or run not in (None, instance.run):
                 return
             instance.ended = True
+            instance.exit_code = exit_code
         event = self._event(
             instance,
             kind,
@@ -1051,6 +1169,7 @@ class DockerBackend(ThreadedBackend):
             reason=reason,
             placement=instance.placement,
             at=at,
+            completion_code=completion_code,
         )
         try:
             records.write_exit(instance.dir, event)
@@ -1394,6 +1513,7 @@ class DockerBackend(ThreadedBackend):
         """Attach each container to its instance, hold the capacity and ports of the running
         ones, finish the ones that ended meanwhile, and remove the ones nobody owns."""
         held: dict[str, list[tuple[str, Demand, tuple[int, ...]] | None]] = {}
+        waiting: dict[str, list[Instance]] = {}  # held back by their role's start order
         for info in containers:
             instance = self._instance_from_labels(info.labels)
             if instance is None or info.labels.get(RUN, "1") != str(instance.run):
@@ -1414,7 +1534,11 @@ class DockerBackend(ThreadedBackend):
             instance.started_at = info.started_at
             self._by_container[info.id] = instance
             if info.status == "running":
-                self._open_adopted_gate(instance)
+                instance.ran = records.gate_opened(instance.dir)
+                if not instance.ran and attempt.request.role(instance.key.role).depends_on:
+                    waiting.setdefault(attempt.id, []).append(instance)
+                else:
+                    self._open_adopted_gate(instance)
                 self.ports.adopt(
                     instance.port_owner, [p for group in ports.values() for p in group]
                 )
@@ -1435,6 +1559,17 @@ class DockerBackend(ThreadedBackend):
                 if ended:
                     self.ports.release(instance.port_owner)
                     self.cluster.release_one(held_id, gang_position(attempt.request, instance.key))
+        for waiting_id, instances in waiting.items():
+            # still waiting for what their role depends on: they go on waiting (their
+            # deadline counts again from now), gated, so STARTED is told when the gate opens
+            for instance in instances:
+                instance.gated = True
+            threading.Thread(
+                target=self._hold_until_dependencies,
+                args=(self._attempts[waiting_id], instances),
+                name=f"start-order-{waiting_id}",
+                daemon=True,
+            ).start()
 
     def _open_adopted_gate(self, instance: Instance) -> None:
         """A container adopted while it waited at the gate (its gang had started, the gate

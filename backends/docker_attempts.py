@@ -31,6 +31,9 @@ class Instance:
     ended: bool = False
     waiting_reason: str | None = None  # why a relaunch waits, told once per change
     gated: bool = False  # its container waits at the gate: STARTED is told when it opens
+    ran: bool = False  # its gate was opened in this run: its commands started
+    ready: bool = False  # its role's readiness check passed once in this run
+    exit_code: int | None = None  # how it ended, once it did
 
     @property
     def attempt_id(self) -> str:

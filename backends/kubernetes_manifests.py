@@ -107,6 +107,7 @@ from backends.kubernetes_names import (
 )
 from backends.kubernetes_ports import duplicates, instance_ports
 from backends.kubernetes_settings import KubernetesSettings
+from backends.kubernetes_start_order import start_order_container
 from backends.runtime_env import instance_variables, runtime_env, shell_env_file
 from backends.secrets_env import SECRET_KEY, SECRET_REF, kept_request, with_secret_references
 from backends.ssh_access import ssh_files
@@ -460,7 +461,15 @@ class AttemptBuilder:
     ) -> dict[str, Any]:
         """The instance's pod; with `gang`, with what its gang needs (kubernetes_gang)."""
         pod = self._pod(role_or_name, index, run)
-        return decorate(pod, self) if gang else pod
+        if not gang:
+            return pod
+        pod = decorate(pod, self)
+        role = self.request.role(role_or_name) if isinstance(role_or_name, str) else role_or_name
+        waits = start_order_container(self, role)
+        if waits is not None:  # after the barrier: the peers' names resolve by then
+            spec = pod["spec"]
+            spec["initContainers"] = [*(spec.get("initContainers") or []), waits]
+        return pod
 
     def _pod(self, role_or_name: RoleLaunch | str, index: int, run: int) -> dict[str, Any]:
         role = self.request.role(role_or_name) if isinstance(role_or_name, str) else role_or_name

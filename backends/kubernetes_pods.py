@@ -18,6 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from backends.kubernetes_names import MAIN_CONTAINER
+from backends.kubernetes_start_order import START_ORDER_CONTAINER
+from backends.start_gate import DEPENDENCY_FAILED
 
 # the kubelet keeps trying these (with a back-off): they are waited out until a deadline
 PULL_RETRIED = frozenset({"ErrImagePull", "ImagePullBackOff", "RegistryUnavailable"})
@@ -109,6 +111,18 @@ def pod_facts(pod: dict[str, Any]) -> PodFacts:
                 "the commands could start"
             )
             code = INIT_OOM
+        if (
+            init.get("name") == START_ORDER_CONTAINER
+            and int(ended.get("exitCode", 0) or 0) == DEPENDENCY_FAILED
+            and start_error is None
+        ):  # what its role waits for did not hold in time: its own code and words
+            said = (ended.get("message") or "").strip().splitlines()
+            start_error = (
+                said[-1].removeprefix("[paigraph start order] ")
+                if said
+                else ("what its role waits for did not hold in time")
+            )
+            code = DEPENDENCY_FAILED
         waiting = (init.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in PULL_RETRIED:
             pull_waiting = pull_waiting or _pull_text(waiting, images.get(init.get("name"), ""))

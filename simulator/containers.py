@@ -389,6 +389,28 @@ class Engine:
                 if exc.status_code not in (304, 404, 409):
                     raise EngineError(f"cannot stop {container_id[:12]}: {_explain(exc)}") from None
 
+    def exec_succeeds(self, container_id: str, command: list[str], timeout: float) -> bool:
+        """Whether `command`, run in the running container, exits 0 within `timeout` seconds
+        (a readiness check). Any failure to run it counts as not passing."""
+
+        def run() -> bool:
+            created = self.api.exec_create(container_id, command, stdout=False, stderr=False)
+            self.api.exec_start(created["Id"])
+            return self.api.exec_inspect(created["Id"]).get("ExitCode") == 0
+
+        box: list[bool] = []
+
+        def attempt() -> None:
+            try:
+                box.append(run())
+            except (docker.errors.APIError, requests.exceptions.RequestException):
+                box.append(False)
+
+        worker = threading.Thread(target=attempt, name="readiness-exec", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        return bool(box and box[0])
+
     @_reaching
     def remove(self, container_id: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):

@@ -542,12 +542,19 @@ class FakeKubeAPI:
         with self._pod(name, namespace) as pod:
             _main_status(pod)["state"] = {"waiting": {"reason": reason, "message": message}}
 
-    def init_failed(self, name: str, code: int, output: str, namespace: str = "jobs") -> None:
+    def init_failed(
+        self,
+        name: str,
+        code: int,
+        output: str,
+        namespace: str = "jobs",
+        container: str = "prepare",
+    ) -> None:
         with self._pod(name, namespace) as pod:
             pod["status"]["phase"] = "Failed"
             pod["status"]["initContainerStatuses"] = [
                 {
-                    "name": "prepare",
+                    "name": container,
                     "image": pod["spec"]["initContainers"][0]["image"],
                     "ready": False,
                     "restartCount": 0,

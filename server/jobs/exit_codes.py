@@ -46,7 +46,8 @@ STOP_CODES = frozenset({STOP_REQUESTED, ATTEMPT_COMPLETED, -230})
 # Codes of paigraph's own, in a range OpenPAI's spec leaves free: a prerequisite the fetch
 # policy refuses is the user's error and deserves its own reason, not "creation error".
 PREREQUISITE_FETCH_REFUSED = 240
-OWN_CODES = frozenset({PREREQUISITE_FETCH_REFUSED})
+START_DEPENDENCY_FAILED = 241  # backends.start_gate.DEPENDENCY_FAILED: a wait for a role failed
+OWN_CODES = frozenset({PREREQUISITE_FETCH_REFUSED, START_DEPENDENCY_FAILED})
 
 LOG_TAIL_BYTES = 16 * 1024  # how much of the end of the log is searched for known failures
 

@@ -458,6 +458,18 @@ ROWS: tuple[tuple[int, str, str, str, str, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        241,
+        "StartDependencyFailed",
+        "UNKNOWN",
+        "RETRY_TO_MAX",
+        "the instance's commands never started: what its role waits for (dependsOn) did not "
+        "hold within dependencyTimeoutSeconds, or the instances it waited for ended without it",
+        (
+            "Read the reason for which role it waited for, and that role's instances' logs",
+            "Raise dependencyTimeoutSeconds when that role takes longer to become ready",
+        ),
+    ),
+    (
         249,
         "PAIRuntimeSSHBarrierTimeout",
         "PERMANENT",

@@ -16,9 +16,11 @@ from backends.base import (
     LaunchRequest,
     Material,
     PortRequest,
+    ReadinessCheck,
     ResourceRequest,
     RoleLaunch,
     SshAccess,
+    StartDependency,
     StorageMount,
 )
 from backends.entrypoint import WORK_DIR
@@ -32,6 +34,7 @@ from server.protocol.model import (
     JobSpec,
     Prerequisite,
     PrerequisiteType,
+    Readiness,
     TaskRole,
 )
 from server.protocol.rules import is_reference
@@ -140,6 +143,16 @@ def _role(spec: JobSpec, role: TaskRole, default_fs: str) -> RoleLaunch:
         env=dict(role.env),
         min_failed=min_failed,
         min_succeeded=min_succeeded,
+        depends_on=[
+            StartDependency(
+                role=d.role,
+                when=d.when.value,
+                instances=d.instances if d.instances is not None else _instances_of(spec, d.role),
+            )
+            for d in role.depends_on
+        ],
+        readiness=None if role.readiness is None else _readiness(role.readiness),
+        dependency_timeout_seconds=role.dependency_timeout_seconds,
     )
 
 
@@ -296,3 +309,19 @@ def _extras_plugins(spec: JobSpec) -> list[dict[str, Any]]:
     if not isinstance(entries, list):
         return []
     return [e for e in entries if isinstance(e, dict)]
+
+
+def _instances_of(spec: JobSpec, name: str) -> int:
+    """How many instances role `name` has (a dependency on all of them waits for that many)."""
+    role = spec.role(name)
+    return role.instances if role is not None else 1
+
+
+def _readiness(readiness: Readiness) -> ReadinessCheck:
+    return ReadinessCheck(
+        port=readiness.port,
+        command=list(readiness.command),
+        period_seconds=readiness.period_seconds,
+        timeout_seconds=readiness.timeout_seconds,
+        failure_threshold=readiness.failure_threshold,
+    )

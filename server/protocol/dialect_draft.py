@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from server.protocol.fields import Fields, describe
+from server.protocol.ignored import IGNORED, START_ORDER_FIELDS, start_order_elsewhere
 from server.protocol.issues import Issues, join
 from server.protocol.model import (
     Completion,
@@ -196,7 +197,15 @@ def _read_task(
     obj = f.as_mapping(raw, path)
     if obj is None:
         return None
-    f.known_keys(obj, path, _TASK_KEYS, hints={"commands": "the draft dialect uses `command`"})
+    for key in START_ORDER_FIELDS:
+        if key in obj:
+            f.issues.warn(join(path, key), IGNORED, start_order_elsewhere(key))
+    f.known_keys(
+        {k: v for k, v in obj.items() if k not in START_ORDER_FIELDS},
+        path,
+        _TASK_KEYS,
+        hints={"commands": "the draft dialect uses `command`"},
+    )
     role_key = "role" if "role" in obj or "name" not in obj else "name"
     if "role" in obj and "name" in obj:
         f.issues.error(join(path, "name"), "conflict", "give the task's role name once, as `role`")

@@ -42,6 +42,7 @@ from server.protocol.rules import (
     too_many_roles,
 )
 from server.protocol.secrets import MASK, mask_secrets
+from server.protocol.start_order import read_start_order
 from server.protocol.v2_names import V2_NAME, V2_NAME_RULE, original_name, rename_references
 
 ROLE_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -171,6 +172,7 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
             check_role_references(role, paths, prerequisites, issues, extra_names=reference_names)
         check_job_instances(roles, "taskRoles", issues)
     role_names = {str(k) for k in raw_roles} if isinstance(raw_roles, dict) else set()
+    roles = read_start_order(ours, roles, issues, declared=role_names)
     for d_index, deployment in enumerate(deployments):
         for role_name in {*deployment.pre_commands, *deployment.post_commands}:
             if role_name not in role_names and raw_roles is not None:

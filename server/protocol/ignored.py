@@ -76,6 +76,7 @@ def extras_warnings(extras: dict[str, Any], issues: Issues, *, v1: bool = False)
                 "`extras.paigraph` is read in protocol v2 documents only; in a v1 job it has no "
                 "effect",
             )
+            _start_order_warnings(value, path, issues)
         elif key == RUNTIME_PLUGIN:
             _runtime_plugin_warnings(value, path, issues)
         elif key in _EXTRAS_IGNORED:
@@ -87,6 +88,28 @@ def extras_warnings(extras: dict[str, Any], issues: Issues, *, v1: bool = False)
                 f"`extras.{key}` is not a setting paigraph knows; it is kept with the job and has "
                 "no effect",
             )
+
+
+START_ORDER_FIELDS = ("dependsOn", "readiness", "dependencyTimeoutSeconds")
+
+
+def start_order_elsewhere(key: str) -> str:
+    """Why a start order field outside protocol v2 does nothing."""
+    return (
+        f"`{key}` (role start order) is read in protocol v2 documents only, under "
+        "extras.paigraph.taskRoles.<role>; this job starts every role at once"
+    )
+
+
+def _start_order_warnings(ours: Any, path: str, issues: Issues) -> None:
+    """A start order written where it is not read: a warning at each place, so nobody expects
+    a role to wait that will not."""
+    roles = ours.get("taskRoles") if isinstance(ours, dict) else None
+    for name, entry in (roles or {}).items() if isinstance(roles, dict) else ():
+        for key in START_ORDER_FIELDS:
+            if isinstance(entry, dict) and key in entry:
+                where = join(join(join(path, "taskRoles"), str(name)), key)
+                issues.warn(where, IGNORED, start_order_elsewhere(key))
 
 
 def _runtime_plugin_warnings(entries: Any, path: str, issues: Issues) -> None:

@@ -128,6 +128,36 @@ class Completion(_Model):
     min_succeeded: int = -1
 
 
+class DependencyPhase(StrEnum):
+    """How far a depended-on role's instances must have come before a dependent starts."""
+
+    RUNNING = "running"  # its commands started
+    READY = "ready"  # its readiness check passed
+    SUCCEEDED = "succeeded"  # it ended with exit code 0
+
+
+class Dependency(_Model):
+    """A role's instances start their commands only once `instances` of `role` reached `when`."""
+
+    role: str
+    when: DependencyPhase
+    instances: int | None = None  # None: every instance of that role
+
+
+class Readiness(_Model):
+    """How to tell that an instance serves: a TCP connection to one of its port labels, or a
+    command run inside it exiting 0, tried every period, each try given the timeout."""
+
+    port: str | None = None
+    command: list[str] = Field(default_factory=list)
+    period_seconds: float = 1.0
+    timeout_seconds: float = 1.0
+    failure_threshold: int = 3
+
+
+DEFAULT_DEPENDENCY_TIMEOUT_SECONDS = 600
+
+
 class StorageMount(_Model):
     """An admin-defined storage a resolved role mounts (requireStorages, extras.storages, or
     its output naming that storage), with the definition it had when the job was resolved."""
@@ -155,6 +185,11 @@ class TaskRole(_Model):
     parameters: dict[str, Any] = Field(default_factory=dict)  # draft: override the job's here
     extra_container_options: dict[str, Any] = Field(default_factory=dict)
     storages: list[StorageMount] = Field(default_factory=list)  # filled by reference resolution
+    # Start order (v2 `extras.paigraph.taskRoles.<role>`): what the role waits for, how its own
+    # readiness is checked, and how long it waits before it ends.
+    depends_on: list[Dependency] = Field(default_factory=list)
+    readiness: Readiness | None = None
+    dependency_timeout_seconds: int = DEFAULT_DEPENDENCY_TIMEOUT_SECONDS
 
 
 class Deployment(_Model):

@@ -12,6 +12,7 @@ from typing import Any
 
 from server.protocol.dialect_v2 import DEFAULT_SHM_MB, EXTRAS_KEY
 from server.protocol.model import Dialect, JobSpec, Prerequisite, PrerequisiteType, TaskRole
+from server.protocol.start_order import ROLES_KEY, start_order_extras
 from server.protocol.v2_names import rename_references, v2_name
 from server.protocol.yaml_out import dump_yaml
 
@@ -252,4 +253,7 @@ def _paigraph_extras(spec: JobSpec) -> dict[str, Any]:
     role_parameters = {role.name: role.parameters for role in spec.task_roles if role.parameters}
     if role_parameters:
         ours["roleParameters"] = role_parameters
+    start_order = start_order_extras(spec.task_roles)
+    if start_order:
+        ours[ROLES_KEY] = start_order
     return ours
