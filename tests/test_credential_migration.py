@@ -55,7 +55,8 @@ def _plant_old_rows(store: Store) -> str:
     """A job and an item version as an earlier version stored them: credentials as written."""
     owner, _ = store.create_user("ann")
     job, _ = submit(store, owner.id, "old_private", T0)
-    spec = json.loads(store.engine.connect().execute(select(JobRow.spec)).scalar_one())
+    with store.engine.connect() as connection:  # closed: an open read would hold the log
+        spec = json.loads(connection.execute(select(JobRow.spec)).scalar_one())
     spec["source"] = OLD_CONFIG
     spec["prerequisites"] = [
         {
