@@ -234,7 +234,7 @@ def test_a_draft_template_is_published_with_a_warning_and_used_in_the_forms(
     with browser_page(web_browser, site.url, site.bob) as (page, _):
         steps = Steps(page, tmp_path)
         page.goto("/marketplace/publish")
-        page.locator("textarea[name=content]").fill(draft)
+        page.fill("#content", draft)
         page.get_by_role("button", name="Publish").click()
         warned = page.get_by_test_id("publish-warnings")
         expect(warned).to_contain_text("written in the draft protocol")
