@@ -5,6 +5,7 @@ environment of an instance; use a template with a parameter; keep a draft over a
 
 from __future__ import annotations
 
+import base64
 import re
 import textwrap
 from pathlib import Path
@@ -191,6 +192,90 @@ def test_pick_a_docker_image_and_a_data_item_from_the_marketplace(
         assert made["dockerImage"] == "marketplace://name/pickbox"
         assert made["data"] == "marketplace://name/pickdata"
         assert "marketplace://name/pickbox" in role.locator("input[name=dockerImage]").input_value()
+
+
+PUT_FILE = "mutation($input: PutFileInput!) { putFile(input: $input) { uri errors { message } } }"
+
+
+def put_file(site: Site, token: str, uri: str, content: bytes) -> str:
+    """Fill a user's simulated HDFS through GraphQL; the file's hdfs://host:port/path."""
+    given = {"uri": uri, "contentBase64": base64.b64encode(content).decode()}
+    put = site.api(token)(PUT_FILE, input=given)["putFile"]
+    assert put["errors"] == [], put
+    return str(put["uri"])
+
+
+def test_browse_hdfs_from_the_role_and_prerequisite_pickers(site: Site, web_browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    points = put_file(site, site.alice, "/datasets/points.csv", b"x,y\n1,2\n")
+    model = put_file(site, site.alice, "hdfs://10.151.40.179:9000/core/cifar10_model/ckpt", b"w")
+    assert points.startswith("hdfs://") and points.endswith(":9000/datasets/points.csv")
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto("/submit")
+        page.get_by_role("button", name="Start empty").click()
+        images = page.locator("[data-prereq-type=dockerimage]")
+        images.get_by_role("button", name="Add docker image").click()
+        images.locator("input[name=prereq-name]").fill("box")
+        images.locator("input[name=prereq-uri]").fill(IMAGE)
+        page.get_by_test_id("roles-form").get_by_role("button", name="Add task role").click()
+        role = page.locator("[data-role-form=taskrole]")
+        # data: from the default file system's root, into a folder, up and down again, a file
+        role.get_by_role("button", name="Browse HDFS for a data set").click()
+        browser = role.get_by_role("dialog", name="Browse HDFS for a data set")
+        browser.get_by_role("button", name="datasets/").click()
+        expect(browser.locator("li[data-entry='points.csv']")).to_contain_text("B")
+        browser.get_by_role("button", name="Up").click()
+        browser.get_by_role("button", name="datasets/").click()
+        browser.get_by_role("button", name="Use points.csv").click()
+        expect(browser).to_have_count(0)
+        # a storage: another file system, typed, and a folder of it
+        role.get_by_role("button", name="Browse HDFS for a storage").click()
+        browser = role.get_by_role("dialog", name="Browse HDFS for a storage")
+        browser.get_by_label("HDFS location for a storage").fill("hdfs://10.151.40.179:9000/core")
+        browser.get_by_role("button", name="Go").click()
+        browser.get_by_role("button", name="Use cifar10_model").click()
+        command = "test -f /work/points_csv/points.csv && test -f /work/cifar10_model/ckpt"
+        role.get_by_role("button", name="Add command").click()
+        role.get_by_label("Command 1").fill(command)
+        no_problems(page)  # the role names what was picked, and the server accepts it
+        made = yaml.safe_load(editor_text(page))
+        assert made["prerequisites"][1:] == [
+            {"name": "points_csv", "type": "data", "uri": [points]},
+            {"name": "cifar10_model", "type": "storage", "uri": [model.removesuffix("/ckpt")]},
+        ]
+        # the role names them; a storage as its output, as v2 mounts one
+        assert made["taskRoles"]["taskrole"]["data"] == "points_csv"
+        assert made["taskRoles"]["taskrole"]["output"] == "cifar10_model"
+        # a prerequisite's own URI field: the picked location goes into its list
+        group = page.locator("[data-prereq-type=data]")
+        group.get_by_role("button", name="Add data").click()
+        added = page.locator("[data-prereq=data_0]")
+        added.get_by_role("button", name="Browse HDFS for data_0's URI").click()
+        browser = added.get_by_role("dialog")
+        browser.get_by_role("button", name="datasets/").click()
+        browser.get_by_role("button", name="Use this folder").click()
+        expect(added.locator("textarea[name=prereq-uri]")).to_have_value(
+            points.removesuffix("/points.csv")
+        )
+        made = yaml.safe_load(editor_text(page))
+        assert made["prerequisites"][3] == {
+            "name": "data_0",
+            "type": "data",
+            "uri": [points.removesuffix("/points.csv")],
+        }
+        # the job finds the picked file and folder where the simulator put them
+        submit_and_watch(page)
+    # another user's trees are their own: bob's default root holds nothing of alice's
+    with browser_page(web_browser, site.url, site.bob) as (page, _):
+        page.goto("/submit")
+        page.get_by_role("button", name="Start empty").click()
+        page.get_by_test_id("roles-form").get_by_role("button", name="Add task role").click()
+        role = page.locator("[data-role-form=taskrole]")
+        role.get_by_role("button", name="Browse HDFS for a script").click()
+        browser = role.get_by_role("dialog", name="Browse HDFS for a script")
+        browser.get_by_text("Nothing here.").wait_for()
+        expect(browser.get_by_role("button", name="datasets/")).to_have_count(0)
 
 
 def test_the_preview_shows_each_instance_environment(

@@ -4,6 +4,7 @@ import type { FieldNote, JobForm, PrerequisiteForm, RoleForm, RoleField } from "
 import { commandRows, newRole, notesAt, PREREQUISITE_TYPES } from "./form";
 import { localName, referenceEntry, referenceList, takenNames } from "../marketplace/variables";
 import { Picker, ReferenceDetails, type PickerItem } from "./Picker";
+import { HdfsBrowser, lastSegment } from "./HdfsBrowser";
 
 export type Edit = (change: (form: JobForm) => void) => void;
 
@@ -112,6 +113,9 @@ function PrerequisiteRow({ prerequisite, index, edit }: { prerequisite: Prerequi
     });
   const uriIsList = Array.isArray(prerequisite.uri);
   const uriText = uriIsList ? (prerequisite.uri as unknown[]).map(shown).join("\n") : shown(prerequisite.uri);
+  /** A location picked on HDFS: one more line of a list, or the whole of a single URI. */
+  const pickUri = (uri: string) =>
+    set((p) => void (p.uri = Array.isArray(p.uri) ? [...(p.uri as unknown[]).filter((line) => shown(line) !== ""), uri] : uri));
   return (
     <div className="prereq-row" data-prereq={shown(prerequisite.name)}>
       <label>
@@ -131,6 +135,7 @@ function PrerequisiteRow({ prerequisite, index, edit }: { prerequisite: Prerequi
           <input name="prereq-uri" value={uriText} onChange={(e) => set((p) => void (p.uri = typed(e.target.value) ?? ""))} />
         )}
       </label>
+      {prerequisite.type !== "dockerimage" && <HdfsBrowser label={`${shown(prerequisite.name)}'s URI`} onPick={pickUri} />}
       <button
         type="button"
         className="link"
@@ -279,6 +284,17 @@ function RoleFields({
           target[field] = reference;
         }
       });
+  /** What picking a location on HDFS does: a prerequisite of that type with that URI, named
+   * after its last segment, which the role's field names. A storage goes in the role's
+   * `output`, which is how protocol v2 mounts one (a draft job's `storage` converts to it). */
+  const pickHdfs = (type: "data" | "script" | "output" | "storage") => (uri: string) =>
+    edit((f) => {
+      const target = f.roles[index];
+      if (!target) return;
+      const name = localName(lastSegment(uri) || type, takenNames(f.prerequisites, f.referencePrerequisites));
+      f.prerequisites = [...(f.prerequisites ?? []), { origin: null, name, type, uri: [uri] }];
+      target[type === "storage" ? "output" : type] = name;
+    });
   return (
     <section className="role-form" data-role-form={role.name} aria-label={`Task role ${role.name}`}>
       <div className="row">
@@ -308,16 +324,19 @@ function RoleFields({
       <div className="row">
         {text("data", "Data")}
         <Picker type="DATA" label="a data set" onPick={pick("data")} />
+        <HdfsBrowser label="a data set" onPick={pickHdfs("data")} />
       </div>
       <ReferenceDetails reference={role.data} type="DATA" />
       <div className="row">
         {text("script", "Script")}
         <Picker type="SCRIPT" label="a script" onPick={pick("script")} />
+        <HdfsBrowser label="a script" onPick={pickHdfs("script")} />
       </div>
       <ReferenceDetails reference={role.script} type="SCRIPT" />
       <div className="row">
         {text("output", "Output")}
         <Picker type="OUTPUT" label="an output" onPick={pick("output")} />
+        <HdfsBrowser label="an output" onPick={pickHdfs("output")} />
       </div>
       <ReferenceDetails reference={role.output} type="OUTPUT" />
       <div className="sub">
@@ -342,6 +361,7 @@ function RoleFields({
           );
         })}
         <Picker type="STORAGE" label="a storage" onPick={pick("prerequisites")} />
+        <HdfsBrowser label="a storage" onPick={pickHdfs("storage")} />
       </div>
       <div className="sub">
         <h4>Ports</h4>

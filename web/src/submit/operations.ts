@@ -137,3 +137,23 @@ export const ConvertJobMutation = graphql(`
     }
   }
 `);
+
+export const FileListingQuery = graphql(`
+  query SubmitPageFileListing($uri: String!) {
+    fileListing(uri: $uri) {
+      uri
+      directory
+      entries {
+        name
+        uri
+        directory
+        size
+      }
+      errors {
+        path
+        code
+        message
+      }
+    }
+  }
+`);
