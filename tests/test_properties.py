@@ -35,6 +35,7 @@ from server.protocol import (
     resolve_job,
     to_v2_yaml,
 )
+from server.protocol.writer import v1_code_dir_as_script
 from tests.corpus import CORPUS, files_in, top_level
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -162,7 +163,7 @@ def assert_round_trip(answers: Answers) -> None:
         ]
         assert again.spec.name == spec.name  # `a.b` is written as a v2 name and comes back
         assert [(p.type, p.name) for p in again.spec.prerequisites] == [
-            (p.type, p.name) for p in spec.prerequisites
+            (p.type, p.name) for p in v1_code_dir_as_script(spec).prerequisites
         ]
 
 

@@ -22,7 +22,7 @@ V1_CODE = "code"  # where v1 put codeDir: $PAI_WORK_DIR/code
 def to_v2_dict(spec: JobSpec) -> dict[str, Any]:
     renamed = _v2_prerequisite_names(spec)
     spec = _with_v2_prerequisite_names(spec, renamed)
-    spec = _with_v1_code_dir(spec)
+    spec = v1_code_dir_as_script(spec)
     doc: dict[str, Any] = {"protocolVersion": 2, "name": v2_name(spec.name), "type": "job"}
     for key in ("version", "contributor", "description"):
         if getattr(spec, key) is not None:
@@ -110,10 +110,10 @@ def _v2_prerequisite_names(spec: JobSpec) -> dict[str, str]:
     return {p.name: v2_name(p.name) for p in spec.prerequisites if v2_name(p.name) != p.name}
 
 
-def _with_v1_code_dir(spec: JobSpec) -> JobSpec:
-    """A v1 job's codeDir as a script called `code`: v1 copied codeDir to `code/` of the work
-    directory, where its commands find it (`python code/train.py`), and a v2 script is placed
-    at the work directory's entry of its name."""
+def v1_code_dir_as_script(spec: JobSpec) -> JobSpec:
+    """A v1 job's codeDir as a script called `code`, as the writer renames it: v1 copied
+    codeDir to `code/` of the work directory, where its commands find it (`python
+    code/train.py`), and a v2 script is placed at the work directory's entry of its name."""
     if spec.dialect is not Dialect.V1 or spec.prerequisite(V1_CODE, PrerequisiteType.SCRIPT):
         return spec
     code_dir = spec.prerequisite("default", PrerequisiteType.SCRIPT)
@@ -193,7 +193,9 @@ def _deployments(spec: JobSpec) -> list[dict[str, Any]]:
         if roles:  # a deployment that adds no commands says nothing v2 can write
             out.append({"name": d.name, "taskRoles": roles})
     exports = {
-        role.name: [f"export {k}={_exported(k, v)}" for k, v in {**spec.env, **role.env}.items()]
+        role.name: [
+            f"export {k}={exported_value(k, v)}" for k, v in {**spec.env, **role.env}.items()
+        ]
         for role in spec.task_roles
     }
     if not any(exports.values()):
@@ -222,7 +224,7 @@ _JOB_WIDE = (
 _EXPANDED = re.compile(rf"\$(?:\{{({_JOB_WIDE})\}}|({_JOB_WIDE})(?!\w))")
 
 
-def _exported(name: str, value: str) -> str:
+def exported_value(name: str, value: str) -> str:
     """`value` quoted for `export name=...`: as written, except that in v1's locations the
     variables OpenPAI expanded there are expanded by the shell (`'hdfs'"$PAI_JOB_NAME"`)."""
     if name not in _V1_LOCATIONS:
