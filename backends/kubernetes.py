@@ -645,17 +645,23 @@ class KubernetesBackend(ThreadedBackend):
                 return
         self._gone(attempt, instance)
 
+    def _finishing(
+        self, attempt: _Attempt, instance: _Instance, terminated: Termination, *, now: bool
+    ) -> None:
+        """The instance's container terminated: finish it here or on the pool (lock held)."""
+        instance.termination = terminated
+        instance.finishing = True
+        if now:
+            self._finish(attempt, instance, terminated)
+        else:
+            self._pool.submit(self._finish, attempt, instance, terminated)
+
     def _ended_early(
         self, attempt: _Attempt, instance: _Instance, facts: PodFacts, *, now: bool
     ) -> None:
         """The pod ended before every pod of its attempt was scheduled (lock held)."""
         if facts.terminated is not None:
-            instance.termination = facts.terminated
-            instance.finishing = True
-            if now:
-                self._finish(attempt, instance, facts.terminated)
-            else:
-                self._pool.submit(self._finish, attempt, instance, facts.terminated)
+            self._finishing(attempt, instance, facts.terminated, now=now)
         else:
             reason = facts.disruption or facts.lost
             self._end(attempt, instance, EventKind.LOST, reason=reason, completion_code=facts.code)
@@ -714,12 +720,7 @@ class KubernetesBackend(ThreadedBackend):
                 )
             )
         if facts.terminated is not None:
-            instance.termination = facts.terminated
-            instance.finishing = True
-            if now:
-                self._finish(attempt, instance, facts.terminated)
-            else:
-                self._pool.submit(self._finish, attempt, instance, facts.terminated)
+            self._finishing(attempt, instance, facts.terminated, now=now)
         elif facts.lost:
             self._end(
                 attempt,
