@@ -2,8 +2,8 @@
 
 Instances find each other only through these variables, so their names and formats follow what
 user code already reads: the seeds' tables, OpenPAI's rest-server variables and the variables
-OpenPAI's runtime writes once every instance has an address (reference/runtime_env.md §1, §3,
-§4.5). Two deliberate differences from OpenPAI on Kubernetes:
+OpenPAI's runtime writes once every instance has an address (docs/runtime-environment.md).
+Two deliberate differences from OpenPAI on Kubernetes:
 
 - Role names are used exactly as written everywhere, also in the runtime family
   (`PAI_TASK_ROLE_ps_server_HOST_LIST`, as the docs and real configs expect); OpenPAI's

@@ -254,7 +254,7 @@ def test_pod_network_ports_are_laid_out_per_instance_and_v1_begin_at_is_kept() -
 
 
 def test_host_network_hashes_ports_as_openpai_does() -> None:
-    # OpenPAI's runtime gave pod f1020521-... these tcp ports (reference/runtime_env.md, §7)
+    # OpenPAI's runtime gave pod f1020521-... these tcp ports (as OpenPAI's runtime documents them)
     uid = "f1020521-9bda-11ea-830b-000d3ab25bb6"
     window = PortRange(start=20000, end=40000)
     assert [hashed_port(uid, "tcp", i, window) for i in range(3)] == [29877, 22353, 29076]

@@ -1,6 +1,6 @@
 """The GraphQL schema, assembled from its parts, for the executor the server is set to use.
 
-Field names follow the contract in DESIGN.md ("GraphQL contract"); `schema.graphql` at the
+Field names are the public API contract that clients rely on; `schema.graphql` at the
 repository root is `schema_for(...).as_str()`, the same for either executor.
 
 Executors (`PAIGRAPH_EXECUTOR`, or `paigraph serve --executor`):

@@ -1,8 +1,9 @@
 """The job graph as clients see it: jobs, task roles, instances, events, users.
 
-Field names follow the contract in DESIGN.md ("GraphQL contract"). Types are built from the
-store's frozen values; linked fields (a job's user, its task roles' instances, its config) go
-through the request's DataLoaders, so a list of jobs costs one statement per kind of data.
+Field names are the public API contract (`schema.graphql`, which a test keeps current).
+Types are built from the store's frozen values; linked fields (a job's user, its task roles'
+instances, its config) go through the request's DataLoaders, so a list of jobs costs one
+statement per kind of data.
 """
 
 from __future__ import annotations
