@@ -83,7 +83,7 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _SCP_LIKE = re.compile(r"[^/]+:")  # user@host:path, which git reads as ssh
 _FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _SHORT_SHA = re.compile(r"[0-9a-f]{4,63}")
-_USERINFO = re.compile(r"(://)[^/@\s]+@")
+_USERINFO = re.compile(r"(://)[^/\s]*@")  # up to the last @ of the authority, as urlsplit reads it
 
 
 class MaterialKind(StrEnum):

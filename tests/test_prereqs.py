@@ -23,6 +23,7 @@ from simulator.prereqs import (
     RepoSpec,
     UnservableMaterial,
     parse_repo,
+    shown,
 )
 from simulator.settings import SettingsError, settings_from_yaml
 from tests.waiting import until
@@ -258,6 +259,14 @@ def test_connection_refused_is_reported_without_credentials(store: MaterialStore
     )
     assert "refused" in message.lower()
     assert "s3cret" not in message
+
+
+def test_a_password_holding_an_at_sign_is_masked_whole() -> None:
+    """urlsplit takes the last @ of the authority as its end; the mask must reach as far."""
+    assert shown("http://bob:p@ss:w0rd@host/x.csv") == "http://***@host/x.csv"
+    assert (
+        shown("see ftp://u:a@b@h:21/d and http://h/e@f") == "see ftp://***@h:21/d and http://h/e@f"
+    )
 
 
 @pytest.mark.parametrize(
