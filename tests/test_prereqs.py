@@ -418,12 +418,21 @@ def test_local_paths_outside_the_allowed_roots_are_refused(
 @pytest.mark.parametrize(
     ("kind", "uri", "scheme", "supported"),
     [
-        (MaterialKind.DOWNLOAD, "hdfs://10.0.0.1:9000/imagenet", "hdfs", "http, https, file"),
-        (MaterialKind.DOWNLOAD, "nfs://server/export/data", "nfs", "http, https, file"),
-        (MaterialKind.DOWNLOAD, "s3://bucket/key", "s3", "http, https, file"),
-        (MaterialKind.DOWNLOAD, "ftp://pytorch_examples", "ftp", "http, https, file"),
-        (MaterialKind.CLONE, "ssh://git@github.com/a/b.git", "ssh", "http, https, git, file"),
-        (MaterialKind.CLONE, "git@github.com:a/b.git", "ssh", "http, https, git, file"),
+        (MaterialKind.DOWNLOAD, "hdfs://10.0.0.1:9000/imagenet", "hdfs", "http, https, ftp, file"),
+        (MaterialKind.DOWNLOAD, "nfs://server/export/data", "nfs", "http, https, ftp, file"),
+        (MaterialKind.DOWNLOAD, "s3://bucket/key", "s3", "http, https, ftp, file"),
+        (
+            MaterialKind.CLONE,
+            "ssh://git@github.com/a/b.git",
+            "ssh",
+            "http, https, git, file, ftp (copied)",
+        ),
+        (
+            MaterialKind.CLONE,
+            "git@github.com:a/b.git",
+            "ssh",
+            "http, https, git, file, ftp (copied)",
+        ),
         (
             MaterialKind.MOUNT,
             "hdfs://10.151.40.179:9000/core/out",
