@@ -67,12 +67,13 @@ def register(app: typer.Typer, parse_params: Any) -> None:
                     f"  {escape(where)}: {escape(e['message'])} [dim][{escape(e['code'])}][/dim]"
                 )
             raise typer.Exit(1)
-        for line in warning_lines(result.get("warnings") or []):
+        warned = result.get("warnings") or []
+        for line in warning_lines(warned):
             err.print(line)  # stdout stays the job's id alone, for scripts
         job = result["job"]
         out.print(job["id"])
-        if watch:
-            raise typer.Exit(_watch(client, job))
+        if watch:  # the table shows only the warnings that come later (of its launch)
+            raise typer.Exit(_watch(client, job, said=warned))
 
     @app.command()
     def status(
@@ -200,8 +201,9 @@ def _stop_all(client: Client) -> int:
     return 0 if stopped == len(jobs) else 1
 
 
-def render(job: dict[str, Any]) -> Group:
-    """A job as a title line and a table of its instances."""
+def render(job: dict[str, Any], said: list[dict[str, Any]] | None = None) -> Group:
+    """A job as a title line and a table of its instances, then its warnings but those
+    already `said`."""
     rows = (
         InstanceRow(
             f"{role['name']}-{instance['index']}",
@@ -217,7 +219,7 @@ def render(job: dict[str, Any]) -> Group:
     )
     title = f"job [bold]{escape(job['name'])}[/bold] ({job['id']})  attempt {job['attempt']}"
     table = job_table(title, job["state"], job.get("stateReason") or "", rows)
-    warnings = warning_lines(job.get("warnings") or [])
+    warnings = warning_lines([w for w in job.get("warnings") or [] if w not in (said or [])])
     return Group(table, *warnings) if warnings else table
 
 
@@ -232,16 +234,17 @@ def warning_lines(warnings: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _watch(client: Client, job: dict[str, Any]) -> int:
-    """Follow the job's events, redrawing its table; the exit status follows its final state."""
-    with Live(render(job), console=out, refresh_per_second=4) as live:
+def _watch(client: Client, job: dict[str, Any], said: list[dict[str, Any]]) -> int:
+    """Follow the job's events, redrawing its table (without the warnings already `said`);
+    the exit status follows its final state."""
+    with Live(render(job, said), console=out, refresh_per_second=4) as live:
         for _event in client.job_events(job["id"]):
             job = client.job(job["id"])
-            live.update(render(job))
+            live.update(render(job, said))
             if job["state"] in FINAL_STATES:
                 break
         job = client.job(job["id"])
-        live.update(render(job))
+        live.update(render(job, said))
     if not out.is_terminal:  # rich ends a terminal's last frame with a newline, not a pipe's
         out.line()
     return 0 if job["state"] == "SUCCEEDED" else 1

@@ -8,9 +8,10 @@ at launch, before anything is placed, so a job is refused instead of failing lat
 
 What a URI may be, per kind:
 
-- download (data): `http(s)://...`, `file:///abs/path` or a bare `/abs/path` (under the allowed
-  roots). Each URI becomes one entry of the mounted directory, named after the last segment of its
-  path (`index` when that is empty); a local directory is copied as a directory of that name.
+- download (data): `http(s)://...`, `ftp://[user[:password]@]host[:port]/path`, `file:///abs/path`
+  or a bare `/abs/path` (under the allowed roots). Each URI becomes one entry of the mounted
+  directory, named after the last segment of its path (`index` when that is empty); a local or
+  FTP directory is copied as a directory of that name (`ftp_fetch`).
 - clone (script): `REPO`, `REPO@REF` or `REPO#REF`, where REPO is `https://`, `http://`, `git://`,
   `file://` (allowed roots), a bare `/abs/path` (allowed roots), or scheme-less `host/path`
   (meaning https). REF is a commit (full or abbreviated), a tag or a branch; use `#` for a ref
@@ -18,7 +19,8 @@ What a URI may be, per kind:
   whose `uri` is one string is one repository checked out at /work/<name>/ itself; one whose
   `uri` is a list (the seed's form) has each repository checked out at
   /work/<name>/<repository name>/ (the last segment of its path without `.git`, as `git clone`
-  names it), so two repositories of one name are refused.
+  names it), so two repositories of one name are refused. A script on FTP is no repository:
+  it is copied as data is, one directory becoming /work/<name>/ itself.
 - mount (storage / output): nothing (a persistent directory of the job's owner,
   `<storage_dir>/users/<owner>/<name>`), a bare storage name (`<storage_dir>/users/<owner>/<that
   name>`, so one user's prerequisites and jobs can share one; another user's of the same name is
@@ -64,7 +66,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
-from simulator import local_copy
+from simulator import ftp_fetch, local_copy
 from simulator.dfs import DfsError, FileSystems, is_dfs_uri
 from simulator.fetch_policy import BlockedAddress, FetchPolicy, GuardedTransport
 from simulator.names import safe
@@ -83,7 +85,7 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _SCP_LIKE = re.compile(r"[^/]+:")  # user@host:path, which git reads as ssh
 _FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _SHORT_SHA = re.compile(r"[0-9a-f]{4,63}")
-_USERINFO = re.compile(r"(://)[^/@\s]+@")
+_USERINFO = re.compile(r"(://)[^/\s]*@")  # up to the last @ of the authority, as urlsplit reads it
 
 
 class MaterialKind(StrEnum):
@@ -95,8 +97,8 @@ class MaterialKind(StrEnum):
 
 
 _SUPPORTED = {
-    MaterialKind.DOWNLOAD: "http, https, file",
-    MaterialKind.CLONE: "http, https, git, file",
+    MaterialKind.DOWNLOAD: "http, https, ftp, file",
+    MaterialKind.CLONE: "http, https, git, file, ftp (copied)",
     MaterialKind.MOUNT: "file, or a storage name",
 }
 
@@ -142,6 +144,7 @@ class _Source:
     entry: str
     url: str | None = None
     path: Path | None = None
+    ftp: ftp_fetch.FtpLocation | None = None
 
 
 def shown(uri: str) -> str:
@@ -428,8 +431,9 @@ class MaterialStore:
     # --- simulated locations -----------------------------------------------------------------
 
     def _copied_script(self, kind: MaterialKind, uris: Sequence[str]) -> bool:
-        """A script on the simulated HDFS is a folder of files, not a repository: copied."""
-        return kind is MaterialKind.CLONE and any(is_dfs_uri(u) for u in uris)
+        """A script on the simulated HDFS or on FTP is a folder of files, not a repository:
+        copied."""
+        return kind is MaterialKind.CLONE and any(is_dfs_uri(u) or _is_ftp(u) for u in uris)
 
     def _node_mounted(self, kind: MaterialKind, uris: Sequence[str]) -> bool:
         """Data or a script that is one node path (/mnt/confignfs/code): the user's simulated
@@ -583,6 +587,12 @@ class MaterialStore:
                     raise UnservableMaterial(f"prerequisite {name!r}: {shown(uri)} has no host")
                 segment = unquote(parts.path.rsplit("/", 1)[-1])
                 sources.append(_Source(uri, _entry_name(segment), url=uri))
+            elif scheme == "ftp":
+                try:
+                    location = ftp_fetch.parse(uri)
+                except ValueError as exc:
+                    raise UnservableMaterial(f"prerequisite {name!r}: {shown(uri)} {exc}") from None
+                sources.append(_Source(uri, _entry_name(location.name), ftp=location))
             elif scheme == "hdfs" and self.dfs is not None:
                 path = self._dfs_source(name, uri, owner)
                 sources.append(_Source(uri, _entry_name(path.name), path=path))
@@ -761,8 +771,10 @@ class MaterialStore:
         sources = self._sources(name, uris, owner)
         looked = [self._scan(name, s.path) if s.path else None for s in sources]
         first = looked[0]
+        # a script's one FTP directory is the mounted directory itself, as a local one is
+        contents = whole and len(sources) == 1 and sources[0].ftp is not None
         whole = whole and bool(first and first[0].kind == "dir")
-        marks = ["whole"] if whole else []
+        marks = ["whole"] if whole else ["contents"] if contents else []
         # the host paths are in the key: one user's hdfs://h/x is not another's
         where = [str(s.path) if s.path else None for s in sources]
 
@@ -785,6 +797,9 @@ class MaterialStore:
                     target = work if whole else work / source.entry
                     if source.url is not None:
                         self._fetch_url(client, name, source.url, target, budget, report)
+                        read.append(None)
+                    elif source.ftp is not None:
+                        self._fetch_ftp(name, source, work, contents, budget, report)
                         read.append(None)
                     else:
                         assert source.path is not None
@@ -867,6 +882,53 @@ class MaterialStore:
             ) from exc
         except httpx.HTTPError as exc:
             raise MaterialError(f"{where}: download failed: {exc}") from exc
+
+    def _fetch_ftp(
+        self,
+        name: str,
+        source: _Source,
+        folder: Path,
+        contents: bool,
+        budget: list[int],
+        report: Progress,
+    ) -> None:
+        """An `ftp://` file or tree, through the fetch policy; failures worded as HTTP's are."""
+        assert source.ftp is not None
+        url = shown(source.uri)
+        where = f"prerequisite {name!r}: {url}"
+        last = [time.monotonic()]
+
+        def started(what: str, size: int | None) -> None:
+            amount = f" ({_human(size)})" if size is not None else f" (a {what})"
+            report(name, f"downloading data {name!r}{amount} from {url}")
+
+        def progress(received: int, size: int | None) -> None:
+            if time.monotonic() - last[0] >= _PROGRESS_EVERY:
+                last[0] = time.monotonic()
+                done = f"{received * 100 // size}% of {_human(size)}" if size else _human(received)
+                report(name, f"downloading data {name!r}: {done}")
+
+        try:
+            received = ftp_fetch.fetch(
+                source.ftp,
+                folder,
+                source.entry,
+                contents=contents,
+                policy=self.fetch_policy,
+                timeout=self.http_timeout,
+                limit=budget[0],
+                progress=progress,
+                on_start=started,
+            )
+        except BlockedAddress as exc:
+            raise MaterialError(f"{where}: refused: {exc}") from None
+        except ftp_fetch.OverLimit as exc:
+            raise MaterialError(self._too_big(where, exc.size, budget)) from None
+        except ftp_fetch.NotFound as exc:
+            raise MaterialError(f"{where} {exc}") from None
+        except ftp_fetch.FtpFetchError as exc:
+            raise MaterialError(f"{where}: {exc}") from None
+        budget[0] -= received
 
     def _too_big(self, where: str, size: int | None, budget: list[int]) -> str:
         """Over the cap: say how big (when known), counting what earlier URIs brought."""
@@ -1111,6 +1173,11 @@ def repository_name(url: str) -> str:
     path = urlsplit(url).path if _SCHEME.match(url) else url
     last = unquote(path.rstrip("/").rsplit("/", 1)[-1])
     return last[: -len(".git")] if last.endswith(".git") and len(last) > 4 else last
+
+
+def _is_ftp(uri: str) -> bool:
+    match = _SCHEME.match(uri)
+    return match is not None and match.group(1).lower() == "ftp"
 
 
 def _entry_name(segment: str) -> str:

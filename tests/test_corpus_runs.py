@@ -35,6 +35,7 @@ from tests.simulated import IMAGE, remove_leftovers
 pytestmark = [pytest.mark.shared("corpus"), pytest.mark.docker]
 
 MOST_REFUSED = 0.05
+FTP_EXAMPLE = "pai__src__rest-server__test__v2__protocol.js__valid__pytorch_mnist.yaml"
 _FILE_SYSTEM = re.compile(r"hdfs|HDFS_URI|PAI_DEFAULT_FS_URI|/mnt/", re.IGNORECASE)
 _V1_DIRECTORY = re.compile(r"prerequisite '(code|data|output)': /")
 
@@ -126,3 +127,9 @@ def test_at_most_five_percent_of_the_corpus_is_refused_on_the_defaults(
         print("\n" + report)
     assert valid, "no valid jobs in the corpus"
     assert len(counted) <= MOST_REFUSED * len(valid), report
+
+
+def test_the_rest_servers_ftp_script_example_is_accepted(simulator: DockerBackend) -> None:
+    """Its script is `ftp://pytorch_examples`, which the simulator fetches as a cluster would."""
+    (entry,) = [e for e in top_level(valid=True) if e.file == FTP_EXAMPLE]
+    assert refusal_of(simulator, entry.path.read_bytes().decode("utf-8")) is None

@@ -23,6 +23,7 @@ from simulator.prereqs import (
     RepoSpec,
     UnservableMaterial,
     parse_repo,
+    shown,
 )
 from simulator.settings import SettingsError, settings_from_yaml
 from tests.waiting import until
@@ -260,6 +261,14 @@ def test_connection_refused_is_reported_without_credentials(store: MaterialStore
     assert "s3cret" not in message
 
 
+def test_a_password_holding_an_at_sign_is_masked_whole() -> None:
+    """urlsplit takes the last @ of the authority as its end; the mask must reach as far."""
+    assert shown("http://bob:p@ss:w0rd@host/x.csv") == "http://***@host/x.csv"
+    assert (
+        shown("see ftp://u:a@b@h:21/d and http://h/e@f") == "see ftp://***@h:21/d and http://h/e@f"
+    )
+
+
 @pytest.mark.parametrize(
     ("path", "amount"),
     [("/big.bin", "is 5.0 kB,"), ("/stream/5000", "goes")],
@@ -409,12 +418,21 @@ def test_local_paths_outside_the_allowed_roots_are_refused(
 @pytest.mark.parametrize(
     ("kind", "uri", "scheme", "supported"),
     [
-        (MaterialKind.DOWNLOAD, "hdfs://10.0.0.1:9000/imagenet", "hdfs", "http, https, file"),
-        (MaterialKind.DOWNLOAD, "nfs://server/export/data", "nfs", "http, https, file"),
-        (MaterialKind.DOWNLOAD, "s3://bucket/key", "s3", "http, https, file"),
-        (MaterialKind.DOWNLOAD, "ftp://pytorch_examples", "ftp", "http, https, file"),
-        (MaterialKind.CLONE, "ssh://git@github.com/a/b.git", "ssh", "http, https, git, file"),
-        (MaterialKind.CLONE, "git@github.com:a/b.git", "ssh", "http, https, git, file"),
+        (MaterialKind.DOWNLOAD, "hdfs://10.0.0.1:9000/imagenet", "hdfs", "http, https, ftp, file"),
+        (MaterialKind.DOWNLOAD, "nfs://server/export/data", "nfs", "http, https, ftp, file"),
+        (MaterialKind.DOWNLOAD, "s3://bucket/key", "s3", "http, https, ftp, file"),
+        (
+            MaterialKind.CLONE,
+            "ssh://git@github.com/a/b.git",
+            "ssh",
+            "http, https, git, file, ftp (copied)",
+        ),
+        (
+            MaterialKind.CLONE,
+            "git@github.com:a/b.git",
+            "ssh",
+            "http, https, git, file, ftp (copied)",
+        ),
         (
             MaterialKind.MOUNT,
             "hdfs://10.151.40.179:9000/core/out",

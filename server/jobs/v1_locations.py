@@ -27,7 +27,7 @@ _FIELDS = (
 )
 _VARIABLE = re.compile(r"\$(?:\{(PAI_\w+)\}|(PAI_\w+))")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_COPIED = ("http", "https", "file", "hdfs")  # hdfs: where the backend has (or simulates) one
+_COPIED = ("http", "https", "ftp", "file", "hdfs")  # hdfs: where the backend has (or simulates) one
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,9 @@ def _check_local(path: str, location: str, doing: str) -> None:
 
 
 def _code(location: str) -> Material:
-    """codeDir copied into the container: an http(s) file, a local directory's contents, or
-    (where the backend has one) a directory of the HDFS, as OpenPAI v1 copied it to `code/`."""
+    """codeDir copied into the container: an http(s) file, an ftp file or directory's contents,
+    a local directory's contents, or (where the backend has one) a directory of the HDFS, as
+    OpenPAI v1 copied it to `code/`."""
     match = _SCHEME.match(location)
     scheme = match.group(1).lower() if match else None
     if scheme is None and not location.startswith("/"):
@@ -114,7 +115,7 @@ def _code(location: str) -> Material:
         raise NotRunnable(
             "codeDir",
             f"{location} cannot be copied into the container: there is no {scheme} file system "
-            "here; give an http(s) URL, an hdfs:// directory or a directory on this machine "
+            "here; give an http(s) or ftp URL, an hdfs:// directory or a directory on this machine "
             "(under the simulator's allowed_file_roots)",
         )
     return Material(name=CODE, kind=Fetch.DOWNLOAD, uris=[location], as_directory=True)
