@@ -198,7 +198,7 @@ def create_app(
     slot = RuntimeSlot()
     loopback = is_loopback(host)
     subscriptions = UserSubscriptions(max_subscriptions_per_user)
-    measured = AppMetrics(slot, metrics, latest_usage)
+    measured = AppMetrics(metrics, latest_usage)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

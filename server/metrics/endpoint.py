@@ -3,11 +3,9 @@ lets in (server.metrics.access)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from prometheus_client import generate_latest
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
@@ -31,8 +29,6 @@ def metrics_endpoint(
         refusal = await access_refusal(request, runtime.auth, metrics.settings)
         if refusal is not None:
             return refusal
-        # the scrape reads the database: off the event loop
-        body = await asyncio.to_thread(generate_latest, metrics.registry)
-        return Response(body, media_type=CONTENT_TYPE)
+        return Response(await metrics.exposition(runtime), media_type=CONTENT_TYPE)
 
     return endpoint

@@ -9,8 +9,10 @@ module measures nothing itself.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -23,62 +25,104 @@ from server.jobs.states import JobState
 from server.metrics.settings import MetricsSettings
 
 if TYPE_CHECKING:
-    from server.api.context import Runtime, RuntimeSlot
+    from server.api.context import Runtime
 
 log = logging.getLogger(__name__)
 
 LatestUsage = Callable[[], Sequence[tuple[UsageSample, str]]]
-"""The latest sample of each running instance with the user who owns its job."""
+"""The latest sample of each running instance with the user who owns its job. Called on the
+event loop at each scrape, so it must be an in-memory read (the sampler's latest figures)."""
 
 INSTANCE_LABELS = ("job", "role", "index", "user")
 
 
-class ScrapeCollector(Collector):
-    """Reads the running server at each scrape; nothing while it starts or stops."""
+@dataclass(frozen=True)
+class Reading:
+    """What one scrape serves, read before the text is written. The figures the event loop
+    owns (subscriptions, the bus, the backend's health, the latest samples) are read on the
+    loop; the database is asked in a worker thread."""
 
-    def __init__(self, slot: RuntimeSlot, settings: MetricsSettings) -> None:
-        self.slot = slot
+    job_counts: Sequence[tuple[str, str, int]]
+    subscriptions: int
+    pending_notices: int
+    backend: tuple[str, bool] | None  # its name and whether it answers; None: no backend
+    instances: Sequence[tuple[UsageSample, str]] | None  # None: no per-instance series
+    dropped: int = 0
+
+
+class ScrapeCollector(Collector):
+    """Serves the latest `Reading` (`read` makes one; the endpoint sets it before each scrape)."""
+
+    def __init__(self, settings: MetricsSettings) -> None:
         self.settings = settings
         self.latest_usage: LatestUsage | None = None
+        self.reading: Reading | None = None
+
+    async def read(self, runtime: Runtime) -> Reading:
+        """Read the running server: call on its event loop."""
+        samples = self._samples()
+        counts = await asyncio.to_thread(runtime.store.job_counts)
+        instances, dropped = None, 0
+        if samples is not None:
+            ended = await asyncio.to_thread(
+                runtime.store.completion_times, (s.key.job_id for s, _ in samples)
+            )
+            instances = keep_instances(samples, ended, self.settings.max_instances)
+            dropped = len(_one_per_instance(samples)) - len(instances)
+        return Reading(
+            job_counts=counts,
+            subscriptions=runtime.subscriptions.total,
+            pending_notices=_pending_notices(runtime),
+            backend=_backend(runtime),
+            instances=instances,
+            dropped=dropped,
+        )
+
+    def _samples(self) -> list[tuple[UsageSample, str]] | None:
+        """The latest samples, or None when the per-instance series are off or have no source
+        (or the source failed: logged, and /metrics goes on without them)."""
+        if not self.settings.per_instance or self.latest_usage is None:
+            return None
+        try:
+            return list(self.latest_usage())
+        except Exception:
+            log.exception("the latest usage samples cannot be read; /metrics goes without them")
+            return None
 
     def describe(self) -> Iterable[Metric]:
         return []  # registering must not scrape
 
     def collect(self) -> Iterator[Metric]:
-        runtime = self.slot.current
-        if runtime is None:
+        reading = self.reading
+        if reading is None:
             return
-        yield from _jobs(runtime.store.job_counts())
+        yield from _jobs(reading.job_counts)
         yield GaugeMetricFamily(
             "paigraph_subscriptions",
             "GraphQL operations running over websockets now (subscriptions, mostly).",
-            value=runtime.subscriptions.total,
+            value=reading.subscriptions,
         )
         yield GaugeMetricFamily(
             "paigraph_event_bus_pending_notices",
             "Job notices handed to this server's subscribers and not read yet: how far they lag.",
-            value=_pending_notices(runtime),
+            value=reading.pending_notices,
         )
-        up = _backend_up(runtime)
-        if up is not None:
+        if reading.backend is not None:
+            up = GaugeMetricFamily(
+                "paigraph_backend_up",
+                "1 while the backend's engine answers, 0 during an outage.",
+                labels=["backend"],
+            )
+            name, healthy = reading.backend
+            up.add_metric([name], 1 if healthy else 0)
             yield up
-        if self.settings.per_instance and self.latest_usage is not None:
-            yield from self._instances(runtime, self.latest_usage)
-
-    def _instances(self, runtime: Runtime, latest_usage: LatestUsage) -> Iterator[Metric]:
-        try:
-            samples = list(latest_usage())
-        except Exception:
-            log.exception("the latest usage samples cannot be read; /metrics goes without them")
-            return
-        ended = runtime.store.completion_times(s.key.job_id for s, _ in samples)
-        kept = keep_instances(samples, ended, self.settings.max_instances)
-        yield GaugeMetricFamily(
-            "paigraph_instance_series_dropped",
-            "Instances left out of the per-instance series by PAIGRAPH_METRICS_MAX_INSTANCES.",
-            value=len(_one_per_instance(samples)) - len(kept),
-        )
-        yield from instance_families(kept)
+        if reading.instances is not None:
+            yield GaugeMetricFamily(
+                "paigraph_instance_series_dropped",
+                "Instances left out of the per-instance series by PAIGRAPH_METRICS_MAX_INSTANCES.",
+                value=reading.dropped,
+            )
+            yield from instance_families(reading.instances)
 
 
 def _jobs(counts: Sequence[tuple[str, str, int]]) -> Iterator[Metric]:
@@ -105,18 +149,12 @@ def _pending_notices(runtime: Runtime) -> int:
     return int(getattr(local, "pending_notices", 0))
 
 
-def _backend_up(runtime: Runtime) -> GaugeMetricFamily | None:
+def _backend(runtime: Runtime) -> tuple[str, bool] | None:
     backend = runtime.backend
     if backend is None:
         return None
     healthy = backend.health().healthy if isinstance(backend, ReportsHealth) else True
-    up = GaugeMetricFamily(
-        "paigraph_backend_up",
-        "1 while the backend's engine answers, 0 during an outage.",
-        labels=["backend"],
-    )
-    up.add_metric([runtime.backend_name or "unknown"], 1 if healthy else 0)
-    return up
+    return runtime.backend_name or "unknown", healthy
 
 
 def _one_per_instance(
