@@ -38,6 +38,7 @@ from server.webapp import Assets, app_page, build_dir
 
 if TYPE_CHECKING:
     from backends.base import Backend
+    from server.jobs.observer import JobObserver
     from server.jobs.service import JobService
     from server.marketplace.references import ReferenceResolver
     from server.store import Store
@@ -204,6 +205,7 @@ def create_app(
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             if service is not None:
+                service.observer = measured.jobs  # before it starts: resumed jobs count too
                 await service.start()
                 stack.push_async_callback(service.close)
                 runtime = Runtime(
@@ -216,12 +218,10 @@ def create_app(
                     subscriptions=subscriptions,
                 )
             else:
-                runtime = await _build(stack, db_url, backend, loopback)
+                runtime = await _build(stack, db_url, backend, loopback, measured.jobs)
                 runtime.subscriptions = subscriptions
             runtime.job_visibility = visibility
             runtime.timings = measured.api
-            if runtime.service is not None:
-                runtime.service.observer = measured.jobs
             slot.current = runtime
             stack.push_async_callback(runtime.sockets.close)
             tune_collector()
@@ -253,7 +253,11 @@ def create_app(
 
 
 async def _build(
-    stack: AsyncExitStack, db_url: str | None, chosen: str | Backend | None, loopback: bool
+    stack: AsyncExitStack,
+    db_url: str | None,
+    chosen: str | Backend | None,
+    loopback: bool,
+    observer: JobObserver,
 ) -> Runtime:
     """Open the store, the bus and the backend, and start a job service on them."""
     url = database_url(db_url)
@@ -269,6 +273,7 @@ async def _build(
     backend = make_backend(chosen) if isinstance(chosen, str) else chosen
     stack.push_async_callback(backend.close)
     service = JobService(store, backend, bus, references=marketplace_references(store))
+    service.observer = observer
     await service.start()
     stack.push_async_callback(service.close)
     runtime.service = service

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from server.api.auth import Authenticator, bearer_token
-from server.api.errors import Unauthorized
+from server.api.errors import ApiError, Unauthorized
 from server.api.loopback import local_admin_refusal
 from server.metrics.settings import OPEN_ENV, MetricsSettings
 
@@ -45,6 +45,8 @@ async def access_refusal(
         user = await auth.user(token)
     except Unauthorized as exc:
         return PlainTextResponse(f"{exc}\n", 401, headers={"WWW-Authenticate": "Bearer"})
+    except ApiError as exc:  # the token cannot be checked now (the database is away)
+        return PlainTextResponse(f"{exc}\n", 503)
     if not user.admin:
         return PlainTextResponse(f"{NEED_ADMIN}; user {user.name!r} is no admin\n", 403)
     return None
