@@ -280,7 +280,7 @@ async def test_per_instance_series_can_be_turned_off(tmp_path: Path) -> None:
         found = await scrape(client)
     assert not {n for n in names(found) if n.startswith("paigraph_instance_")}
     assert asked == []  # not even read
-    assert "paigraph_jobs" in names(found) or "paigraph_subscriptions" in names(found)
+    assert "paigraph_subscriptions" in names(found)
 
 
 def test_malformed_settings_are_refused_naming_the_setting() -> None:
