@@ -30,12 +30,15 @@ from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSu
 from server.api.schema import executor_setting, schema_for
 from server.events import bus_for
 from server.exec_frames import PATH as EXEC_PATH
+from server.metrics import AppMetrics, MetricsSettings, metrics_endpoint
+from server.metrics.scrape import LatestUsage
 from server.security_headers import SecurityHeaders
 from server.store import database_url, open_store
 from server.webapp import Assets, app_page, build_dir
 
 if TYPE_CHECKING:
     from backends.base import Backend
+    from server.jobs.observer import JobObserver
     from server.jobs.service import JobService
     from server.marketplace.references import ReferenceResolver
     from server.store import Store
@@ -166,10 +169,13 @@ def create_app(
     on_stop: Callable[[Store], None] | None = None,
     executor: str | None = None,
     job_visibility: str | None = None,
+    metrics: MetricsSettings | None = None,
+    latest_usage: LatestUsage | None = None,
 ) -> Starlette:
     """The app serving /graphql (GraphiQL in a browser), /exec (commands in running instances,
     server.api.exec_socket), /healthz (liveness), /health (readiness, with the reason when not
-    ready), and the web UI at / (any other path is one of the UI's own routes).
+    ready), /metrics (Prometheus, server.metrics), and the web UI at / and under its own
+    sections (server.webapp.UI_SECTIONS); any other path is 404.
 
     With `service`, its store, bus and backend are used; the app starts the service when it
     starts and closes it when it stops (the caller closes what it built the service from).
@@ -184,18 +190,22 @@ def create_app(
     what keeps running). `executor` is `fast` or `standard` (else $PAIGRAPH_EXECUTOR, else
     `fast`; see server.api.schema): ValueError for anything else. `job_visibility` is `all`
     or `own` (else $PAIGRAPH_JOB_VISIBILITY, else `all`; see server.api.job_access):
-    ValueError for anything else.
+    ValueError for anything else. `metrics` are the settings of /metrics (else the
+    PAIGRAPH_METRICS_* ones, server.metrics.settings); `latest_usage` gives its per-instance
+    series (settable later as `app.state.metrics.latest_usage`).
     """
     schema = schema_for(executor_setting(executor))
     visibility = job_visibility_setting(job_visibility)
     slot = RuntimeSlot()
     loopback = is_loopback(host)
     subscriptions = UserSubscriptions(max_subscriptions_per_user)
+    measured = AppMetrics(metrics, latest_usage)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             if service is not None:
+                service.observer = measured.jobs  # before it starts: resumed jobs count too
                 await service.start()
                 stack.push_async_callback(service.close)
                 runtime = Runtime(
@@ -208,9 +218,10 @@ def create_app(
                     subscriptions=subscriptions,
                 )
             else:
-                runtime = await _build(stack, db_url, backend, loopback)
+                runtime = await _build(stack, db_url, backend, loopback, measured.jobs)
                 runtime.subscriptions = subscriptions
             runtime.job_visibility = visibility
+            runtime.timings = measured.api
             slot.current = runtime
             stack.push_async_callback(runtime.sockets.close)
             tune_collector()
@@ -226,6 +237,7 @@ def create_app(
         routes=[
             Route("/healthz", healthz),
             Route("/health", health_endpoint(slot)),
+            Route("/metrics", metrics_endpoint(slot, measured), methods=["GET"]),
             Route("/graphql", endpoint, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", endpoint),
             WebSocketRoute(EXEC_PATH, ExecEndpoint(slot)),
@@ -236,11 +248,16 @@ def create_app(
         middleware=[Middleware(SecurityHeaders)],  # server.security_headers says why each
     )
     app.state.runtime = slot  # the running parts, for operators and tests: .get()
+    app.state.metrics = measured  # what /metrics serves (server.metrics)
     return app
 
 
 async def _build(
-    stack: AsyncExitStack, db_url: str | None, chosen: str | Backend | None, loopback: bool
+    stack: AsyncExitStack,
+    db_url: str | None,
+    chosen: str | Backend | None,
+    loopback: bool,
+    observer: JobObserver,
 ) -> Runtime:
     """Open the store, the bus and the backend, and start a job service on them."""
     url = database_url(db_url)
@@ -256,6 +273,7 @@ async def _build(
     backend = make_backend(chosen) if isinstance(chosen, str) else chosen
     stack.push_async_callback(backend.close)
     service = JobService(store, backend, bus, references=marketplace_references(store))
+    service.observer = observer
     await service.start()
     stack.push_async_callback(service.close)
     runtime.service = service

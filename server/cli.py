@@ -318,11 +318,13 @@ def serve(
     from server.api.job_access import job_visibility_setting
     from server.api.schema import executor_setting
     from server.app import BACKENDS, BackendUnavailable, create_app, make_backend
+    from server.metrics import metrics_settings
     from server.serving import AnnouncingServer, CannotListen, listening_socket, server_config
 
     try:
         executor = executor_setting(executor)
         job_visibility = job_visibility_setting(job_visibility)
+        metrics = metrics_settings()
     except ValueError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
@@ -351,6 +353,7 @@ def serve(
             on_stop=lambda store: _say_what_keeps_running(store, backend),
             executor=executor,
             job_visibility=job_visibility,
+            metrics=metrics,
         )
         config = server_config(app, host=host, port=port, log_level="info")
 

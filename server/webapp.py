@@ -1,6 +1,11 @@
 """The web UI's files: the app at `/` (any client-side route answers its index.html) and
 GraphiQL for browsers at /graphql, both from the Vite build in `server/webui/`.
 
+The app's routes are `/` and the paths under its sections (UI_SECTIONS, the first segments of
+the routes in web/src/App.tsx; a test keeps the two the same). Any other path is 404: a
+mistyped API address (`/api/x`, `/metrics/x`) or a file that is not there (`/favicon.ico`)
+says so, rather than answering the app's page with 200.
+
 The build is made from `web/` (./scripts/serve does it) and shipped inside the Python package
 as package data, so a wheel serves the UI without node. Hashed assets never change under their
 name and are cached for a year; the HTML pages name the current assets, so they are never
@@ -14,11 +19,12 @@ import os
 from pathlib import Path
 
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 BUILD_DIR = Path(__file__).resolve().parent / "webui"
+UI_SECTIONS = frozenset({"jobs", "cluster", "submit", "marketplace", "users", "signin"})
 IMMUTABLE = "public, max-age=31536000, immutable"
 NO_CACHE = "no-cache"
 
@@ -86,8 +92,17 @@ class Assets(StaticFiles):
 
 
 async def app_page(request: Request) -> Response:
-    """The app for any path it routes itself (/, /jobs/x, ...): its index.html."""
+    """The app for any path it routes itself (/, /jobs/x, ...): its index.html; 404 for any
+    other path."""
+    if not is_ui_path(request.url.path):
+        return PlainTextResponse(f"nothing is served at {request.url.path}\n", 404)
     return page("index.html")
+
+
+def is_ui_path(path: str) -> bool:
+    """Whether `path` is `/` or lies under one of the app's sections."""
+    first = path.lstrip("/").split("/", 1)[0]
+    return first == "" or first in UI_SECTIONS
 
 
 def wants_html(request: Request) -> bool:

@@ -4,13 +4,14 @@ page saying how to build the UI when there is no build (never a crash)."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from server.app import create_app
-from server.webapp import BUILD_DIR
+from server.webapp import BUILD_DIR, UI_SECTIONS
 from tests.api_support import gql, serving
 
 pytestmark = pytest.mark.anyio
@@ -38,6 +39,24 @@ async def test_every_client_route_answers_the_app_page_uncached(build: Path) -> 
             assert "<title>app</title>" in response.text
             assert response.headers["cache-control"] == "no-cache"
             assert response.headers["content-type"].startswith("text/html")
+
+
+async def test_paths_that_are_no_page_of_the_app_are_404(build: Path) -> None:
+    async with serving(create_app(db_url="sqlite://", backend=None)) as client:
+        for path in ("/api/nope", "/favicon.ico", "/robots.txt", "/graphql/x", "/healthz/x"):
+            response = await client.get(path, headers=HTML)
+            assert response.status_code == 404, path
+            assert "<title>app</title>" not in response.text, path
+        for path in ("/jobs/alice~train.v2-0a1b2c3d", "/marketplace/x/edit", "/users"):
+            assert (await client.get(path, headers=HTML)).status_code == 200, path
+
+
+def test_the_sections_the_server_serves_the_app_under_are_the_apps_routes() -> None:
+    """UI_SECTIONS must follow web/src/App.tsx, or a new page of the app would be 404."""
+    app = (ROOT / "web" / "src" / "App.tsx").read_text()
+    routes = re.findall(r'<Route path="/([^"/]*)', app)
+    assert len(routes) > 5, "the routes of App.tsx are not found"
+    assert {first for first in routes if first not in ("", "*")} == UI_SECTIONS
 
 
 async def test_hashed_assets_are_cached_for_good_and_unknown_ones_are_404(build: Path) -> None:

@@ -16,6 +16,7 @@ from server.api.job_access import JobVisibility, may_read, reader_limit
 from server.api.limits import UserSubscriptions
 from server.api.loaders import Loaders
 from server.api.open_sockets import OpenSockets
+from server.api.timing import OperationTimings
 from server.events import EventBus
 from server.store import Job, Store, User
 
@@ -37,6 +38,7 @@ class Runtime:
     subscriptions: UserSubscriptions = field(default_factory=UserSubscriptions)
     job_visibility: JobVisibility = JobVisibility.ALL  # who may read which jobs (job_access)
     sockets: OpenSockets = field(default_factory=OpenSockets)  # closed when a token is revoked
+    timings: OperationTimings | None = None  # how long operations take (server.api.timing)
 
 
 class RuntimeSlot:

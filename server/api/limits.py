@@ -16,6 +16,7 @@ from strawberry.extensions import SchemaExtension
 from server.api.document_shape import ShapeLimits, shape_rule
 from server.api.errors import ApiError, MaskUnexpectedErrors
 from server.api.operation_name import RequireOperationName
+from server.api.timing import TimedOperations
 from server.api.validation_cache import CheckedDocuments, Checker
 
 MAX_FIRST = 100
@@ -65,6 +66,7 @@ CHECKER = Checker(VALIDATION_RULES, max_tokens=MAX_TOKENS)
 def schema_extensions() -> list[Callable[[], SchemaExtension]]:
     """Factories: each operation gets its own extension objects."""
     return [
+        TimedOperations,  # first: it times what the others do too
         partial(CheckedDocuments, CHECKER),  # before RequireOperationName, whose error stands
         RequireOperationName,
         MaskUnexpectedErrors,
@@ -86,6 +88,11 @@ class UserSubscriptions:
     def __init__(self, limit: int = MAX_SUBSCRIPTIONS_PER_USER) -> None:
         self.limit = limit
         self._running: dict[int, int] = {}
+
+    @property
+    def total(self) -> int:
+        """Operations running over websockets now, all users together."""
+        return sum(self._running.values())
 
     def running(self, user_id: int) -> int:
         return self._running.get(user_id, 0)

@@ -140,6 +140,11 @@ class LocalBus:
         return sum(len(group) for group in self._subscribers.values())
 
     @property
+    def pending_notices(self) -> int:
+        """Notices handed to subscribers that they have not read yet: how far readers lag."""
+        return sum(s.pending for group in self._subscribers.values() for s in group)
+
+    @property
     def watched_jobs(self) -> frozenset[str]:
         """Job ids that have at least one subscriber of their own (all-jobs ones not counted)."""
         return frozenset(key for key in self._subscribers if key is not None)

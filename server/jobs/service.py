@@ -21,7 +21,7 @@ import contextlib
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -41,6 +41,7 @@ from server.events import BusClosedError, BusUnavailableError, EventBus, JobNoti
 from server.jobs.journal import Journal
 from server.jobs.launch import NotRunnable, default_fs_of, launch_request
 from server.jobs.machine import JobMachine, MachineSnapshot
+from server.jobs.observer import JobObserver, NoObserver
 from server.jobs.policy import job_policy
 from server.jobs.reconcile import Resumption, plan_resumption, stale_attempts
 from server.jobs.refusals import refusal_issues, virtual_cluster_path
@@ -133,6 +134,7 @@ class JobService:
         self._taking_over = asyncio.Lock()
         self._health = BackendHealth()  # as last told to the jobs
         self._healthy_since = float("-inf")  # loop time the backend last answered again
+        self.observer: JobObserver = NoObserver()  # told of stored changes (server.metrics)
 
     # --- lifecycle ---
 
@@ -483,6 +485,7 @@ class JobService:
             else:
                 log.warning("%s (%s)", health.reason, health.detail)
             self._health = health
+            self._tell(self.observer.backend_health, health)
             for live in list(self._live.values()):
                 live.runner.feed(_outage_event(live.runner.job_id, health))
 
@@ -575,6 +578,7 @@ class JobService:
             if failing_since is not None:
                 took = asyncio.get_running_loop().time() - failing_since
                 log.warning("job %s: its changes are written, after %.1f s", job_id, took)
+            self._tell(self.observer.saved, snapshot, changes)
             return events
 
     async def announce(self, job_id: str, events: Sequence[Event], state: JobState) -> None:
@@ -588,6 +592,14 @@ class JobService:
         except (BusClosedError, BusUnavailableError) as exc:
             # the event log has the change; subscribers catch up on their next notice or resync
             log.warning("job %s: notice not published: %s", job_id, exc)
+
+    @staticmethod
+    def _tell(call: Callable[..., None], *args: object) -> None:
+        """Call an observer's hook; its failure is logged, never the job's."""
+        try:
+            call(*args)
+        except Exception:
+            log.exception("the job service's observer failed")
 
     def _unknown_vc(self, vc: str, path: str) -> Issue | None:
         """A virtual cluster this cluster does not have, said the same way by the dry run and

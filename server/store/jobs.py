@@ -9,6 +9,7 @@ never sees a state without its event (or the other way round).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, Select, func, insert, select, tuple_, update
@@ -288,6 +289,25 @@ class JobStore(Repository):
             }
         ordered = sorted(newest, key=newest.__getitem__)
         return [(matching[j], newest[j]) for j in ordered if j in matching], max(newest.values())
+
+    def job_counts(self) -> list[tuple[str, str, int]]:
+        """(state, virtual cluster, how many jobs) for every pair that has jobs: one grouped
+        query, cheap enough to run on every scrape of /metrics."""
+        query = select(
+            col(JobRow.state), col(JobRow.virtual_cluster), func.count(col(JobRow.id))
+        ).group_by(col(JobRow.state), col(JobRow.virtual_cluster))
+        with self._read() as session:
+            return [(state, vc, count) for state, vc, count in session.execute(query)]
+
+    def completion_times(self, job_ids: Iterable[str]) -> dict[str, datetime | None]:
+        """When each of the jobs ended (None: it has not ended); jobs that do not exist are
+        left out."""
+        wanted = list(set(job_ids))
+        if not wanted:
+            return {}
+        query = select(col(JobRow.id), col(JobRow.completed_at)).where(col(JobRow.id).in_(wanted))
+        with self._read() as session:
+            return {job_id: ended for job_id, ended in session.execute(query)}
 
     def unfinished_jobs(self) -> list[Job]:
         """Every job that has not reached a final state (what a restarted server resumes)."""

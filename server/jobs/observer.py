@@ -1,0 +1,31 @@
+"""What the job service tells an onlooker (the Prometheus endpoint's counters): every change of
+a job once it is stored, and every change of the backend's health. The service knows nothing of
+what is done with it; an onlooker that fails is logged and the job goes on."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from backends.base import BackendHealth
+from server.jobs.machine import MachineSnapshot
+from server.jobs.states import Transition
+from server.store import NewEvent
+
+
+class JobObserver(Protocol):
+    def saved(self, snapshot: MachineSnapshot, changes: Sequence[Transition | NewEvent]) -> None:
+        """A job's `changes` are stored; `snapshot` is the machine as stored with them."""
+
+    def backend_health(self, health: BackendHealth) -> None:
+        """The backend's health changed (it stopped answering, or answers again)."""
+
+
+class NoObserver:
+    """The service's onlooker until one is set: it does nothing."""
+
+    def saved(self, snapshot: MachineSnapshot, changes: Sequence[Transition | NewEvent]) -> None:
+        return None
+
+    def backend_health(self, health: BackendHealth) -> None:
+        return None

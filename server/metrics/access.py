@@ -1,0 +1,64 @@
+"""Who may read /metrics. The series name jobs, users and what each instance uses, so by
+default only this machine's own clients (a Prometheus beside the server) and admins' bearer
+tokens (Prometheus' `authorization` setting sends one) may; PAIGRAPH_METRICS_OPEN opens it to
+anyone who reaches the server.
+
+A client counts as this machine's when it connects from a loopback address, names this server
+in its Host header and, from a browser, comes from a page of this server (the local admin's
+checks, server.api.loopback: no other site's page gets in through DNS rebinding), and its
+request did not come through a proxy (a Forwarded or X-Forwarded-For header): a proxy on this
+machine would make every client of it look local.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from server.api.auth import Authenticator, bearer_token
+from server.api.errors import ApiError, Unauthorized
+from server.api.loopback import local_admin_refusal
+from server.metrics.settings import OPEN_ENV, MetricsSettings
+
+PROXY_HEADERS = ("forwarded", "x-forwarded-for")
+NEED_ADMIN = (
+    "reading /metrics takes an admin's token (`Authorization: Bearer <token>`) "
+    f"unless the client is on this machine; {OPEN_ENV}=true opens it to every client"
+)
+
+
+async def access_refusal(
+    request: Request, auth: Authenticator, settings: MetricsSettings
+) -> Response | None:
+    """The answer refusing `request` (401 without a usable token, 403 for a token that is not
+    an admin's); None when it may read the metrics."""
+    if settings.open:
+        return None
+    try:
+        token = bearer_token(request.headers.get("authorization"))
+        if token is None:
+            if is_local_client(request):
+                return None
+            raise Unauthorized(NEED_ADMIN)
+        user = await auth.user(token)
+    except Unauthorized as exc:
+        return PlainTextResponse(f"{exc}\n", 401, headers={"WWW-Authenticate": "Bearer"})
+    except ApiError as exc:  # the token cannot be checked now (the database is away)
+        return PlainTextResponse(f"{exc}\n", 503)
+    if not user.admin:
+        return PlainTextResponse(f"{NEED_ADMIN}; user {user.name!r} is no admin\n", 403)
+    return None
+
+
+def is_local_client(request: Request) -> bool:
+    """Whether the request comes from a client on this machine (see the module's docstring)."""
+    client = request.client
+    if client is None or any(name in request.headers for name in PROXY_HEADERS):
+        return False
+    try:
+        loopback = ipaddress.ip_address(client.host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+    return loopback and local_admin_refusal(request.scope) is None
