@@ -21,6 +21,7 @@ from backends.base import (
     RoleLaunch,
 )
 from backends.kubernetes import KubernetesBackend
+from backends.kubernetes_manifests import manifest_stream
 from backends.kubernetes_quota import QUOTA_NAME
 from backends.kubernetes_settings import SettingsError, load_settings
 from tests.fake_kube_admission import ENFORCE
@@ -139,6 +140,9 @@ def test_namespace_names_follow_the_pattern_and_stay_namespace_names() -> None:
     assert len(per_vc.namespace_for("x" * 200)) <= 63
     shared = load_settings(environ={}, namespace="jobs")
     assert shared.namespace_for("research") == "jobs"
+    # `paigraph resolve --manifests` shows where the objects would go
+    shown = manifest_stream(job("delta-0000eeee", "research"), per_vc)
+    assert "namespace: ml-research\n" in shown and "namespace: jobs" not in shown
     with pytest.raises(SettingsError, match=r"virtual_cluster_namespace: .*must hold \{vc\}"):
         load_settings(environ={}, virtual_cluster_namespace="ml")
 
