@@ -36,10 +36,15 @@ TEAM_A, TEAM_B = "paigraph-vc-team-a", "paigraph-vc-team-b"
 @pytest.fixture
 def api() -> Iterator[FakeKubeAPI]:
     """A cluster with the variant's ClusterRole, and the two virtual clusters' namespaces."""
-    with FakeKubeAPI(rbac=deployed_rules(per_virtual_cluster=True)) as fake:
+    rules = deployed_rules(per_virtual_cluster=True)
+    with FakeKubeAPI(rbac=rules) as fake:
         for namespace in (TEAM_A, TEAM_B):
             fake.label_namespace(namespace, **{ENFORCE: "baseline"})
         yield fake
+    granted = {(g.verb, g.resource) for g in rules.grants}
+    assert fake.verbs() <= granted, (
+        f"calls deploy/kubernetes does not grant: {fake.verbs() - granted}"
+    )
 
 
 def job(job_id: str, vc: str, pods: int = 1, cpu: int = 1) -> LaunchRequest:
