@@ -25,6 +25,10 @@ Logs are copied to the server's disk while the pods run (`kubernetes_logs`), so 
 the pods. Everything needed to take an attempt back after a restart is in the cluster: the
 launch request in the attempt's ConfigMap, its secrets in its Secret, the instances in the
 pods' labels; `start()` finds them by label and adopts them.
+
+The objects go to the jobs' namespace, or with `namespace_per_virtual_cluster` to the job's
+virtual cluster's namespace (the pods are then watched, and attempts adopted, in every
+namespace); `kubernetes_quota` keeps each virtual cluster's ResourceQuota there.
 """
 
 from __future__ import annotations
