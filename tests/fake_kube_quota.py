@@ -10,8 +10,9 @@ documents it ("Resource Quotas"; the quota admission plugin and the pod evaluato
 - a pod is refused with 403 when, with it, any resource a quota of its namespace limits would
   exceed the quota's hard limit: `pods "<name>" is forbidden: exceeded quota: <quota>,
   requested: <resource>=<amount>, used: ..., limited: ...`, each list naming only the exceeded
-  resources, sorted; a pod that does not request a resource the quota limits (cpu, memory) is
-  refused too: `failed quota: <quota>: must specify <resource>`;
+  resources, sorted; a pod with a container (or init container) that does not request a
+  resource the quota limits (cpu, memory) is refused too: `failed quota: <quota>: must
+  specify <resource>`;
 - a quota's `status` carries `hard` (its spec's) and `used` (what the namespace uses now), as the
   quota controller keeps them.
 
@@ -91,11 +92,7 @@ def quota_refusal(
         hard = {
             k: parse_quantity(v) for k, v in ((quota.get("spec") or {}).get("hard") or {}).items()
         }
-        missing = sorted(
-            k
-            for k in hard
-            if k in ("cpu", "memory", "requests.cpu", "requests.memory") and k not in wanted
-        )
+        missing = _unspecified(pod, set(hard))
         if missing:
             return (
                 f'pods "{name}" is forbidden: failed quota: {quota_name}: must specify '
@@ -113,6 +110,19 @@ def quota_refusal(
                 f"requested: {requested}, used: {using}, limited: {limited}"
             )
     return None
+
+
+def _unspecified(pod: dict[str, Any], limited: set[str]) -> list[str]:
+    """The limited cpu and memory names some container (init containers too) of the pod does
+    not request: the quota admission requires each container to say them."""
+    required = limited & {"cpu", "memory", "requests.cpu", "requests.memory"}
+    spec = pod.get("spec") or {}
+    missing: set[str] = set()
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        asked = set((container.get("resources") or {}).get("requests") or {})
+        said = {name for base in asked & {"cpu", "memory"} for name in (base, f"requests.{base}")}
+        missing |= required - said
+    return sorted(missing)
 
 
 def _shown(resource: str, amount: Decimal) -> str:

@@ -96,6 +96,13 @@ def test_a_quota_counts_pods_and_requires_the_requests_it_limits(fake: Any) -> N
         403,
         'pods "bare" is forbidden: failed quota: few: must specify cpu',
     )
+    # every container says it, init containers too
+    helped = pod("helped", cpu="1")
+    helped["spec"]["initContainers"] = [{"name": "init", "image": "busybox:1.36"}]
+    assert refusal(core, helped) == (
+        403,
+        'pods "helped" is forbidden: failed quota: few: must specify cpu',
+    )
     core.create_namespaced_pod("jobs", pod("one", cpu="1"))
     status, message = refusal(core, pod("two", cpu="1"))
     assert message == (
