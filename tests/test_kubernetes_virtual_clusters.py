@@ -231,3 +231,24 @@ async def test_a_quota_not_counted_yet_is_waited_out(api: FakeKubeAPI, tmp_path:
         ended = await events.until(lambda: events.ended_all())
         assert [(e.kind, e.exit_code) for e in ended] == [(EventKind.EXITED, 0)]
         events.close()
+
+
+async def test_a_gang_past_its_quota_is_refused_whole_and_leaves_nothing(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    """Gated pods count against a quota as soon as they are made: a gang the quota cannot hold
+    fails at once, every instance with -200, and the pods that were admitted go too."""
+    api.add_node("node-1", cpu=32, memory_mi=65536)
+    limits = quota_settings("16", pods=3)
+    async with backend_on(api, tmp_path, gang_scheduler="gates", **limits) as backend:
+        events = Events(backend)
+        request = job("wide-0000ffff", "team-a", pods=4)
+        await backend.launch(request)
+        ended = await events.until(lambda: len(events.ended()) == 4 and events.ended())
+        assert {(e.kind, e.completion_code) for e in ended.values()} == {
+            (EventKind.START_FAILED, -200)
+        }
+        assert "exceeded quota: paigraph-virtual-cluster" in (ended["worker-0"].reason or "")
+        # removed before the ends were told
+        assert api.pods(TEAM_A) == [] and api.list("services", TEAM_A) == []
+        events.close()
