@@ -25,6 +25,10 @@ Logs are copied to the server's disk while the pods run (`kubernetes_logs`), so 
 the pods. Everything needed to take an attempt back after a restart is in the cluster: the
 launch request in the attempt's ConfigMap, its secrets in its Secret, the instances in the
 pods' labels; `start()` finds them by label and adopts them.
+
+The objects go to the jobs' namespace, or with `namespace_per_virtual_cluster` to the job's
+virtual cluster's namespace (the pods are then watched, and attempts adopted, in every
+namespace); `kubernetes_quota` keeps each virtual cluster's ResourceQuota there.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ from backends.kubernetes_names import (
     ssh_secret_name,
 )
 from backends.kubernetes_pods import IMAGE_NOT_PULLED, NODE_LOST, PodFacts, Termination, pod_facts
+from backends.kubernetes_quota import QUOTA_NAME, hard_patch, quota_object
 from backends.kubernetes_reach import Reachability
 from backends.kubernetes_settings import KubernetesSettings, load_settings
 from backends.ssh_access import JOB_KEY
@@ -176,6 +181,11 @@ class _Attempt:
     def id(self) -> str:
         return attempt_id(self.request.job_id, self.request.attempt)
 
+    @property
+    def namespace(self) -> str:
+        """Where its objects are (its virtual cluster's, with namespace_per_virtual_cluster)."""
+        return self.builder.namespace
+
     def live(self) -> list[_Instance]:
         return [i for i in self.instances.values() if not i.ended]
 
@@ -192,6 +202,8 @@ class KubernetesBackend(ThreadedBackend):
         super().__init__()
         self.settings = settings or load_settings()
         self.namespace = self.settings.resolved_namespace()
+        # one namespace per virtual cluster: the pods are watched in every namespace
+        self.per_virtual_cluster = self.settings.namespace_per_virtual_cluster
         self.client = client or api_client(self.settings)
         self.core = k8s.CoreV1Api(self.client)
         self.networking = k8s.NetworkingV1Api(self.client)
@@ -209,20 +221,30 @@ class KubernetesBackend(ThreadedBackend):
         self._threads: list[threading.Thread] = []
         self._looked: tuple[str, float] = ("", 0.0)  # the queue's head and when room was read
         self._room_changed = False  # an instance of ours ended since the room was read
+        self._quotas_kept: set[str] = set()  # virtual clusters whose ResourceQuota is as set
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Raise BackendError, saying why, unless the namespace's pods can be listed."""
+        """Raise BackendError, saying why, unless the namespace's pods can be listed (with a
+        namespace per virtual cluster: the pods and ConfigMaps of every namespace, which only
+        the ClusterRole of that variant grants)."""
         try:
-            self.core.list_namespaced_pod(
-                self.namespace,
-                label_selector=self.selector,
-                limit=1,
-                _request_timeout=15,
-                _preload_content=False,
-            )
+            self._pod_listing(limit=1, _request_timeout=15)
+            if self.per_virtual_cluster:
+                self.core.list_config_map_for_all_namespaces(
+                    label_selector=self.selector,
+                    limit=1,
+                    _request_timeout=15,
+                    _preload_content=False,
+                )
         except ApiException as exc:
+            if self.per_virtual_cluster:
+                raise BackendError(
+                    "namespace_per_virtual_cluster needs the server's rights in every namespace "
+                    "(the ClusterRole of deploy/kubernetes/namespace-per-virtual-cluster); the "
+                    f"Kubernetes API refuses: {_api_message(exc)}"
+                ) from None
             raise BackendError(
                 f"the Kubernetes API refuses to list pods in namespace {self.namespace!r}: "
                 f"{_api_message(exc)}"
@@ -234,6 +256,8 @@ class KubernetesBackend(ThreadedBackend):
     async def start(self) -> None:
         """Take back this server's attempts, then watch their pods."""
         self._open_events()
+        for virtual_cluster in self.settings.virtual_cluster_quota:
+            await asyncio.to_thread(self._keep_quota, virtual_cluster)
         await asyncio.to_thread(self._adopt_attempts)
         for target, name in ((self._watch_pods, "k8s watch"), (self._keep_time, "k8s gang")):
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -298,14 +322,15 @@ class KubernetesBackend(ThreadedBackend):
         with self._lock:
             attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
             instance = attempt.instances.get((key.role, key.index)) if attempt else None
-            if instance is None:
+            if attempt is None or instance is None:
                 raise UnknownInstance(f"instance {key.role}-{key.index} has no pod")
             if instance.ended or not instance.started:
                 state = "has ended" if instance.ended else "has not started yet"
                 raise BackendError(f"instance {key.role}-{key.index} {state} (pod {instance.pod})")
             pod = instance.pod
+            namespace = attempt.namespace
         return KubernetesExecSession(
-            self.client.configuration, self.namespace, pod, MAIN_CONTAINER, request
+            self.client.configuration, namespace, pod, MAIN_CONTAINER, request
         )
 
     @property
@@ -317,18 +342,21 @@ class KubernetesBackend(ThreadedBackend):
         """Why the cluster can never run the request (an hdfs data URI, a host path...): what
         building its objects refuses. None when they can be built."""
         try:
-            AttemptBuilder(request, self.settings, self.namespace)
+            self._builder(request)
         except LaunchRefused as exc:
             return str(exc)
         return None
 
     def _launch(self, request: LaunchRequest) -> None:
-        builder = AttemptBuilder(request, self.settings, self.namespace)  # LaunchRefused
+        builder = self._builder(request)  # LaunchRefused
         objects = builder.objects()
         if not self._reach.reachable:
             log.info("job %s waits for the Kubernetes API server to answer", request.job_id)
             if not self._reach.wait(self._closed):
                 return
+        vc = request.virtual_cluster
+        if vc in self.settings.virtual_cluster_quota and vc not in self._quotas_kept:
+            self._keep_quota(vc)
         attempt = _Attempt(request=request, builder=builder)
         for role in request.roles:
             for index in range(role.instances):
@@ -359,6 +387,13 @@ class KubernetesBackend(ThreadedBackend):
             if exc.status in (409, 422):
                 raise LaunchRefused(
                     f"the cluster refuses the attempt: {_api_message(exc)}"
+                ) from None
+            if exc.status == 404 and self.per_virtual_cluster:
+                raise LaunchRefused(
+                    f"virtual cluster {request.virtual_cluster!r} has no namespace "
+                    f"{builder.namespace!r} on this cluster (namespace_per_virtual_cluster: "
+                    "the cluster's administrator creates one per virtual cluster): "
+                    f"{_api_message(exc)}"
                 ) from None
             self._end_all(
                 attempt, EventKind.START_FAILED, f"cannot create the Service: {_api_message(exc)}"
@@ -440,6 +475,80 @@ class KubernetesBackend(ThreadedBackend):
             return 0, f"pod {pod['metadata']['name']}: cannot reach the API server: {exc}"
         return None
 
+    def _builder(
+        self,
+        request: LaunchRequest,
+        claims: dict[str, dict[str, str]] | None = None,
+        legacy: bool = False,
+        namespace: str | None = None,
+    ) -> AttemptBuilder:
+        """The attempt's objects, in `namespace` (an adopted attempt stays where it is), else
+        in its virtual cluster's namespace or the one namespace of the jobs."""
+        if namespace is None:
+            namespace = (
+                self.settings.namespace_for(request.virtual_cluster)
+                if self.per_virtual_cluster
+                else self.namespace
+            )
+        return AttemptBuilder(request, self.settings, namespace, claims, legacy)
+
+    def _pod_listing(self, **kwargs: Any) -> Any:
+        """List (or watch) this server's pods: in its namespace, or in every namespace with a
+        namespace per virtual cluster (the raw response)."""
+        kwargs.update(label_selector=self.selector, _preload_content=False)
+        if self.per_virtual_cluster:
+            return self.core.list_pod_for_all_namespaces(**kwargs)
+        return self.core.list_namespaced_pod(self.namespace, **kwargs)
+
+    def _keep_quota(self, virtual_cluster: str) -> None:
+        """Create the virtual cluster's ResourceQuota, or set its limits to the configured
+        capacity; a failure is logged (and tried again at its next launch)."""
+        wanted = quota_object(self.settings, virtual_cluster)
+        namespace = wanted["metadata"]["namespace"]
+        try:
+            try:
+                current = _body(
+                    self.core.read_namespaced_resource_quota(
+                        QUOTA_NAME, namespace, _preload_content=False
+                    )
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                create: Callable[..., Any] = self.core.create_namespaced_resource_quota
+                self._retried(lambda: create(namespace, wanted, _preload_content=False))
+                log.info("virtual cluster %s: ResourceQuota made in %s", virtual_cluster, namespace)
+            else:
+                patch = hard_patch(current, wanted["spec"]["hard"])
+                if patch is not None:
+                    self._retried(
+                        lambda: self.core.patch_namespaced_resource_quota(
+                            QUOTA_NAME, namespace, patch, _preload_content=False
+                        )
+                    )
+                    log.info(
+                        "virtual cluster %s: ResourceQuota set to its capacity", virtual_cluster
+                    )
+        except ApiException as exc:
+            log.warning(
+                "virtual cluster %s: cannot keep the ResourceQuota %s in namespace %s (%s); "
+                "its jobs run without it until it can be made",
+                virtual_cluster,
+                QUOTA_NAME,
+                namespace,
+                _api_message(exc),
+            )
+            return
+        except _UNREACHABLE as exc:
+            log.warning(
+                "virtual cluster %s: cannot reach the API server for its quota (%s)",
+                virtual_cluster,
+                exc,
+            )
+            return
+        with self._lock:
+            self._quotas_kept.add(virtual_cluster)
+
     def _create(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
         create: dict[str, Callable[..., Any]] = {
             "Service": self.core.create_namespaced_service,
@@ -449,17 +558,21 @@ class KubernetesBackend(ThreadedBackend):
             "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }
         call = create[kind]
-        return self._retried(lambda: _body(call(self.namespace, body, _preload_content=False)))
+        namespace = body["metadata"]["namespace"]
+        return self._retried(lambda: _body(call(namespace, body, _preload_content=False)))
 
     def _retried(self, call: Callable[[], Any]) -> Any:
         """Make a call, again with back-off while the API server answers 429 (too many
-        requests: after its Retry-After) or a 5xx, up to _CREATE_TRIES in all."""
+        requests: after its Retry-After), a 5xx, or a quota whose usage the quota controller
+        has not counted yet (403 "status unknown for quota", right after the quota is made),
+        up to _CREATE_TRIES in all."""
         for attempt in range(1, _CREATE_TRIES + 1):
             try:
                 return call()
             except ApiException as exc:
                 status = exc.status or 0
-                if (status != 429 and status < 500) or attempt == _CREATE_TRIES:
+                transient = status == 429 or status >= 500 or _quota_not_counted(exc)
+                if not transient or attempt == _CREATE_TRIES:
                     raise
                 delay = min(0.5 * 2**attempt, 8.0)
                 with contextlib.suppress(TypeError, ValueError, AttributeError, KeyError):
@@ -474,7 +587,12 @@ class KubernetesBackend(ThreadedBackend):
         custom = k8s.CustomObjectsApi(self.client)
         self._retried(
             lambda: custom.create_namespaced_custom_object(
-                group, version, self.namespace, "podgroups", body, _preload_content=False
+                group,
+                version,
+                body["metadata"]["namespace"],
+                "podgroups",
+                body,
+                _preload_content=False,
             )
         )
 
@@ -531,14 +649,11 @@ class KubernetesBackend(ThreadedBackend):
     def _follow(self, version: str) -> str | None:
         """Apply the pods' changes after `version` until the watch times out (the version to go
         on from) or the server says it expired (None: list again)."""
-        response: Any = self.core.list_namespaced_pod(
-            self.namespace,
-            label_selector=self.selector,
+        response: Any = self._pod_listing(
             resource_version=version,
             allow_watch_bookmarks=True,
             timeout_seconds=_WATCH_SECONDS,
             watch=True,
-            _preload_content=False,
             # a server that stops sending (not even the end of the watch) is given up on
             _request_timeout=(_LIST_TIMEOUT[0], _WATCH_SECONDS + 30),
         )
@@ -565,13 +680,7 @@ class KubernetesBackend(ThreadedBackend):
     def _list_pods(self) -> str:
         """Bring every attempt in line with the pods as they are now; their resource version."""
         asked_at = time.monotonic()
-        response = self.core.list_namespaced_pod(
-            self.namespace,
-            label_selector=self.selector,
-            _preload_content=False,
-            _request_timeout=_LIST_TIMEOUT,
-        )
-        listing = _body(response)
+        listing = _body(self._pod_listing(_request_timeout=_LIST_TIMEOUT))
         seen = set()
         for pod in listing.get("items") or []:
             seen.add(pod["metadata"]["name"])
@@ -631,7 +740,8 @@ class KubernetesBackend(ThreadedBackend):
                 ):
                     # copied while it runs, whatever is told (a stop may come before the gang
                     # formed); a copy cut short starts again from the run's beginning
-                    self.logbook.follow(instance.key, instance.run, self._log_stream(instance.pod))
+                    stream = self._log_stream(instance.pod, attempt.namespace)
+                    self.logbook.follow(instance.key, instance.run, stream)
                 if not attempt.gang_complete:
                     if facts.unschedulable:
                         attempt.unschedulable = facts.unschedulable
@@ -734,7 +844,7 @@ class KubernetesBackend(ThreadedBackend):
         """The main container ended: copy its whole log, then tell how it ended."""
         key, run = instance.key, instance.run
         if not self.logbook.settled(key, run):
-            self.logbook.settle(key, run, self._log_stream(instance.pod))
+            self.logbook.settle(key, run, self._log_stream(instance.pod, attempt.namespace))
         memory = attempt.request.role(key.role).resources.memory_mb
         reason = oom_reason(memory) if ended.oom_killed else None
         facts = instance.facts
@@ -767,7 +877,7 @@ class KubernetesBackend(ThreadedBackend):
         if code is None and instance.facts is not None:
             code = instance.facts.code
         self._end(attempt, instance, kind, reason=reason, completion_code=code)
-        self._pool.submit(self._delete_pod, instance.pod, 0)
+        self._pool.submit(self._delete_pod, instance.pod, 0, attempt.namespace)
 
     def _gone(self, attempt: _Attempt, instance: _Instance) -> None:
         """The instance's pod vanished (deleted, or missing from a listing)."""
@@ -892,8 +1002,8 @@ class KubernetesBackend(ThreadedBackend):
                 assert instance.facts is not None and instance.facts.pull_waiting
                 reason = f"{instance.facts.pull_waiting} (still failing after {deadline:g} s)"
                 self._fail_to_start(attempt, instance, reason, IMAGE_NOT_PULLED)
-        for _, _, pod in stuck:
-            self._delete_pod(pod, 0)
+        for attempt, _, pod in stuck:
+            self._delete_pod(pod, 0, attempt.namespace)
 
     # --- admitting gangs (gang_scheduler `gates`) --------------------------------------------
 
@@ -963,14 +1073,14 @@ class KubernetesBackend(ThreadedBackend):
             "the cluster has room for attempt %s: its %d pod(s) ungated", attempt.id, len(names)
         )
         for name in names:
-            self._ungate(name)
+            self._ungate(name, attempt.namespace)
 
-    def _ungate(self, pod: str) -> None:
+    def _ungate(self, pod: str, namespace: str) -> None:
         patch = [{"op": "remove", "path": "/spec/schedulingGates"}]
         try:
             self._retried(
                 lambda: self.core.patch_namespaced_pod(
-                    pod, self.namespace, patch, _preload_content=False
+                    pod, namespace, patch, _preload_content=False
                 )
             )
         except ApiException as exc:  # gone meanwhile (404), or ungated already (422)
@@ -1020,7 +1130,7 @@ class KubernetesBackend(ThreadedBackend):
             self._emit_attempt(attempt, EventKind.WAITING, reason)
         log.warning("attempt %s: %s", attempt.id, reason)
         for name in old:
-            self._delete_pod(name, 0)
+            self._delete_pod(name, 0, attempt.namespace)
         for instance, pod in fresh:
             self.logbook.forget_run(instance.key)
             self.logbook.begin(instance.key, instance.run)
@@ -1065,7 +1175,7 @@ class KubernetesBackend(ThreadedBackend):
         why = (
             attempt.unschedulable
             or attempt.waiting_reason
-            or self._last_warning([i.pod for i in pending])
+            or self._last_warning([i.pod for i in pending], attempt.namespace)
         )
         reason = (
             f"not every pod of the attempt was scheduled within {limit:g} s "
@@ -1086,14 +1196,14 @@ class KubernetesBackend(ThreadedBackend):
                     completion_code=GANG_TIMEOUT,
                 )
         for instance in attempt.instances.values():
-            self._pool.submit(self._delete_pod, instance.pod, 0)
+            self._pool.submit(self._delete_pod, instance.pod, 0, attempt.namespace)
 
-    def _last_warning(self, pods: list[str]) -> str | None:
+    def _last_warning(self, pods: list[str], namespace: str) -> str | None:
         """The latest warning event of these pods (why they are not scheduled), if any."""
         for pod in pods[:3]:
             try:
                 response = self.core.list_namespaced_event(
-                    self.namespace,
+                    namespace,
                     field_selector=f"involvedObject.name={pod}",
                     _preload_content=False,
                 )
@@ -1119,7 +1229,7 @@ class KubernetesBackend(ThreadedBackend):
                 self._end(attempt, instance, EventKind.STOPPED, reason="stopped before it started")
             pods = [i.pod for i in live if i.created_at is not None]
         for pod in pods:
-            self._delete_pod(pod, grace)
+            self._delete_pod(pod, grace, attempt.namespace)
         deadline = time.monotonic() + grace + _STOP_EXTRA_SECONDS
         with self._lock:
             while attempt.live() and not self._closed.is_set():
@@ -1169,7 +1279,7 @@ class KubernetesBackend(ThreadedBackend):
                 pod["spec"].pop("schedulingGates", None)
         self.logbook.forget_run(key)
         self.logbook.begin(key, instance.run)
-        self._delete_pod(old, 0)
+        self._delete_pod(old, 0, attempt.namespace)
         try:
             self._create("Pod", pod)
         except ApiException as exc:
@@ -1195,8 +1305,9 @@ class KubernetesBackend(ThreadedBackend):
         """Everything of the attempt, at once (its owner references would take the rest with
         the Service too, but not every cluster runs the garbage collector promptly)."""
         service = attempt.builder.service
+        namespace = attempt.namespace
         for instance in attempt.instances.values():
-            self._delete_pod(instance.pod, 0)
+            self._delete_pod(instance.pod, 0, namespace)
         deletes: list[tuple[Callable[..., Any], str]] = [
             (self.core.delete_namespaced_config_map, config_map_name(service)),
             *(
@@ -1219,12 +1330,12 @@ class KubernetesBackend(ThreadedBackend):
                 (self.networking.delete_namespaced_network_policy, network_policy_name(service)),
             )
         for delete, name in deletes:
-            self._delete(partial(delete, name, self.namespace, _preload_content=False), name)
+            self._delete(partial(delete, name, namespace, _preload_content=False), name)
 
-    def _delete_pod(self, name: str, grace: float) -> None:
+    def _delete_pod(self, name: str, grace: float, namespace: str) -> None:
         body = k8s.V1DeleteOptions(grace_period_seconds=int(grace))
         call = partial(
-            self.core.delete_namespaced_pod, name, self.namespace, body=body, _preload_content=False
+            self.core.delete_namespaced_pod, name, namespace, body=body, _preload_content=False
         )
         self._delete(call, f"pod {name}")
 
@@ -1256,10 +1367,16 @@ class KubernetesBackend(ThreadedBackend):
     # --- after a restart ---------------------------------------------------------------------
 
     def _adopt_attempts(self) -> None:
-        """Every attempt this server made that still has its ConfigMap and Service."""
-        response = self.core.list_namespaced_config_map(
-            self.namespace, label_selector=self.selector, _preload_content=False
-        )
+        """Every attempt this server made that still has its ConfigMap and Service (in every
+        namespace with a namespace per virtual cluster)."""
+        if self.per_virtual_cluster:
+            response = self.core.list_config_map_for_all_namespaces(
+                label_selector=self.selector, _preload_content=False
+            )
+        else:
+            response = self.core.list_namespaced_config_map(
+                self.namespace, label_selector=self.selector, _preload_content=False
+            )
         for item in _body(response).get("items") or []:
             if LAUNCH_KEY not in (item.get("data") or {}):
                 continue  # a part of a large attempt's environment, not an attempt
@@ -1275,30 +1392,33 @@ class KubernetesBackend(ThreadedBackend):
         # the claims it was made with; none recorded: made before claims were per user
         claims = json.loads(data[CLAIMS_KEY]) if CLAIMS_KEY in data else {}
         legacy = CLAIMS_KEY not in data
-        builder = AttemptBuilder(request, self.settings, self.namespace, claims, legacy)
+        namespace = config_map["metadata"].get("namespace") or self.namespace
+        builder = self._builder(request, claims, legacy, namespace)
         try:
             service = _body(
                 self.core.read_namespaced_service(
-                    builder.service, self.namespace, _preload_content=False
+                    builder.service, namespace, _preload_content=False
                 )
             )
         except ApiException as exc:
             if exc.status == 404:  # the attempt's owner is gone: what it owned goes too
                 with contextlib.suppress(ApiException):
                     self.core.delete_namespaced_config_map(
-                        config_map["metadata"]["name"], self.namespace, _preload_content=False
+                        config_map["metadata"]["name"], namespace, _preload_content=False
                     )
                 return
             raise
-        secrets = self._read_secrets(secret_name(builder.service))
+        secrets = self._read_secrets(secret_name(builder.service), namespace)
         if secrets:  # the job's secrets, kept in the cluster, for a relaunch
             request = request.model_copy(update={"secrets": secrets})
         if request.ssh is not None:  # the job's ssh key, kept in the attempt's ssh Secret
-            job_key = self._read_secrets(ssh_secret_name(builder.service)).get(JOB_KEY, "")
+            job_key = self._read_secrets(ssh_secret_name(builder.service), namespace).get(
+                JOB_KEY, ""
+            )
             request = request.model_copy(
                 update={"ssh": request.ssh.model_copy(update={"job_private_key": job_key})}
             )
-        builder = AttemptBuilder(request, self.settings, self.namespace, claims, legacy)
+        builder = self._builder(request, claims, legacy, namespace)
         attempt = _Attempt(request=request, builder=builder, service_uid=service["metadata"]["uid"])
         # gated pods made before the restart wait for admission again (lifting gates already
         # lifted is harmless); the attempt leaves the queue once all its pods are scheduled
@@ -1313,7 +1433,7 @@ class KubernetesBackend(ThreadedBackend):
                 )
         pods = _body(
             self.core.list_namespaced_pod(
-                self.namespace,
+                namespace,
                 label_selector=f"{self.selector},{ATTEMPT}={request.attempt}",
                 _preload_content=False,
             )
@@ -1334,10 +1454,10 @@ class KubernetesBackend(ThreadedBackend):
         with self._lock:
             self._attempts[attempt.id] = attempt
 
-    def _read_secrets(self, name: str) -> dict[str, str]:
+    def _read_secrets(self, name: str, namespace: str) -> dict[str, str]:
         try:
             secret = _body(
-                self.core.read_namespaced_secret(name, self.namespace, _preload_content=False)
+                self.core.read_namespaced_secret(name, namespace, _preload_content=False)
             )
         except ApiException:
             return {}
@@ -1391,11 +1511,11 @@ class KubernetesBackend(ThreadedBackend):
                 return False
             return not instance.ended or self.logbook.following(key)
 
-    def _log_stream(self, pod: str) -> Callable[[bool], Any]:
+    def _log_stream(self, pod: str, namespace: str) -> Callable[[bool], Any]:
         def open_log(follow: bool) -> Any:
             return self.core.read_namespaced_pod_log(
                 pod,
-                self.namespace,
+                namespace,
                 container=MAIN_CONTAINER,
                 follow=follow,
                 _preload_content=False,
@@ -1430,6 +1550,12 @@ def _body(response: Any) -> Any:
     """The JSON body of a response asked for with `_preload_content=False`: a raw urllib3
     response, which the client's annotations do not know of."""
     return json.loads(response.data)
+
+
+def _quota_not_counted(exc: ApiException) -> bool:
+    """A ResourceQuota's refusal before the quota controller first counted its usage: it
+    passes once the quota has a status (seconds after the quota is made)."""
+    return exc.status == 403 and "status unknown for quota" in _api_message(exc)
 
 
 def _api_message(exc: ApiException) -> str:

@@ -260,11 +260,11 @@ class ClusterView:
                 if all(n.free[k] >= v for k, v in wanted.items() if v > 0) and not (ports & n.ports)
             ]
             if not candidates:
-                asked = ", ".join(f"{k} {_quantity(v)}" for k, v in sorted(wanted.items()))
+                asked = ", ".join(f"{k} {_shown(k, v)}" for k, v in sorted(wanted.items()))
                 most = {
                     k: max((n.free[k] for n in nodes), default=Decimal(0)) for k in sorted(wanted)
                 }
-                room = ", ".join(f"{k} {_quantity(v)}" for k, v in most.items())
+                room = ", ".join(f"{k} {_shown(k, v)}" for k, v in most.items())
                 return False, (
                     f"{len(pods)} pod(s) must be placed together and one of them ({asked}) "
                     f"fits on no node once the others are placed (the most any node has "
@@ -282,3 +282,24 @@ def _quantity(value: Decimal | int) -> str:
     if value == value.to_integral_value():
         return str(int(value))
     return f"{int(value * 1000)}m"
+
+
+_MI = 1024**2
+_GI = 1024**3
+_BYTES = ("memory", "ephemeral-storage", "hugepages-")
+
+
+def _shown(resource: str, value: Decimal | int) -> str:
+    """An amount for people: bytes (memory, ephemeral storage, huge pages) in Gi or Mi as the
+    pods ask for them, anything else as Kubernetes writes it."""
+    if not resource.startswith(_BYTES):
+        return _quantity(value)
+    amount = Decimal(value)
+    sign, amount = ("-", -amount) if amount < 0 else ("", amount)
+    if amount >= _GI:
+        whole = amount % _GI == 0
+        return f"{sign}{amount / _GI:.0f}Gi" if whole else f"{sign}{amount / _GI:.1f}Gi"
+    if amount >= _MI or amount == 0:
+        whole = amount % _MI == 0
+        return f"{sign}{amount / _MI:.0f}Mi" if whole else f"{sign}{amount / _MI:.1f}Mi"
+    return f"{sign}{amount / 1024:.0f}Ki"

@@ -1105,7 +1105,7 @@ def yaml_stream(objects: Iterable[dict[str, Any]]) -> str:
 def manifest_stream(request: LaunchRequest, settings: KubernetesSettings) -> str:
     """What `paigraph resolve --manifests` prints: the attempt's objects, secrets masked, after
     a note on the values the cluster and the server decide."""
-    builder = AttemptBuilder(request, settings, settings.resolved_namespace())
+    builder = AttemptBuilder(request, settings, settings.namespace_for(request.virtual_cluster))
     note = (
         f"# The Kubernetes objects of attempt {request.attempt} of job {request.job_name!r}, "
         "as the kubernetes backend creates them.\n"

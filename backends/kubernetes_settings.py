@@ -69,6 +69,16 @@ YAML keys (environment variable in brackets):
   monitoring namespace), as written in a NetworkPolicy's `from`.
 - `queue_of_virtual_cluster`: virtual cluster -> Kueue LocalQueue; when given, each pod is
   labelled with its job's queue, and a job of another virtual cluster is refused.
+- `namespace_per_virtual_cluster` [PAIGRAPH_K8S_NAMESPACE_PER_VC]: run each virtual cluster's
+  jobs in a namespace of its own, named by `virtual_cluster_namespace` (default
+  `paigraph-vc-{vc}`, `{vc}` the virtual cluster's name, cleaned and hashed into a DNS label
+  when it is not one); `namespace` is then not used for jobs. The namespaces are the
+  operator's to create, and the server needs the ClusterRole of
+  deploy/kubernetes/namespace-per-virtual-cluster (its rights in every namespace).
+- `virtual_cluster_quota`: virtual cluster -> its capacity (`cpu`, `memory`, `gpu`, `pods`, as
+  Kubernetes quantities); the server keeps a ResourceQuota of that capacity in the virtual
+  cluster's namespace, so it needs `namespace_per_virtual_cluster` (a quota limits a whole
+  namespace; in one shared namespace use Kueue's LocalQueues, `queue_of_virtual_cluster`).
 """
 
 from __future__ import annotations
@@ -83,6 +93,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from backends.kubernetes_names import dns_label
 from simulator.dfs import DfsError, authority_of, is_dfs_uri
 
 log = logging.getLogger(__name__)
@@ -99,9 +110,12 @@ _ENV = {
     "scheduler_name": "PAIGRAPH_K8S_SCHEDULER",
     "state_dir": "PAIGRAPH_K8S_STATE",
     "pod_security": "PAIGRAPH_K8S_POD_SECURITY",
+    "namespace_per_virtual_cluster": "PAIGRAPH_K8S_NAMESPACE_PER_VC",
 }
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _CLAIM = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUANTITY = re.compile(r"(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE][-+]?\d+)?")
+_VC_PLACE = "{vc}"
 _RESOURCE = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
@@ -132,6 +146,35 @@ class PortRange(BaseModel):
     def _ordered(self) -> PortRange:
         if self.end <= self.start:
             raise ValueError(f"end ({self.end}) must be above start ({self.start})")
+        return self
+
+
+class VirtualClusterQuota(BaseModel):
+    """A virtual cluster's capacity, kept as a ResourceQuota on its namespace."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cpu: str | None = None
+    memory: str | None = None
+    gpu: str | None = None
+    pods: int | None = Field(default=None, ge=0)
+
+    @field_validator("cpu", "memory", "gpu", mode="before")
+    @classmethod
+    def _quantity(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        text = str(value).strip()
+        if not _QUANTITY.fullmatch(text):
+            raise ValueError(
+                f"{value!r} is not a Kubernetes quantity such as 16, 500m, 64Gi or 1.5"
+            )
+        return text
+
+    @model_validator(mode="after")
+    def _something(self) -> VirtualClusterQuota:
+        if self.cpu is None and self.memory is None and self.gpu is None and self.pods is None:
+            raise ValueError("give at least one of cpu, memory, gpu, pods")
         return self
 
 
@@ -197,6 +240,46 @@ class KubernetesSettings(BaseModel):
     network_policy: bool = True
     network_allow_from: list[dict[str, Any]] = Field(default_factory=list)
     queue_of_virtual_cluster: dict[str, str] = Field(default_factory=dict)
+    namespace_per_virtual_cluster: bool = False
+    virtual_cluster_namespace: str = "paigraph-vc-{vc}"
+    virtual_cluster_quota: dict[str, VirtualClusterQuota] = Field(default_factory=dict)
+
+    @field_validator("virtual_cluster_namespace")
+    @classmethod
+    def _namespace_pattern(cls, value: str) -> str:
+        if _VC_PLACE not in value:
+            raise ValueError(
+                f"{value!r} must hold {_VC_PLACE}, where the virtual cluster's name goes"
+            )
+        sample = value.replace(_VC_PLACE, "vc")
+        if len(sample) > 63 - 8 or not re.fullmatch(_DNS_LABEL, sample):
+            raise ValueError(
+                f"{value!r} with {_VC_PLACE} filled in must be a namespace name: lower-case "
+                "letters, digits and '-', starting and ending alphanumeric, with room to spare "
+                "in 63 characters"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _quota_needs_namespaces(self) -> KubernetesSettings:
+        if self.virtual_cluster_quota and not self.namespace_per_virtual_cluster:
+            raise ValueError(
+                "virtual_cluster_quota: a ResourceQuota limits a whole namespace, so a quota per "
+                "virtual cluster needs namespace_per_virtual_cluster: true; with one shared "
+                "namespace, give each virtual cluster a Kueue LocalQueue "
+                "(queue_of_virtual_cluster), whose ClusterQueue holds its quota"
+            )
+        return self
+
+    def namespace_for(self, virtual_cluster: str) -> str:
+        """Where the jobs of `virtual_cluster` run: its own namespace with
+        `namespace_per_virtual_cluster`, else the one namespace of every job."""
+        if not self.namespace_per_virtual_cluster:
+            return self.resolved_namespace()
+        name = self.virtual_cluster_namespace.replace(_VC_PLACE, virtual_cluster)
+        if len(name) <= 63 and re.fullmatch(_DNS_LABEL, name):
+            return name
+        return dns_label(name)
 
     @model_validator(mode="after")
     def _profile_fits(self) -> KubernetesSettings:

@@ -12,7 +12,10 @@ would.
 What an API server refuses before storing an object is refused the same way here
 (tests/fake_kube_admission.py): Pod Security admission by the namespace's `enforce` label
 (`jobs` enforces baseline unless the test labels it otherwise), size limits, name rules, and
-RBAC from the Role in deploy/kubernetes (its namespace served as `jobs`).
+RBAC from the Role in deploy/kubernetes (its namespace served as `jobs`; `deployed_rules(True)`
+adds the ClusterRole of its namespace-per-virtual-cluster variant), ResourceQuota admission
+(tests/fake_kube_quota.py), and objects in a namespace that does not exist (only `jobs` does,
+until a test labels another).
 
 Until a test adds nodes (`add_node`), nothing schedules or runs pods: the test plays scheduler
 and kubelet through the methods at the bottom (`schedule`, `run`, `exit`, `oom`,
@@ -60,6 +63,7 @@ from tests.fake_kube_admission import (
 )
 from tests.fake_kube_exec import ExecConnection, accept_key, choose_protocol
 from tests.fake_kube_nodes import choose_node, node_object
+from tests.fake_kube_quota import quota_refusal, quota_status
 from tests.waiting import NotInTime, until_notified
 
 KUBERNETES_VERSION = "1.33"  # the schema objects are validated against
@@ -72,15 +76,16 @@ RESOURCES = {
     "networkpolicies": "NetworkPolicy",
     "nodes": "Node",
     "podgroups": "PodGroup",
+    "resourcequotas": "ResourceQuota",
 }
 GROUPS = {"networkpolicies": "networking.k8s.io"}  # the others are the core group ""
 # custom resources the fake serves (the API groups of Volcano and scheduler-plugins' PodGroup)
 CUSTOM_GROUPS = ("scheduling.volcano.sh/v1beta1", "scheduling.x-k8s.io/v1alpha1")
 _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>networking\.k8s\.io)/v1)/namespaces/(?P<ns>[^/]+)/"
-    r"(?P<resource>pods|services|configmaps|secrets|events|networkpolicies)"
+    r"(?P<resource>pods|services|configmaps|secrets|events|networkpolicies|resourcequotas)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log|exec))?$"
-    r"|^/api/v1/(?P<cluster>nodes|pods)(?:/(?P<node>[^/]+))?$"
+    r"|^/api/v1/(?P<cluster>nodes|pods|configmaps)(?:/(?P<node>[^/]+))?$"
     r"|^/apis/(?P<cgroup>[^/]+/[^/]+)/namespaces/(?P<cns>[^/]+)/(?P<custom>podgroups)"
     r"(?:/(?P<cname>[^/]+))?$"
 )
@@ -89,9 +94,16 @@ DEPLOYED_JOBS_NAMESPACE = "paigraph-jobs"  # served as `jobs` here
 SERVICE_ACCOUNT = "system:serviceaccount:paigraph:paigraph"
 
 
-def deployed_rules() -> RoleRules:
-    """The Roles and ClusterRoles deploy/kubernetes grants the server."""
-    return RoleRules(sorted(DEPLOY.glob("*.yaml")), {DEPLOYED_JOBS_NAMESPACE: "jobs"})
+PER_VIRTUAL_CLUSTER = DEPLOY / "namespace-per-virtual-cluster"
+
+
+def deployed_rules(per_virtual_cluster: bool = False) -> RoleRules:
+    """The Roles and ClusterRoles deploy/kubernetes grants the server; with
+    `per_virtual_cluster`, also those of its namespace-per-virtual-cluster variant."""
+    files = sorted(DEPLOY.glob("*.yaml"))
+    if per_virtual_cluster:
+        files += sorted(PER_VIRTUAL_CLUSTER.glob("*.yaml"))
+    return RoleRules(files, {DEPLOYED_JOBS_NAMESPACE: "jobs"})
 
 
 def api_version(resource: str) -> str:
@@ -192,9 +204,29 @@ class FakeKubeAPI:
                 self.answering = True
 
     def label_namespace(self, namespace: str, **labels: str) -> None:
-        """Set the namespace's labels (e.g. `{ENFORCE: "restricted"}`), as `kubectl label`."""
+        """Set the namespace's labels (e.g. `{ENFORCE: "restricted"}`), as `kubectl label`; a
+        namespace not seen before is created (only `jobs` exists at first: objects in any other
+        namespace are refused with 404, as the API server refuses them)."""
         with self.lock:
             self.namespace_labels.setdefault(namespace, {}).update(labels)
+
+    def add_quota(self, namespace: str, name: str, hard: dict[str, str]) -> None:
+        """A ResourceQuota the cluster's administrator made (as `kubectl create quota`)."""
+        with self.lock:
+            self.namespace_labels.setdefault(namespace, {})
+            quota = {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": str(uuid.uuid4()),
+                    "creationTimestamp": now(),
+                },
+                "spec": {"hard": dict(hard)},
+            }
+            self.objects[("resourcequotas", namespace, name)] = quota
+            self._bump("resourcequotas", "ADDED", quota)
 
     def refuse(
         self, verb: str, resource: str, code: int, message: str = "", times: int = 1
@@ -263,6 +295,9 @@ class FakeKubeAPI:
                 validate(body)
             except kubernetes_validate.ValidationError as exc:
                 return 422, _status(422, "Invalid", f"{kind} is invalid: {exc.message}")
+        with self.lock:
+            if namespace not in self.namespace_labels:
+                return 404, _status(404, "NotFound", f'namespaces "{namespace}" not found')
         name_problem = name_refusal(resource, body)
         if name_problem:
             name = body.get("metadata", {}).get("name", "")
@@ -284,6 +319,12 @@ class FakeKubeAPI:
         with self.lock:
             if (resource, namespace, name) in self.objects:
                 return 409, _status(409, "AlreadyExists", f'{resource} "{name}" already exists')
+            if resource == "pods":
+                refused = quota_refusal(
+                    body, self.list("resourcequotas", namespace), self.list("pods", namespace)
+                )
+                if refused:
+                    return 403, _status(403, "Forbidden", refused)
             meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now())
             if resource == "secrets":
                 data = {
@@ -398,7 +439,24 @@ class FakeKubeAPI:
     def get(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
         with self.lock:
             obj = self.objects.get((resource, namespace, name))
+            if obj is not None and resource == "resourcequotas":
+                obj = {**obj, "status": quota_status(obj, self.list("pods", namespace))}
             return copy.deepcopy(obj) if obj else None
+
+    def patch_quota(self, namespace: str, name: str, body: Any) -> tuple[int, dict[str, Any]]:
+        """A merge (or strategic merge) patch of a ResourceQuota's `spec.hard`: keys given are
+        set, keys given as null removed; nothing else of it may change here."""
+        with self.lock:
+            quota = self.objects.get(("resourcequotas", namespace, name))
+            if quota is None:
+                return 404, _status(404, "NotFound", f'resourcequotas "{name}" not found')
+            if not isinstance(body, dict) or set(body) - {"spec", "apiVersion", "kind"}:
+                return 422, _status(422, "Invalid", "only spec.hard of a quota may be patched")
+            changes = (body.get("spec") or {}).get("hard") or {}
+            hard = {**quota["spec"].get("hard", {}), **changes}
+            quota["spec"]["hard"] = {k: v for k, v in hard.items() if v is not None}
+            self._bump("resourcequotas", "MODIFIED", quota)
+        return 200, self.get("resourcequotas", namespace, name) or {}
 
     def list(
         self, resource: str, namespace: str | None, selector: str = ""
@@ -963,10 +1021,17 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             match, _ = self._route()
             if not self._authorised():
                 return
-            if match is None or not match["name"] or match["resource"] != "pods":
+            if match is None or not match["name"] or match["resource"] not in RESOURCES:
                 self._send(404, _status(404, "NotFound", "not found"))
                 return
             body = self._body()
+            if match["resource"] == "resourcequotas":
+                if self._record("patch", "resourcequotas"):
+                    self._send(*api.patch_quota(match["ns"], match["name"], body))
+                return
+            if match["resource"] != "pods":
+                self._send(404, _status(404, "NotFound", "not found"))
+                return
             if not self._record("patch", "pods"):
                 return
             if self._refused("patch", "pods"):

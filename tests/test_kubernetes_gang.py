@@ -137,6 +137,40 @@ async def test_a_gang_that_fits_nowhere_waits_gated_and_times_out_with_openpais_
         events.close()
 
 
+async def test_a_gang_waiting_for_memory_says_how_much_in_gi_and_mi(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    """The reason a user reads names memory as the pods ask for it (Gi, Mi), never in bytes."""
+    api.add_node("small", cpu=16, memory_mi=3 * 1024 + 512, gpus=0)
+    async with backend_on(api, tmp_path, gang_scheduler="gates") as backend:
+        events = Events(backend)
+        request = LaunchRequest(
+            job_id="hungry-0000ffff",
+            job_name="hungry",
+            roles=[
+                RoleLaunch(
+                    name="trainer",
+                    instances=2,
+                    image="busybox:1.36",
+                    resources=ResourceRequest(cpu=1, memory_mb=8192, shm_mb=64),
+                    commands=["train"],
+                )
+            ],
+        )
+        await backend.launch(request)
+        waiting = await events.until(
+            lambda: [
+                e for e in events.of(EventKind.WAITING) if "fits on no node" in (e.reason or "")
+            ]
+        )
+        reason = waiting[-1].reason or ""
+        assert "memory 8Gi" in reason, reason  # what one pod asks
+        assert "memory 3.5Gi" in reason, reason  # the most the node has left
+        assert not any(str(n) in reason for n in (8 * 1024**3, (3 * 1024 + 512) * 1024**2))
+        await backend.stop(request.job_id, 1, grace_seconds=1)
+        events.close()
+
+
 async def test_a_gang_not_bound_in_time_is_taken_back_whole_and_queued_again(
     api: FakeKubeAPI, tmp_path: Path
 ) -> None:

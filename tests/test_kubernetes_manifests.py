@@ -599,6 +599,40 @@ def test_the_deployment_files_are_valid_objects() -> None:
     )
 
 
+def test_the_namespace_per_virtual_cluster_variant_grants_the_role_everywhere() -> None:
+    variant = DEPLOY / "namespace-per-virtual-cluster"
+    kustomization = yaml.safe_load((variant / "kustomization.yaml").read_text())
+    listed = [*kustomization["resources"], *(p["path"] for p in kustomization["patches"])]
+    files = {f.name for f in variant.glob("*.yaml")} - {"kustomization.yaml"}
+    assert sorted(listed) == sorted({"../", *files})  # the base, then every file here
+    docs = {
+        d["kind"]: d
+        for f in sorted(variant.glob("*.yaml"))
+        if f.name not in ("kustomization.yaml", "deployment-patch.yaml")
+        for d in yaml.safe_load_all(f.read_text())
+        if d
+    }
+    for doc in docs.values():
+        validate(doc)
+    assert docs["ClusterRoleBinding"]["roleRef"]["name"] == docs["ClusterRole"]["metadata"]["name"]
+    role = yaml.safe_load((DEPLOY / "role.yaml").read_text())
+
+    def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+        return {
+            (group, resource, verb)
+            for rule in rules
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+
+    everywhere = grants(docs["ClusterRole"]["rules"])
+    assert grants(role["rules"]) <= everywhere
+    assert everywhere - grants(role["rules"]) == {
+        ("", "resourcequotas", verb) for verb in ("create", "get", "patch")
+    }
+
+
 # --- the pod's command in a real container ------------------------------------------------------
 
 

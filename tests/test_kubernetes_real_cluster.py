@@ -1,22 +1,27 @@
-"""The Kubernetes backend on a real cluster: the two-role ps/worker job, claim isolation, the
-restricted profile, network isolation, the gang and node loss.
+"""The Kubernetes backend on a real cluster: the two-role ps/worker job; isolation (the
+server's and another user's claims refused, a NetworkPolicy per attempt, and with an enforcing
+CNI another job's pod kept out); the restricted profile; the gang (two gangs with room for one);
+node loss; a namespace and a ResourceQuota per virtual cluster.
 
 Skipped unless PAIGRAPH_TEST_KUBECONFIG names a kubeconfig; the cluster must be able to pull
 `busybox` (or the image in PAIGRAPH_TEST_K8S_IMAGE) and `alpine/git` (the barrier's image, or
 PAIGRAPH_TEST_K8S_INIT_IMAGE). The namespace is the kubeconfig context's, or
 PAIGRAPH_TEST_K8S_NAMESPACE. The restricted profile is tried in
 PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE, a namespace labelled
-`pod-security.kubernetes.io/enforce=restricted` (skipped without it); the NetworkPolicy test
-runs with PAIGRAPH_TEST_K8S_NETWORK_POLICY=1, on a cluster whose network plugin enforces
-NetworkPolicy. The gang test needs Kubernetes 1.30+ and the rights of
-deploy/kubernetes/cluster-role.yaml (list nodes and pods cluster-wide). The node-loss test runs
-only when PAIGRAPH_TEST_K8S_LOSE_NODE names a command that makes a node unreachable, `{node}`
-standing for its name (with kind: `docker pause {node}`), and PAIGRAPH_TEST_K8S_RESTORE_NODE
-one that brings it back (`docker unpause {node}`); it takes about six minutes, as Kubernetes
-evicts from an unreachable node after 300 s. Everything the tests create is removed at their
-end. docs/kubernetes.md says how to run them on kind.
+`pod-security.kubernetes.io/enforce=restricted`, or in one the test makes when
+PAIGRAPH_TEST_K8S_CREATE_NAMESPACES=1 (which the virtual-cluster test needs too: it makes the
+virtual cluster's namespace); the NetworkPolicy reachability test runs with
+PAIGRAPH_TEST_K8S_NETWORK_POLICY=1, on a cluster whose network plugin enforces NetworkPolicy.
+The gang test needs Kubernetes 1.30+ and the rights of deploy/kubernetes/cluster-role.yaml
+(list nodes and pods cluster-wide). The node-loss test runs only when
+PAIGRAPH_TEST_K8S_LOSE_NODE names a command that makes a node unreachable, `{node}` standing
+for its name (with kind: `docker pause {node}`), and PAIGRAPH_TEST_K8S_RESTORE_NODE one that
+brings it back (`docker unpause {node}`); it takes about six minutes, as Kubernetes evicts
+from an unreachable node after 300 s. Everything the tests create is removed at their end.
+docs/kubernetes.md ("Running the tests against a cluster") says how to run them on kind or
+any cluster.
 
-    PAIGRAPH_TEST_KUBECONFIG=~/.kube/config pytest -q tests/test_kubernetes_real_cluster.py
+    PAIGRAPH_TEST_KUBECONFIG=~/.kube/config pytest -q -rs tests/test_kubernetes_real_cluster.py
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ import os
 import shlex
 import subprocess
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from backends.base import (
     EventKind,
@@ -45,8 +52,10 @@ from backends.base import (
     ResourceRequest,
     RoleLaunch,
 )
-from backends.kubernetes import KubernetesBackend
+from backends.kubernetes import KubernetesBackend, api_client
 from backends.kubernetes_gang import GATE, ClusterView
+from backends.kubernetes_names import network_policy_name, service_name
+from backends.kubernetes_quota import QUOTA_NAME
 from backends.kubernetes_settings import KubernetesSettings
 from tests.waiting import until_async
 
@@ -141,6 +150,39 @@ async def test_a_ps_worker_job_runs_on_a_real_cluster(tmp_path: Path) -> None:
 
 
 RESTRICTED_NAMESPACE = os.environ.get("PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE")
+# the tests may make (and remove) namespaces of their own: a cluster of your own, e.g. kind
+CREATE_NAMESPACES = os.environ.get("PAIGRAPH_TEST_K8S_CREATE_NAMESPACES") == "1"
+
+
+@contextmanager
+def _namespace(name: str, level: str) -> Iterator[str]:
+    """A namespace enforcing the Pod Security level `level`, deleted afterwards."""
+    core = k8s.CoreV1Api(api_client(_settings(Path("."))))
+    body = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": level}},
+    }
+    core.create_namespace(body)
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+@pytest.fixture
+def restricted_namespace() -> Iterator[str]:
+    """PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE, else one made for the test."""
+    if RESTRICTED_NAMESPACE:
+        yield RESTRICTED_NAMESPACE
+        return
+    if not CREATE_NAMESPACES:
+        pytest.skip(
+            "set PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE to a namespace enforcing restricted, or "
+            "PAIGRAPH_TEST_K8S_CREATE_NAMESPACES=1"
+        )
+    with _namespace(f"paigraph-test-restricted-{uuid.uuid4().hex[:6]}", "restricted") as name:
+        yield name
 
 
 def _settings(tmp_path: Path, **overrides: Any) -> KubernetesSettings:
@@ -156,40 +198,79 @@ def _settings(tmp_path: Path, **overrides: Any) -> KubernetesSettings:
     return KubernetesSettings(**{**values, **overrides})
 
 
-async def test_a_job_naming_the_servers_claim_is_refused_on_a_real_cluster(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("claim", "why"),
+    [
+        ("data-postgres-0", "is not a claim of yours"),
+        ("pg-u-alice-data", "is another user's claim"),
+    ],
+)
+async def test_a_job_naming_the_servers_or_another_users_claim_is_refused_on_a_real_cluster(
+    tmp_path: Path, claim: str, why: str
 ) -> None:
     backend = KubernetesBackend(_settings(tmp_path))
     backend.check()
     await backend.start()
     worker = _role("worker", ["true"], 1).model_copy(
-        update={"materials": [Material(name="db", kind=Fetch.MOUNT, uris=["data-postgres-0"])]}
+        update={"materials": [Material(name="db", kind=Fetch.MOUNT, uris=[claim])]}
     )
     request = LaunchRequest(
         job_id=f"steal-{uuid.uuid4().hex[:8]}", job_name="steal", user="mallory", roles=[worker]
     )
     try:
-        with pytest.raises(LaunchRefused, match=r"'data-postgres-0' is not a claim of yours"):
+        with pytest.raises(LaunchRefused, match=rf"'{claim}' {why}"):
             await backend.launch(request)
-        assert await backend.reconcile() == []
+        assert await backend.reconcile() == []  # nothing was made
     finally:
         await backend.close()
 
 
-@pytest.mark.skipif(
-    not RESTRICTED_NAMESPACE,
-    reason="set PAIGRAPH_TEST_K8S_RESTRICTED_NAMESPACE to a namespace enforcing restricted",
-)
-async def test_the_restricted_profile_runs_as_non_root_on_a_real_cluster(tmp_path: Path) -> None:
+async def test_each_attempt_gets_a_network_policy_of_its_own_pods_on_a_real_cluster(
+    tmp_path: Path,
+) -> None:
+    """Made on any cluster (whether its network plugin enforces it is the next test's)."""
+    async with _backend(tmp_path) as (backend, seen):
+        request = _cpu_job(f"fenced-{uuid.uuid4().hex[:8]}", 2, 1, ["sleep 5"])
+        service = service_name(request.job_id, 1)
+        try:
+            await backend.launch(request)
+            policy = json.loads(
+                backend.networking.read_namespaced_network_policy(
+                    network_policy_name(service), backend.namespace, _preload_content=False
+                ).data
+            )
+            selected = policy["spec"]["podSelector"]["matchLabels"]
+            assert selected["paigraph.io/job"] == request.job_id
+            assert policy["spec"]["policyTypes"] == ["Ingress"]
+            (rule,) = policy["spec"]["ingress"]
+            assert rule["from"] == [{"podSelector": {"matchLabels": selected}}]
+            await until_async(
+                lambda: sum(e.kind in ENDED for e in seen) == 2, "the two pods ending", 600, 1
+            )
+            assert {(e.kind, e.exit_code) for e in seen if e.kind in ENDED} == {
+                (EventKind.EXITED, 0)
+            }
+        finally:
+            await backend.forget(request.job_id, 1)
+        with pytest.raises(ApiException) as gone:
+            backend.networking.read_namespaced_network_policy(
+                network_policy_name(service), backend.namespace
+            )
+        assert gone.value.status == 404
+
+
+async def test_the_restricted_profile_runs_as_non_root_on_a_real_cluster(
+    tmp_path: Path, restricted_namespace: str
+) -> None:
     strict = KubernetesBackend(
         _settings(
             tmp_path / "strict",
-            namespace=RESTRICTED_NAMESPACE,
+            namespace=restricted_namespace,
             pod_security="restricted",
             run_as_user=1000,
         )
     )
-    loose = KubernetesBackend(_settings(tmp_path / "loose", namespace=RESTRICTED_NAMESPACE))
+    loose = KubernetesBackend(_settings(tmp_path / "loose", namespace=restricted_namespace))
     for backend in (strict, loose):
         backend.check()
         await backend.start()
@@ -440,3 +521,48 @@ async def test_a_lost_node_ends_its_instance_as_lost(tmp_path: Path) -> None:
             if node:
                 subprocess.run(shlex.split(RESTORE_NODE.format(node=node)), check=False)
             await backend.forget(request.job_id, 1)
+
+
+# --- virtual clusters: a namespace each, and a quota ---------------------------------------------
+
+
+@pytest.mark.skipif(
+    not CREATE_NAMESPACES,
+    reason="set PAIGRAPH_TEST_K8S_CREATE_NAMESPACES=1 to let the test make a namespace",
+)
+async def test_a_virtual_clusters_namespace_and_quota_on_a_real_cluster(tmp_path: Path) -> None:
+    """The jobs of a virtual cluster run in its namespace, whose ResourceQuota the server
+    makes from the configured capacity; a job past it fails at once with -200. Needs the
+    rights of deploy/kubernetes/namespace-per-virtual-cluster (a kind admin has them)."""
+    vc = f"t{uuid.uuid4().hex[:8]}"
+    with _namespace(f"paigraph-vc-{vc}", "baseline") as namespace:
+        async with _backend(
+            tmp_path,
+            namespace_per_virtual_cluster=True,
+            virtual_cluster_quota={vc: {"cpu": "1", "pods": 1}},
+        ) as (backend, seen):
+            quota = json.loads(
+                backend.core.read_namespaced_resource_quota(
+                    QUOTA_NAME, namespace, _preload_content=False
+                ).data
+            )
+            assert quota["spec"]["hard"] == {"requests.cpu": "1", "pods": "1"}
+            first = _cpu_job(f"inside-{vc}", 1, 1, ["sleep 20"])
+            first = first.model_copy(update={"virtual_cluster": vc})
+            second = _cpu_job(f"beyond-{vc}", 1, 1, ["true"])
+            second = second.model_copy(update={"virtual_cluster": vc})
+
+            def ended(job_id: str) -> list[InstanceEvent]:
+                return [e for e in seen if e.job_id == job_id and e.kind in ENDED]
+
+            try:
+                await backend.launch(first)
+                await backend.launch(second)
+                (refused,) = await until_async(lambda: ended(second.job_id), "refused", 120, 1)
+                assert (refused.kind, refused.completion_code) == (EventKind.START_FAILED, -200)
+                assert "exceeded quota: paigraph-virtual-cluster" in (refused.reason or "")
+                (done,) = await until_async(lambda: ended(first.job_id), "the first", 600, 1)
+                assert (done.kind, done.exit_code) == (EventKind.EXITED, 0), done.reason
+            finally:
+                await backend.forget(first.job_id, 1)
+                await backend.forget(second.job_id, 1)
