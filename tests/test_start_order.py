@@ -71,12 +71,16 @@ def test_a_role_that_waits_for_another_is_read() -> None:
     assert "paigraph" not in result.spec.extras
 
 
-def test_what_kubernetes_does_not_hold_back_is_a_warning() -> None:
-    ready_by_port = parse_job(as_yaml(ps_worker(READY)))
-    assert ready_by_port.warnings == []
-    order = {"worker": {"dependsOn": [{"role": "ps", "when": "running"}]}}
+def test_every_kind_of_wait_is_accepted_without_a_warning() -> None:
+    """Both backends hold a role back for running, ready (port or command) and succeeded."""
+    assert parse_job(as_yaml(ps_worker(READY))).warnings == []
+    order = {
+        "ps": {"readiness": {"command": ["true"]}},
+        "worker": {"dependsOn": [{"role": "ps", "when": "running"}]},
+    }
     result = parse_job(as_yaml(ps_worker(order)))
-    assert "Kubernetes backend holds" in warnings(result)[f"{BASE}.worker.dependsOn[0]"]
+    assert result.ok, result.errors
+    assert result.warnings == []
 
 
 def test_resolve_writes_the_start_order_back_and_reads_it_again() -> None:
