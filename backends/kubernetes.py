@@ -1274,6 +1274,11 @@ class KubernetesBackend(ThreadedBackend):
                 for c in attempt.builder.extra_config_maps()
             ),
             *(
+                [(self.core.delete_namespaced_config_map, order_config_map_name(service))]
+                if any(r.depends_on for r in attempt.request.roles)
+                else []
+            ),
+            *(
                 (self.core.delete_namespaced_secret, s["metadata"]["name"])
                 for s in attempt.builder.registry_secrets()
             ),
