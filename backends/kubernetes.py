@@ -1232,8 +1232,10 @@ class KubernetesBackend(ThreadedBackend):
                 # again is one pod the scheduler places alone, as a relaunch is on Docker
                 pod["spec"].pop("schedulingGates", None)
             order = order_key(attempt.builder, key.role, key.index)
-            waits_again = attempt.order_said.get(order, WAIT) != WAIT
-            if waits_again:  # its new run waits again until the server sees it hold
+            # its new run waits again until the server sees its dependencies hold; told even
+            # when this server told it nothing (the ConfigMap may say go from before a restart)
+            waits_again = bool(attempt.request.role(key.role).depends_on)
+            if waits_again:
                 attempt.order_said[order] = WAIT
         if waits_again:
             self._tell_start_order(attempt, {order: WAIT})

@@ -347,10 +347,10 @@ async def test_a_ps_started_again_by_its_task_retry_does_not_restart_the_workers
         events.close()
 
 
-# ps 0 is ready for a second, then not; ps 1 is ready from its third second on: the two are
-# ready together only if ps 0's failures are not enough to make it not ready
+# ps 0 is ready for its first 3 seconds, then not; ps 1 is ready from its sixth second on: the
+# two are ready together only if ps 0's failed checks are not enough to make it not ready
 FLICKER = [
-    'if [ "$PAI_TASK_INDEX" = 0 ]; then touch /tmp/up; sleep 1; rm /tmp/up; else sleep 3;'
+    'if [ "$PAI_TASK_INDEX" = 0 ]; then touch /tmp/up; sleep 3; rm /tmp/up; else sleep 6;'
     " touch /tmp/up; fi",
     "sleep 600",
 ]
@@ -365,7 +365,7 @@ async def test_a_ready_instance_is_not_ready_after_failure_threshold_failed_chec
     )
     ps = role("ps", FLICKER, instances=2, readiness=check, min_succeeded=-1)
     both = [StartDependency(role="ps", when="ready", instances=2)]
-    waits = role("worker", ["echo worker ran"], depends_on=both, dependency_timeout_seconds=8)
+    waits = role("worker", ["echo worker ran"], depends_on=both, dependency_timeout_seconds=12)
     request = job(ps, waits)
     async with backend(tmp_path) as sim:
         events = Collector(sim)
@@ -376,7 +376,7 @@ async def test_a_ready_instance_is_not_ready_after_failure_threshold_failed_chec
             assert "worker ran" in await log_text(sim, worker.key)
         else:  # ps 0 was not ready any more by the time ps 1 was
             assert worker.exit_code == DEPENDENCY_FAILED
-            assert "waited 8 s" in (worker.reason or "")
+            assert "waited 12 s" in (worker.reason or "")
         await sim.stop(request.job_id, 1, grace_seconds=1)
         await events.all_ended(request)
         await sim.forget(request.job_id, 1)

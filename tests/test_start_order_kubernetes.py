@@ -450,3 +450,25 @@ async def test_a_wait_the_server_never_ends_fails_past_its_deadline(
     )
     assert done.returncode == DEPENDENCY_FAILED
     assert "waited 1 s (dependencyTimeoutSeconds) for 2 of 2 ps instances" in done.stdout
+
+
+async def test_the_start_order_config_map_goes_with_its_attempt(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    async with backend_on(api, tmp_path) as backend:
+        events = Events(backend)
+        await backend.launch(ps_worker("order-0000901e", when="running"))
+        await events.until(lambda: len(api.pods()) == 4)
+        assert order_said(api) == {"worker-0": "wait", "worker-1": "wait"}
+        await backend.forget("order-0000901e", 1)
+        await until_async(
+            lambda: (
+                not any(
+                    m["metadata"]["name"].endswith("-order") for m in api.list("configmaps", "jobs")
+                )
+                or None
+            ),
+            "the start-order ConfigMap to go",
+            10,
+        )
+        events.close()
