@@ -97,7 +97,7 @@ from backends.kubernetes_start_order import (
     verdict,
 )
 from backends.ssh_access import JOB_KEY
-from backends.start_gate import DEPENDENCY_FAILED, PeerState
+from backends.start_gate import DEPENDENCY_FAILED, PeerState, waits_for
 from backends.threaded import LogSource, ThreadedBackend, attempt_id
 
 __all__ = ["KubernetesBackend", "api_client"]
@@ -715,9 +715,15 @@ class KubernetesBackend(ThreadedBackend):
             return
         if not instance.placed:
             instance.placed = True
+            request = attempt.request
+            # what it waits for before its commands start (start order), as on the simulator
+            waits = waits_for(request.role(instance.key.role), {r.name: r for r in request.roles})
             self._emit(
                 self._event(
-                    instance, EventKind.PLACED, placement=self._placement(attempt, instance)
+                    instance,
+                    EventKind.PLACED,
+                    placement=self._placement(attempt, instance),
+                    reason=waits,
                 )
             )
         if facts.started_at and not instance.started:

@@ -184,6 +184,11 @@ async def test_a_command_readiness_is_a_probe_and_the_server_says_go(
         run_all(api, "ps-0", "ps-1")
         for host in ("worker-0", "worker-1"):  # in their init containers: not running yet
             api.schedule(pod_of(api, host))
+        placed = await events.until(
+            lambda: len(events.of(EventKind.PLACED)) == 4 and events.of(EventKind.PLACED, "worker")
+        )
+        assert all(e.reason == "waiting for 2 of 2 ps instances to be ready" for e in placed)
+        assert not [e.reason for e in events.of(EventKind.PLACED, "ps") if e.reason]
         set_ready(api, "ps-0")
         await events.until(lambda: len(events.of(EventKind.STARTED, "ps")) == 2)
         assert order_said(api) == {"worker-0": "wait", "worker-1": "wait"}  # 1 of 2 is ready
