@@ -891,7 +891,7 @@ class KubernetesBackend(ThreadedBackend):
     def _keep_time(self) -> None:
         """The gang thread: admits queued attempts, takes back those not bound in time, fails
         those that waited too long, ends pods stuck Terminating and image pulls past their
-        deadline."""
+        deadline, and tells waiting instances again what a failed write did not."""
         limit = self.settings.gang_timeout_seconds
         tick = min(1.0, limit / 4) if limit else 1.0
         while not self._closed.wait(tick):
@@ -904,6 +904,10 @@ class KubernetesBackend(ThreadedBackend):
             try:
                 self._look_after_pods()
                 self._admit()
+                with self._lock:  # a start-order verdict that could not be written is retried
+                    for attempt in list(self._attempts.values()):
+                        if attempt.gang_complete:
+                            self._judge_start_order(attempt)
             except Exception as exc:  # the clock goes on; the next tick tries again
                 log.warning("the gang thread could not do its round: %s", exc)
             if not limit:

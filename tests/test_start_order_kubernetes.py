@@ -477,3 +477,23 @@ async def test_the_start_order_config_map_goes_with_its_attempt(
             10,
         )
         events.close()
+
+
+async def test_a_go_the_api_server_refused_is_written_again(
+    api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    async with backend_on(api, tmp_path) as backend:
+        events = Events(backend)
+        await backend.launch(ps_worker("order-0000bad0", when="running"))
+        await events.until(lambda: len(api.pods()) == 4)
+        for host in ("worker-0", "worker-1"):
+            api.schedule(pod_of(api, host))
+        api.refuse("patch", "configmaps", 403, "refused by a policy", times=1)
+        run_all(api, "ps-0", "ps-1")
+        await until_async(
+            lambda: order_said(api) == {"worker-0": "go", "worker-1": "go"} or None,
+            "the server to say go after all",
+            15,
+        )
+        assert ("patch", "configmaps") in api.calls
+        events.close()
