@@ -622,6 +622,7 @@ class DockerBackend(ThreadedBackend):
                 instance.run += 1
                 instance.started_at = None
                 instance.ran = instance.ready = False
+                instance.readiness, instance.next_check = None, 0.0
                 if instance.container_id:
                     removed.append(instance.container_id)
                     self._by_container.pop(instance.container_id, None)
@@ -657,10 +658,9 @@ class DockerBackend(ThreadedBackend):
         request = attempt.request
         roles = {r.name: r for r in request.roles}
         started = time.monotonic()
-        next_check: dict[tuple[str, int], float] = {}
         waiting = list(held)
         while waiting and not attempt.forgotten and not attempt.stopping:
-            self._check_readiness(attempt, roles, next_check)
+            self._check_readiness(attempt, roles)
             for instance in list(waiting):
                 if instance.ended:
                     waiting.remove(instance)
@@ -690,31 +690,39 @@ class DockerBackend(ThreadedBackend):
         with self._lock:
             peers = [
                 start_gate.PeerState(
-                    running=i.ran, ready=i.ready, ended=i.ended, exit_code=i.exit_code
+                    running=i.ran,
+                    ready=i.ready and not i.ended,
+                    ended=i.ended,
+                    exit_code=i.exit_code,
                 )
                 for (name, _), i in attempt.instances.items()
                 if name == role.name
             ]
         return start_gate.judge(dep, peers)
 
-    def _check_readiness(
-        self,
-        attempt: Attempt,
-        roles: dict[str, RoleLaunch],
-        next_check: dict[tuple[str, int], float],
-    ) -> None:
-        """Try the readiness check of each running, not yet ready instance whose period is up."""
+    def _check_readiness(self, attempt: Attempt, roles: dict[str, RoleLaunch]) -> None:
+        """Try the readiness check of each running instance whose period is up. It is ready
+        from its first passed check until `failure_threshold` checks in a row fail, as a
+        Kubernetes readinessProbe counts (start_gate.ReadinessCount); a new run of an
+        instance counts from the start. Several waits may look at once: each check is made
+        by one of them."""
         now = time.monotonic()
-        for (name, index), instance in attempt.instances.items():
+        for (name, _), instance in attempt.instances.items():
             check = roles[name].readiness
-            if check is None or instance.ready or instance.ended or not instance.ran:
+            if check is None or instance.ended or not instance.ran:
                 continue
-            if next_check.get((name, index), 0.0) > now:
-                continue
-            next_check[(name, index)] = now + check.period_seconds
-            if self._passes(instance, check):
-                with self._lock:
-                    instance.ready = True
+            with self._lock:
+                if instance.next_check > now:
+                    continue
+                instance.next_check = now + check.period_seconds
+                run = instance.run
+                if instance.readiness is None:
+                    instance.readiness = start_gate.ReadinessCount(check.failure_threshold)
+                count = instance.readiness
+            passed = self._passes(instance, check)
+            with self._lock:
+                if instance.run == run and instance.readiness is count:
+                    instance.ready = count.record(passed)
 
     def _passes(self, instance: Instance, check: ReadinessCheck) -> bool:
         if check.port is not None:
@@ -734,8 +742,14 @@ class DockerBackend(ThreadedBackend):
         )
 
     def _end_held(self, attempt: Attempt, instance: Instance, reason: str) -> None:
-        """End an instance whose dependency never held: its commands never ran."""
-        container = instance.container_id
+        """End an instance whose dependency never held: its commands never ran. Its container
+        is stopped before the end is told, so a task retry that follows at once removes a
+        stopped container and gives its address to the new run."""
+        with self._lock:
+            instance.gave_up = True
+            container = instance.container_id
+        if container:
+            self._stop_container(container, 0)
         self._end(
             attempt,
             instance,
@@ -744,8 +758,6 @@ class DockerBackend(ThreadedBackend):
             reason=reason,
             completion_code=start_gate.DEPENDENCY_FAILED,
         )
-        if container:
-            self._stop_container(container, 0)
         self._cleanup_if_done(attempt)
 
     def _run_container(
@@ -945,6 +957,8 @@ class DockerBackend(ThreadedBackend):
             instance.ended = False
             instance.exit_code = None
             instance.ran = instance.ready = False
+            instance.readiness, instance.next_check = None, 0.0
+            instance.gave_up = False
             instance.started_at = None
             instance.waiting_reason = None
             instance.run += 1
@@ -1021,7 +1035,15 @@ class DockerBackend(ThreadedBackend):
                 break
         if not instance.ended:
             self._emit_placed(request, instance, slot, skipped.get(role.name, []))
-            self._open_gates([instance])
+            if role.depends_on:  # its new run waits again, until what its role waits for holds
+                threading.Thread(
+                    target=self._hold_until_dependencies,
+                    args=(attempt, [instance]),
+                    name=f"start-order-{attempt.id}-{key.role}-{key.index}",
+                    daemon=True,
+                ).start()
+            else:
+                self._open_gates([instance])
         self._cleanup_if_done(attempt)
 
     def _requeue_relaunch(
@@ -1093,7 +1115,7 @@ class DockerBackend(ThreadedBackend):
                 gated = instance.gated
             if not gated:  # else told when the gate opens, with the placement it ran with
                 self._emit(self._event(instance, EventKind.STARTED, placement=instance.placement))
-        elif event.action == "die":
+        elif event.action == "die" and not instance.gave_up:
             self._background(self._finish_container, attempt, instance, event.id, instance.run)
 
     def _instance_from_labels(self, labels: dict[str, str]) -> Instance | None:

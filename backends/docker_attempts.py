@@ -14,6 +14,7 @@ from pathlib import Path
 from backends.base import InstanceKey, LaunchRequest, Placement, RoleLaunch
 from backends.docker_records import instance_dir, read_exit, read_run
 from backends.runtime_env import port_requests
+from backends.start_gate import ReadinessCount
 from backends.threaded import attempt_id as attempt_id  # re-exported: one definition
 from simulator.cluster import Demand
 from simulator.ports import PortAsk
@@ -32,7 +33,12 @@ class Instance:
     waiting_reason: str | None = None  # why a relaunch waits, told once per change
     gated: bool = False  # its container waits at the gate: STARTED is told when it opens
     ran: bool = False  # its gate was opened in this run: its commands started
-    ready: bool = False  # its role's readiness check passed once in this run
+    ready: bool = False  # ready now, by its role's readiness check (start_gate.ReadinessCount)
+    readiness: ReadinessCount | None = None  # its checks' results in this run, counted
+    next_check: float = 0.0  # monotonic time its readiness is checked again
+    # its wait for its role's dependencies failed: its container is being stopped, and that
+    # end, not the container's, is told (start_gate.DEPENDENCY_FAILED)
+    gave_up: bool = False
     exit_code: int | None = None  # how it ended, once it did
 
     @property

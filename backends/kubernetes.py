@@ -93,7 +93,16 @@ from backends.kubernetes_pods import IMAGE_NOT_PULLED, NODE_LOST, PodFacts, Term
 from backends.kubernetes_quota import QUOTA_NAME, hard_patch, quota_object
 from backends.kubernetes_reach import Reachability
 from backends.kubernetes_settings import KubernetesSettings, load_settings
+from backends.kubernetes_start_order import (
+    GO,
+    NEVER,
+    WAIT,
+    order_config_map_name,
+    order_key,
+    verdict,
+)
 from backends.ssh_access import JOB_KEY
+from backends.start_gate import DEPENDENCY_FAILED, PeerState, waits_for
 from backends.threaded import LogSource, ThreadedBackend, attempt_id
 
 __all__ = ["KubernetesBackend", "api_client"]
@@ -176,6 +185,8 @@ class _Attempt:
     queued: bool = False  # its pods are gated, waiting for room (gang_scheduler `gates`)
     demand: list[dict[str, Any]] | None = None  # its pods, as far as the room goes
     admitted_at: float | None = None  # monotonic time its gates were lifted
+    # what the start-order ConfigMap says (or is being told) per waiting instance's key
+    order_said: dict[str, str] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -403,6 +414,7 @@ class KubernetesBackend(ThreadedBackend):
         try:
             policy = [objects.network_policy] if objects.network_policy else []
             maps = [objects.config_map, *objects.extra_config_maps]
+            maps += [objects.start_order] if objects.start_order else []
             for obj in [*maps, *objects.secrets, *policy]:
                 self._create(obj["kind"], with_owner(obj, attempt.service_uid))
             if objects.pod_group is not None:
@@ -813,9 +825,15 @@ class KubernetesBackend(ThreadedBackend):
             return
         if not instance.placed:
             instance.placed = True
+            request = attempt.request
+            # what it waits for before its commands start (start order), as on the simulator
+            waits = waits_for(request.role(instance.key.role), {r.name: r for r in request.roles})
             self._emit(
                 self._event(
-                    instance, EventKind.PLACED, placement=self._placement(attempt, instance)
+                    instance,
+                    EventKind.PLACED,
+                    placement=self._placement(attempt, instance),
+                    reason=waits,
                 )
             )
         if facts.started_at and not instance.started:
@@ -839,6 +857,7 @@ class KubernetesBackend(ThreadedBackend):
                 reason=facts.disruption or facts.lost,
                 completion_code=facts.code,
             )
+        self._judge_start_order(attempt)
 
     def _finish(self, attempt: _Attempt, instance: _Instance, ended: Termination) -> None:
         """The main container ended: copy its whole log, then tell how it ended."""
@@ -920,7 +939,58 @@ class KubernetesBackend(ThreadedBackend):
             self._room_changed = True
             if not attempt.gang_complete and not attempt.stopping and attempt.live():
                 self._check_gang(attempt)
+            self._judge_start_order(attempt)
             self._changed.notify_all()
+
+    # --- start order -------------------------------------------------------------------------
+
+    def _judge_start_order(self, attempt: _Attempt) -> None:
+        """Tell each waiting instance (through the start-order ConfigMap) that what its role
+        waits for holds, or end it once that can never hold (the lock is held)."""
+        request = attempt.request
+        if attempt.stopping or attempt.forgotten or not any(r.depends_on for r in request.roles):
+            return
+        peers = {
+            role.name: [_peer(attempt.instances[(role.name, i)]) for i in range(role.instances)]
+            for role in request.roles
+        }
+        told: dict[str, str] = {}
+        never: list[tuple[_Instance, str]] = []
+        for role in request.roles:
+            if not role.depends_on:
+                continue
+            value, why = verdict(role, request, peers)
+            for index in range(role.instances):
+                instance = attempt.instances[(role.name, index)]
+                if instance.ended or instance.finishing or instance.started:
+                    continue  # a started instance is never held back again
+                if value == NEVER:
+                    never.append((instance, why or ""))
+                    continue
+                key = order_key(attempt.builder, role.name, index)
+                # a go once told is not taken back (its pod may be on its way): only its
+                # instance's next run waits again (_relaunch)
+                if value == GO and attempt.order_said.get(key, WAIT) != GO:
+                    attempt.order_said[key] = told[key] = GO
+        if told:
+            self._pool.submit(self._tell_start_order, attempt, told)
+        for instance, why in never:
+            self._fail_to_start(attempt, instance, why, DEPENDENCY_FAILED)
+
+    def _tell_start_order(self, attempt: _Attempt, told: dict[str, str]) -> None:
+        """Write what waiting instances read into the attempt's start-order ConfigMap."""
+        name = order_config_map_name(attempt.builder.service)
+        try:
+            self._retried(
+                lambda: self.core.patch_namespaced_config_map(
+                    name, self.namespace, {"data": told}, _preload_content=False
+                )
+            )
+        except (ApiException, *_UNREACHABLE) as exc:
+            log.warning("cannot tell %s's waiting instances what holds: %s", attempt.id, exc)
+            with self._lock:  # told again on the next change of a pod of the attempt
+                for key in told:
+                    attempt.order_said.pop(key, None)
 
     def _end_all(self, attempt: _Attempt, kind: EventKind, reason: str, **fields: Any) -> None:
         for instance in list(attempt.instances.values()):
@@ -931,7 +1001,7 @@ class KubernetesBackend(ThreadedBackend):
     def _keep_time(self) -> None:
         """The gang thread: admits queued attempts, takes back those not bound in time, fails
         those that waited too long, ends pods stuck Terminating and image pulls past their
-        deadline."""
+        deadline, and tells waiting instances again what a failed write did not."""
         limit = self.settings.gang_timeout_seconds
         tick = min(1.0, limit / 4) if limit else 1.0
         while not self._closed.wait(tick):
@@ -944,6 +1014,10 @@ class KubernetesBackend(ThreadedBackend):
             try:
                 self._look_after_pods()
                 self._admit()
+                with self._lock:  # a start-order verdict that could not be written is retried
+                    for attempt in list(self._attempts.values()):
+                        if attempt.gang_complete:
+                            self._judge_start_order(attempt)
             except Exception as exc:  # the clock goes on; the next tick tries again
                 log.warning("the gang thread could not do its round: %s", exc)
             if not limit:
@@ -1277,6 +1351,14 @@ class KubernetesBackend(ThreadedBackend):
                 # the gang formed already, and nothing would lift this one pod's gate: a run
                 # again is one pod the scheduler places alone, as a relaunch is on Docker
                 pod["spec"].pop("schedulingGates", None)
+            order = order_key(attempt.builder, key.role, key.index)
+            # its new run waits again until the server sees its dependencies hold; told even
+            # when this server told it nothing (the ConfigMap may say go from before a restart)
+            waits_again = bool(attempt.request.role(key.role).depends_on)
+            if waits_again:
+                attempt.order_said[order] = WAIT
+        if waits_again:
+            self._tell_start_order(attempt, {order: WAIT})
         self.logbook.forget_run(key)
         self.logbook.begin(key, instance.run)
         self._delete_pod(old, 0, attempt.namespace)
@@ -1313,6 +1395,11 @@ class KubernetesBackend(ThreadedBackend):
             *(
                 (self.core.delete_namespaced_config_map, c["metadata"]["name"])
                 for c in attempt.builder.extra_config_maps()
+            ),
+            *(
+                [(self.core.delete_namespaced_config_map, order_config_map_name(service))]
+                if any(r.depends_on for r in attempt.request.roles)
+                else []
             ),
             *(
                 (self.core.delete_namespaced_secret, s["metadata"]["name"])
@@ -1536,6 +1623,23 @@ class KubernetesBackend(ThreadedBackend):
         self._emit(
             InstanceEvent(job_id=request.job_id, attempt=request.attempt, kind=kind, reason=reason)
         )
+
+
+def _peer(instance: _Instance) -> PeerState:
+    """What a depended-on instance reached, from its current run's pod and end."""
+    facts = instance.facts
+    ended = instance.ended or instance.finishing
+    code = None
+    if instance.end is not None:
+        code = instance.end.exit_code
+    elif instance.termination is not None:
+        code = instance.termination.exit_code
+    return PeerState(
+        running=instance.started or (facts is not None and facts.started_at is not None),
+        ready=not ended and facts is not None and facts.ready,
+        ended=ended,
+        exit_code=code,
+    )
 
 
 def _missing(instance: _Instance, asked_at: float, listed_before: bool) -> bool:

@@ -107,7 +107,13 @@ from backends.kubernetes_names import (
 )
 from backends.kubernetes_ports import duplicates, instance_ports
 from backends.kubernetes_settings import KubernetesSettings
-from backends.kubernetes_start_order import start_order_container
+from backends.kubernetes_start_order import (
+    order_config_map_name,
+    order_data,
+    order_volume,
+    readiness_probe,
+    start_order_container,
+)
 from backends.runtime_env import instance_variables, runtime_env, shell_env_file
 from backends.secrets_env import SECRET_KEY, SECRET_REF, kept_request, with_secret_references
 from backends.ssh_access import ssh_files
@@ -137,11 +143,13 @@ class AttemptObjects:
     network_policy: dict[str, Any] | None = None
     extra_config_maps: list[dict[str, Any]] = field(default_factory=list)
     pod_group: dict[str, Any] | None = None  # Volcano's or coscheduling's (kubernetes_gang)
+    start_order: dict[str, Any] | None = None  # what waiting pods read (kubernetes_start_order)
 
     def all(self) -> list[dict[str, Any]]:
         policy = [self.network_policy] if self.network_policy else []
         group = [self.pod_group] if self.pod_group else []
         maps = [self.config_map, *self.extra_config_maps]
+        maps += [self.start_order] if self.start_order else []
         return [self.service, *maps, *self.secrets, *policy, *group, *self.pods]
 
 
@@ -232,6 +240,7 @@ class AttemptBuilder:
             policy,
             self.extra_config_maps(),
             pod_group(self),
+            self.start_order_map(),
         )
 
     def network_policy(self) -> dict[str, Any]:
@@ -303,6 +312,13 @@ class AttemptBuilder:
             self._config_map_object(extra_config_map_name(self.service, n), {COMMON_ENV_KEY: part})
             for n, part in enumerate(self._common_parts[1:], start=1)
         ]
+
+    def start_order_map(self) -> dict[str, Any] | None:
+        """The ConfigMap the server tells waiting instances through (None: no role waits)."""
+        data = order_data(self)
+        if not data:
+            return None
+        return self._config_map_object(order_config_map_name(self.service), data)
 
     def _config_map_object(self, name: str, data: dict[str, str]) -> dict[str, Any]:
         return {
@@ -465,10 +481,11 @@ class AttemptBuilder:
             return pod
         pod = decorate(pod, self)
         role = self.request.role(role_or_name) if isinstance(role_or_name, str) else role_or_name
-        waits = start_order_container(self, role)
+        waits = start_order_container(self, role, index)
         if waits is not None:  # after the barrier: the peers' names resolve by then
             spec = pod["spec"]
             spec["initContainers"] = [*(spec.get("initContainers") or []), waits]
+            spec["volumes"] = [*spec["volumes"], order_volume(self)]
         return pod
 
     def _pod(self, role_or_name: RoleLaunch | str, index: int, run: int) -> dict[str, Any]:
@@ -559,7 +576,7 @@ class AttemptBuilder:
         if self.ssh_values:
             mounts.append({"name": "ssh", "mountPath": SSH_DIR, "readOnly": True})
         mounts += self._material_mounts(role, main=True)
-        return {
+        main: dict[str, Any] = {
             "name": MAIN_CONTAINER,
             "image": role.image,
             "imagePullPolicy": self.settings.image_pull_policy,
@@ -572,6 +589,10 @@ class AttemptBuilder:
             "terminationMessagePolicy": "FallbackToLogsOnError",
             "securityContext": container_security_context(self.settings),
         }
+        probe = readiness_probe(role.readiness, ports) if role.readiness is not None else None
+        if probe is not None:  # the pod's Ready condition is the role's readiness check
+            main["readinessProbe"] = probe
+        return main
 
     def _prepare_container(
         self, role: RoleLaunch, ports: dict[str, list[int]]

@@ -84,6 +84,8 @@ class PodFacts:
     pull_waiting: str | None = None  # an image pull the kubelet retries: why it failed so far
     deletion_grace: int | None = None  # the grace period of the pending deletion, seconds
     disruption: str | None = None  # the DisruptionTarget condition, "reason: message"
+    # its main container runs and passes its readinessProbe (the role's readiness check)
+    ready: bool = False
 
 
 def pod_facts(pod: dict[str, Any]) -> PodFacts:
@@ -190,6 +192,7 @@ def pod_facts(pod: dict[str, Any]) -> PodFacts:
         pull_waiting=None if start_error or terminated else pull_waiting,
         deletion_grace=int(grace) if grace is not None else None,
         disruption=disrupted,
+        ready=main.get("ready") is True and "running" in state,
     )
 
 

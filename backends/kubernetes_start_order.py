@@ -1,32 +1,67 @@
-"""Role start order on Kubernetes: an init container that holds a pod's commands back until the
-instances its role waits for answer on their readiness port.
+"""Role start order on Kubernetes: an init container holds a pod's commands back until what
+its role waits for holds, and the server, which watches every pod of the attempt, says so.
 
-It runs after the gang's barrier (every peer's name resolves by then) and reaches the
-depended-on instances through their DNS names under the attempt's headless Service and their
-allocated ports, so the pod needs no Kubernetes API rights. What it can tell from inside the
-cluster is `when: ready` on a role whose readiness is a port; `running`, `succeeded` and a
-readiness command are not held back here (the protocol warns about them). Past the role's
-`dependency_timeout_seconds` it exits with start_gate.DEPENDENCY_FAILED, saying why as its
-last line, which Kubernetes keeps as its termination message (see kubernetes_pods).
+Kubernetes itself finds out what the depended-on instances reached: their main container gets
+a readinessProbe from the role's readiness check (tcpSocket for a port label, exec for a
+command, with its period, timeout and failure threshold), so the pod's Ready condition is the
+check's verdict; its phase and its main container's termination say running and succeeded.
+The server judges each waiting role's dependencies from those (backends.start_gate) and
+writes `go` for each waiting instance into the attempt's start-order ConfigMap (`<service>-order`,
+key `<role>-<index>`, `wait` until then). The waiting pod's
+init container (after the gang's barrier) reads its key from that ConfigMap mounted as a
+volume, so the pod needs no Kubernetes API rights.
+
+The kubelet refreshes a mounted ConfigMap on its own schedule, not at once: by default within
+its sync period (about a minute) plus its ConfigMap cache's delay, so a wait that only the
+server can end may start its commands up to a minute or so after the dependency held. A
+dependency on a role that is ready by a port is therefore also checked from inside: the init
+container connects to each depended-on instance's DNS name and port, and goes on as soon as
+enough answer, without waiting for the ConfigMap. Past the role's dependency_timeout_seconds
+(counted from the init container's start) the init container exits with
+start_gate.DEPENDENCY_FAILED, saying why as its last line, which Kubernetes keeps as its
+termination message (see kubernetes_pods). Once a dependency can no longer hold (too many
+depended-on instances ended without reaching it), the server ends the waiting instances itself,
+with the same code and the reason, and deletes their pods.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from backends.base import LaunchRequest, RoleLaunch, StartDependency
+from backends.base import LaunchRequest, ReadinessCheck, RoleLaunch, StartDependency
 from backends.kubernetes_isolation import container_security_context
-from backends.start_gate import DEPENDENCY_FAILED, timeout_reason, waiting_reason
+from backends.start_gate import (
+    DEPENDENCY_FAILED,
+    PeerState,
+    Verdict,
+    judge,
+    never_reason,
+    timeout_reason,
+    waiting_reason,
+)
 
 if TYPE_CHECKING:
     from backends.kubernetes_manifests import AttemptBuilder
 
 START_ORDER_CONTAINER = "start-order"
+ORDER_VOLUME = "start-order"
+ORDER_DIR = "/usr/local/pai-start-order"
+WAIT, GO, NEVER = "wait", "go", "never"  # NEVER is the server's alone: it ends the pod
 
 
-def held_here(dep: StartDependency, request: LaunchRequest) -> bool:
-    """Whether this backend holds a role back for `dep`: ready on a port readiness."""
+def order_config_map_name(service: str) -> str:
+    return f"{service}-order"
+
+
+def order_key(builder: AttemptBuilder, role: str, index: int) -> str:
+    """The waiting instance's key in the start-order ConfigMap: its hostname."""
+    return builder.host(role, index)
+
+
+def by_port(dep: StartDependency, request: LaunchRequest) -> bool:
+    """Whether the init container can see `dep` hold by itself: ready on a port readiness."""
     target = next((r for r in request.roles if r.name == dep.role), None)
     return (
         dep.when == "ready"
@@ -36,13 +71,73 @@ def held_here(dep: StartDependency, request: LaunchRequest) -> bool:
     )
 
 
-def start_order_container(builder: AttemptBuilder, role: RoleLaunch) -> dict[str, Any] | None:
-    """The init container of `role`'s pods that waits for its dependencies (None: none held)."""
+def order_data(builder: AttemptBuilder) -> dict[str, str]:
+    """The start-order ConfigMap's first data: every waiting instance waits."""
+    return {
+        order_key(builder, role.name, i): WAIT
+        for role in builder.request.roles
+        if role.depends_on
+        for i in range(role.instances)
+    }
+
+
+def order_volume(builder: AttemptBuilder) -> dict[str, Any]:
+    return {
+        "name": ORDER_VOLUME,
+        "configMap": {"name": order_config_map_name(builder.service)},
+    }
+
+
+def readiness_probe(check: ReadinessCheck, ports: dict[str, list[int]]) -> dict[str, Any] | None:
+    """The main container's readinessProbe for the role's readiness check (None: no port)."""
+    probe: dict[str, Any]
+    if check.port is not None:
+        numbers = ports.get(check.port)
+        if not numbers:
+            return None
+        probe = {"tcpSocket": {"port": numbers[0]}}
+    else:
+        probe = {"exec": {"command": list(check.command)}}
+    # Kubernetes counts whole seconds, at least one
+    probe["periodSeconds"] = max(1, math.ceil(check.period_seconds))
+    probe["timeoutSeconds"] = max(1, math.ceil(check.timeout_seconds))
+    probe["failureThreshold"] = check.failure_threshold
+    return probe
+
+
+def verdict(
+    role: RoleLaunch, request: LaunchRequest, peers: dict[str, list[PeerState]]
+) -> tuple[str, str | None]:
+    """What the start-order ConfigMap says to `role`'s waiting instances: (GO, None),
+    (WAIT, None) or (NEVER, why), judged from what each depended-on role's instances reached."""
+    waits = False
+    for dep in role.depends_on:
+        found = judge(dep, peers.get(dep.role, []))
+        if found is Verdict.NEVER:
+            return NEVER, never_reason(dep, request.role(dep.role).instances)
+        waits = waits or found is Verdict.WAITS
+    return (WAIT, None) if waits else (GO, None)
+
+
+def start_order_container(
+    builder: AttemptBuilder, role: RoleLaunch, index: int
+) -> dict[str, Any] | None:
+    """The init container of the pod of `role`'s instance `index` that waits for its
+    dependencies (None: its role waits for none)."""
     request = builder.request
-    deps = [d for d in role.depends_on if held_here(d, request)]
-    if not deps:
+    if not role.depends_on:
         return None
     q = shlex.quote
+    port_deps = [d for d in role.depends_on if by_port(d, request)]
+    reason = "; ".join(
+        timeout_reason(d, request.role(d.role).instances, role.dependency_timeout_seconds)
+        for d in role.depends_on
+    )
+    periods = [
+        r.readiness.period_seconds
+        for r in request.roles
+        if r.readiness is not None and any(d.role == r.name for d in port_deps)
+    ]
     lines = [
         "say() { printf '%s\\n' \"[paigraph start order] $*\"; }",
         "# a TCP connection is accepted: nc -z where nc has it, else busybox's -e (runs `true`",
@@ -51,31 +146,46 @@ def start_order_container(builder: AttemptBuilder, role: RoleLaunch) -> dict[str
         '  nc -z -w 1 "$1" "$2" </dev/null >/dev/null 2>&1 ||',
         '    nc -w 1 "$1" "$2" -e true </dev/null >/dev/null 2>&1',
         "}",
+        f'verdict="${{PAIGRAPH_START_ORDER_DIR:-{ORDER_DIR}}}/$PAIGRAPH_START_ORDER_KEY"',
         f"deadline=$(( $(date +%s) + {int(role.dependency_timeout_seconds)} ))",
     ]
-    for dep in deps:
-        target = request.role(dep.role)
-        assert target.readiness is not None and target.readiness.port is not None
-        label = target.readiness.port
-        lines += [f"say {q(waiting_reason(dep, target.instances))}", "while :; do", "  n=0"]
-        for i in range(target.instances):
-            port = builder.ports[(dep.role, i)][label][0]
-            lines.append(f"  answers {q(builder.address(dep.role, i))} {port} && n=$((n + 1))")
-        reason = timeout_reason(dep, target.instances, role.dependency_timeout_seconds)
-        lines += [
-            f"  [ $n -ge {dep.instances} ] && break",
-            '  if [ "$(date +%s)" -ge "$deadline" ]; then',
-            f"    say {q(reason)}; exit {DEPENDENCY_FAILED}",
-            "  fi",
-            f"  sleep {max(1, round(target.readiness.period_seconds))}",
-            "done",
-        ]
-    lines.append("say 'what this role waits for holds'")
+    lines += [
+        f"say {q(waiting_reason(d, request.role(d.role).instances))}" for d in role.depends_on
+    ]
+    lines += [
+        "while :; do",
+        '  said=$(cat "$verdict" 2>/dev/null)',
+        '  case "$said" in',
+        f"    {GO}) say 'what this role waits for holds'; exit 0 ;;",
+        "  esac",
+    ]
+    if port_deps and len(port_deps) == len(role.depends_on):
+        lines.append("  held=1")
+        for dep in port_deps:
+            target = request.role(dep.role)
+            assert target.readiness is not None and target.readiness.port is not None
+            lines.append("  n=0")
+            for i in range(target.instances):
+                port = builder.ports[(dep.role, i)][target.readiness.port][0]
+                lines.append(f"  answers {q(builder.address(dep.role, i))} {port} && n=$((n + 1))")
+            lines.append(f"  [ $n -ge {dep.instances} ] || held=0")
+        lines.append("  [ $held = 1 ] && { say 'what this role waits for holds'; exit 0; }")
+    lines += [
+        '  if [ "$(date +%s)" -ge "$deadline" ]; then',
+        f"    say {q(reason)}; exit {DEPENDENCY_FAILED}",
+        "  fi",
+        f"  sleep {max(1, round(min(periods, default=1.0)))}",
+        "done",
+    ]
     return {
         "name": START_ORDER_CONTAINER,
         "image": builder.settings.init_image,
         "imagePullPolicy": builder.settings.image_pull_policy,
         "command": ["/bin/sh", "-c", "\n".join(lines) + "\n"],
+        "env": [
+            {"name": "PAIGRAPH_START_ORDER_KEY", "value": order_key(builder, role.name, index)}
+        ],
+        "volumeMounts": [{"name": ORDER_VOLUME, "mountPath": ORDER_DIR, "readOnly": True}],
         "resources": {
             "requests": {"cpu": "10m", "memory": "16Mi"},
             "limits": {"cpu": "100m", "memory": "64Mi"},

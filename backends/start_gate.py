@@ -31,9 +31,30 @@ class PeerState:
     """What one instance of a depended-on role has reached, as its backend saw it."""
 
     running: bool = False  # its commands started (it may have ended since)
-    ready: bool = False  # its readiness check passed once
+    ready: bool = False  # it is ready now (see ReadinessCount) and has not ended
     ended: bool = False
     exit_code: int | None = None
+
+
+@dataclass
+class ReadinessCount:
+    """Whether an instance is ready, from its readiness check's results in turn, as
+    Kubernetes counts a readinessProbe: not ready until a check passes; ready from the first
+    pass; not ready again only after `failure_threshold` checks in a row failed (one failure
+    of a ready instance is a hiccup, not a verdict)."""
+
+    failure_threshold: int
+    ready: bool = False
+    failures: int = 0  # checks failed in a row
+
+    def record(self, passed: bool) -> bool:
+        if passed:
+            self.ready, self.failures = True, 0
+        else:
+            self.failures += 1
+            if self.failures >= self.failure_threshold:
+                self.ready = False
+        return self.ready
 
 
 def judge(dep: StartDependency, peers: list[PeerState]) -> Verdict:

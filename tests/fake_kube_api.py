@@ -388,6 +388,16 @@ class FakeKubeAPI:
             self._schedule()
             return 200, patched
 
+    def patch_config_map(self, namespace: str, name: str, body: Any) -> tuple[int, dict[str, Any]]:
+        """Merge a patch's `data` into a ConfigMap (start order: the verdicts it carries)."""
+        with self.lock:
+            obj = self.objects.get(("configmaps", namespace, name))
+            if obj is None:
+                return 404, _status(404, "NotFound", f'configmaps "{name}" not found')
+            obj.setdefault("data", {}).update((body or {}).get("data") or {})
+            self._bump("configmaps", "MODIFIED", obj)
+            return 200, copy.deepcopy(obj)
+
     def delete(
         self, resource: str, namespace: str, name: str, grace: int | None = None
     ) -> tuple[int, dict]:
@@ -1020,6 +1030,11 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
         def do_PATCH(self) -> None:
             match, _ = self._route()
             if not self._authorised():
+                return
+            if match is not None and match["name"] and match["resource"] == "configmaps":
+                body = self._body()
+                if self._record("patch", "configmaps") and not self._refused("patch", "configmaps"):
+                    self._send(*api.patch_config_map(match["ns"], match["name"], body))
                 return
             if match is None or not match["name"] or match["resource"] not in RESOURCES:
                 self._send(404, _status(404, "NotFound", "not found"))

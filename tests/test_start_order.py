@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.start_gate import DEPENDENCY_FAILED
+from backends.base import StartDependency
+from backends.start_gate import DEPENDENCY_FAILED, PeerState, ReadinessCount, Verdict, judge
 from server.jobs import exit_codes
 from server.protocol import ParseResult, parse_job
 from server.protocol.model import Dependency, DependencyPhase, Readiness
@@ -71,12 +72,16 @@ def test_a_role_that_waits_for_another_is_read() -> None:
     assert "paigraph" not in result.spec.extras
 
 
-def test_what_kubernetes_does_not_hold_back_is_a_warning() -> None:
-    ready_by_port = parse_job(as_yaml(ps_worker(READY)))
-    assert ready_by_port.warnings == []
-    order = {"worker": {"dependsOn": [{"role": "ps", "when": "running"}]}}
+def test_every_kind_of_wait_is_accepted_without_a_warning() -> None:
+    """Both backends hold a role back for running, ready (port or command) and succeeded."""
+    assert parse_job(as_yaml(ps_worker(READY))).warnings == []
+    order = {
+        "ps": {"readiness": {"command": ["true"]}},
+        "worker": {"dependsOn": [{"role": "ps", "when": "running"}]},
+    }
     result = parse_job(as_yaml(ps_worker(order)))
-    assert "Kubernetes backend holds" in warnings(result)[f"{BASE}.worker.dependsOn[0]"]
+    assert result.ok, result.errors
+    assert result.warnings == []
 
 
 def test_resolve_writes_the_start_order_back_and_reads_it_again() -> None:
@@ -199,3 +204,21 @@ def test_the_v1_dialect_cannot_say_it_and_warns_at_its_path() -> None:
 def test_the_backends_code_for_a_failed_wait_is_the_one_the_exit_table_explains() -> None:
     assert DEPENDENCY_FAILED == exit_codes.START_DEPENDENCY_FAILED
     assert "dependencyTimeoutSeconds" in exit_codes.spec_for(DEPENDENCY_FAILED).description
+
+
+def test_a_ready_instance_stays_ready_until_failure_threshold_checks_in_a_row_fail() -> None:
+    """failureThreshold counts as a Kubernetes readinessProbe does, on both backends."""
+    count = ReadinessCount(failure_threshold=3)
+    assert [count.record(passed) for passed in (False, False, False, False)] == [False] * 4
+    assert count.record(True) is True  # the first pass makes it ready
+    assert [count.record(passed) for passed in (False, False, True)] == [True, True, True]
+    assert [count.record(passed) for passed in (False, False, False)] == [True, True, False]
+    assert count.record(True) is True
+
+
+def test_an_instance_that_is_not_ready_or_ended_does_not_count_as_ready() -> None:
+    dep = StartDependency(role="ps", when="ready", instances=2)
+    ready, ended = PeerState(running=True, ready=True), PeerState(running=True, ended=True)
+    assert judge(dep, [ready, PeerState(running=True)]) is Verdict.WAITS
+    assert judge(dep, [ready, ready]) is Verdict.HOLDS
+    assert judge(dep, [ready, ended]) is Verdict.NEVER

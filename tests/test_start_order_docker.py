@@ -264,3 +264,120 @@ async def test_workers_still_waiting_when_the_server_restarts_go_on_waiting(
         await second.forget(request.job_id, 1)
         events.close()
     assert leftovers(owner) == ([], [])
+
+
+# --- task retries and the readiness failure threshold -------------------------------------------
+
+
+def run_ends(events: Collector, request: LaunchRequest, role_name: str, run: int) -> Any:
+    """The end of run `run` of the role's instance 0, or None before it came."""
+    return next(
+        (
+            e
+            for e in events.of(request)
+            if e.kind in (EventKind.EXITED, EventKind.START_FAILED, EventKind.STOPPED)
+            and e.role == role_name
+            and e.run == run
+        ),
+        None,
+    )
+
+
+async def run_ended(events: Collector, request: LaunchRequest, role_name: str, run: int) -> Any:
+    await events.until(lambda: run_ends(events, request, role_name, run))
+    return run_ends(events, request, role_name, run)
+
+
+async def test_a_waiting_worker_started_again_by_its_task_retry_waits_again(
+    tmp_path: Path,
+) -> None:
+    never_ready = ReadinessCheck(command=["false"], period_seconds=0.2)
+    ps = role("ps", ["sleep 600"], readiness=never_ready, min_succeeded=-1)
+    request = job(
+        ps,
+        role("worker", ["echo worker ran"], depends_on=READY, dependency_timeout_seconds=1),
+    )
+    worker = InstanceKey(job_id=request.job_id, attempt=1, role="worker", index=0)
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        first = await run_ended(events, request, "worker", 1)
+        assert first.exit_code == DEPENDENCY_FAILED
+        await sim.relaunch(worker, 2)
+        second = await run_ended(events, request, "worker", 2)
+        # its new run waited again, and gave up again: its commands never ran
+        seen = [(e.kind, e.role, e.run, e.exit_code, e.reason) for e in events.of(request)]
+        assert (second.kind, second.exit_code) == (EventKind.EXITED, DEPENDENCY_FAILED), seen
+        assert "waited 1 s (dependencyTimeoutSeconds)" in (second.reason or ""), seen
+        assert "worker ran" not in await log_text(sim, worker)
+        assert not [
+            e for e in events.of(request) if e.kind is EventKind.STARTED and e.role == "worker"
+        ]
+        await sim.stop(request.job_id, 1, grace_seconds=1)
+        await events.all_ended(request)
+        await sim.forget(request.job_id, 1)
+        events.close()
+
+
+async def test_a_ps_started_again_by_its_task_retry_does_not_restart_the_workers(
+    tmp_path: Path,
+) -> None:
+    up = ReadinessCheck(command=["test", "-e", "/tmp/up"], period_seconds=0.2)
+    ps = role("ps", ["touch /tmp/up", "sleep 1", "exit 3"], readiness=up, min_succeeded=-1)
+    worker_commands = ["echo worker began", "sleep 6", "echo worker done"]
+    request = job(ps, role("worker", worker_commands, instances=2, depends_on=READY))
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        failed = await run_ended(events, request, "ps", 1)
+        assert failed.exit_code == 3
+        await events.until(lambda: len(events.started(request)) == 3)  # the workers began
+        await sim.relaunch(InstanceKey(job_id=request.job_id, attempt=1, role="ps", index=0), 2)
+        ended = await workers_ended(events, request)
+        assert {e.exit_code for e in ended.values()} == {0}
+        for key in ended:  # one run each, never started again
+            started = [
+                e for e in events.of(request) if e.kind is EventKind.STARTED and e.key == key
+            ]
+            assert len(started) == 1
+            assert (await log_text(sim, key)).count("worker began") == 1
+        await sim.stop(request.job_id, 1, grace_seconds=1)
+        await events.all_ended(request)
+        await sim.forget(request.job_id, 1)
+        events.close()
+
+
+# ps 0 is ready for its first 3 seconds, then not; ps 1 is ready from its sixth second on: the
+# two are ready together only if ps 0's failed checks are not enough to make it not ready
+FLICKER = [
+    'if [ "$PAI_TASK_INDEX" = 0 ]; then touch /tmp/up; sleep 3; rm /tmp/up; else sleep 6;'
+    " touch /tmp/up; fi",
+    "sleep 600",
+]
+
+
+@pytest.mark.parametrize(("threshold", "worker_runs"), [(1, False), (1000, True)])
+async def test_a_ready_instance_is_not_ready_after_failure_threshold_failed_checks(
+    tmp_path: Path, threshold: int, worker_runs: bool
+) -> None:
+    check = ReadinessCheck(
+        command=["test", "-e", "/tmp/up"], period_seconds=0.2, failure_threshold=threshold
+    )
+    ps = role("ps", FLICKER, instances=2, readiness=check, min_succeeded=-1)
+    both = [StartDependency(role="ps", when="ready", instances=2)]
+    waits = role("worker", ["echo worker ran"], depends_on=both, dependency_timeout_seconds=12)
+    request = job(ps, waits)
+    async with backend(tmp_path) as sim:
+        events = Collector(sim)
+        await sim.launch(request)
+        [worker] = (await workers_ended(events, request)).values()
+        if worker_runs:  # ps 0 stayed ready through its failed checks, until ps 1 was
+            assert worker.exit_code == 0, worker.reason
+            assert "worker ran" in await log_text(sim, worker.key)
+        else:  # ps 0 was not ready any more by the time ps 1 was
+            assert worker.exit_code == DEPENDENCY_FAILED
+            assert "waited 12 s" in (worker.reason or "")
+        await sim.stop(request.job_id, 1, grace_seconds=1)
+        await events.all_ended(request)
+        await sim.forget(request.job_id, 1)
+        events.close()

@@ -129,6 +129,12 @@ def test_a_two_role_job_built_with_the_forms_alone(site: Site, web_browser: Any)
         worker.get_by_role("button", name="Add command").click()
         command = "echo worker $PAI_TASK_INDEX on $PAI_PORT_LIST_worker_0_http"
         worker.get_by_label("Command 1").fill(command)
+        # start order: the workers start once the leader runs; the leader says when it is ready
+        worker.get_by_role("button", name="Add: starts after a role").click()
+        assert worker.get_by_label("Starts after role 1").input_value() == "leader"
+        assert worker.get_by_label("Starts after when 1").input_value() == "running"
+        leader.get_by_label("Readiness of leader").select_option("command")
+        leader.get_by_label("Readiness command of leader").fill("true")
         no_problems(page)
         made = yaml.safe_load(editor_text(page))
         assert made == {
@@ -155,11 +161,21 @@ def test_a_two_role_job_built_with_the_forms_alone(site: Site, web_browser: Any)
                     "dockerImage": "box",
                 },
             },
+            "extras": {
+                "paigraph": {
+                    "taskRoles": {
+                        "worker": {"dependsOn": [{"role": "leader", "when": "running"}]},
+                        "leader": {"readiness": {"command": ["sh", "-c", "true"]}},
+                    }
+                }
+            },
         }
         shot = screenshot(page, "submit")
         keep_for_docs(shot, "submit-page.png")
         submit_and_watch(page)
         page.locator("tr[data-instance=worker-1]").wait_for()
+        said = page.get_by_test_id("starts-after-worker").inner_text()
+        assert said.startswith("worker starts after leader is running (1 of 1)"), said
 
 
 def test_pick_a_docker_image_and_a_data_item_from_the_marketplace(

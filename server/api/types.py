@@ -265,6 +265,18 @@ class TaskInstance:
         )
 
 
+@shared_value
+@strawberry.type(
+    description="What a task role waits for before its commands start: `instances` of `role` "
+    "reaching `when` (the job's extras.paigraph start order)."
+)
+class StartDependency:
+    role: str
+    when: str = strawberry.field(description="running, ready or succeeded.")
+    instances: int = strawberry.field(description="How many of that role's instances must.")
+    of: int = strawberry.field(description="How many instances that role has.")
+
+
 @strawberry.type(description="A task role of a submitted job, with its instances.")
 class TaskRole:
     """Built for every role of every job on a page: what takes work to build (resources,
@@ -301,6 +313,16 @@ class TaskRole:
     @strawberry.field
     def prerequisites(self) -> list[Prerequisite]:
         return role_prerequisites(self.spec, self.role)
+
+    @strawberry.field(description="The roles this role's instances wait for (start order).")
+    def starts_after(self) -> list[StartDependency]:
+        out = []
+        for dep in self.role.depends_on:
+            target = self.spec.role(dep.role)
+            of = target.instances if target is not None else dep.instances or 0
+            wanted = dep.instances if dep.instances is not None else of
+            out.append(StartDependency(role=dep.role, when=dep.when.value, instances=wanted, of=of))
+        return out
 
     @classmethod
     def from_spec(

@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 from server.protocol.fields import Fields, describe
-from server.protocol.ignored import IGNORED
 from server.protocol.issues import Issues, join
 from server.protocol.model import (
     DEFAULT_DEPENDENCY_TIMEOUT_SECONDS,
@@ -112,24 +111,7 @@ def read_start_order(
         updates[str(name)] = update
     out = [role.model_copy(update=updates.get(role.name, {})) for role in roles]
     _check_dependencies(out, dep_paths, issues, role_base=base)
-    by_name = {role.name: role for role in out}
-    for role in out:
-        for i, dep in enumerate(role.depends_on):
-            target = by_name[dep.role]
-            by_port = target.readiness is not None and target.readiness.port is not None
-            if dep.when is not DependencyPhase.READY or not by_port:
-                where = join(dep_paths[role.name], i)
-                issues.warn(where, IGNORED, NOT_ON_KUBERNETES.format(role=role.name))
     return out
-
-
-# On Kubernetes only `when: ready` on a port readiness is held back (an init container that
-# connects to the port): an accepted field without effect there is a warning.
-NOT_ON_KUBERNETES = (
-    "the simulator backend holds {role!r} back until this holds; the Kubernetes backend holds "
-    "a role back only for `when: ready` on a role whose readiness is a `port`, so there "
-    "{role!r} starts without waiting for this"
-)
 
 
 def _read_readiness(raw: Any, path: str, f: Fields) -> Readiness | None:

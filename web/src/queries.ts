@@ -96,6 +96,12 @@ export const JobDetailFragment = graphql(`
       name
       instanceCount
       taskRetryCount
+      startsAfter {
+        role
+        when
+        instances
+        of
+      }
       resourcePerInstance {
         cpu
         memoryMB

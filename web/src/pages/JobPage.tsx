@@ -9,6 +9,7 @@ import { PublishAsTemplate } from "../marketplace/PublishAsTemplate";
 import { describeProblem } from "../lib/errors";
 import { completionInWords, formatDuration, formatTime, isFinal, isGlobalJobId } from "../lib/format";
 import { follow } from "../lib/live";
+import { startsAfterInWords, waitingNow } from "../lib/startOrder";
 import {
   addEvents,
   emptyTimeline,
@@ -164,6 +165,15 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
             </span>
           </h2>
           <Prerequisites prerequisites={role.prerequisites} />
+          {role.startsAfter.length > 0 && (
+            <p className="start-order" data-testid={`starts-after-${role.name}`}>
+              {startsAfterInWords(role.name, role.startsAfter)}
+              {(() => {
+                const waiting = isFinal(state) ? null : waitingNow(role.instances);
+                return waiting ? <span className="muted"> — now {waiting}</span> : null;
+              })()}
+            </p>
+          )}
           <table className="instances">
             <thead>
               <tr>

@@ -1,7 +1,8 @@
 // The job by form: its name, prerequisites and task roles. Each control shows what the YAML
 // says and writes a change back through `edit`, which updates the YAML Document.
 import type { FieldNote, JobForm, PrerequisiteForm, RoleForm, RoleField } from "./form";
-import { commandRows, newRole, notesAt, PREREQUISITE_TYPES } from "./form";
+import { commandRows, newRole, notesAt, PREREQUISITE_TYPES, renameRole } from "./form";
+import { StartOrderFields } from "./StartOrderFields";
 import { localName, referenceEntry, referenceList, takenNames } from "../marketplace/variables";
 import { Picker, ReferenceDetails, type PickerItem } from "./Picker";
 import { HdfsBrowser, lastSegment } from "./HdfsBrowser";
@@ -300,7 +301,7 @@ function RoleFields({
       <div className="row">
         <label>
           Role name
-          <input name="role-name" value={role.name} onChange={(e) => set((r) => void (r.name = e.target.value))} />
+          <input name="role-name" value={role.name} onChange={(e) => edit((f) => renameRole(f, index, e.target.value))} />
         </label>
         {number("instances", "Instances", "1")}
         {number("cpu", "CPU")}
@@ -425,6 +426,7 @@ function RoleFields({
           Add command
         </button>
       </div>
+      <StartOrderFields role={role} index={index} form={form} edit={edit} />
     </section>
   );
 }

@@ -26,6 +26,83 @@ export const ROLE_FIELDS = {
 } as const;
 export type RoleField = keyof typeof ROLE_FIELDS;
 
+/** Where a role's start order lives: `extras.paigraph.taskRoles.<role>`, which OpenPAI's own
+ * validator accepts (protocol v2 has no field for it). */
+export const ORDER_BASE = ["extras", "paigraph", "taskRoles"] as const;
+/** Start-order fields the forms edit, and where each lives under the role's entry there. */
+export const ORDER_FIELDS = {
+  dependsOn: ["dependsOn"],
+  readiness: ["readiness"],
+  dependencyTimeoutSeconds: ["dependencyTimeoutSeconds"],
+} as const;
+export type OrderField = keyof typeof ORDER_FIELDS;
+export const DEPENDENCY_PHASES = ["running", "ready", "succeeded"] as const;
+
+/** One entry of a role's `dependsOn`, as the form edits it. */
+export interface StartAfter {
+  role: string;
+  when: string;
+  /** undefined: all of that role's instances */
+  instances?: unknown;
+}
+
+/** The role's `dependsOn` as entries the form can show (what is not a mapping is passed over). */
+export function startAfterList(value: unknown): StartAfter[] {
+  if (!Array.isArray(value)) return [];
+  return value
+    .filter((item): item is Record<string, unknown> => !!item && typeof item === "object" && !Array.isArray(item))
+    .map((item) => ({
+      role: typeof item.role === "string" ? item.role : "",
+      when: typeof item.when === "string" ? item.when : "running",
+      ...(item.instances !== undefined ? { instances: item.instances } : {}),
+    }));
+}
+
+/** A role's `readiness` as the form edits it: a port label or a command (`sh -c <text>`). */
+export interface ReadinessForm {
+  kind: "none" | "port" | "command";
+  port: string;
+  command: string;
+  periodSeconds?: unknown;
+  timeoutSeconds?: unknown;
+  failureThreshold?: unknown;
+}
+
+export function readinessForm(value: unknown): ReadinessForm {
+  const out: ReadinessForm = { kind: "none", port: "", command: "" };
+  if (!value || typeof value !== "object" || Array.isArray(value)) return out;
+  const v = value as Record<string, unknown>;
+  if (typeof v.port === "string") {
+    out.kind = "port";
+    out.port = v.port;
+  } else if (Array.isArray(v.command)) {
+    out.kind = "command";
+    const words = v.command.map(String);
+    out.command = words.length === 3 && words[0] === "sh" && words[1] === "-c" ? (words[2] ?? "") : words.join(" ");
+  }
+  for (const key of ["periodSeconds", "timeoutSeconds", "failureThreshold"] as const) {
+    if (v[key] !== undefined) out[key] = v[key];
+  }
+  return out;
+}
+
+/** The `readiness` value for what the form says (undefined: no readiness check). */
+export function readinessValue(form: ReadinessForm, previous?: unknown): unknown {
+  if (form.kind === "none") return undefined;
+  const out: Record<string, unknown> = {};
+  if (form.kind === "port") out.port = form.port;
+  else {
+    // a command the YAML wrote as a list of its own words stays so while its text is the same
+    const before = readinessForm(previous);
+    const kept = before.kind === "command" && before.command === form.command && previous && typeof previous === "object";
+    out.command = kept ? (previous as Record<string, unknown>).command : ["sh", "-c", form.command];
+  }
+  for (const key of ["periodSeconds", "timeoutSeconds", "failureThreshold"] as const) {
+    if (form[key] !== undefined) out[key] = form[key];
+  }
+  return out;
+}
+
 export const PREREQUISITE_FIELDS = ["name", "type", "uri", "description"] as const;
 export type PrerequisiteField = (typeof PREREQUISITE_FIELDS)[number];
 export const PREREQUISITE_TYPES = ["dockerimage", "data", "script", "output", "storage"] as const;
@@ -47,7 +124,7 @@ export type RoleForm = {
   /** The role's name in the YAML it was read from; null for a role the form added. */
   origin: string | null;
   name: string;
-} & { [field in RoleField]?: unknown };
+} & { [field in RoleField]?: unknown } & { [field in OrderField]?: unknown };
 
 export type PrerequisiteForm = {
   /** Its index in the YAML's `prerequisites`; null for one the form added. */
@@ -93,6 +170,9 @@ export function readForm(doc: Document): JobForm {
     const role: RoleForm = { origin: name, name };
     for (const [field, path] of Object.entries(ROLE_FIELDS)) {
       role[field as RoleField] = valueAt(doc, ["taskRoles", name, ...path]);
+    }
+    for (const [field, path] of Object.entries(ORDER_FIELDS)) {
+      role[field as OrderField] = valueAt(doc, [...ORDER_BASE, name, ...path]);
     }
     return role;
   });
@@ -169,6 +249,44 @@ function applyRoles(doc: Document, roles: RoleForm[]): void {
       const where = ["taskRoles", role.name, ...path];
       if (!sameValue(valueAt(doc, where), value)) writeIn(doc, where, value);
     }
+  }
+  applyStartOrder(doc, roles, [...pairs.keys()]);
+}
+
+/** Write each role's start order under `extras.paigraph.taskRoles`: the entry of a role renamed
+ * or deleted goes with it, and what is left empty there is removed. */
+function applyStartOrder(doc: Document, roles: RoleForm[], before: string[]): void {
+  const kept = new Set(roles.map((role) => role.name));
+  for (const name of before) {
+    if (!kept.has(name) && doc.hasIn([...ORDER_BASE, name])) doc.deleteIn([...ORDER_BASE, name]);
+  }
+  for (const role of roles) {
+    for (const [field, path] of Object.entries(ORDER_FIELDS)) {
+      const where = [...ORDER_BASE, role.name, ...path];
+      const value = role[field as OrderField];
+      if (value === undefined && !doc.hasIn([...ORDER_BASE, role.name])) continue;
+      if (!sameValue(valueAt(doc, where), value)) writeIn(doc, where, value);
+    }
+    const entry = valueAt(doc, [...ORDER_BASE, role.name]);
+    if (entry && typeof entry === "object" && Object.keys(entry).length === 0) doc.deleteIn([...ORDER_BASE, role.name]);
+  }
+  for (let depth = ORDER_BASE.length; depth > 0; depth -= 1) {
+    const path = ORDER_BASE.slice(0, depth);
+    const value = valueAt(doc, path);
+    if (doc.hasIn(path) && value && typeof value === "object" && Object.keys(value).length === 0) doc.deleteIn(path);
+    else break;
+  }
+}
+
+/** Rename a role in the form, and in the other roles' `dependsOn` that name it. */
+export function renameRole(form: JobForm, index: number, name: string): void {
+  const role = form.roles[index];
+  if (!role) return;
+  const old = role.name;
+  role.name = name;
+  for (const other of form.roles) {
+    const list = startAfterList(other.dependsOn);
+    if (list.some((d) => d.role === old)) other.dependsOn = list.map((d) => (d.role === old ? { ...d, role: name } : d));
   }
 }
 
