@@ -657,8 +657,10 @@ async def test_fake_cluster_the_role_grants_exactly_what_the_backend_uses(tmp_pa
     makes (each scenario's `api` fixture checks that) and nothing more: the backend's
     scenarios, run here on fresh fake clusters, use every verb they grant."""
     from tests import test_kubernetes_gang as gang
+    from tests import test_start_order_kubernetes as start_order
 
     scenarios = (
+        start_order.test_a_succeeded_dependency_holds_once_every_ps_succeeded,
         gang.test_two_gpu_gangs_with_room_for_one_run_one_after_the_other,
         gang.test_a_volcano_gang_is_one_pod_group_of_all_the_pods,
         test_fake_cluster_runs_a_two_role_job_through_every_phase,
