@@ -241,3 +241,55 @@ def test_seed_002_the_serving_job_built_in_the_forms_with_its_image_from_the_mar
         steps.shot("built-in-the-forms")
         submit_and_reach(page, "RUNNING")
         serving_runs(page, steps)
+
+
+def test_seed_003_v1_job_with_its_code_and_data_on_hdfs_uploaded_fixed_and_run(
+    site: Site, web_browser: Any, tmp_path: Path
+) -> None:
+    # 1. put the code and data on HDFS (the seed's "HDFS cmd" way)
+    located = "hdfs://paigraph-dfs:9000/path/tensorflow-distributed-jobguid"
+    for part, name, text in (
+        ("code", "tf_cnn_benchmarks.py", "# the benchmark\n"),
+        ("data", "data_batch_1", "cifar10\n"),
+    ):
+        (tmp_path / part).mkdir()
+        (tmp_path / part / name).write_text(text)
+    for args in (
+        ("mkdir", located),
+        *(("put", str(tmp_path / p), f"{located}/{p}") for p in ("code", "data")),
+    ):
+        done = site.server.paigraph("fs", *args, token=site.alice)
+        assert done.returncode == 0, done.stderr
+    # 2. the config file, as the seed writes it; 3. submitted through the web portal
+    written = seed_job("003", "tensorflow-distributed-jobguid", "js")
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        steps = Steps(page, "walkthrough-003")
+        open_submit_page(page)
+        import_file(page, seed_file(tmp_path, "tensorflow-distributed.json", written))
+        expect(page.get_by_test_id("conversion-notes")).to_contain_text("comments")
+        expect(page.locator("[data-role-form=worker] input[name=instances]")).to_have_value("2")
+        checked(page)
+        # this cluster has no virtual cluster of the seed's placeholder name: said at its line
+        expect(page.locator("li.problem")).to_have_count(1)
+        expect(page.locator("li.problem")).to_contain_text("your_virtual_cluster")
+        steps.shot("imported-with-its-problem")
+        page.fill("input[name=virtual-cluster]", "default")  # fixed in the forms
+        no_problems(page)
+        edit_line_in_editor(page, "memoryMB: 16384", "16384", "8192")  # the editor
+        expect(page.locator("[data-role-form=worker] input[name=memoryMB]")).to_have_value("8192")
+        page.fill("input[name=parameter-batch_size]", "64")  # its jobEnvs are parameters
+        no_problems(page)
+        steps.shot("fixed-and-edited")
+        resolved = open_preview(page)
+        expect(resolved).to_contain_text("export batch_size='64'")
+        steps.shot("preview")
+        submit_and_reach(page, "SUCCEEDED")
+        steps.shot("job-succeeded")
+        log = instance_log(page, "worker", 1, "python stand-in")
+        (call,) = [line for line in log.splitlines() if line.startswith("python stand-in: ")]
+        assert "--batch_size=64" in call.split(), call
+        assert f"--data_dir={located}/data" in call.split(), call
+        assert "script found: code/tf_cnn_benchmarks.py" in log
+        steps.shot("worker-log")
+    listed = site.server.paigraph("fs", "ls", f"{located}/output", token=site.alice)
+    assert "checkpoint-worker-1" in listed.stdout, listed.stdout + listed.stderr
