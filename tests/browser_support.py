@@ -312,7 +312,10 @@ def submit_and_reach(page: Any, state: str, timeout: float = 120_000) -> str:
     expect(page.get_by_test_id("submit")).to_have_text("Submit")
     page.get_by_test_id("submit").click()
     page.wait_for_url(re.compile(r"/jobs/[^/?]+$"))
-    page.wait_for_selector(f"h1 [data-state={state}]", timeout=timeout)
+    ends = {state, "SUCCEEDED", "FAILED", "STOPPED"}
+    page.wait_for_selector(", ".join(f"h1 [data-state={s}]" for s in ends), timeout=timeout)
+    reached = page.locator("h1 [data-state]").get_attribute("data-state")
+    assert reached == state, f"{reached}: {page.get_by_test_id('job').inner_text()}"
     return str(page.url.rsplit("/", 1)[-1])
 
 

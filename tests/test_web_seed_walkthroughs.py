@@ -14,6 +14,7 @@ tests/test_seeds_as_written.py: the seeds' images are the test image tagged unde
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from tests.browser_support import (
     open_submit_page,
     submit_and_reach,
 )
-from tests.corpus import seed_job
+from tests.corpus import SEEDS, seed_job
 from tests.servers import served
 from tests.test_seeds_as_written import (  # noqa: F401 - the seeds' stand-ins, shared fixtures
     BASE,
@@ -293,3 +294,229 @@ def test_seed_003_v1_job_with_its_code_and_data_on_hdfs_uploaded_fixed_and_run(
         steps.shot("worker-log")
     listed = site.server.paigraph("fs", "ls", f"{located}/output", token=site.alice)
     assert "checkpoint-worker-1" in listed.stdout, listed.stdout + listed.stderr
+
+
+# --- seed 004: datasets with template variables ----------------------------------------------
+
+# The seed's marketplace items in the order they are needed, with the indentation its text lost
+# restored (`written_in_seed_004` checks them line for line against the seed when the test runs).
+SEED_004_ITEMS = {
+    "install_wget": """\
+name: install_wget
+plugin: cmd
+plugin_params:
+  callbacks:
+    - event: taskStarts
+      commands:
+        - "apt update"
+        - "apt install -y wget"
+""",
+    "mnist": """\
+name: mnist
+require:
+  - name: marketplace://name/install_wget
+plugin: cmd
+plugin_params:
+  callbacks:
+    - event: taskStarts
+      commands:
+        - mkdir -p {{ dataPath }}
+        - wget http://1.2.3.4/mnist.zip -O {{ dataPath }}
+        - cd {{ dataPath }}
+        - unzip mnist.zip
+template_variables:
+  - name: dataPath
+""",
+    "confignfs_pvc": """\
+name: confignfs_pvc
+plugin: pvc_storage
+plugin_params:
+  name: confignfs
+  mountPath: {{ mountPath }}
+template_variables:
+  - name: mountPath
+""",
+    "imagenet": """\
+name: imagenet
+require: # if the required prerequisite has template_variables, all the template_variables MUST be fulfilled.
+  - name: marketplace://name/confignfs_pvc
+    template_variables:
+      mountPath: /mnt/confignfs_pvc
+plugin: cmd
+plugin_params:
+  callbacks:
+    - event: taskStarts
+      commands:
+        - mkdir -p {{ dataPath }}
+        - cp -r /mnt/confignfs_pvc/imagenet/* {{ dataPath }}
+template_variables:
+  - name: dataPath
+""",  # noqa: E501 - the seed's comment, as written
+    "imagenet_only_validation": """\
+name: imagenet_only_validation
+require: # if the required prerequisite has template_variables, all the template_variables MUST be fulfilled.
+  - name: marketplace://name/confignfs_pvc
+    template_variables:
+      mountPath: /mnt/confignfs_pvc
+plugin: cmd
+plugin_params:
+  callbacks:
+    - event: taskStarts
+      commands:
+        - mkdir -p {{ dataPath }}
+        - cp -r /mnt/confignfs_pvc/imagenet/validation/* {{ dataPath }}
+template_variables:
+  - name: dataPath
+""",  # noqa: E501 - the seed's comment, as written
+    "debug_hook": """\
+name: debug_hook
+plugin: cmd
+plugin_params:
+  callbacks:
+    - event: taskFails
+      commands:
+        - echo "will sleep for {{ min }} minutes for debugging..."
+        - sleep {{ min }}m
+template_variables:
+  - name: min
+""",
+}
+SEED_004_IMAGE = "openpai/standard:python_3.6-pytorch_1.2.0-gpu"
+# what the seed's job says of mnist, in its extras
+SEED_004_REFERENCE = [
+    {
+        "name": "mnist",
+        "require": [
+            {
+                "name": "marketplace://name/mnist",
+                "template_variables": {"dataPath": "/dataset/mnist"},
+            }
+        ],
+    }
+]
+# stand-ins for what seed 004's image would hold and its download would give
+SEED_004_SHIMS = {
+    "apt": 'echo "apt stand-in: $*"\n',
+    "wget": (
+        'echo "wget stand-in: $*"\n'
+        "for out; do :; done\n"
+        '[ -d "$out" ] && out="$out/mnist.zip"\n'
+        'echo "digits, the local copy" > "$out"\n'
+    ),
+    "unzip": 'echo "unzip stand-in: $*"\nls\n',
+}
+
+
+def written_in_seed_004(item: str) -> None:
+    """`item` is the seed's text, line for line, once the indentation is taken away again."""
+    (path,) = SEEDS.glob("004_*.txt")
+    seed = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = [line.strip() for line in item.splitlines()]
+    lines[0] = "- " + lines[0]  # the seed lists each item under "# in marketplace"
+    assert any(seed[at : at + len(lines)] == lines for at in range(len(seed))), item
+
+
+# Busybox's shell runs its own wget and unzip whatever PATH says: seed 004's image is built
+# on the Debian base image, whose shell finds the stand-ins first.
+DEBIAN_BASE = "paigraph/debian-base:local"
+
+
+@pytest.fixture(scope="module")
+def seed_004_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Seed 004's image name, built locally from the Debian base image and the stand-ins."""
+    if subprocess.run(["docker", "image", "inspect", DEBIAN_BASE], capture_output=True).returncode:
+        pytest.skip(f"needs {DEBIAN_BASE}: build it with ./scripts/build-base-image")
+    context = tmp_path_factory.mktemp("seed-004-image")
+    for name, text in SEED_004_SHIMS.items():
+        (context / name).write_text("#!/bin/sh\n" + text)
+        (context / name).chmod(0o755)
+    names = " ".join(SEED_004_SHIMS)
+    (context / "Dockerfile").write_text(f"FROM {DEBIAN_BASE}\nCOPY {names} /usr/local/bin/\n")
+    built = subprocess.run(
+        ["docker", "build", "--pull=false", "-q", "-t", SEED_004_IMAGE, str(context)],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr
+    yield SEED_004_IMAGE
+    subprocess.run(["docker", "rmi", SEED_004_IMAGE], capture_output=True, check=False)
+
+
+def seed_004_job_runs(page: Any, steps: Steps, name: str) -> None:
+    """The dataset job on its live page: succeeded, its dataset's callbacks in the log."""
+    submit_and_reach(page, "SUCCEEDED")
+    steps.shot(f"{name}-job-succeeded")
+    log = instance_log(page, "taskrole", 0, "digits, the local copy")
+    assert "apt stand-in: install -y wget" in log, log  # mnist's own requirement ran first
+    assert "wget stand-in: http://1.2.3.4/mnist.zip -O /dataset/mnist" in log, log
+    assert "unzip stand-in: mnist.zip" in log, log
+    steps.shot(f"{name}-job-log")
+
+
+def test_seed_004_items_published_verbatim_and_mnist_used_from_use_and_the_role_picker(
+    site: Site, web_browser: Any, seed_004_image: str
+) -> None:
+    for item in SEED_004_ITEMS.values():
+        written_in_seed_004(item)
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        steps = Steps(page, "walkthrough-004")
+        for name, item in SEED_004_ITEMS.items():
+            page.goto("/")
+            page.get_by_role("link", name="Marketplace").click()
+            page.get_by_role("link", name="Publish").click()
+            page.fill("#content", item)
+            page.get_by_role("button", name="Publish").click()
+            page.wait_for_url(re.compile(r"/marketplace/(?!publish)[^/?]+$"))
+            expect(page.get_by_test_id("content")).to_have_text(item)  # kept as written
+            steps.shot(f"published-{name}")
+
+        # "Use" on the dataset: its template variable asked for, then an empty job using it
+        page.goto("/marketplace")
+        page.locator("li[data-item=mnist]").get_by_role("link", name="mnist").click()
+        field = page.get_by_label("Template variable dataPath")
+        expect(field).to_have_value("")  # the seed declares no default: each use gives one
+        expect(page.get_by_role("button", name="Use in a new job")).to_be_disabled()
+        field.fill("/dataset/mnist")
+        steps.shot("use-mnist-with-its-variable")
+        page.get_by_role("link", name="Use in a new job").click()
+        role = page.locator("[data-role-form=taskrole]")
+        expect(role.get_by_label("Template variable dataPath of mnist")).to_have_value(
+            "/dataset/mnist"
+        )
+        made = yaml.safe_load(editor_text(page))
+        assert made["taskRoles"]["taskrole"]["prerequisites"] == ["mnist"]
+        assert made["extras"]["reference_prerequisites"] == SEED_004_REFERENCE
+        page.locator("[data-prereq-type=dockerimage] input[name=prereq-uri]").fill(seed_004_image)
+        role.get_by_label("Command 1").fill("sleep 0s")  # the seed's job's command
+        role.get_by_role("button", name="Add command").click()
+        role.get_by_label("Command 2").fill("cat /dataset/mnist/mnist.zip")
+        no_problems(page)
+        steps.shot("use-job-in-the-forms")
+        seed_004_job_runs(page, steps, "use")
+
+        # the role's data picker on a new job, the variable given in the picker
+        open_submit_page(page)
+        page.get_by_role("button", name="Start empty").click()
+        images = page.locator("[data-prereq-type=dockerimage]")
+        images.get_by_role("button", name="Add docker image").click()
+        images.locator("input[name=prereq-name]").fill("docker_image_0")
+        images.locator("input[name=prereq-uri]").fill(seed_004_image)
+        page.get_by_test_id("roles-form").get_by_role("button", name="Add task role").click()
+        # the seed writes mnist without a type: a plugin, picked among the role's prerequisites
+        role.get_by_role(
+            "button", name="Pick a plugin (a dataset or hook) from the marketplace"
+        ).click()
+        picker = role.locator("[data-picker=PLUGIN]")
+        picker.get_by_label("Search a plugin (a dataset or hook)").fill("mnist")
+        picker.get_by_role("button", name="Use mnist").click()
+        picker.get_by_label("Template variable dataPath").fill("/dataset/mnist")
+        steps.shot("picker-with-the-variable")
+        picker.get_by_role("button", name="Add mnist with these values").click()
+        made = yaml.safe_load(editor_text(page))
+        assert made["taskRoles"]["taskrole"]["prerequisites"] == ["mnist"]
+        assert made["extras"]["reference_prerequisites"] == SEED_004_REFERENCE
+        role.get_by_role("button", name="Add command").click()
+        role.get_by_label("Command 1").fill("cat /dataset/mnist/mnist.zip")
+        no_problems(page)
+        steps.shot("picker-job-in-the-forms")
+        seed_004_job_runs(page, steps, "picker")
