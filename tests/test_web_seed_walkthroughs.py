@@ -492,6 +492,11 @@ def test_seed_004_items_published_verbatim_and_mnist_used_from_use_and_the_role_
         role.get_by_label("Command 2").fill("cat /dataset/mnist/mnist.zip")
         no_problems(page)
         steps.shot("use-job-in-the-forms")
+        # the preview shows the dataset's commands with the value given
+        expect(open_preview(page)).to_contain_text(
+            "wget http://1.2.3.4/mnist.zip -O /dataset/mnist"
+        )
+        steps.shot("use-job-preview")
         seed_004_job_runs(page, steps, "use")
 
         # the role's data picker on a new job, the variable given in the picker
