@@ -89,10 +89,17 @@ def test_seed_000_run_the_cifar10_template_then_import_edit_and_submit_the_file(
 ) -> None:
     written = seed_job("000", "tensorflow_cifar10")
     site.publish(site.root, written)  # the marketplace holds the seed's template
-    with browser_page(web_browser, site.url, site.alice) as (page, _):
+    with browser_page(web_browser, site.url) as (page, watched):
         steps = Steps(page, "walkthrough-000")
-        # Run a job from marketplace: marketplace, the template, "use", "Submit"
+        watched.expect(r"HTTP 401: POST .*/graphql|status of 401")  # asking who, signed out
+        # login
         page.goto("/")
+        page.get_by_role("heading", name="Sign in").wait_for()
+        page.fill("input[name=token]", site.alice)
+        page.get_by_role("button", name="Sign in").click()
+        page.get_by_test_id("viewer").wait_for()
+        steps.shot("signed-in")
+        # Run a job from marketplace: marketplace, the template, "use", "Submit"
         page.get_by_role("link", name="Marketplace").click()
         page.locator("li[data-item=tensorflow_cifar10]").get_by_role(
             "link", name="tensorflow_cifar10"
