@@ -224,3 +224,105 @@ def site_on(folder: Path) -> Iterator[Site]:
     with served("sqlite", folder) as server:
         server.start()
         yield Site(server)
+
+
+# --- steps a person takes, shared by the walkthroughs -----------------------------------------
+
+
+class Steps:
+    """A full-page screenshot per step of one walkthrough, numbered, in
+    build/screenshots/<walkthrough>/ (CI keeps the folder; the path is printed)."""
+
+    def __init__(self, page: Any, walkthrough: str) -> None:
+        self.page = page
+        self.folder = SCREENSHOTS / walkthrough
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+        self.count = 0
+        print(f"screenshots of {walkthrough}: {self.folder}")
+
+    def shot(self, name: str) -> Path:
+        self.count += 1
+        path = self.folder / f"{self.count:02d}-{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        assert path.stat().st_size > 0
+        return path
+
+
+def expect(locator: Any) -> Any:
+    """Playwright's `expect` (imported late: Playwright may be missing, and then tests skip)."""
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+def editor_text(page: Any) -> str:
+    """The YAML in the editor, each logical line once, however it is wrapped."""
+    return str(
+        page.locator(".cm-content").evaluate(
+            "node => Array.from(node.querySelectorAll('.cm-line'))"
+            ".map(l => l.textContent).join('\\n')"
+        )
+    )
+
+
+def checked(page: Any) -> None:
+    """Wait until the problems listed are the server's for the text in the editor now."""
+    expect(page.get_by_test_id("problems").get_by_text("Checking…")).to_have_count(0)
+
+
+def no_problems(page: Any) -> None:
+    page.get_by_test_id("problems").get_by_text("No problems.").wait_for()
+
+
+def open_submit_page(page: Any) -> None:
+    """From the home page, through the navigation, as the seeds' step "click Submit Job"."""
+    page.goto("/")
+    page.get_by_role("link", name="Submit job").click()
+    page.get_by_role("heading", name="Submit a job").wait_for()
+
+
+def import_file(page: Any, path: Path) -> None:
+    """Import a job file on the Submit page; its forms shown."""
+    page.set_input_files("input[name=import]", str(path))
+    expect(page.get_by_test_id("source-note")).to_contain_text(f"Imported {path.name}")
+
+
+def edit_line_in_editor(page: Any, line_has: str, old: str, new: str) -> None:
+    """Replace `old` (at the end of the editor line that contains `line_has`) with `new`,
+    typed as a person types."""
+    page.locator(".cm-line", has_text=line_has).first.click()
+    page.keyboard.press("End")
+    for _ in old:
+        page.keyboard.press("Backspace")
+    page.keyboard.type(new)
+
+
+def open_preview(page: Any) -> Any:
+    """Open the preview; the resolved config's locator."""
+    preview = page.get_by_test_id("preview")
+    if preview.get_attribute("open") is None:
+        preview.locator("summary").first.click()
+    return page.get_by_test_id("resolved-config")
+
+
+def submit_and_reach(page: Any, state: str, timeout: float = 120_000) -> str:
+    """Submit (no problems left), land on the live job page and see it reach `state`; the
+    job's ID."""
+    expect(page.get_by_test_id("submit")).to_have_text("Submit")
+    page.get_by_test_id("submit").click()
+    page.wait_for_url(re.compile(r"/jobs/[^/?]+$"))
+    ends = {state, "SUCCEEDED", "FAILED", "STOPPED"}
+    page.wait_for_selector(", ".join(f"h1 [data-state={s}]" for s in ends), timeout=timeout)
+    reached = page.locator("h1 [data-state]").get_attribute("data-state")
+    assert reached == state, f"{reached}: {page.get_by_test_id('job').inner_text()}"
+    return str(page.url.rsplit("/", 1)[-1])
+
+
+def instance_log(page: Any, role: str, index: int, contains: str, timeout: float = 60_000) -> str:
+    """Open an instance's log from the job page's instance table; its text once it shows
+    `contains`."""
+    page.locator(f"tr[data-instance={role}-{index}]").get_by_role("button", name="Log").click()
+    log = page.get_by_test_id("log-text")
+    expect(log).to_contain_text(contains, timeout=timeout)
+    return str(log.inner_text())

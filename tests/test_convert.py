@@ -150,6 +150,13 @@ def test_a_v1_jobs_locations_convert_to_what_its_commands_were_given() -> None:
         "prerequisites"
     ]
     exports = doc["deployments"][0]["taskRoles"]["main"]["preCommands"]
-    assert "export plain='$PAI_JOB_NAME'" in exports  # jobEnvs stay as written
+    # jobEnvs are its parameters: exported through them, as written unless a parameter is set
+    assert doc["parameters"] == {"plain": "$PAI_JOB_NAME"}
+    assert "export plain='<% $parameters.plain %>'" in exports
+    for given, exported in (({}, "$PAI_JOB_NAME"), ({"plain": "other"}, "other")):
+        resolved = resolve_job(converted.config, given).spec
+        assert resolved is not None
+        (deployment,) = resolved.deployments
+        assert f"export plain='{exported}'" in deployment.pre_commands["main"]
     assert 'export PAI_DATA_DIR="${PAI_DEFAULT_FS_URI}"\'/data/\'"${PAI_JOB_NAME}"' in exports
     assert "export PAI_CODE_DIR='hdfs://nn:9000/code'\"'\"'s'" in exports

@@ -6,7 +6,7 @@ the marketplace opens the same way; the page's layout holds at 800 px and with l
 
 The jobs are the seeds' example files as written, taken from the seed documents when the test
 runs (tests/corpus.py; skipped, naming the folder, when they are missing). Each step is
-photographed into the test's temporary folder.
+photographed into build/screenshots/import-*/.
 """
 
 from __future__ import annotations
@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.browser_support import Site, browser_page, need_browser_and_build
+from tests.browser_support import (
+    Site,
+    Steps,
+    browser_page,
+    checked,
+    editor_text,
+    need_browser_and_build,
+)
 from tests.corpus import seed_job
 from tests.servers import served
 
@@ -40,30 +47,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         yield Site(server)
 
 
-class Steps:
-    """A full-page screenshot per step, numbered, in the test's temporary folder."""
-
-    def __init__(self, page: Any, folder: Path) -> None:
-        self.page = page
-        self.folder = folder / "steps"
-        self.folder.mkdir()
-        self.count = 0
-
-    def shot(self, name: str) -> Path:
-        self.count += 1
-        path = self.folder / f"{self.count:02d}-{name}.png"
-        self.page.screenshot(path=str(path), full_page=True)
-        assert path.stat().st_size > 0
-        return path
-
-
-def editor_text(page: Any) -> str:
-    """The YAML in the editor (each logical line once, however it is wrapped)."""
-    return page.locator(".cm-content").evaluate(
-        "node => Array.from(node.querySelectorAll('.cm-line')).map(l => l.textContent).join('\\n')"
-    )
-
-
 def line_of(text: str, needle: str, occurrence: int = 1) -> int:
     found = [n for n, line in enumerate(text.splitlines(), 1) if needle in line]
     return found[occurrence - 1]
@@ -76,13 +59,6 @@ def problems(page: Any) -> list[tuple[str, int]]:
         (items.nth(n).get_attribute("data-path"), int(items.nth(n).get_attribute("data-line")))
         for n in range(items.count())
     ]
-
-
-def checked(page: Any) -> None:
-    """Wait until the problems listed are the server's for the text in the editor now."""
-    from playwright.sync_api import expect
-
-    expect(page.get_by_test_id("problems").get_by_text("Checking…")).to_have_count(0)
 
 
 def wait_for_problem_paths(page: Any, paths: list[str]) -> None:
@@ -109,7 +85,7 @@ def test_seed_000_draft_job_opens_in_the_forms_and_its_refusals_are_fixed_there(
         tmp_path, "tensorflow_cifar10.yaml", seed_job("000", "tensorflow_cifar10")
     )
     with browser_page(web_browser, site.url, site.alice) as (page, _):
-        steps = Steps(page, tmp_path)
+        steps = Steps(page, "import-seed-000")
         page.goto("/submit")
         page.get_by_role("heading", name="Submit a job").wait_for()
         page.set_input_files("input[name=import]", str(job_file))
@@ -209,7 +185,7 @@ def test_other_seed_jobs_open_in_the_forms_with_their_problems_at_their_lines(
     language = "js" if file.endswith(".json") else "yaml"
     job_file = write_seed_file(tmp_path, file, seed_job(seed, name, language))
     with browser_page(web_browser, site.url, site.alice) as (page, _):
-        steps = Steps(page, tmp_path)
+        steps = Steps(page, f"import-seed-{seed}")
         page.goto("/submit")
         page.set_input_files("input[name=import]", str(job_file))
         expect(page.get_by_test_id("source-note")).to_contain_text("converted from the")
@@ -226,13 +202,13 @@ def test_other_seed_jobs_open_in_the_forms_with_their_problems_at_their_lines(
 
 
 def test_a_draft_template_is_published_with_a_warning_and_used_in_the_forms(
-    site: Site, web_browser: Any, tmp_path: Path
+    site: Site, web_browser: Any
 ) -> None:
     from playwright.sync_api import expect
 
     draft = seed_job("000", "tensorflow_cifar10")
     with browser_page(web_browser, site.url, site.bob) as (page, _):
-        steps = Steps(page, tmp_path)
+        steps = Steps(page, "import-draft-template")
         page.goto("/marketplace/publish")
         page.fill("#content", draft)
         page.get_by_role("button", name="Publish").click()
@@ -260,7 +236,7 @@ def test_the_page_holds_its_layout_and_the_forms_clean_up_after_themselves(
         tmp_path, "tensorflow_cifar10.yaml", seed_job("000", "tensorflow_cifar10")
     )
     with browser_page(web_browser, site.url, site.alice) as (page, _):
-        steps = Steps(page, tmp_path)
+        steps = Steps(page, "import-layout")
         # a template that cannot be used leaves a banner, which "Start empty" clears
         page.goto("/submit?template=no-such-template")
         expect(page.get_by_role("alert")).to_contain_text("cannot be used")
@@ -323,7 +299,7 @@ def test_a_draft_the_protocol_cannot_read_is_fixed_in_the_editor_then_converted(
     )
     job_file = write_seed_file(tmp_path, "counted.yaml", draft)
     with browser_page(web_browser, site.url, site.alice) as (page, _):
-        steps = Steps(page, tmp_path)
+        steps = Steps(page, "import-draft-fixed")
         page.goto("/submit")
         page.set_input_files("input[name=import]", str(job_file))
         note = page.get_by_test_id("source-note")

@@ -17,7 +17,9 @@ import yaml
 from tests.browser_support import (
     Site,
     browser_page,
+    editor_text,
     keep_for_docs,
+    no_problems,
     screenshot,
 )
 from tests.servers import ROOT
@@ -25,17 +27,6 @@ from tests.servers import ROOT
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
 IMAGE = "paigraph/busybox:test"
-
-
-def editor_text(page: Any) -> str:
-    """The YAML in the editor (short enough here to be drawn whole)."""
-    return page.locator(".cm-content").evaluate(
-        "node => Array.from(node.querySelectorAll('.cm-line')).map(l => l.textContent).join('\\n')"
-    )
-
-
-def no_problems(page: Any) -> None:
-    page.get_by_test_id("problems").get_by_text("No problems.").wait_for()
 
 
 def submit_and_watch(page: Any, timeout: float = 90_000) -> None:

@@ -1,8 +1,8 @@
 """The web UI in headless chromium against a real `paigraph serve` on the Docker simulator:
-sign-in, the live jobs list (anyone's, with jobs submitted after it opened), a multi-role job
-page with ports and logs, following a log, stopping a job, another user's job, GraphiQL with
-the network cut off, and a job page that loses its websocket without missing or repeating an
-event."""
+sign-in, the live jobs list (anyone's, with jobs submitted after it opened, and jobs that
+leave its filter leaving it), a multi-role job page with ports and logs, following a log,
+stopping a job, another user's job, GraphiQL with the network cut off, and a job page that
+loses its websocket without missing or repeating an event."""
 
 from __future__ import annotations
 
@@ -360,6 +360,32 @@ def test_every_user_switches_the_list_to_everyones_jobs_and_new_ones_arrive_live
         screenshot(page, "jobs-everyone-live")
         page.select_option("select[name=owner]", "mine")
         expect(page.locator("tr[data-job=arrives]")).to_have_count(0)
+
+
+def test_a_job_that_leaves_the_lists_filter_leaves_the_list_without_a_reload(
+    site: Site, web_browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    api = site.api(site.alice)
+    running = {"main": {"commands": ["sleep 300"]}}
+    listed = api.submit(job_config(name="leaves-listed", roles=running))
+    api.wait(listed, lambda job: job["state"] == "RUNNING")
+    with browser_page(web_browser, site.url, site.alice) as (page, _):
+        page.goto("/?state=RUNNING")
+        page.locator("tr[data-job=leaves-listed]").wait_for()
+        page.evaluate("window.__notReloaded = true")
+        # one job read with the list, one that enters it later (through jobsChanged)
+        arrived = api.submit(job_config(name="leaves-arrived", roles=running))
+        page.locator("tr[data-job=leaves-arrived] [data-state=RUNNING]").wait_for(timeout=60_000)
+        for job_id, name in ((listed, "leaves-listed"), (arrived, "leaves-arrived")):
+            stopped = site.server.paigraph("stop", job_id, token=site.alice)
+            assert stopped.returncode == 0, stopped.stderr
+            expect(page.locator(f"tr[data-job={name}]")).to_have_count(0, timeout=60_000)
+        assert page.evaluate("window.__notReloaded") is True
+        page.select_option("select[name=state]", "STOPPED")
+        page.locator("tr[data-job=leaves-listed]").wait_for()
+        page.locator("tr[data-job=leaves-arrived]").wait_for()
 
 
 def test_under_the_content_security_policy_no_inline_script_runs_and_no_other_site_frames_a_page(

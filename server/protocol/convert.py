@@ -8,6 +8,10 @@ draft command's references become v2 templates where v2 has one:
 - `$$data$$`, `$$script$$`, `$$storage$$`/`$$output$$` -> `<% $data.name %>`,
   `<% $script.name %>`, `<% $output.name %>`.
 
+A v1 job's `jobEnvs` are both its parameters and variables exported to every instance; each is
+exported as its parameter's reference (`export batch_size='<% $parameters.batch_size %>'`), so
+that setting the parameter changes what the commands see.
+
 What v2 cannot say as a template (a task's own parameter, `$$role$$`, `$$dockerimage$$`,
 `$job.tasks.<role>.<property>`, an instance count given by a parameter) is written as its
 value, and a note (a warning at the field's v2 path) says so. Nothing about the cluster is
@@ -28,6 +32,7 @@ from server.protocol.writer import to_v2_yaml
 
 _DRAFT_PARAM = re.compile(r"\$\$([A-Za-z_][\w-]*)\$\$")
 _DRAFT_JOB = re.compile(r"\$job\.(parameters\.[A-Za-z_][\w-]*|tasks\.[\w.~-]+?\.[A-Za-z_]\w*)\b")
+_PARAMETER_NAME = re.compile(r"[A-Za-z_][\w-]*")
 _INSTANCES_REF = re.compile(r"\$job\.parameters\.(\w+)|\$\$(\w+)\$\$")
 _PROPERTY_TAGS = {
     "data": "<% $data.name %>",
@@ -76,7 +81,23 @@ def convert_to_v2(text: str) -> Conversion:
     if spec.dialect is Dialect.DRAFT:
         spec = _with_templates(spec, notes)
         notes += _rendered_instances(text, spec)
+    if spec.dialect is Dialect.V1:
+        spec = _exported_parameters(spec)
     return Conversion(spec.dialect, to_v2_yaml(spec), list(result.issues), notes)
+
+
+def _exported_parameters(spec: JobSpec) -> JobSpec:
+    """`spec` exporting each v1 jobEnv that is also a parameter of the same value as a
+    reference to that parameter (rendered at submit time, inside the export's quotes)."""
+    env = {
+        name: (
+            f"<% $parameters.{name} %>"
+            if _PARAMETER_NAME.fullmatch(name) and spec.parameters.get(name) == value
+            else value
+        )
+        for name, value in spec.env.items()
+    }
+    return spec.model_copy(update={"env": env})
 
 
 def _note(role: TaskRole, where: str, message: str) -> Issue:

@@ -9,7 +9,7 @@ import { describeProblem } from "../lib/errors";
 import { formatTime } from "../lib/format";
 import { typeLabel } from "./listState";
 import { DeleteItemMutation, ItemDetailQuery, StarItemMutation } from "./queries";
-import { idReference, nameReference, useLink } from "./references";
+import { idReference, nameReference, startsANewJob, useLink } from "./references";
 import { initialValues, missingValues } from "./variables";
 import { VariablesForm } from "./VariablesForm";
 
@@ -142,12 +142,12 @@ function Actions({ item }: { item: Item }) {
         <span data-testid="stars">{item.stars} star{item.stars === 1 ? "" : "s"}</span>
         {use && missing.length === 0 && (
           <Link className="button primary" to={use}>
-            Use{item.type === "DATA" ? " in a new job" : ""}
+            Use{startsANewJob(item.type) ? " in a new job" : ""}
           </Link>
         )}
         {use && missing.length > 0 && (
           <button type="button" className="primary" disabled title={`Give ${missing.join(", ")} a value first`}>
-            Use{item.type === "DATA" ? " in a new job" : ""}
+            Use{startsANewJob(item.type) ? " in a new job" : ""}
           </button>
         )}
         {item.viewerCanChange && (

@@ -12,6 +12,8 @@ describe("item references and the Use link", () => {
     expect(useLink("JOB_TEMPLATE", "a=b", "1.0")).toBe("/submit?template=a%3Db&version=1.0");
     expect(useLink("DATA", "x", "3")).toBe("/submit?data=x");
     expect(useLink("DOCKERIMAGE", "x", "3")).toBeNull();
+    // seed 004's datasets are written without a type: plugin items start a new job too
+    expect(useLink("PLUGIN", "x", "3", { dataPath: "/d" })).toBe("/submit?data=x&var.dataPath=%2Fd");
   });
 
   it("hands a dataset's template variable values to the Submit page", () => {

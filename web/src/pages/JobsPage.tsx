@@ -1,13 +1,15 @@
 // The jobs table: the viewer's jobs or everyone's (as far as the server's job_visibility lets
 // the viewer read them), newest first, filtered and paged through the URL; rows of unfinished
 // jobs follow their jobEvents, and jobs submitted since the list was read arrive through
-// jobsChanged.
+// jobsChanged. A row whose job leaves the filter (it finishes while the list shows RUNNING
+// jobs) leaves the list at once.
 import { useEffect, useMemo, useState } from "react";
 import { Link, useSearchParams } from "react-router-dom";
 import { useQuery } from "urql";
 import type { JobFilter, JobRowFragment, JobState } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
 import { JOB_STATES, formatTime, isFinal } from "../lib/format";
+import { inFilter } from "../lib/jobFilter";
 import { follow } from "../lib/live";
 import {
   JobEventsSubscription,
@@ -49,7 +51,8 @@ export function JobsPage() {
   const listed = useMemo(() => data?.jobs.edges.map((edge) => edge.node) ?? [], [data]);
   const added = useNewJobs(listed, filter, data?.jobs.changesCursor ?? null, !after, clients);
   const rows = useMemo(() => [...added, ...listed], [added, listed]);
-  const live = useLiveRows(listed, clients);
+  const live = useLiveRows(rows, clients);
+  const shown = rows.map((row) => live.get(row.id) ?? row).filter((job) => inFilter(job, filter));
 
   function change(updates: Record<string, string | null>) {
     const next = new URLSearchParams(params);
@@ -130,8 +133,7 @@ export function JobsPage() {
           </tr>
         </thead>
         <tbody>
-          {rows.map((row) => {
-            const job = live.get(row.id) ?? row;
+          {shown.map((job) => {
             return (
               <tr key={job.id} data-job={job.name}>
                 <td>
@@ -149,7 +151,7 @@ export function JobsPage() {
           })}
         </tbody>
       </table>
-      {data && rows.length === 0 && <p className="muted">No jobs match.</p>}
+      {data && shown.length === 0 && <p className="muted">No jobs match.</p>}
       {fetching && !data && <p className="muted">Loading…</p>}
       <div className="pager">
         <button
@@ -180,8 +182,9 @@ export function JobsPage() {
 
 /** The jobs that entered the list after it was read (`since`, its changesCursor), newest
  * first, each as last told: a new job is shown on the first page at once, without a reload.
- * Rows already listed follow their own jobEvents (`useLiveRows`), which also tell when a job
- * leaves the filter's state. A new reading of the list (its cursor) starts again. */
+ * jobsChanged tells only changes within the filter, so every row, these too, also follows
+ * its own jobEvents (`useLiveRows`), which tell when a job leaves the filter's state. A new
+ * reading of the list (its cursor) starts again. */
 function useNewJobs(
   listed: JobRowFragment[],
   filter: JobFilter,

@@ -362,6 +362,8 @@ function RoleFields({
           );
         })}
         <Picker type="STORAGE" label="a storage" onPick={pick("prerequisites")} />
+        {/* a dataset or hook written as a runtime plugin without a `type` (seed 004's mnist) */}
+        <Picker type="PLUGIN" label="a plugin (a dataset or hook)" onPick={pick("prerequisites")} />
         <HdfsBrowser label="a storage" onPick={pickHdfs("storage")} />
       </div>
       <div className="sub">

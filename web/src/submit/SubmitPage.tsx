@@ -169,7 +169,8 @@ export default function SubmitPage() {
             throw new Error(`The marketplace item cannot be used: ${why}`);
           }
           const item = used.item;
-          const what = template ? `Template ${item?.name} ${item?.version}` : `A new job using the data ${item?.name} ${item?.version}`;
+          const usedItem = `${item?.type === "DATA" ? "the data " : ""}${item?.name} ${item?.version}`;
+          const what = template ? `Template ${item?.name} ${item?.version}` : `A new job using ${usedItem}`;
           await load(used.config, what);
           setMadeFrom([item?.id ?? id]);
         }
