@@ -40,7 +40,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -61,6 +61,13 @@ from tests.fake_kube_admission import (
     size_refusal,
 )
 from tests.fake_kube_exec import ExecConnection, accept_key, choose_protocol
+from tests.fake_kube_init import (
+    end_init_container,
+    pass_init_containers,
+    pod_dns_names,
+    start_init_container,
+    start_initializing,
+)
 from tests.fake_kube_logs import PodLog, invalid_options
 from tests.fake_kube_nodes import choose_node, node_object
 from tests.waiting import NotInTime, until_notified
@@ -130,6 +137,9 @@ class FakeKubeAPI:
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, resource, type, obj
         self.logs: dict[str, PodLog] = {}  # pod name -> its main container's log
         self.open_log_streams = 0  # log requests being answered now
+        # a kubelet played by a test may give bound pods their address (its sandbox's, as a
+        # CNI plugin does): called with the pod, under the lock; None: made-up addresses
+        self.allocate_ip: Callable[[dict[str, Any]], str] | None = None
         self.events: list[dict[str, Any]] = []
         self.calls: list[tuple[str, str]] = []
         self.execs: list[tuple[str, list[str], bool]] = []  # pod, command, tty of each exec
@@ -493,7 +503,7 @@ class FakeKubeAPI:
             pod["spec"]["nodeName"] = node
             status = pod["status"]
             status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
-            status["podIP"] = ip or f"10.1.{len(self.objects) % 250}.{(self.version % 250) + 1}"
+            status["podIP"] = ip or self._pod_ip(pod)
             status["hostIP"] = "192.168.0.10"
             status["containerStatuses"] = [
                 {
@@ -505,6 +515,13 @@ class FakeKubeAPI:
                     "state": {"waiting": {"reason": "ContainerCreating"}},
                 }
             ]
+            start_initializing(pod)
+
+    def _pod_ip(self, pod: dict[str, Any]) -> str:
+        """The address the pod's network gives it when bound (the lock is held)."""
+        if self.allocate_ip is not None:
+            return self.allocate_ip(pod)
+        return f"10.1.{len(self.objects) % 250}.{(self.version % 250) + 1}"
 
     def unschedulable(self, name: str, message: str, namespace: str = "jobs") -> None:
         with self._pod(name, namespace) as pod:
@@ -518,7 +535,10 @@ class FakeKubeAPI:
             ]
 
     def run(self, name: str, namespace: str = "jobs") -> None:
+        """The main container starts. Init containers the test did not play (init_start,
+        init_exit) are told as having succeeded first; one that failed forbids it."""
         with self._pod(name, namespace) as pod:
+            pass_init_containers(pod)
             pod["status"]["phase"] = "Running"
             _main_status(pod)["state"] = {"running": {"startedAt": now()}}
 
@@ -569,6 +589,34 @@ class FakeKubeAPI:
                     },
                 }
             ]
+
+    def init_start(self, name: str, container: str, namespace: str = "jobs") -> None:
+        """The kubelet starts the pod's init container `container` (each earlier one must have
+        succeeded: tests/fake_kube_init.py)."""
+        with self._pod(name, namespace) as pod:
+            start_init_container(pod, container, now())
+
+    def init_exit(
+        self, name: str, container: str, code: int, output: str = "", namespace: str = "jobs"
+    ) -> None:
+        """The init container `container` ended with `code`, having printed `output`."""
+        with self._pod(name, namespace) as pod:
+            end_init_container(pod, container, code, output, now())
+
+    def dns_names(self, namespace: str = "jobs") -> dict[str, str]:
+        """The names cluster DNS answers for pods in `namespace`, and their addresses."""
+        with self.lock:
+            pods = [o for (r, ns, _), o in self.objects.items() if r == "pods" and ns == namespace]
+            services = [
+                o for (r, ns, _), o in self.objects.items() if r == "services" and ns == namespace
+            ]
+            return pod_dns_names(pods, services, namespace)
+
+    def set_pod_ip(self, name: str, ip: str, namespace: str = "jobs") -> None:
+        """The kubelet gave the pod's sandbox this address (it reports it as podIP)."""
+        with self._pod(name, namespace) as pod:
+            pod["status"]["podIP"] = ip
+            pod["status"]["podIPs"] = [{"ip": ip}]
 
     def write_log(self, name: str, text: str) -> None:
         """The container printed `text` (its lines share one timestamp)."""
@@ -656,7 +704,7 @@ class FakeKubeAPI:
         pod["spec"]["nodeName"] = node
         status = pod["status"]
         status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
-        status["podIP"] = ip or f"10.1.{len(self.objects) % 250}.{(self.version % 250) + 1}"
+        status["podIP"] = ip or self._pod_ip(pod)
         status["hostIP"] = "192.168.0.10"
         status["containerStatuses"] = [
             {
@@ -668,6 +716,7 @@ class FakeKubeAPI:
                 "state": {"waiting": {"reason": "ContainerCreating"}},
             }
         ]
+        start_initializing(pod)
         self._bump("pods", "MODIFIED", pod)
 
     def bound(self, namespace: str = "jobs") -> dict[str, str]:
