@@ -50,6 +50,7 @@ class PodLogReader:
             base_url=config.host,
             verify=context,
             proxy=config.proxy or None,
+            trust_env=False,  # as the kubernetes client: only its configuration's proxy
             # one connection per followed stream: the pool must not queue streams behind others
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=8),
             timeout=httpx.Timeout(None, connect=_CONNECT_SECONDS),
