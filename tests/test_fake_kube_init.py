@@ -102,3 +102,32 @@ def test_peer_names_resolve_once_their_pods_have_addresses_under_the_headless_se
     )
     api.delete("services", "jobs", service)
     assert api.dns_names() == {}, "no headless Service, no names"
+
+
+def test_a_failed_init_container_runs_again_when_the_pod_restarts_on_failure(
+    api: FakeKubeAPI,
+) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "retried"},
+        "spec": {
+            "restartPolicy": "OnFailure",
+            "initContainers": [{"name": "first", "image": "busybox:1.36"}],
+            "containers": [{"name": "main", "image": "busybox:1.36"}],
+        },
+    }
+    code, answer = api.create("pods", "jobs", pod)
+    assert code == 201, answer
+    api.init_start("retried", "first")
+    api.init_exit("retried", "first", 1, "not yet\n")
+    first = status(api, "retried")["status"]
+    assert first["phase"] == "Pending"
+    (init,) = first["initContainerStatuses"]
+    assert init["restartCount"] == 1
+    assert init["lastState"]["terminated"]["exitCode"] == 1
+    assert init["state"] == {"waiting": {"reason": "CrashLoopBackOff"}}
+    api.init_start("retried", "first")
+    api.init_exit("retried", "first", 0)
+    api.run("retried")
+    assert status(api, "retried")["status"]["phase"] == "Running"
