@@ -72,6 +72,7 @@ from backends.instance_exec import ExecRequest
 from backends.kubernetes_exec import KubernetesExecSession
 from backends.kubernetes_gang import GATE, POD_GROUP_API, ClusterView
 from backends.kubernetes_isolation import pod_security_refusal
+from backends.kubernetes_log_reader import PodLogReader
 from backends.kubernetes_logs import LogBook, hang_up
 from backends.kubernetes_manifests import AttemptBuilder, with_owner
 from backends.kubernetes_names import (
@@ -219,7 +220,10 @@ class KubernetesBackend(ThreadedBackend):
         self.core = k8s.CoreV1Api(self.client)
         self.networking = k8s.NetworkingV1Api(self.client)
         self.selector = owner_selector(self.settings.owner)
-        self.logbook = LogBook(self.settings.state_dir / "logs")
+        self.logbook = LogBook(
+            self.settings.state_dir / "logs",
+            PodLogReader(self.client.configuration, self.namespace, MAIN_CONTAINER),
+        )
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._attempts: dict[str, _Attempt] = {}
@@ -751,9 +755,8 @@ class KubernetesBackend(ThreadedBackend):
                     and not self.logbook.following(instance.key)
                 ):
                     # copied while it runs, whatever is told (a stop may come before the gang
-                    # formed); a copy cut short starts again from the run's beginning
-                    stream = self._log_stream(instance.pod, attempt.namespace)
-                    self.logbook.follow(instance.key, instance.run, stream)
+                    # formed); a copy cut short resumes where it stood
+                    self.logbook.follow(instance.key, instance.run, instance.pod, attempt.namespace)
                 if not attempt.gang_complete:
                     if facts.unschedulable:
                         attempt.unschedulable = facts.unschedulable
@@ -863,7 +866,7 @@ class KubernetesBackend(ThreadedBackend):
         """The main container ended: copy its whole log, then tell how it ended."""
         key, run = instance.key, instance.run
         if not self.logbook.settled(key, run):
-            self.logbook.settle(key, run, self._log_stream(instance.pod, attempt.namespace))
+            self.logbook.settle(key, run, instance.pod, attempt.namespace)
         memory = attempt.request.role(key.role).resources.memory_mb
         reason = oom_reason(memory) if ended.oom_killed else None
         facts = instance.facts
@@ -1597,18 +1600,6 @@ class KubernetesBackend(ThreadedBackend):
             if instance is None:
                 return False
             return not instance.ended or self.logbook.following(key)
-
-    def _log_stream(self, pod: str, namespace: str) -> Callable[[bool], Any]:
-        def open_log(follow: bool) -> Any:
-            return self.core.read_namespaced_pod_log(
-                pod,
-                namespace,
-                container=MAIN_CONTAINER,
-                follow=follow,
-                _preload_content=False,
-            )
-
-        return open_log
 
     def _placement(self, attempt: _Attempt, instance: _Instance) -> Placement:
         facts = instance.facts

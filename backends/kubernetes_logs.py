@@ -1,38 +1,48 @@
 """Instance logs of the Kubernetes backend, kept on the server's disk.
 
 A pod's log lives as long as the pod, and pods go when their attempt is released or stopped.
-So each instance's output is copied to a local file while it runs (a follower streams the pod
-log into it), and read back in full once the container ended, which also repairs a stream cut
-short. Every run of an instance (a task retry) is appended to the same file, after a marker
-line; the offset where the current run begins is recorded, so a restarted server copies a
-running pod's log again from there without doubling it.
+So each instance's output is copied to a local file while it runs, and what is left is read
+once the container ended. Every run of an instance (a task retry) is appended to the same
+file, after a marker line.
+
+Following costs no thread per pod: one event loop (one thread, `k8s logs`) reads every
+followed stream (kubernetes_log_reader). A stream that ends while the container runs (the
+kubelet rotated its log file) or breaks (the connection dropped) is opened again from where
+the copy stands, by timestamp (kubernetes_log_lines says which lines are kept, and why each
+line is kept once), never from the start again. Where the copy stands is recorded beside it
+after every piece written, so a restarted server resumes a running pod's log there too.
 
 Layout: `<root>/<job>/<attempt>/<role>-<index>.log` and a `.run` file beside it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
 import re
 import socket
 import threading
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from backends.base import InstanceKey
 from backends.entrypoint import MARKER
+from backends.kubernetes_log_lines import LogCursor, Resumed
+from backends.kubernetes_log_reader import LogNotReadable, PodLogReader
 from backends.kubernetes_names import digest
 from backends.log_files import LogFile
 
 log = logging.getLogger(__name__)
 
-Stream = Callable[[bool], Any]  # follow -> a urllib3 response of the pod's log
 _CHUNK = 1 << 16
-_RETRIES = 20
+_RETRIES = 20  # failed opens or cuts in a row before a follower gives up (settle reads the rest)
+_HALT_SECONDS = 5.0  # how long a halted follower is waited for before its file is reused
 
 
 def _safe(text: str) -> str:
@@ -42,20 +52,22 @@ def _safe(text: str) -> str:
 
 @dataclass
 class _Follower:
-    thread: threading.Thread | None = None
-    response: Any = None
-    stop: threading.Event = field(default_factory=threading.Event)
+    pod: str
+    namespace: str | None = None
+    future: concurrent.futures.Future[None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
-    whole: bool = False  # the stream ended by itself: the container's output is all there
 
 
 class LogBook:
-    """The log files of every instance under `root`."""
+    """The log files of every instance under `root`, copied from pods through `reader`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, reader: PodLogReader) -> None:
         self.root = Path(root)
+        self.reader = reader
         self._lock = threading.Lock()
         self._followers: dict[InstanceKey, _Follower] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     def path(self, key: InstanceKey) -> Path:
         return (
@@ -67,6 +79,32 @@ class LogBook:
 
     def exists(self, key: InstanceKey) -> bool:
         return self.path(key).exists()
+
+    # --- the event loop ------------------------------------------------------------------------
+
+    def _loop_running(self) -> asyncio.AbstractEventLoop:
+        """The loop every stream is read on, started with the first follower (lock held)."""
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            # name lookups of the API server's host: one thread, whatever the pod count
+            loop.set_default_executor(
+                concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="k8s logs lookup")
+            )
+            thread = threading.Thread(target=loop.run_forever, name="k8s logs", daemon=True)
+            thread.start()
+            self._loop, self._thread = loop, thread
+        return self._loop
+
+    def _run(self, coroutine: Any, timeout: float) -> Any:
+        """Run `coroutine` on the loop from another thread and wait for its result."""
+        with self._lock:
+            loop = self._loop_running()
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
 
     # --- runs ----------------------------------------------------------------------------------
 
@@ -80,15 +118,34 @@ class LogBook:
                     f"{MARKER} task retry {run - 1}: starting task attempt {run}\n".encode()
                 )
             offset = handle.tell()
-        self._run_file(key).write_text(json.dumps({"run": run, "offset": offset}), "utf-8")
+        self._save(key, {"run": run, "offset": offset})
 
-    def _run_start(self, key: InstanceKey, run: int) -> int:
-        """Where the run's output begins in the file (a run never recorded begins now)."""
+    def _save(self, key: InstanceKey, record: dict[str, Any]) -> None:
+        self._run_file(key).write_text(json.dumps(record), "utf-8")
+
+    def _run_start(self, key: InstanceKey, run: int) -> dict[str, Any]:
+        """The run's record (a run never recorded begins now)."""
         record = self._record(key)
         if record is None or record.get("run") != run:
             self.begin(key, run)
-            record = self._record(key) or {}
-        return int(record.get("offset", 0))
+            record = self._record(key) or {"run": run, "offset": 0}
+        return record
+
+    def _cursor(self, key: InstanceKey, run: int) -> LogCursor:
+        """Where the copy of the run stands; the file is cut back to it (a piece written after
+        the last record is written again from the stream)."""
+        record = self._run_start(key, run)
+        start = int(record.get("offset", 0))
+        saved = record.get("cursor")
+        cursor = LogCursor.from_json(saved, start) if isinstance(saved, dict) else LogCursor(start)
+        with self.path(key).open("r+b") as handle:
+            handle.truncate(cursor.offset)
+        return cursor
+
+    def _advance(self, key: InstanceKey, run: int, cursor: LogCursor, settled: bool) -> None:
+        record = self._run_start(key, run)
+        record.update(cursor=cursor.to_json(), settled=settled)
+        self._save(key, record)
 
     def _record(self, key: InstanceKey) -> dict[str, Any] | None:
         try:
@@ -104,78 +161,110 @@ class LogBook:
 
     # --- copying from the pod ------------------------------------------------------------------
 
-    def follow(self, key: InstanceKey, run: int, stream: Stream) -> None:
-        """Copy the run's output as it comes, from its beginning (once per run)."""
+    def follow(self, key: InstanceKey, run: int, pod: str, namespace: str | None = None) -> None:
+        """Copy the run's output from `pod` (in `namespace`, else the reader's) as it comes,
+        from where the copy stands."""
         with self._lock:
             current = self._followers.get(key)
             if current is not None and not current.done.is_set():
                 return
-            follower = _Follower()
+            follower = _Follower(pod, namespace)
             self._followers[key] = follower
-        start = self._run_start(key, run)
-        follower.thread = threading.Thread(
-            target=self._copy, args=(key, start, stream, follower), daemon=True, name=f"log {key}"
-        )
-        follower.thread.start()
+            loop = self._loop_running()
+        follower.future = asyncio.run_coroutine_threadsafe(self._follow(key, run, follower), loop)
+        # cancelled before it ran, the coroutine would never say it is done
+        follower.future.add_done_callback(lambda _: follower.done.set())
 
-    def _copy(self, key: InstanceKey, start: int, stream: Stream, follower: _Follower) -> None:
+    async def _follow(self, key: InstanceKey, run: int, follower: _Follower) -> None:
+        """Follow until the container ended: a stream that ends by itself is opened again
+        (a rotation ends it while the container runs); when one more stream ends at once
+        with nothing new, the container ended. A cut or a refusal is tried again."""
         try:
-            for attempt in range(_RETRIES):
-                if follower.stop.is_set():
-                    return
+            cursor = self._cursor(key, run)
+            failures = 0
+            ended_once = False
+            while failures < _RETRIES:
                 try:
-                    response = stream(True)
-                except Exception as exc:  # the container may not accept log readers yet
-                    log.debug("log of %s not readable yet (%s)", key, exc)
-                    follower.stop.wait(min(0.2 * (attempt + 1), 2.0))
+                    kept = await self._copy(
+                        key, run, follower.pod, follower.namespace, cursor, follow=True
+                    )
+                except LogNotReadable as exc:
+                    if exc.status == 404:
+                        return  # the pod is gone: settle keeps what was copied
+                    failures += 1  # its container does not run yet
+                    await asyncio.sleep(min(0.2 * failures, 2.0))
                     continue
-                follower.response = response
-                with self.path(key).open("r+b") as handle:
-                    handle.truncate(start)
-                    handle.seek(start)
-                    for chunk in _chunks(response):
-                        if follower.stop.is_set():
-                            return
-                        handle.write(chunk)
-                        handle.flush()
-                follower.whole = True
-                return
-        except Exception as exc:  # a cut stream: `settle` reads the whole log again
+                except (httpx.HTTPError, OSError) as exc:  # a dropped connection: resume
+                    log.debug("the log stream of %s broke (%s); resuming", key, exc)
+                    failures += 1
+                    await asyncio.sleep(min(0.1 * failures, 2.0))
+                    continue
+                failures = 0
+                if not kept and ended_once:
+                    return
+                ended_once = True
+        except Exception as exc:  # settle reads what is left
             log.debug("following the log of %s stopped: %s", key, exc)
         finally:
-            if follower.response is not None:
-                _release(follower.response)
             follower.done.set()
 
-    def settle(self, key: InstanceKey, run: int, stream: Stream, timeout: float = 10.0) -> None:
-        """The run ended: let the follower finish, then write the run's whole output again
-        from the pod, so the file holds every byte even when following was cut short."""
+    async def _copy(
+        self,
+        key: InstanceKey,
+        run: int,
+        pod: str,
+        namespace: str | None,
+        cursor: LogCursor,
+        *,
+        follow: bool,
+    ) -> int:
+        """Copy one stream's new lines after `cursor`; the bytes kept. A stream that breaks
+        leaves its unfinished line to the next one."""
+        kept = 0
+        lines = Resumed(cursor)
+        opened = self.reader.open(pod, follow=follow, since_ns=cursor.stamp, namespace=namespace)
+        async with opened as chunks:
+            with self.path(key).open("r+b") as handle:
+                handle.seek(cursor.offset)
+
+                def write(text: bytes) -> None:
+                    if text:
+                        handle.write(text)
+                        handle.flush()
+                        self._advance(key, run, cursor, settled=False)
+
+                async for chunk in chunks:
+                    text = lines.feed(chunk)
+                    kept += len(text)
+                    write(text)
+                text = lines.finish()
+                kept += len(text)
+                write(text)
+        return kept
+
+    def settle(
+        self,
+        key: InstanceKey,
+        run: int,
+        pod: str,
+        namespace: str | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        """The run ended: let the follower finish, then copy what it has not (from where the
+        copy stands: only the last second's lines are asked for again)."""
         with self._lock:
             follower = self._followers.pop(key, None)
         if follower is not None and not follower.done.wait(timeout):
             self._halt(follower)
-        start = self._run_start(key, run)
-        if follower is not None and follower.whole:  # nothing was missed: no second download
-            self._mark_settled(key, run, start)
-            return
         try:
-            response = stream(False)
+            self._run(self._settle(key, run, pod, namespace), timeout)
         except Exception as exc:  # the pod is gone: what was followed is what there is
             log.debug("the log of %s cannot be read again: %s", key, exc)
-            return
-        try:
-            with self.path(key).open("r+b") as handle:
-                handle.seek(start)
-                for chunk in _chunks(response):
-                    handle.write(chunk)
-                handle.truncate()
-            self._mark_settled(key, run, start)
-        finally:
-            _release(response)
 
-    def _mark_settled(self, key: InstanceKey, run: int, start: int) -> None:
-        record = {"run": run, "offset": start, "settled": True}
-        self._run_file(key).write_text(json.dumps(record), "utf-8")
+    async def _settle(self, key: InstanceKey, run: int, pod: str, namespace: str | None) -> None:
+        cursor = self._cursor(key, run)
+        await self._copy(key, run, pod, namespace, cursor, follow=False)
+        self._advance(key, run, cursor, settled=True)
 
     def forget_run(self, key: InstanceKey) -> None:
         """Stop following the instance (its pod is being removed)."""
@@ -189,18 +278,35 @@ class LogBook:
             follower = self._followers.get(key)
         return follower is not None and not follower.done.is_set()
 
+    def followers(self) -> int:
+        """How many instances are being followed now."""
+        with self._lock:
+            return sum(not f.done.is_set() for f in self._followers.values())
+
     def close(self) -> None:
         with self._lock:
             followers = list(self._followers.values())
             self._followers.clear()
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
         for follower in followers:
-            self._halt(follower)
+            self._halt(follower, wait=False)
+        if loop is None or thread is None:
+            return
+        with contextlib.suppress(Exception):  # closing: a reader that fails to close is dropped
+            asyncio.run_coroutine_threadsafe(self.reader.aclose(), loop).result(_HALT_SECONDS)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(_HALT_SECONDS)
+        if not thread.is_alive():
+            loop.close()
 
     @staticmethod
-    def _halt(follower: _Follower) -> None:
-        follower.stop.set()
-        if follower.response is not None:
-            hang_up(follower.response)
+    def _halt(follower: _Follower, wait: bool = True) -> None:
+        """Cancel the follower's reading and, unless told not to, wait until it stopped."""
+        if follower.future is not None:
+            follower.future.cancel()
+        if wait:
+            follower.done.wait(_HALT_SECONDS)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -231,19 +337,3 @@ def hang_up(response: Any) -> None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             return
-
-
-def _chunks(response: Any) -> Iterator[bytes]:
-    if hasattr(response, "stream"):
-        yield from response.stream(_CHUNK, decode_content=False)
-    else:
-        data = response.data if hasattr(response, "data") else response
-        yield data.encode() if isinstance(data, str) else data
-
-
-def _release(response: Any) -> None:
-    """Give a log response's connection back; one that broke is simply dropped."""
-    try:
-        response.release_conn()
-    except Exception as exc:  # whatever a broken connection raises: nothing is lost
-        log.debug("releasing a log connection failed (%s); it is dropped", exc)

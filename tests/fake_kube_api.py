@@ -2,8 +2,10 @@
 
 It speaks the REST API the official `kubernetes` client uses, on a loopback port: create, get,
 list (label and field selectors), watch (`?watch=true` from a resource version, streamed line
-by line), and delete of pods, services, configmaps and secrets; pod logs (whole, tail, follow);
-exec in a running pod (tests/fake_kube_exec.py: the command runs on this machine); events.
+by line), and delete of pods, services, configmaps and secrets; pod logs as the kubelet serves
+them (tests/fake_kube_logs.py: timestamps, sinceTime, sinceSeconds, tailLines, limitBytes,
+follow, rotation); exec in a running pod (tests/fake_kube_exec.py: the command runs on this
+machine); events.
 It validates every object it is given against the official schema of a pinned Kubernetes
 version (`kubernetes-validate`) and refuses an invalid one with 422, as an API server would,
 and deleting an object deletes its dependents (owner references), as the garbage collector
@@ -41,7 +43,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -62,6 +64,14 @@ from tests.fake_kube_admission import (
     size_refusal,
 )
 from tests.fake_kube_exec import ExecConnection, accept_key, choose_protocol
+from tests.fake_kube_init import (
+    end_init_container,
+    pass_init_containers,
+    pod_dns_names,
+    start_init_container,
+    start_initializing,
+)
+from tests.fake_kube_logs import PodLog, invalid_options
 from tests.fake_kube_nodes import choose_node, node_object
 from tests.fake_kube_quota import quota_refusal, quota_status
 from tests.waiting import NotInTime, until_notified
@@ -137,7 +147,11 @@ class FakeKubeAPI:
         self.namespace_labels: dict[str, dict[str, str]] = {"jobs": {ENFORCE: "baseline"}}
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, resource, type, obj
-        self.logs: dict[str, bytearray] = {}
+        self.logs: dict[str, PodLog] = {}  # pod name -> its main container's log
+        self.open_log_streams = 0  # log requests being answered now
+        # a kubelet played by a test may give bound pods their address (its sandbox's, as a
+        # CNI plugin does): called with the pod, under the lock; None: made-up addresses
+        self.allocate_ip: Callable[[dict[str, Any]], str] | None = None
         self.events: list[dict[str, Any]] = []
         self.calls: list[tuple[str, str]] = []
         self.execs: list[tuple[str, list[str], bool]] = []  # pod, command, tty of each exec
@@ -338,7 +352,7 @@ class FakeKubeAPI:
                 if obj["spec"].get("schedulingGates"):
                     # Pod Scheduling Readiness: a gated pod says why it is not scheduled
                     obj["status"]["conditions"] = [_gated_condition()]
-                self.logs[name] = bytearray()
+                self.logs[name] = PodLog()
             self.objects[(resource, namespace, name)] = obj
             self._bump(resource, "ADDED", obj)
             created = copy.deepcopy(obj)
@@ -431,6 +445,7 @@ class FakeKubeAPI:
                     }
                     obj["status"]["phase"] = "Failed"
                     obj["metadata"]["deletionTimestamp"] = now()
+                    self._log_ended(name)
                     self._bump(resource, "MODIFIED", obj)
             del self.objects[(resource, namespace, name)]
             self._bump(resource, "DELETED", obj)
@@ -556,7 +571,7 @@ class FakeKubeAPI:
             pod["spec"]["nodeName"] = node
             status = pod["status"]
             status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
-            status["podIP"] = ip or f"10.1.{len(self.objects) % 250}.{(self.version % 250) + 1}"
+            status["podIP"] = ip or self._pod_ip(pod)
             status["hostIP"] = "192.168.0.10"
             status["containerStatuses"] = [
                 {
@@ -568,6 +583,13 @@ class FakeKubeAPI:
                     "state": {"waiting": {"reason": "ContainerCreating"}},
                 }
             ]
+            start_initializing(pod)
+
+    def _pod_ip(self, pod: dict[str, Any]) -> str:
+        """The address the pod's network gives it when bound (the lock is held)."""
+        if self.allocate_ip is not None:
+            return self.allocate_ip(pod)
+        return f"10.1.{len(self.objects) % 250}.{(self.version % 250) + 1}"
 
     def unschedulable(self, name: str, message: str, namespace: str = "jobs") -> None:
         with self._pod(name, namespace) as pod:
@@ -581,7 +603,10 @@ class FakeKubeAPI:
             ]
 
     def run(self, name: str, namespace: str = "jobs") -> None:
+        """The main container starts. Init containers the test did not play (init_start,
+        init_exit) are told as having succeeded first; one that failed forbids it."""
         with self._pod(name, namespace) as pod:
+            pass_init_containers(pod)
             pod["status"]["phase"] = "Running"
             _main_status(pod)["state"] = {"running": {"startedAt": now()}}
 
@@ -601,6 +626,7 @@ class FakeKubeAPI:
                 }
             }
             pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+            self._log_ended(name)
 
     def oom(self, name: str, namespace: str = "jobs") -> None:
         self.exit(name, 137, "OOMKilled", namespace)
@@ -632,9 +658,51 @@ class FakeKubeAPI:
                 }
             ]
 
-    def write_log(self, name: str, text: str) -> None:
+    def init_start(self, name: str, container: str, namespace: str = "jobs") -> None:
+        """The kubelet starts the pod's init container `container` (each earlier one must have
+        succeeded: tests/fake_kube_init.py)."""
+        with self._pod(name, namespace) as pod:
+            start_init_container(pod, container, now())
+
+    def init_exit(
+        self, name: str, container: str, code: int, output: str = "", namespace: str = "jobs"
+    ) -> None:
+        """The init container `container` ended with `code`, having printed `output`."""
+        with self._pod(name, namespace) as pod:
+            end_init_container(pod, container, code, output, now())
+
+    def dns_names(self, namespace: str = "jobs") -> dict[str, str]:
+        """The names cluster DNS answers for pods in `namespace`, and their addresses."""
         with self.lock:
-            self.logs[name] += text.encode()
+            pods = [o for (r, ns, _), o in self.objects.items() if r == "pods" and ns == namespace]
+            services = [
+                o for (r, ns, _), o in self.objects.items() if r == "services" and ns == namespace
+            ]
+            return pod_dns_names(pods, services, namespace)
+
+    def set_pod_ip(self, name: str, ip: str, namespace: str = "jobs") -> None:
+        """The kubelet gave the pod's sandbox this address (it reports it as podIP)."""
+        with self._pod(name, namespace) as pod:
+            pod["status"]["podIP"] = ip
+            pod["status"]["podIPs"] = [{"ip": ip}]
+
+    def write_log(self, name: str, text: str) -> None:
+        """The container printed `text` (its lines share one timestamp)."""
+        with self.lock:
+            self.logs[name].write(text.encode())
+            self.lock.notify_all()
+
+    def rotate_log(self, name: str) -> None:
+        """The kubelet rotates the pod's log file (tests/fake_kube_logs: what that does to
+        readers)."""
+        with self.lock:
+            self.logs[name].rotate()
+            self.lock.notify_all()
+
+    def drop_log_streams(self, name: str) -> None:
+        """Cut the pod's open log streams mid-way, as a dropped connection does."""
+        with self.lock:
+            self.logs[name].cuts += 1
             self.lock.notify_all()
 
     def add_event(self, pod: str, message: str, namespace: str = "jobs") -> None:
@@ -704,7 +772,7 @@ class FakeKubeAPI:
         pod["spec"]["nodeName"] = node
         status = pod["status"]
         status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
-        status["podIP"] = ip or f"10.1.{len(self.objects) % 250}.{(self.version % 250) + 1}"
+        status["podIP"] = ip or self._pod_ip(pod)
         status["hostIP"] = "192.168.0.10"
         status["containerStatuses"] = [
             {
@@ -716,6 +784,7 @@ class FakeKubeAPI:
                 "state": {"waiting": {"reason": "ContainerCreating"}},
             }
         ]
+        start_initializing(pod)
         self._bump("pods", "MODIFIED", pod)
 
     def bound(self, namespace: str = "jobs") -> dict[str, str]:
@@ -807,6 +876,12 @@ class FakeKubeAPI:
                     "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
                 }
             ]
+
+    def _log_ended(self, name: str) -> None:
+        """The main container terminated: its log is complete (the lock is held)."""
+        if name in self.logs:
+            self.logs[name].ended()
+            self.lock.notify_all()
 
     def verbs(self) -> set[tuple[str, str]]:
         with self.lock:
@@ -1221,6 +1296,12 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 return
 
         def _log(self, namespace: str, name: str, query: dict[str, str]) -> None:
+            """The main container's log, as tests/fake_kube_logs describes."""
+            invalid = invalid_options(query)
+            if invalid:
+                message = f'PodLogOptions "{name}" is invalid: {invalid}'
+                self._send(422, _status(422, "Invalid", message))
+                return
             pod = api.get("pods", namespace, name)
             if pod is None:
                 self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
@@ -1234,34 +1315,59 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                     ),
                 )
                 return
-            follow = query.get("follow") in ("true", "1")
             with api.lock:
-                data = bytes(api.logs.get(name, b""))
-            if "tailLines" in query:
-                lines = data.splitlines(keepends=True)
-                data = (
-                    b"".join(lines[-int(query["tailLines"]) :]) if int(query["tailLines"]) else b""
-                )
+                pod_log = api.logs[name]
+                position = pod_log.start(query)
+                rotations, cuts = len(pod_log.boundaries), pod_log.cuts
             self._stream_start("text/plain")
+            with api.lock:
+                api.open_log_streams += 1
+                api.lock.notify_all()
             try:
-                self._chunk(data)
-                sent = len(data) if "tailLines" not in query else None
-                while follow and sent is not None:
+                self._answer_log(pod_log, namespace, name, position, (rotations, cuts), query)
+            finally:
+                with api.lock:
+                    api.open_log_streams -= 1
+                    api.lock.notify_all()
+
+        def _answer_log(
+            self,
+            pod_log: PodLog,
+            namespace: str,
+            name: str,
+            position: int,
+            epochs: tuple[int, int],
+            query: dict[str, str],
+        ) -> None:
+            """Stream the lines from `position` until the request is answered."""
+            rotations, cuts = epochs
+            follow = query.get("follow") in ("true", "1")
+            stamps = query.get("timestamps") in ("true", "1")
+            budget = int(query["limitBytes"]) if "limitBytes" in query else None
+            try:
+                while True:
                     with api.lock:
+                        if pod_log.cuts != cuts:
+                            self.connection.shutdown(socket.SHUT_RDWR)  # cut, no end chunk
+                            return
                         current = api.objects.get(("pods", namespace, name))
-                        buffer = api.logs.get(name, bytearray())
-                        more = bytes(buffer[sent:])
                         ended = current is None or "terminated" in (
                             _main_status(current) or {}
                         ).get("state", {})
-                        if not more and not ended and not api.stopping:
+                        file_end = pod_log.file_end(rotations)
+                        end = len(pod_log.lines) if file_end is None else file_end
+                        data = pod_log.render(position, end, stamps)
+                        position = end
+                        done = not follow or ended or file_end is not None or api.stopping
+                        if not data and not done:
                             api.lock.wait(0.5)
                             continue
-                    if more:
-                        self._chunk(more)
-                        sent += len(more)
-                        continue
-                    break
+                    if budget is not None:
+                        data = data[:budget]
+                        budget -= len(data)
+                    self._chunk(data)
+                    if done or budget == 0:
+                        break
                 self._stream_end()
             except (BrokenPipeError, ConnectionResetError, OSError):
                 return

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import EventKind, InstanceKey, LaunchRefused, LaunchRequest
+from backends.base import (
+    EventKind,
+    InstanceKey,
+    LaunchRefused,
+    LaunchRequest,
+    ReadinessCheck,
+    StartDependency,
+)
 from backends.runtime_env import runtime_env
 from tests.backend_drivers import NODE_CPU, Driver, docker_driver, kubernetes_driver
 from tests.simulated import job, role
@@ -334,4 +341,41 @@ async def test_a_relaunch_without_room_waits_naming_its_instance_then_runs_when_
         "the second run ending",
     )
     assert (second[0].role, second[0].exit_code) == ("flaky", 7)
+    await driver.backend.stop(request.job_id, request.attempt, grace_seconds=1)
+
+
+# --- start order -------------------------------------------------------------------------------
+
+
+async def test_a_role_waiting_for_a_ready_ps_starts_only_once_the_ps_listens(
+    driver: Driver,
+) -> None:
+    """On Kubernetes the wait is the start-order init container after the gang's barrier, run
+    by the kubelet against the ps pod's real socket: a worker started before it would find
+    no one listening (the ps listens only after a few seconds)."""
+    port = "$PAI_CONTAINER_HOST_http_PORT_LIST"
+    request = job(
+        role(
+            "ps",
+            [f"sleep 6; nc -ll -p {port} -e true & sleep 40"],
+            ports=[("http", 1)],
+            readiness=ReadinessCheck(port="http", period_seconds=1),
+        ),
+        role(
+            "worker",
+            [
+                "nc -w 2 $PAI_HOST_IP_ps_0 $PAI_PORT_LIST_ps_0_http -e true </dev/null"
+                " && echo ps was listening"
+            ],
+            depends_on=[StartDependency(role="ps", when="ready", instances=1)],
+        ),
+        job_id=f"order-{driver.kind[:4]}",
+    )
+    await driver.backend.launch(request)
+    await driver.events.until(
+        lambda: [e for e in driver.events.of(request, EventKind.EXITED) if e.role == "worker"],
+        "the worker ending",
+    )
+    said = await driver.log(key(request, "worker"))
+    assert "ps was listening" in said, said
     await driver.backend.stop(request.job_id, request.attempt, grace_seconds=1)

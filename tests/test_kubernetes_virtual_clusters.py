@@ -26,7 +26,7 @@ from backends.kubernetes_quota import QUOTA_NAME
 from backends.kubernetes_settings import SettingsError, load_settings
 from tests.fake_kube_admission import ENFORCE
 from tests.fake_kube_api import FakeKubeAPI, deployed_rules
-from tests.test_kubernetes_fake_cluster import Events, backend_on, settings
+from tests.test_kubernetes_fake_cluster import Events, backend_on, log_text, settings
 
 pytestmark = pytest.mark.anyio
 
@@ -90,11 +90,19 @@ async def test_each_virtual_clusters_jobs_run_in_its_namespace_and_are_adopted_t
                 (made,) = api.list(resource, namespace)
                 assert made["metadata"]["labels"]["paigraph.io/job"] == request.job_id
         assert api.pods("jobs") == [] and api.list("services", "jobs") == []
+        (b_pod,) = api.pod_names(TEAM_B)
+        api.schedule(b_pod, namespace=TEAM_B)
+        api.run(b_pod, namespace=TEAM_B)
+        api.write_log(b_pod, "beta's output\n")
         finish(api, TEAM_B, 0)
         await events.until(lambda: events.ended_all())
         assert [(e.job_id, e.kind, e.exit_code) for e in events.ended_all()] == [
             (b.job_id, EventKind.EXITED, 0)
         ]
+        # its output is read from its own namespace
+        (ended,) = events.ended_all()
+        assert ended.key is not None
+        assert await log_text(backend, ended.key) == "beta's output\n"
         events.close()
     # a restarted server finds the running attempt in its namespace and follows it
     async with backend_on(api, tmp_path, namespace_per_virtual_cluster=True) as backend:
