@@ -30,8 +30,10 @@ from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSu
 from server.api.schema import executor_setting, schema_for
 from server.events import bus_for
 from server.exec_frames import PATH as EXEC_PATH
+from server.latest_usage import LatestUsage
 from server.security_headers import SecurityHeaders
 from server.store import database_url, open_store
+from server.usage_sampler import usage_interval_setting
 from server.webapp import Assets, app_page, build_dir
 
 if TYPE_CHECKING:
@@ -166,6 +168,7 @@ def create_app(
     on_stop: Callable[[Store], None] | None = None,
     executor: str | None = None,
     job_visibility: str | None = None,
+    usage_interval: float | None = None,
 ) -> Starlette:
     """The app serving /graphql (GraphiQL in a browser), /exec (commands in running instances,
     server.api.exec_socket), /healthz (liveness), /health (readiness, with the reason when not
@@ -184,8 +187,11 @@ def create_app(
     what keeps running). `executor` is `fast` or `standard` (else $PAIGRAPH_EXECUTOR, else
     `fast`; see server.api.schema): ValueError for anything else. `job_visibility` is `all`
     or `own` (else $PAIGRAPH_JOB_VISIBILITY, else `all`; see server.api.job_access):
-    ValueError for anything else.
+    ValueError for anything else. `usage_interval` is the seconds between measurements of
+    what running instances use (else $PAIGRAPH_USAGE_INTERVAL, else 5; 0: none; see
+    server.usage_sampler); `app.state.latest_usage` gives the latest (server.latest_usage).
     """
+    interval = usage_interval if usage_interval is not None else usage_interval_setting()
     schema = schema_for(executor_setting(executor))
     visibility = job_visibility_setting(job_visibility)
     slot = RuntimeSlot()
@@ -211,6 +217,7 @@ def create_app(
                 runtime = await _build(stack, db_url, backend, loopback)
                 runtime.subscriptions = subscriptions
             runtime.job_visibility = visibility
+            await _start_sampler(stack, runtime, interval)
             slot.current = runtime
             stack.push_async_callback(runtime.sockets.close)
             tune_collector()
@@ -236,7 +243,21 @@ def create_app(
         middleware=[Middleware(SecurityHeaders)],  # server.security_headers says why each
     )
     app.state.runtime = slot  # the running parts, for operators and tests: .get()
+    app.state.latest_usage = LatestUsage(slot)  # each running instance's latest use
     return app
+
+
+async def _start_sampler(stack: AsyncExitStack, runtime: Runtime, interval: float) -> None:
+    """Measure what running instances use every `interval` seconds, when the backend can."""
+    from backends.usage import SamplesUsage
+    from server.usage_sampler import UsageSampler
+
+    if interval <= 0 or not isinstance(runtime.backend, SamplesUsage):
+        return
+    sampler = UsageSampler(runtime.store, runtime.backend, interval)
+    await sampler.start()
+    stack.push_async_callback(sampler.close)
+    runtime.usage = sampler
 
 
 async def _build(

@@ -22,6 +22,7 @@ from server.store import Job, Store, User
 if TYPE_CHECKING:
     from backends.base import Backend
     from server.jobs.service import JobService
+    from server.usage_sampler import UsageSampler
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Runtime:
     subscriptions: UserSubscriptions = field(default_factory=UserSubscriptions)
     job_visibility: JobVisibility = JobVisibility.ALL  # who may read which jobs (job_access)
     sockets: OpenSockets = field(default_factory=OpenSockets)  # closed when a token is revoked
+    usage: UsageSampler | None = None  # measures running instances; None: nothing measures
 
 
 class RuntimeSlot:
