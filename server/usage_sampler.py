@@ -107,7 +107,10 @@ class UsageSampler:
 
     async def sample_once(self) -> None:
         """One round: measure, store, publish; compact when a minute has passed."""
-        samples = await self.backend.sample_usage()
+        measured = await self.backend.sample_usage()
+        # one time for the whole round, so the instances of a job line up point for point
+        at = utcnow()
+        samples = [s.model_copy(update={"at": at}) for s in measured]
         await asyncio.to_thread(self._store_round, samples)
         self.latest = _with_rates(samples, self.latest)
         async with self._round_done:

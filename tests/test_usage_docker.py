@@ -1,0 +1,142 @@
+"""What an instance uses, measured on the Docker backend and read through GraphQL from a real
+`paigraph serve`: a container that burns one core and fills 200 MB shows about that, and its
+samples are still there after the server is killed and started again."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from server.remote import Client
+from tests.servers import final_job, job_containers, served
+from tests.simulated import IMAGE
+from tests.store_support import KINDS
+from tests.waiting import until
+
+pytestmark = pytest.mark.docker
+
+MB = 1 << 20
+# 200 MB written to the container's /dev/shm (a tmpfs: its pages are charged to the
+# container's memory and cannot be reclaimed as cache), then one core kept busy
+BURNER = json.dumps(
+    {
+        "protocolVersion": 2,
+        "name": "burner",
+        "type": "job",
+        "prerequisites": [{"name": "bb", "type": "dockerimage", "uri": IMAGE}],
+        "taskRoles": {
+            "burn": {
+                "instances": 1,
+                "dockerImage": "bb",
+                "resourcePerInstance": {"cpu": 1, "memoryMB": 512, "gpu": 0},
+                "extraContainerOptions": {"shmMB": 300},
+                "commands": [
+                    "dd if=/dev/zero of=/dev/shm/fill bs=1M count=200",
+                    "while :; do :; done",
+                ],
+            }
+        },
+    }
+)
+
+METRICS = """query($id: ID!) { job(id: $id) {
+  metrics { source step roles { taskRole instances request { cpuCores memoryBytes }
+    cpuCores { at sum min max instances } memoryBytes { at sum } } }
+  taskRoles { instances { index state metrics {
+    source step request { cpuCores memoryBytes gpus } oomKilledAt gpuNote
+    cpuCores { at value } memoryBytes { at value } memoryLimitBytes { value }
+    networkRxBytesPerSecond { value } gpuUtilization { value } } } }
+} }"""
+
+
+def instance_metrics(client: Client, job_id: str) -> dict[str, Any]:
+    found = client.execute(METRICS, {"id": job_id})["job"]
+    return found["taskRoles"][0]["instances"][0]["metrics"]
+
+
+def cpu_beside_docker_stats(client: Client, job_id: str) -> tuple[float, float]:
+    """The mean of the instance's CPU samples while `docker stats` measured it, and what
+    `docker stats` said (cores)."""
+    (name,) = job_containers(job_id, "running")
+    began = time.time()
+    shown = subprocess.run(
+        ["docker", "stats", "--no-stream", "--format", "{{.CPUPerc}}", name],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    ended = time.time()
+    time.sleep(4)  # the rounds during and just after the measurement
+    points = instance_metrics(client, job_id)["cpuCores"]
+    window = [
+        p["value"]
+        for p in points
+        if began - 2 <= datetime.fromisoformat(p["at"]).timestamp() <= ended + 4
+    ]
+    assert window, (points, began, ended)
+    return sum(window) / len(window), float(shown.rstrip("%")) / 100
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_busy_container_shows_its_core_and_memory_and_keeps_them_over_a_restart(
+    kind: str, tmp_path: Path
+) -> None:
+    with served(kind, tmp_path) as server:
+        server.settings["PAIGRAPH_USAGE_INTERVAL"] = "2"
+        server.start()
+        client = server.client()
+        submitted = client.submit(BURNER, {})
+        assert submitted["errors"] == [], submitted
+        job_id = submitted["job"]["id"]
+
+        def filled() -> dict[str, Any] | None:
+            metrics = instance_metrics(client, job_id)
+            memory = [p["value"] for p in metrics["memoryBytes"]]
+            return metrics if len(memory) >= 4 and memory[-1] > 150 * MB else None
+
+        metrics = until(filled, "the burner's memory measured", timeout=90, every=1)
+        assert "cgroup" in metrics["source"] or "stats" in metrics["source"]
+        assert metrics["step"] == 2
+        # Other programs share this machine's cores, so the loop gets what the kernel gives
+        # it: the figure is checked against Docker's own `docker stats` of the container
+        measured, engine_says = cpu_beside_docker_stats(client, job_id)
+        assert 0.2 < measured < 1.2
+        assert abs(measured - engine_says) < 0.25, (measured, engine_says)
+        assert 150 * MB < metrics["memoryBytes"][-1]["value"] < 400 * MB
+        assert metrics["memoryLimitBytes"][-1]["value"] == 512 * MB
+        assert metrics["request"] == {"cpuCores": 1.0, "memoryBytes": 512.0 * MB, "gpus": 0}
+        assert metrics["gpuUtilization"] == [] and metrics["gpuNote"] is None
+        assert metrics["oomKilledAt"] is None
+
+        role = client.execute(METRICS, {"id": job_id})["job"]["metrics"]["roles"][0]
+        assert role["taskRole"] == "burn" and role["instances"] == 1
+        assert [p["sum"] for p in role["memoryBytes"]][-1] > 150 * MB
+        assert all(p["min"] == p["max"] == p["sum"] for p in role["cpuCores"])
+
+        before = [p["at"] for p in metrics["cpuCores"]]
+        server.kill()
+        server.start()
+
+        def more() -> dict[str, Any] | None:
+            again = instance_metrics(client, job_id)
+            return again if len(again["cpuCores"]) > len(before) + 1 else None
+
+        after = until(more, "samples taken after the restart", timeout=60, every=1)
+        assert [p["at"] for p in after["cpuCores"]][: len(before)] == before
+        assert max(p["value"] for p in after["cpuCores"][len(before) + 1 :]) > 0.2
+
+        stopped = client.execute(
+            "mutation($id: ID!) { stopJob(input: {id: $id}) { errors { message } } }",
+            {"id": job_id},
+        )
+        assert stopped["stopJob"]["errors"] == []
+        final_job(client, job_id)
+        kept = instance_metrics(client, job_id)
+        assert len(kept["cpuCores"]) >= len(after["cpuCores"])  # an ended job keeps its history
