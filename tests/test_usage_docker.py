@@ -5,7 +5,9 @@ samples are still there after the server is killed and started again."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -140,3 +142,47 @@ def test_a_busy_container_shows_its_core_and_memory_and_keeps_them_over_a_restar
         final_job(client, job_id)
         kept = instance_metrics(client, job_id)
         assert len(kept["cpuCores"]) >= len(after["cpuCores"])  # an ended job keeps its history
+
+
+def test_paigraph_top_shows_each_running_instance_until_the_job_ends(tmp_path: Path) -> None:
+    with served("sqlite", tmp_path) as server:
+        server.settings["PAIGRAPH_USAGE_INTERVAL"] = "1"
+        server.start()
+        client = server.client()
+        submitted = client.submit(BURNER.replace('"instances": 1', '"instances": 2'), {})
+        assert submitted["errors"] == [], submitted
+        job_id = submitted["job"]["id"]
+        until(
+            lambda: (
+                len(
+                    client.execute(METRICS, {"id": job_id})["job"]["metrics"]["roles"][0][
+                        "memoryBytes"
+                    ]
+                )
+                > 0
+            ),
+            "the first measurement",
+            timeout=60,
+        )
+        top = server.start_paigraph("top", "burner", token="")
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(top.stdout.readline, "")))
+        reader.start()
+        rows = until(
+            lambda: (
+                {line.split()[0]: line for line in lines if line.startswith(("burn-0", "burn-1"))}
+                if any(line.startswith("burn-1") for line in lines)
+                else None
+            ),
+            "paigraph top showing both instances",
+            timeout=60,
+        )
+        assert re.search(r"^burn-0\s+\d+\.\d%\s+\d+\.\dMiB / 512\.0MiB\s+\d+\.\d%", rows["burn-0"])
+
+        client.execute(
+            "mutation($id: ID!) { stopJob(input: {id: $id}) { errors { message } } }",
+            {"id": job_id},
+        )
+        assert top.wait(timeout=60) == 0
+        reader.join(timeout=10)
+        assert lines[-1].strip().endswith("has ended"), lines[-5:]
