@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from server.remote import Client
+from server.remote import Client, RemoteError
 from tests.servers import final_job, job_containers, served
 from tests.simulated import IMAGE
 from tests.store_support import KINDS
@@ -186,3 +186,38 @@ def test_paigraph_top_shows_each_running_instance_until_the_job_ends(tmp_path: P
         assert top.wait(timeout=60) == 0
         reader.join(timeout=10)
         assert lines[-1].strip().endswith("has ended"), lines[-5:]
+
+
+NODES = "{ cluster { usageSource usage { name cpuUsedCores memoryUsedBytes instances } } }"
+USAGE = "subscription($id: ID!) { jobUsage(jobId: $id) { instances { taskRole cpuCores } } }"
+
+
+def test_metrics_follow_job_visibility_and_only_admins_see_every_node(tmp_path: Path) -> None:
+    with served("sqlite", tmp_path) as server:
+        server.serve_args = ("--job-visibility", "own")
+        server.settings["PAIGRAPH_USAGE_INTERVAL"] = "1"
+        tokens = {}
+        for name, admin in (("ann", False), ("bob", False), ("root", True)):
+            added = server.paigraph("users", "add", name, *(["--admin"] if admin else []))
+            assert added.returncode == 0, added.stderr
+            tokens[name] = added.stdout.strip()
+        server.start()
+        ann, bob, root = (server.client(tokens[n]) for n in ("ann", "bob", "root"))
+        submitted = ann.submit(BURNER, {})
+        assert submitted["errors"] == [], submitted
+        job_id = submitted["job"]["id"]
+        until(lambda: ann.execute(NODES)["cluster"]["usage"], "ann's node measured", timeout=60)
+
+        (node,) = ann.execute(NODES)["cluster"]["usage"]
+        assert node["instances"] == 1 and node["memoryUsedBytes"] > 0
+        assert bob.execute(NODES)["cluster"]["usage"] == []  # runs nothing: sees no node
+        admin_nodes = root.execute(NODES)["cluster"]["usage"]
+        assert node["name"] in {n["name"] for n in admin_nodes}
+        assert len(admin_nodes) >= 4  # every node of the simulated cluster, busy or not
+
+        assert bob.execute(METRICS, {"id": job_id})["job"] is None
+        assert root.execute(METRICS, {"id": job_id})["job"]["metrics"]["roles"]
+        with pytest.raises(RemoteError, match="no job"):
+            next(bob.subscribe(USAGE, {"id": job_id}))
+        live = next(ann.subscribe(USAGE, {"id": job_id}))["jobUsage"]["instances"]
+        assert [i["taskRole"] for i in live] == ["burn"]
