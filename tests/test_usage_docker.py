@@ -221,3 +221,28 @@ def test_metrics_follow_job_visibility_and_only_admins_see_every_node(tmp_path: 
             next(bob.subscribe(USAGE, {"id": job_id}))
         live = next(ann.subscribe(USAGE, {"id": job_id}))["jobUsage"]["instances"]
         assert [i["taskRole"] for i in live] == ["burn"]
+
+
+def test_an_instance_killed_for_its_memory_is_marked_with_the_time_it_was_killed(
+    tmp_path: Path,
+) -> None:
+    greedy = json.loads(BURNER)
+    greedy["name"] = "greedy"
+    role = greedy["taskRoles"]["burn"]
+    role["resourcePerInstance"]["memoryMB"] = 128
+    role["extraContainerOptions"] = {"shmMB": 32}
+    role["commands"] = ["sleep 3", "tail /dev/zero"]  # tail keeps every byte it read
+    with served("sqlite", tmp_path) as server:
+        server.settings["PAIGRAPH_USAGE_INTERVAL"] = "1"
+        server.start()
+        client = server.client()
+        submitted = client.submit(json.dumps(greedy), {})
+        assert submitted["errors"] == [], submitted
+        job_id = submitted["job"]["id"]
+        final_job(client, job_id)
+
+        metrics = instance_metrics(client, job_id)
+        assert metrics["oomKilledAt"] is not None
+        assert metrics["memoryBytes"], "measured while it ran"
+        assert metrics["memoryLimitBytes"][-1]["value"] == 128 * MB
+        assert metrics["oomKilledAt"] >= metrics["memoryBytes"][-1]["at"]
