@@ -219,7 +219,9 @@ class DockerBackend(ThreadedBackend):
         )
         self._watch: EngineWatch | None = None
         self._closed = threading.Event()
-        self._usage = DockerUsage(self.engine.api, usage_method())
+        # how running containers are measured (backends.docker_usage); bench/sampling.py
+        # puts another in its place to compare the ways
+        self.usage_meter = DockerUsage(self.engine.api, usage_method())
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -237,7 +239,7 @@ class DockerBackend(ThreadedBackend):
             self._watch = None
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._docker_pool.shutdown(wait=False, cancel_futures=True)
-        await asyncio.to_thread(self._usage.close)
+        await asyncio.to_thread(self.usage_meter.close)
         self._release_state()
 
     def _release_state(self) -> None:
@@ -262,7 +264,7 @@ class DockerBackend(ThreadedBackend):
     # --- SamplesUsage ------------------------------------------------------------------------
 
     def usage_source(self) -> str:
-        return self._usage.source()
+        return self.usage_meter.source()
 
     async def sample_usage(self) -> Sequence[UsageSample]:
         """Every running container's use (backends.docker_usage says how it is measured)."""
@@ -276,7 +278,7 @@ class DockerBackend(ThreadedBackend):
                 for i in self._by_container.values()
                 if i.container_id is not None and not i.ended and i.started_at is not None
             ]
-        return await asyncio.to_thread(self._usage.sample, running)
+        return await asyncio.to_thread(self.usage_meter.sample, running)
 
     def _stop_grace_seconds(self) -> float:
         return self.settings.stop_grace_seconds

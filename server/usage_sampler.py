@@ -72,6 +72,7 @@ class UsageSampler:
         self._owners: dict[str, str] = {}  # job id -> its user's name
         self._task: asyncio.Task[None] | None = None
         self._last_compact = 0.0
+        self._failing = False
 
     def source(self) -> str:
         return self.backend.usage_source()
@@ -101,8 +102,16 @@ class UsageSampler:
             began = time.monotonic()
             try:
                 await self.sample_once()
-            except Exception:
-                log.exception("measuring what instances use failed; trying again next round")
+                self._failing = False
+            except Exception as exc:
+                # told once per outage (the engine away, the database busy), not every round
+                if not self._failing:
+                    log.warning(
+                        "measuring what instances use failed (%s); trying again every round",
+                        exc,
+                        exc_info=True,
+                    )
+                self._failing = True
             await asyncio.sleep(max(self.interval - (time.monotonic() - began), 0.5))
 
     async def sample_once(self) -> None:
