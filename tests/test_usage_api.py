@@ -24,10 +24,10 @@ MB = 1 << 20
 
 QUERY = """query($id: ID!, $step: Int) { job(id: $id) {
   metrics(step: $step) { source step roles { taskRole instances request { cpuCores gpus }
-    cpuCores { at sum min max instances } memoryBytes { sum }
-    networkRxBytesPerSecond { at sum } gpuUtilization { sum } } }
+    cpuCores { times sums mins maxes instances } memoryBytes { sums }
+    networkRxBytesPerSecond { times sums } gpuUtilization { sums } } }
   taskRoles { name instances { index metrics(step: $step) {
-    step gpuNote cpuCores { at value } networkRxBytesPerSecond { value } } } }
+    step gpuNote cpuCores { times values } networkRxBytesPerSecond { values } } } }
 } }"""
 
 
@@ -73,14 +73,14 @@ async def test_roles_sum_their_instances_and_show_the_least_and_most_used(
     ps, worker = metrics["roles"]
     assert (ps["taskRole"], worker["taskRole"]) == ("ps", "worker")
     assert worker["instances"] == 2 and worker["request"] == {"cpuCores": 2.0, "gpus": 1}
-    assert len(worker["cpuCores"]) == 6
-    assert {(p["sum"], p["min"], p["max"], p["instances"]) for p in worker["cpuCores"]} == {
-        (3.0, 1.0, 2.0, 2)
-    }
-    assert {p["sum"] for p in worker["memoryBytes"]} == {300.0 * MB}
+    cpu = worker["cpuCores"]
+    assert cpu["times"] == [(T0 + timedelta(seconds=10 + 5 * n)).timestamp() for n in range(6)]
+    assert (cpu["sums"], cpu["mins"], cpu["maxes"]) == ([3.0] * 6, [1.0] * 6, [2.0] * 6)
+    assert cpu["instances"] == [2] * 6
+    assert worker["memoryBytes"]["sums"] == [300.0 * MB] * 6
     # rates from consecutive totals: none for the first point, then 1000 + 2000 a second
-    assert [p["sum"] for p in worker["networkRxBytesPerSecond"]] == [3000.0] * 5
-    assert worker["gpuUtilization"] == []
+    assert worker["networkRxBytesPerSecond"]["sums"] == [3000.0] * 5
+    assert worker["gpuUtilization"]["sums"] == []
 
     workers = {
         i["index"]: i["metrics"]
@@ -88,7 +88,7 @@ async def test_roles_sum_their_instances_and_show_the_least_and_most_used(
         for i in r["instances"]
         if r["name"] == "worker"
     }
-    assert [p["value"] for p in workers[1]["cpuCores"]] == [2.0] * 6
+    assert workers[1]["cpuCores"]["values"] == [2.0] * 6
     # GPUs asked for, and no figures: why is said (the Docker backend's are simulated)
     assert workers[1]["gpuNote"] == "not measured: no GPU figures from the cluster"
 
@@ -101,8 +101,8 @@ async def test_a_coarser_step_averages_and_a_bad_one_is_refused_naming_it(
     found = (await data(client, QUERY, {"id": key, "step": 60}, token=token))["job"]
     worker = found["metrics"]["roles"][1]
     assert found["metrics"]["step"] == 60
-    (point,) = worker["cpuCores"]
-    assert point["at"].startswith("2026-11-27T08:00:00") and point["sum"] == 3.0
+    assert worker["cpuCores"]["times"] == [T0.timestamp()]  # the minute's start
+    assert worker["cpuCores"]["sums"] == [3.0]
 
     refused = await gql(client, QUERY, {"id": key, "step": 0}, token=token)
     assert refused["errors"][0]["message"] == "step: must be from 1 to 86400 seconds, got 0"

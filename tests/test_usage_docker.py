@@ -49,17 +49,28 @@ BURNER = json.dumps(
 
 METRICS = """query($id: ID!) { job(id: $id) {
   metrics { source step roles { taskRole instances request { cpuCores memoryBytes }
-    cpuCores { at sum min max instances } memoryBytes { at sum } } }
+    cpuCores { times sums mins maxes instances } memoryBytes { times sums } } }
   taskRoles { instances { index state metrics {
     source step request { cpuCores memoryBytes gpus } oomKilledAt gpuNote
-    cpuCores { at value } memoryBytes { at value } memoryLimitBytes { value }
-    networkRxBytesPerSecond { value } gpuUtilization { value } } } }
+    cpuCores { times values } memoryBytes { times values } memoryLimitBytes { values }
+    networkRxBytesPerSecond { values } gpuUtilization { values } } } }
 } }"""
 
 
+def points(series: dict[str, list[float]]) -> list[dict[str, float]]:
+    """A series as a list of points: {"at": seconds since 1970, "value": ...}."""
+    return [{"at": t, "value": v} for t, v in zip(series["times"], series["values"], strict=True)]
+
+
 def instance_metrics(client: Client, job_id: str) -> dict[str, Any]:
+    """The first instance's metrics, each series as a list of points."""
     found = client.execute(METRICS, {"id": job_id})["job"]
-    return found["taskRoles"][0]["instances"][0]["metrics"]
+    metrics = found["taskRoles"][0]["instances"][0]["metrics"]
+    for name in ("cpuCores", "memoryBytes"):
+        metrics[name] = points(metrics[name])
+    for name in ("memoryLimitBytes", "networkRxBytesPerSecond", "gpuUtilization"):
+        metrics[name] = [{"value": v} for v in metrics[name]["values"]]
+    return metrics
 
 
 def cpu_beside_docker_stats(client: Client, job_id: str) -> tuple[float, float]:
@@ -77,11 +88,7 @@ def cpu_beside_docker_stats(client: Client, job_id: str) -> tuple[float, float]:
     ended = time.time()
     time.sleep(4)  # the rounds during and just after the measurement
     points = instance_metrics(client, job_id)["cpuCores"]
-    window = [
-        p["value"]
-        for p in points
-        if began - 2 <= datetime.fromisoformat(p["at"]).timestamp() <= ended + 4
-    ]
+    window = [p["value"] for p in points if began - 2 <= p["at"] <= ended + 4]
     assert window, (points, began, ended)
     return sum(window) / len(window), float(shown.rstrip("%")) / 100
 
@@ -119,8 +126,9 @@ def test_a_busy_container_shows_its_core_and_memory_and_keeps_them_over_a_restar
 
         role = client.execute(METRICS, {"id": job_id})["job"]["metrics"]["roles"][0]
         assert role["taskRole"] == "burn" and role["instances"] == 1
-        assert [p["sum"] for p in role["memoryBytes"]][-1] > 150 * MB
-        assert all(p["min"] == p["max"] == p["sum"] for p in role["cpuCores"])
+        assert role["memoryBytes"]["sums"][-1] > 150 * MB
+        cpu = role["cpuCores"]
+        assert cpu["sums"] == cpu["mins"] == cpu["maxes"] and set(cpu["instances"]) == {1}
 
         before = [p["at"] for p in metrics["cpuCores"]]
         server.kill()
@@ -153,14 +161,9 @@ def test_paigraph_top_shows_each_running_instance_until_the_job_ends(tmp_path: P
         assert submitted["errors"] == [], submitted
         job_id = submitted["job"]["id"]
         until(
-            lambda: (
-                len(
-                    client.execute(METRICS, {"id": job_id})["job"]["metrics"]["roles"][0][
-                        "memoryBytes"
-                    ]
-                )
-                > 0
-            ),
+            lambda: client.execute(METRICS, {"id": job_id})["job"]["metrics"]["roles"][0][
+                "memoryBytes"
+            ]["times"],
             "the first measurement",
             timeout=60,
         )
@@ -245,4 +248,5 @@ def test_an_instance_killed_for_its_memory_is_marked_with_the_time_it_was_killed
         assert metrics["oomKilledAt"] is not None
         assert metrics["memoryBytes"], "measured while it ran"
         assert metrics["memoryLimitBytes"][-1]["value"] == 128 * MB
-        assert metrics["oomKilledAt"] >= metrics["memoryBytes"][-1]["at"]
+        killed = datetime.fromisoformat(metrics["oomKilledAt"]).timestamp()
+        assert killed >= metrics["memoryBytes"][-1]["at"]

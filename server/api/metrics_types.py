@@ -28,22 +28,27 @@ SIMULATED_GPUS = "simulated: no utilization"
 _OOM_CODE = spec_for(-1200).code
 
 
-@strawberry.type(description="A figure at one time.")
-class MetricPoint:
-    at: datetime
-    value: float
+@strawberry.type(
+    description="A figure over time, as two lists of one length (what charts draw from): "
+    "`times`, seconds since 1970-01-01 UTC, ascending, and the `values` then. Times without a "
+    "value (a rate's first point) are left out."
+)
+class MetricSeries:
+    times: list[float]
+    values: list[float]
 
 
 @strawberry.type(
-    description="A figure of a task role at one time: the sum over its instances measured "
-    "then, and the least and the most one instance used."
+    description="A figure of a task role over time, as lists of one length: at each of "
+    "`times` (seconds since 1970-01-01 UTC), the sum over the instances measured then, the "
+    "least and the most one instance used, and how many instances had a value."
 )
-class SpreadPoint:
-    at: datetime
-    sum: float
-    min: float
-    max: float
-    instances: int = strawberry.field(description="Instances with a value at this time.")
+class SpreadSeries:
+    times: list[float]
+    sums: list[float]
+    mins: list[float]
+    maxes: list[float]
+    instances: list[int]
 
 
 @strawberry.type(description="What an instance asked for, to draw beside what it used.")
@@ -65,13 +70,13 @@ class InstanceMetrics:
         description="Seconds between points: the sampling interval for the last hour, 60 for "
         "older points, or the `step` asked for."
     )
-    cpu_cores: list[MetricPoint]
-    memory_bytes: list[MetricPoint]
-    memory_limit_bytes: list[MetricPoint]
-    network_rx_bytes_per_second: list[MetricPoint]
-    network_tx_bytes_per_second: list[MetricPoint]
-    gpu_utilization: list[MetricPoint] = strawberry.field(description="0 to 1.")
-    gpu_memory_bytes: list[MetricPoint]
+    cpu_cores: MetricSeries
+    memory_bytes: MetricSeries
+    memory_limit_bytes: MetricSeries
+    network_rx_bytes_per_second: MetricSeries
+    network_tx_bytes_per_second: MetricSeries
+    gpu_utilization: MetricSeries = strawberry.field(description="0 to 1.")
+    gpu_memory_bytes: MetricSeries
     gpu_note: str | None = strawberry.field(
         description='Why GPU series are empty although GPUs were given ("simulated: no '
         'utilization"); null otherwise.'
@@ -87,11 +92,11 @@ class RoleMetrics:
     task_role: str
     instances: int = strawberry.field(description="Instances with any point in the range.")
     request: ResourceRequestLine = strawberry.field(description="Per instance.")
-    cpu_cores: list[SpreadPoint]
-    memory_bytes: list[SpreadPoint]
-    network_rx_bytes_per_second: list[SpreadPoint]
-    network_tx_bytes_per_second: list[SpreadPoint]
-    gpu_utilization: list[SpreadPoint]
+    cpu_cores: SpreadSeries
+    memory_bytes: SpreadSeries
+    network_rx_bytes_per_second: SpreadSeries
+    network_tx_bytes_per_second: SpreadSeries
+    gpu_utilization: SpreadSeries
 
 
 @strawberry.type(description="What a job's current attempt used over time, per task role.")
@@ -202,12 +207,14 @@ def request_line(role: SpecTaskRole | None) -> ResourceRequestLine:
     )
 
 
-def _points(found: Sequence[Reading], figure: str) -> list[MetricPoint]:
-    return [
-        MetricPoint(at=r.at, value=value)
-        for r in found
-        if (value := getattr(r, figure)) is not None
-    ]
+def _series(found: Sequence[Reading], figure: str) -> MetricSeries:
+    times, values = [], []
+    for r in found:
+        value = getattr(r, figure)
+        if value is not None:
+            times.append(r.at.timestamp())
+            values.append(value)
+    return MetricSeries(times=times, values=values)
 
 
 def oom_killed_at(instance: Instance) -> datetime | None:
@@ -225,18 +232,18 @@ def instance_metrics(
 ) -> InstanceMetrics:
     found = coarser(readings(points), step)
     request = request_line(role)
-    gpu_points = _points(found, "gpu_utilization")
+    gpu_points = _series(found, "gpu_utilization")
     return InstanceMetrics(
         source=source_of(runtime),
         step=step or min((r.step for r in found), default=_interval(runtime)),
-        cpu_cores=_points(found, "cpu_cores"),
-        memory_bytes=_points(found, "memory_bytes"),
-        memory_limit_bytes=_points(found, "memory_limit_bytes"),
-        network_rx_bytes_per_second=_points(found, "rx_per_second"),
-        network_tx_bytes_per_second=_points(found, "tx_per_second"),
+        cpu_cores=_series(found, "cpu_cores"),
+        memory_bytes=_series(found, "memory_bytes"),
+        memory_limit_bytes=_series(found, "memory_limit_bytes"),
+        network_rx_bytes_per_second=_series(found, "rx_per_second"),
+        network_tx_bytes_per_second=_series(found, "tx_per_second"),
         gpu_utilization=gpu_points,
-        gpu_memory_bytes=_points(found, "gpu_memory_bytes"),
-        gpu_note=_gpu_note(runtime, request.gpus, bool(gpu_points)),
+        gpu_memory_bytes=_series(found, "gpu_memory_bytes"),
+        gpu_note=_gpu_note(runtime, request.gpus, bool(gpu_points.times)),
         request=request,
         oom_killed_at=oom_killed_at(instance),
     )
@@ -289,11 +296,14 @@ def job_metrics(
     )
 
 
-def _spread(found: list[Spread]) -> list[SpreadPoint]:
-    return [
-        SpreadPoint(at=s.at, sum=s.total, min=s.least, max=s.most, instances=s.instances)
-        for s in found
-    ]
+def _spread(found: list[Spread]) -> SpreadSeries:
+    return SpreadSeries(
+        times=[s.at.timestamp() for s in found],
+        sums=[s.total for s in found],
+        mins=[s.least for s in found],
+        maxes=[s.most for s in found],
+        instances=[s.instances for s in found],
+    )
 
 
 async def stored_points(
