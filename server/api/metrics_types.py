@@ -9,7 +9,6 @@ for every node and others for the nodes running jobs they may read.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -17,6 +16,7 @@ import strawberry
 
 from server.api.context import Info, Runtime
 from server.api.errors import ApiError
+from server.api.loaders import UsageByInstance
 from server.api.usage_series import Reading, Spread, coarser, readings, spread
 from server.jobs.exit_codes import spec_for
 from server.protocol.model import TaskRole as SpecTaskRole
@@ -307,15 +307,10 @@ def _spread(found: list[Spread]) -> SpreadSeries:
 
 
 async def stored_points(
-    info: Info,
-    job_id: str,
-    since: datetime | None,
-    attempt: int,
-    role: str | None = None,
-    index: int | None = None,
-) -> list[StoredUsage]:
+    info: Info, job_id: str, since: datetime | None, attempt: int
+) -> UsageByInstance:
+    """The attempt's points from `since` by instance, read once per request and job (through
+    the request's loader) however many instances ask."""
     if since is not None and since.tzinfo is None:
         raise ApiError("since: give a time with its zone (e.g. ...Z)", "BAD_ARGUMENT")
-    return await asyncio.to_thread(
-        info.context.store.usage_of, job_id, since=since, attempt=attempt, role=role, index=index
-    )
+    return await info.context.loaders.usage.load((job_id, attempt, since)) or {}

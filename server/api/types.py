@@ -264,7 +264,7 @@ class TaskInstance:
     ) -> InstanceMetrics:
         i = self.value
         every = checked_step(step)
-        points = await stored_points(info, i.job_id, since, i.attempt, i.role, i.index)
+        points = (await stored_points(info, i.job_id, since, i.attempt)).get((i.role, i.index), [])
         spec = await info.context.loaders.spec.load(i.job_id)
         role = spec.role(i.role) if spec is not None else None
         return instance_metrics(info.context.runtime, points, every, role, i)
@@ -505,7 +505,8 @@ class Job(Node):
         self, info: Info, since: datetime | None = None, step: int | None = None
     ) -> JobMetrics:
         every = checked_step(step)
-        points = await stored_points(info, self.job_id, since, self.attempt)
+        by_instance = await stored_points(info, self.job_id, since, self.attempt)
+        points = [p for found in by_instance.values() for p in found]
         spec = await info.context.loaders.spec.load(self.job_id)
         roles = spec.task_roles if spec is not None else []
         return job_metrics(info.context.runtime, points, every, roles)
