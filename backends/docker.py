@@ -87,6 +87,7 @@ from backends.docker_specs import (
     safe,
     simulated_gpu_note,
 )
+from backends.docker_usage import DockerUsage, Watched, usage_method
 from backends.entrypoint import WORK_DIR
 from backends.hdfs_standin import DFS_DIR, standin_tools
 from backends.instance_exec import ExecRequest
@@ -94,6 +95,7 @@ from backends.runtime_env import runtime_env
 from backends.secrets_env import secret_environment, with_secret_variables
 from backends.ssh_access import ssh_files
 from backends.threaded import LogSource, ThreadedBackend
+from backends.usage import UsageSample
 from simulator.cluster import Cluster, Demand, Placed, Slot
 from simulator.containers import (
     OWNER,
@@ -217,6 +219,9 @@ class DockerBackend(ThreadedBackend):
         )
         self._watch: EngineWatch | None = None
         self._closed = threading.Event()
+        # how running containers are measured (backends.docker_usage); bench/sampling.py
+        # puts another in its place to compare the ways
+        self.usage_meter = DockerUsage(self.engine.api, usage_method())
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -234,6 +239,7 @@ class DockerBackend(ThreadedBackend):
             self._watch = None
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._docker_pool.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self.usage_meter.close)
         self._release_state()
 
     def _release_state(self) -> None:
@@ -254,6 +260,25 @@ class DockerBackend(ThreadedBackend):
             since=condition.since,
             detail=condition.error,
         )
+
+    # --- SamplesUsage ------------------------------------------------------------------------
+
+    def usage_source(self) -> str:
+        return self.usage_meter.source()
+
+    async def sample_usage(self) -> Sequence[UsageSample]:
+        """Every running container's use (backends.docker_usage says how it is measured)."""
+        with self._lock:
+            running = [
+                Watched(
+                    key=i.key,
+                    container_id=i.container_id,
+                    real_gpus=bool(i.placement and self.cluster.node(i.placement.node).real_gpus),
+                )
+                for i in self._by_container.values()
+                if i.container_id is not None and not i.ended and i.started_at is not None
+            ]
+        return await asyncio.to_thread(self.usage_meter.sample, running)
 
     def _stop_grace_seconds(self) -> float:
         return self.settings.stop_grace_seconds

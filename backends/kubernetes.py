@@ -67,6 +67,7 @@ from backends.base import (
     Placement,
     UnknownInstance,
     oom_reason,
+    utcnow,
 )
 from backends.instance_exec import ExecRequest
 from backends.kubernetes_exec import KubernetesExecSession
@@ -102,9 +103,11 @@ from backends.kubernetes_start_order import (
     order_key,
     verdict,
 )
+from backends.kubernetes_usage import PodMetricsReader
 from backends.ssh_access import JOB_KEY
 from backends.start_gate import DEPENDENCY_FAILED, PeerState, waits_for
 from backends.threaded import LogSource, ThreadedBackend, attempt_id
+from backends.usage import UsageSample
 
 __all__ = ["KubernetesBackend", "api_client"]
 
@@ -237,6 +240,9 @@ class KubernetesBackend(ThreadedBackend):
         self._looked: tuple[str, float] = ("", 0.0)  # the queue's head and when room was read
         self._room_changed = False  # an instance of ours ended since the room was read
         self._quotas_kept: set[str] = set()  # virtual clusters whose ResourceQuota is as set
+        self._metrics = PodMetricsReader(
+            self.client, self.namespace, self.selector, every_namespace=self.per_virtual_cluster
+        )
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -317,6 +323,36 @@ class KubernetesBackend(ThreadedBackend):
     def health(self) -> BackendHealth:
         """Unhealthy while the API server does not answer the pod listing."""
         return self._reach.health()
+
+    # --- SamplesUsage ------------------------------------------------------------------------
+
+    def usage_source(self) -> str:
+        return self._metrics.source
+
+    async def sample_usage(self) -> list[UsageSample]:
+        """The running pods' CPU and memory from the metrics API (backends.kubernetes_usage)."""
+        with self._lock:
+            running = {
+                i.pod: (i.key, attempt.request.role(i.key.role).resources.memory_mb << 20)
+                for attempt in self._attempts.values()
+                for i in attempt.live()
+                if i.started
+            }
+        if not running:
+            return []
+        figures = await asyncio.to_thread(self._metrics.read)
+        at = utcnow()
+        return [
+            UsageSample(
+                key=key,
+                at=at,
+                cpu_cores=figures[pod][0],
+                memory_bytes=figures[pod][1],
+                memory_limit_bytes=limit,
+            )
+            for pod, (key, limit) in running.items()
+            if pod in figures
+        ]
 
     def _stop_grace_seconds(self) -> float:
         return self.settings.stop_grace_seconds

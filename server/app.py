@@ -30,10 +30,12 @@ from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSu
 from server.api.schema import executor_setting, schema_for
 from server.events import bus_for
 from server.exec_frames import PATH as EXEC_PATH
+from server.latest_usage import LatestUsage
 from server.metrics import AppMetrics, MetricsSettings, metrics_endpoint
-from server.metrics.scrape import LatestUsage
+from server.metrics.scrape import LatestUsage as LatestUsageSource
 from server.security_headers import SecurityHeaders
 from server.store import database_url, open_store
+from server.usage_sampler import usage_interval_setting
 from server.webapp import Assets, app_page, build_dir
 
 if TYPE_CHECKING:
@@ -170,7 +172,8 @@ def create_app(
     executor: str | None = None,
     job_visibility: str | None = None,
     metrics: MetricsSettings | None = None,
-    latest_usage: LatestUsage | None = None,
+    latest_usage: LatestUsageSource | None = None,
+    usage_interval: float | None = None,
 ) -> Starlette:
     """The app serving /graphql (GraphiQL in a browser), /exec (commands in running instances,
     server.api.exec_socket), /healthz (liveness), /health (readiness, with the reason when not
@@ -190,16 +193,21 @@ def create_app(
     what keeps running). `executor` is `fast` or `standard` (else $PAIGRAPH_EXECUTOR, else
     `fast`; see server.api.schema): ValueError for anything else. `job_visibility` is `all`
     or `own` (else $PAIGRAPH_JOB_VISIBILITY, else `all`; see server.api.job_access):
-    ValueError for anything else. `metrics` are the settings of /metrics (else the
-    PAIGRAPH_METRICS_* ones, server.metrics.settings); `latest_usage` gives its per-instance
-    series (settable later as `app.state.metrics.latest_usage`).
+    ValueError for anything else. `usage_interval` is the seconds between measurements of
+    what running instances use (else $PAIGRAPH_USAGE_INTERVAL, else 5; 0: none; see
+    server.usage_sampler); `app.state.latest_usage` gives the latest (server.latest_usage).
+    `metrics` are the settings of /metrics (else the PAIGRAPH_METRICS_* ones,
+    server.metrics.settings); `latest_usage` gives its per-instance series (by default
+    the sampler's latest; settable later as `app.state.metrics.latest_usage`).
     """
+    interval = usage_interval if usage_interval is not None else usage_interval_setting()
     schema = schema_for(executor_setting(executor))
     visibility = job_visibility_setting(job_visibility)
     slot = RuntimeSlot()
     loopback = is_loopback(host)
     subscriptions = UserSubscriptions(max_subscriptions_per_user)
-    measured = AppMetrics(metrics, latest_usage)
+    sampled = LatestUsage(slot)  # each running instance's latest use
+    measured = AppMetrics(metrics, latest_usage or sampled)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -222,6 +230,7 @@ def create_app(
                 runtime.subscriptions = subscriptions
             runtime.job_visibility = visibility
             runtime.timings = measured.api
+            await _start_sampler(stack, runtime, interval)
             slot.current = runtime
             stack.push_async_callback(runtime.sockets.close)
             tune_collector()
@@ -249,7 +258,21 @@ def create_app(
     )
     app.state.runtime = slot  # the running parts, for operators and tests: .get()
     app.state.metrics = measured  # what /metrics serves (server.metrics)
+    app.state.latest_usage = sampled
     return app
+
+
+async def _start_sampler(stack: AsyncExitStack, runtime: Runtime, interval: float) -> None:
+    """Measure what running instances use every `interval` seconds, when the backend can."""
+    from backends.usage import SamplesUsage
+    from server.usage_sampler import UsageSampler
+
+    if interval <= 0 or not isinstance(runtime.backend, SamplesUsage):
+        return
+    sampler = UsageSampler(runtime.store, runtime.backend, interval)
+    await sampler.start()
+    stack.push_async_callback(sampler.close)
+    runtime.usage = sampler
 
 
 async def _build(

@@ -184,6 +184,16 @@ class Client:
         for data in self.subscribe(query, {"id": job_id}):
             yield data["jobEvents"]
 
+    def job_usage(self, job_id: str) -> Iterator[dict[str, Any]]:
+        """Each sampling round's figures of the job's running instances, until it ends."""
+        query = (
+            "subscription($id: ID!) { jobUsage(jobId: $id) { at source instances {"
+            " taskRole index cpuCores memoryBytes memoryLimitBytes networkRxBytesPerSecond"
+            " networkTxBytesPerSecond gpuUtilization gpuMemoryBytes } } }"
+        )
+        for data in self.subscribe(query, {"id": job_id}):
+            yield data["jobUsage"]
+
     def task_logs(self, job_id: str, role: str, index: int, follow: bool) -> Iterator[str]:
         query = (
             "subscription($id: ID!, $role: String!, $index: Int!, $follow: Boolean) {"

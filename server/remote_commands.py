@@ -1,4 +1,4 @@
-"""`paigraph submit | status | logs | stop`: a running server's jobs from the terminal."""
+"""`paigraph submit | status | logs | top | stop`: a running server's jobs from the terminal."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import typer
 from rich.console import Group
 from rich.live import Live
 from rich.markup import escape
+from rich.text import Text
 
 from server.cli_output import console
 from server.job_table import InstanceRow, job_table
 from server.remote import DEFAULT_URL, FINAL_STATES, Client, RemoteError
+from server.usage_table import usage_table
 
 out = console()
 err = console(stderr=True)
@@ -118,6 +120,25 @@ def register(app: typer.Typer, parse_params: Any) -> None:
                 sys.stdout.write("\n")
 
         _call(stream)
+
+    @app.command()
+    def top(
+        job: Annotated[str, typer.Argument(help="The job's id or name.")],
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
+    ) -> None:
+        """Show what each running instance of a job uses, live, like `docker stats`: until
+        Ctrl-C or the job ends."""
+        client = _client(url, token)
+        found = _call(lambda: client.job(job))
+        title = f"job [bold]{escape(found['name'])}[/bold] ({found['id']})"
+        if found["state"] in FINAL_STATES:
+            out.print(f"{title} has ended ({found['state']}): nothing runs")
+            return
+        try:
+            _call(lambda: _top(client, found["id"], title))
+        except KeyboardInterrupt:
+            return
 
     @app.command()
     def stop(
@@ -248,6 +269,22 @@ def _watch(client: Client, job: dict[str, Any], said: list[dict[str, Any]]) -> i
     if not out.is_terminal:  # rich ends a terminal's last frame with a newline, not a pipe's
         out.line()
     return 0 if job["state"] == "SUCCEEDED" else 1
+
+
+def _top(client: Client, job_id: str, title: str) -> None:
+    """Redraw the job's usage table every round on a terminal; elsewhere print one table per
+    round, for a log or the next program."""
+    waiting = usage_table(title, [], "waiting for the next measurement ...")
+    rounds = client.job_usage(job_id)
+    if not out.is_terminal:
+        for found in rounds:
+            out.print(usage_table(f"{title}  {found['at']}", found["instances"], found["source"]))
+        out.print(f"{title} has ended")
+        return
+    with Live(waiting, console=out, refresh_per_second=4) as live:
+        for found in rounds:
+            live.update(usage_table(title, found["instances"], found["source"]))
+        live.update(Group(live.renderable, Text.from_markup(f"{title} has ended")))
 
 
 def _client(url: str, token: str | None) -> Client:

@@ -26,6 +26,8 @@ and kubelet through the methods at the bottom (`schedule`, `run`, `exit`, `oom`,
 plays the kubelet. Every change is streamed to watchers as a MODIFIED event. A deletion of a
 running pod ends its container with 143 (SIGTERM) before the pod goes, unless its node is lost:
 then it stays Terminating until it is force-deleted (grace period 0), as with a kubelet gone.
+The metrics API (`metrics.k8s.io/v1beta1` PodMetrics) answers 404, as on a cluster without
+metrics-server, until a test gives figures for a pod (`pod_metrics`).
 Lists are paginated (`limit`, `continue`), watches send BOOKMARKs, and a test can make the
 server answer 429 or 5xx, or refuse pod creates with 403, as a real one does under load or
 quota. Every request is recorded as (verb, resource), so tests can compare what the backend
@@ -96,6 +98,7 @@ _PATH = re.compile(
     r"(?P<resource>pods|services|configmaps|secrets|events|networkpolicies|resourcequotas)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log|exec))?$"
     r"|^/api/v1/(?P<cluster>nodes|pods|configmaps)(?:/(?P<node>[^/]+))?$"
+    r"|^/apis/metrics\.k8s\.io/v1beta1/(?:namespaces/(?P<mns>[^/]+)/)?(?P<metrics>pods)$"
     r"|^/apis/(?P<cgroup>[^/]+/[^/]+)/namespaces/(?P<cns>[^/]+)/(?P<custom>podgroups)"
     r"(?:/(?P<cname>[^/]+))?$"
 )
@@ -168,6 +171,9 @@ class FakeKubeAPI:
         self.lost_nodes: set[str] = set()  # nodes whose kubelet is gone
         self.scheduler_paused = False  # the scheduler binds nothing meanwhile (down, or busy)
         self.continued = 0  # list pages asked for with a continue token
+        # PodMetrics by (namespace, pod): container name -> (cpu, memory) quantities; None:
+        # the cluster serves no metrics API
+        self.metrics: dict[tuple[str, str], dict[str, tuple[str, str]]] | None = None
         self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -721,6 +727,46 @@ class FakeKubeAPI:
 
     # --- nodes, the scheduler, and the kubelet's endings ----------------------------------------
 
+    def pod_metrics(
+        self, name: str, cpu: str, memory: str, namespace: str = "jobs", container: str = "main"
+    ) -> None:
+        """The metrics API serves, and says the pod's container uses `cpu` and `memory`
+        (quantities: "250m", "100Mi") now."""
+        with self.lock:
+            if self.metrics is None:
+                self.metrics = {}
+            self.metrics.setdefault((namespace, name), {})[container] = (cpu, memory)
+
+    def _pod_metrics_list(self, namespace: str | None, selector: str) -> tuple[int, dict[str, Any]]:
+        """The PodMetrics of one namespace, or of every one (None)."""
+        with self.lock:
+            if self.metrics is None:
+                return 404, _status(
+                    404, "NotFound", "the server could not find the requested resource"
+                )
+            items = []
+            for (ns, name), containers in self.metrics.items():
+                pod = self.objects.get(("pods", ns, name))
+                if namespace not in (None, ns) or pod is None or not _matches(pod, selector):
+                    continue
+                items.append(
+                    {
+                        "metadata": {
+                            "name": name,
+                            "namespace": ns,
+                            "labels": pod["metadata"].get("labels", {}),
+                        },
+                        "timestamp": now(),
+                        "window": "15s",
+                        "containers": [
+                            {"name": c, "usage": {"cpu": cpu, "memory": memory}}
+                            for c, (cpu, memory) in containers.items()
+                        ],
+                    }
+                )
+        listing = {"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1"}
+        return 200, {**listing, "metadata": {}, "items": items}
+
     def add_node(self, name: str, **capacity: Any) -> None:
         """Register a Ready node (see fake_kube_nodes.node_object); from the first node on,
         the fake schedules pods itself."""
@@ -1041,6 +1087,8 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 namespace = self._target(match)[1] or ""
                 if match["custom"]:
                     group = match["cgroup"].split("/")[0]
+                if match["metrics"]:
+                    group = "metrics.k8s.io"
             if api.rbac.allows(verb, group, resource, namespace):
                 return True
             refusal = RoleRules.refusal(SERVICE_ACCOUNT, verb, group, resource, namespace)
@@ -1049,6 +1097,8 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
 
         def _target(self, match: re.Match[str]) -> tuple[str, str | None, str | None]:
             """(resource, namespace or None for cluster scope, name) of a matched path."""
+            if match["metrics"]:
+                return "pods", match["mns"], None
             if match["cluster"]:
                 return match["cluster"], None, match["node"]
             if match["custom"]:
@@ -1152,6 +1202,10 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
                 return
             if match is None:
                 self._send(404, _status(404, "NotFound", f"no route {self.path}"))
+                return
+            if match["metrics"]:
+                if self._record("list", "pods"):
+                    self._send(*api._pod_metrics_list(match["mns"], query.get("labelSelector", "")))
                 return
             resource, namespace, name = self._target(match)
             if match["sub"] == "log":

@@ -23,6 +23,7 @@ from server.store import Job, Store, User
 if TYPE_CHECKING:
     from backends.base import Backend
     from server.jobs.service import JobService
+    from server.usage_sampler import UsageSampler
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Runtime:
     job_visibility: JobVisibility = JobVisibility.ALL  # who may read which jobs (job_access)
     sockets: OpenSockets = field(default_factory=OpenSockets)  # closed when a token is revoked
     timings: OperationTimings | None = None  # how long operations take (server.api.timing)
+    usage: UsageSampler | None = None  # measures running instances; None: nothing measures
 
 
 class RuntimeSlot:

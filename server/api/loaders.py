@@ -1,5 +1,6 @@
 """Per-request DataLoaders: every job, spec, instance list, config and user a query needs is
-read in one statement per kind, however many jobs the query touches.
+read in one statement per kind, however many jobs the query touches (what instances used: one
+statement per job, however many of its instances the query asks about).
 
 The store is synchronous; each batch runs in a worker thread. A loader built for one HTTP
 request caches what it read for that request; a websocket connection lives long, so its
@@ -9,7 +10,9 @@ loaders batch but do not cache (a subscription must see new rows).
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from datetime import datetime
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from sqlalchemy import select
@@ -17,7 +20,7 @@ from sqlmodel import col
 from strawberry.dataloader import DataLoader
 
 from server.protocol.model import JobSpec
-from server.store import Instance, Job, Store, User
+from server.store import Instance, Job, Store, StoredUsage, User
 from server.store.db import session_scope
 from server.store.tables import JobRow, MembershipRow, VirtualClusterRow
 
@@ -55,6 +58,22 @@ def memberships(store: Store, user_ids: Iterable[int]) -> dict[int, list[str]]:
         )
         for user_id, name in rows:
             result[user_id].append(name)
+    return result
+
+
+UsageKey = tuple[str, int, datetime | None]  # job id, attempt, since
+UsageByInstance = dict[tuple[str, int], list[StoredUsage]]  # (role, index) -> points in time order
+
+
+def usage_by_instance(store: Store, keys: Iterable[UsageKey]) -> dict[UsageKey, UsageByInstance]:
+    """What the instances of each (job, attempt) used from `since` on, one query per key."""
+    result: dict[UsageKey, UsageByInstance] = {}
+    for key in set(keys):
+        job_id, attempt, since = key
+        grouped: UsageByInstance = defaultdict(list)
+        for point in store.usage_of(job_id, since=since, attempt=attempt):
+            grouped[(point.role, point.index)].append(point)
+        result[key] = dict(grouped)
     return result
 
 
@@ -117,6 +136,9 @@ class Loaders:
         self.user: DataLoader[int, User | None] = _loader(store.users_by_ids, None, cache=cache)
         self.memberships: DataLoader[int, list[str] | None] = _loader(
             lambda ids: memberships(store, ids), [], cache=cache
+        )
+        self.usage: DataLoader[UsageKey, UsageByInstance | None] = _loader(
+            lambda keys: usage_by_instance(store, keys), {}, cache=cache
         )
 
     def fresh(self) -> Loaders:

@@ -28,6 +28,7 @@ from backends.base import BackendError
 from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import expect_global_id
+from server.api.metrics_types import InstanceUsage, JobUsage, source_of
 from server.api.queries import store_filter
 from server.api.types import (
     Job,
@@ -44,6 +45,7 @@ from server.events import JobNotice
 from server.store import JOB_STATE, Event, Store
 from server.store import Job as StoredJob
 from server.store import JobFilter as StoreJobFilter
+from server.usage_sampler import LiveUsage
 
 READ_BATCH = 100
 # reads under way that later subscribers may join: (loop, store, job, cursor, notice) -> rows
@@ -158,6 +160,10 @@ async def follow_changes(
             return
 
 
+def _order(usage: LiveUsage) -> tuple[str, int]:
+    return usage.sample.key.role, usage.sample.key.index
+
+
 @strawberry.type
 class Subscription:
     @strawberry.subscription(
@@ -196,6 +202,34 @@ class Subscription:
             start = since if since is not None else await asyncio.to_thread(store.newest_event_id)
             async for job, resume in follow_changes(store, notices, where, start):
                 yield JobChange(job=Job.from_value(job), cursor=changes_cursor(resume))
+
+    @strawberry.subscription(
+        description="What the job's running instances use, once per sampling round (every "
+        "5 s by default) from the next round on; ends when the job has ended."
+    )
+    async def job_usage(self, info: Info, job_id: strawberry.ID) -> AsyncGenerator[JobUsage, None]:
+        info.context.viewer  # noqa: B018 - only the authenticated may subscribe
+        key = expect_global_id(job_id, "Job", argument="jobId")
+        runtime = info.context.runtime
+        job = await asyncio.to_thread(runtime.store.get_job, key)
+        if info.context.readable(job) is None:
+            raise not_found("job", "jobId")
+        sampler = runtime.usage
+        if sampler is None:
+            raise ApiError(source_of(runtime), "UNAVAILABLE")
+        seen = sampler.rounds
+        while True:
+            seen = await sampler.next_round(seen)
+            found = [u for k, u in sampler.latest.items() if k.job_id == key]
+            if found:
+                yield JobUsage(
+                    at=found[0].sample.at,
+                    source=sampler.source(),
+                    instances=[InstanceUsage.of(u) for u in sorted(found, key=_order)],
+                )
+            job = await asyncio.to_thread(runtime.store.get_job, key)
+            if job is None or job.state.is_final:
+                return
 
     @strawberry.subscription(
         description="A task instance's output in chunks: from byte `offset`, or its last "

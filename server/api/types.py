@@ -21,6 +21,14 @@ from server.api.ids import BadId, cursor, global_id, parse_cursor
 from server.api.limits import page_size
 from server.api.loaders import ready
 from server.api.lookahead import selected_below
+from server.api.metrics_types import (
+    InstanceMetrics,
+    JobMetrics,
+    checked_step,
+    instance_metrics,
+    job_metrics,
+    stored_points,
+)
 from server.api.shared_values import shared_value
 from server.jobs.states import JobState
 from server.protocol import Issue, Severity
@@ -245,10 +253,27 @@ class TaskInstance:
     ports: list[PortAllocation]
     started_at: datetime | None
     finished_at: datetime | None
+    value: strawberry.Private[Instance]
+
+    @strawberry.field(
+        description="What the instance used over time, from `since` (all that is kept "
+        "without), averaged over `step` seconds when given (as stored without: the sampling "
+        "interval for the last hour, minute means before)."
+    )
+    async def metrics(
+        self, info: Info, since: datetime | None = None, step: int | None = None
+    ) -> InstanceMetrics:
+        i = self.value
+        every = checked_step(step)
+        points = (await stored_points(info, i.job_id, since, i.attempt)).get((i.role, i.index), [])
+        spec = await info.context.loaders.spec.load(i.job_id)
+        role = spec.role(i.role) if spec is not None else None
+        return instance_metrics(info.context.runtime, points, every, role, i)
 
     @classmethod
     def from_value(cls, i: Instance) -> TaskInstance:
         return cls(
+            value=i,
             task_role=i.role,
             index=i.index,
             attempt=i.attempt,
@@ -494,6 +519,20 @@ class Job(Node):
         if spec is None:
             return []
         return [TaskRole.from_spec(spec, role, instances or ()) for role in spec.task_roles]
+
+    @strawberry.field(
+        description="What the current attempt's instances used over time, per task role: "
+        "sums and the spread between instances (`since` and `step` as on TaskInstance.metrics)."
+    )
+    async def metrics(
+        self, info: Info, since: datetime | None = None, step: int | None = None
+    ) -> JobMetrics:
+        every = checked_step(step)
+        by_instance = await stored_points(info, self.job_id, since, self.attempt)
+        points = [p for found in by_instance.values() for p in found]
+        spec = await info.context.loaders.spec.load(self.job_id)
+        roles = spec.task_roles if spec is not None else []
+        return job_metrics(info.context.runtime, points, every, roles)
 
     @strawberry.field(description="The job's event log, oldest first.")
     async def events(

@@ -28,6 +28,7 @@ from server.store.values import (
     JobPage,
     JobWarning,
     NewEvent,
+    StoredUsage,
     User,
 )
 
@@ -49,6 +50,7 @@ __all__ = [
     "NewEvent",
     "Store",
     "StoreError",
+    "StoredUsage",
     "UnknownJob",
     "UnknownUser",
     "User",

@@ -8,12 +8,13 @@ from server.store.db import create_store_engine
 from server.store.jobs import JobStore
 from server.store.marketplace import MarketplaceStore
 from server.store.migrate import migrate
+from server.store.usage import UsageStore
 from server.store.users import UserStore
 
 
-class Store(UserStore, JobStore, MarketplaceStore):
+class Store(UserStore, JobStore, MarketplaceStore, UsageStore):
     """Users, tokens, membership, jobs, instances and events, marketplace items and storages
-    on one database.
+    on one database, and what instances used (server.store.usage).
 
     Methods are synchronous and each runs its own transaction; call them from a worker thread
     in async code. They return the frozen values of `server.store.values`.

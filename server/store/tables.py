@@ -15,6 +15,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -182,3 +183,34 @@ class EventRow(SQLModel, table=True):
     attempt: int | None = Field(default=None, sa_type=Integer)
     task_role: str | None = Field(default=None, sa_type=String())
     task_index: int | None = Field(default=None, sa_type=Integer)
+
+
+class UsageRow(SQLModel, table=True):
+    """What one instance used at one moment (`step` 5: a sample as measured), or over one
+    minute (`step` 60: the mean of that minute's samples, kept once they are an hour old).
+    Network figures are byte totals since the container started; rates are derived on read.
+    Rows go with their job."""
+
+    __tablename__ = "usage_samples"
+    __table_args__ = (
+        Index("ix_usage_samples_instance", "job_id", "attempt", "role", "task_index", "at"),
+        Index("ix_usage_samples_step_at", "step", "at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=_BIG_ID)
+    job_id: str = Field(
+        sa_type=String(),
+        sa_column_args=[ForeignKey("jobs.id", ondelete="CASCADE", name="fk_usage_samples_job")],
+    )
+    attempt: int = Field(sa_type=Integer)
+    role: str = Field(sa_type=String())
+    task_index: int = Field(sa_type=Integer)
+    at: datetime = Field(sa_type=UTCDateTime)
+    step: int = Field(sa_type=Integer)
+    cpu_cores: float = Field(sa_type=Float)
+    memory_bytes: int = Field(sa_type=BigInteger)
+    memory_limit_bytes: int | None = Field(default=None, sa_type=BigInteger)
+    network_rx_bytes: int = Field(sa_type=BigInteger)
+    network_tx_bytes: int = Field(sa_type=BigInteger)
+    gpu_utilization: float | None = Field(default=None, sa_type=Float)
+    gpu_memory_bytes: int | None = Field(default=None, sa_type=BigInteger)

@@ -155,3 +155,22 @@ class JobPage:
     @property
     def end_cursor(self) -> JobCursor | None:
         return self.jobs[-1].cursor if self.jobs else None
+
+
+class StoredUsage(NamedTuple):
+    """A stored usage point of one instance: a sample (`step` the sampling interval in
+    seconds) or a minute's mean (`step` 60). Network figures are totals since the start."""
+
+    job_id: str
+    attempt: int
+    role: str
+    index: int  # type: ignore[assignment]  # the task index, as on Instance
+    at: datetime
+    step: int
+    cpu_cores: float
+    memory_bytes: int
+    memory_limit_bytes: int | None
+    network_rx_bytes: int
+    network_tx_bytes: int
+    gpu_utilization: float | None
+    gpu_memory_bytes: int | None
