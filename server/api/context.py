@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 
 from server.api.auth import Authenticator
+from server.api.broadcast import OUTBOX_LIMIT_BYTES, Broadcasts
 from server.api.errors import ApiError, Unauthorized
 from server.api.job_access import JobVisibility, may_read, reader_limit
 from server.api.limits import UserSubscriptions
@@ -37,6 +38,8 @@ class Runtime:
     subscriptions: UserSubscriptions = field(default_factory=UserSubscriptions)
     job_visibility: JobVisibility = JobVisibility.ALL  # who may read which jobs (job_access)
     sockets: OpenSockets = field(default_factory=OpenSockets)  # closed when a token is revoked
+    broadcasts: Broadcasts = field(default_factory=Broadcasts)  # subscriptions served together
+    outbox_limit: int = OUTBOX_LIMIT_BYTES  # frames queued per websocket before it fell behind
 
 
 class RuntimeSlot:
