@@ -66,7 +66,8 @@ async def _finish(coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
         try:
             if waiting_on is None:  # a bare yield (asyncio.sleep(0))
                 await asyncio.sleep(0)
-            else:
+            else:  # as a task would: the future was yielded to be waited on, not awaited again
+                waiting_on._asyncio_future_blocking = False
                 await waiting_on
         except BaseException:  # the coroutine takes the outcome itself, below
             pass
@@ -181,7 +182,8 @@ class Member:
         self.done.set_result(None)
 
     def leave(self) -> None:
-        """The operation stopped (completed by the client, or its connection went)."""
+        """The operation stopped before the group ended it (completed by the client, or its
+        connection went): nothing more goes out for it."""
         if self.group is not None:
             self.group.remove(self)
         self.outbox.drop(self)

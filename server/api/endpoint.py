@@ -118,8 +118,9 @@ class _TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         self.context.runtime.broadcasts.join(key, member, start)
         try:
             await member.done
-        finally:
+        except asyncio.CancelledError:  # completed by the client, or the connection went
             member.leave()
+            raise
 
     def _shared_key(self, operation: Operation[Context, None]) -> Any:
         user = self.context.user
