@@ -210,3 +210,59 @@ async def test_a_subscriber_that_stops_reading_holds_no_one_up_and_resumes_from_
     assert sequences(fast) == everything
     assert len(got) < len(everything)  # it did fall behind
     assert got + sequences(rest) == everything  # and lost nothing
+
+
+async def test_a_newcomer_at_the_cursor_a_group_stands_at_joins_it_and_an_earlier_one_replays(
+    db_url: str, store: Store
+) -> None:
+    ann, token = store.create_user("ann")
+    job, machine, after = await followed_job(store, ann.id, "joined")
+    job_id = global_id("Job", job.id)
+    app = create_app(db_url=db_url, backend=None)
+    first: list[dict[str, Any]] = []
+    later: list[dict[str, Any]] = []
+    replaying: list[dict[str, Any]] = []
+
+    async def change(minute: int) -> int:
+        last = await asyncio.to_thread(
+            end_next_instance, store, machine, T0 + timedelta(minutes=minute)
+        )
+        await runtime(app).bus.publish(
+            JobNotice(job_id=job.id, sequence=last, state=machine.state.value)
+        )
+        return last
+
+    async with live_server(app) as url, AsyncExitStack() as stack:
+        sockets = [
+            await stack.enter_async_context(ws_connection(url, {"token": token})) for _ in "abc"
+        ]
+        for ws, into in zip(sockets, (first, later, replaying), strict=True):
+            stack.callback(asyncio.create_task(frames(ws, into)).cancel)
+        bus = runtime(app).bus
+        await subscribe(sockets[0], "1", {"jobId": job_id, "after": after})
+        await until_async(lambda: runtime(app).broadcasts.members == 1, "subscribed", 30, 0.01)
+        one = await change(1)
+        await until_async(lambda: sequences(first)[-1:] == [one], "the first change", 30, 0.01)
+        cursor = first[-1]["payload"]["data"]["jobEvents"]["cursor"]
+        await subscribe(sockets[1], "1", {"jobId": job_id, "after": cursor})
+        await subscribe(sockets[2], "1", {"jobId": job_id, "after": after})
+        await until_async(
+            lambda: runtime(app).broadcasts.members == 3 and sequences(replaying)[-1:] == [one],
+            "the newcomers subscribed, the earlier one replayed",
+            30,
+            0.01,
+        )
+        listening = getattr(bus, "local", bus).subscriber_count
+        two = await change(2)
+        await until_async(
+            lambda: all(sequences(seen)[-1:] == [two] for seen in (first, later, replaying)),
+            "everyone has the second change",
+            30,
+            0.01,
+        )
+
+    assert listening == 2  # the newcomer at the group's cursor joined it; the other replays
+    caught_up = len(first) - len(later)
+    assert [m["payload"] for m in later] == [m["payload"] for m in first[caught_up:]]
+    assert sequences(replaying) == sequences(first)
+    assert sequences(later)[0] == sequences(first)[caught_up - 1] + 1

@@ -7,8 +7,10 @@ they may read, `Context.job_owner_limit`) form a `Group`: one subscription runs 
 them, each of its results is encoded once, and each member gets those bytes with its own
 operation id spliced in front. What a change costs per subscriber is then a socket write.
 
-A subscriber joins a group only while the group has sent nothing: later, the group is past
-the cursor the newcomer asked for, and the newcomer starts a group of its own.
+A group stands at a cursor: the one its members asked for (`after`), then that of each event
+it sent. A newcomer joins the group that stands at the cursor it asks for, when its `after`
+is a variable; otherwise only a group that has sent nothing yet. Any other newcomer starts a
+group of its own (one catching up with another does not merge with it).
 
 Frames reach a connection through its `Outbox`. A frame for an idle connection is written at
 once, in the caller's step (no task per frame); a connection whose socket cannot take more
@@ -27,10 +29,17 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
-from graphql import GraphQLError, OperationDefinitionNode, OperationType, parse
+from graphql import (
+    FieldNode,
+    GraphQLError,
+    OperationDefinitionNode,
+    OperationType,
+    VariableNode,
+    parse,
+)
 from graphql.error import GraphQLSyntaxError
 from strawberry.types.execution import ExecutionResult, PreExecutionError
 from strawberry.utils.aio import aclosing
@@ -190,14 +199,27 @@ class Member:
 
 
 Start = Callable[[], Awaitable[Any]]  # starts the shared operation: strawberry's stream
+Position = Callable[[], str | None]  # the cursor of the newest event the operation yielded
+
+
+class SharedKey(NamedTuple):
+    """What makes frames alike (`alike`), and the cursor a subscription asks for (`at`), when
+    the document gives `after` as the variable `after_variable`."""
+
+    alike: Hashable
+    at: object
+    after_variable: str | None
 
 
 class Group:
     """Subscribers of one operation alike: it runs once, each result is sent to them all."""
 
-    def __init__(self, broadcasts: Broadcasts, key: Hashable, start: Start) -> None:
+    def __init__(
+        self, broadcasts: Broadcasts, key: SharedKey, start: Start, position: Position
+    ) -> None:
         self.broadcasts = broadcasts
         self.key = key
+        self.position = position
         self.members: dict[Member, None] = {}
         self._task = asyncio.get_running_loop().create_task(self._run(start))
 
@@ -228,7 +250,7 @@ class Group:
                         self._end('"error","payload":' + _errors([GraphQLError(message)]) + "}")
                         return
                     first = False
-                    self.broadcasts.closed(self)  # past the cursor newcomers ask for
+                    self._moved()
                     await self._send(_next_payload(result))
             self._end('"complete"}')
         except asyncio.CancelledError:
@@ -236,6 +258,14 @@ class Group:
         except Exception:
             log.exception("a shared subscription failed")
             self._end('"complete"}')
+
+    def _moved(self) -> None:
+        """Newcomers join at the cursor of the event just yielded, if they can say it."""
+        at = self.position() if self.key.after_variable is not None else None
+        if at is None:
+            self.broadcasts.closed(self)
+        else:
+            self.broadcasts.move(self, self.key._replace(at=at))
 
     async def _send(self, payload: str) -> None:
         """Hand the frame to every member; wait only if no member has room left."""
@@ -288,41 +318,54 @@ def _next_payload(result: ExecutionResult) -> str:
 
 
 class Broadcasts:
-    """The groups of a server that newcomers may still join, by what makes frames alike."""
+    """The groups of a server that newcomers may join, by what makes frames alike and where
+    the group stands."""
 
     def __init__(self) -> None:
-        self._open: dict[Hashable, Group] = {}
+        self._open: dict[tuple[Hashable, object], Group] = {}
         self.members = 0  # subscriptions served through groups now
 
-    def join(self, key: Hashable, member: Member, start: Start) -> None:
-        group = self._open.get(key)
+    def join(self, key: SharedKey, member: Member, start: Start, position: Position) -> None:
+        group = self._open.get((key.alike, key.at))
         if group is None:
-            group = self._open[key] = Group(self, key, start)
+            group = self._open[key.alike, key.at] = Group(self, key, start, position)
         group.add(member)
+
+    def move(self, group: Group, key: SharedKey) -> None:
+        """`group` now stands at `key.at` (unless another stands there already)."""
+        self.closed(group)
+        group.key = key
+        self._open.setdefault((key.alike, key.at), group)
 
     def closed(self, group: Group) -> None:
         """`group` takes no newcomers any more."""
-        if self._open.get(group.key) is group:
-            del self._open[group.key]
+        where = (group.key.alike, group.key.at)
+        if self._open.get(where) is group:
+            del self._open[where]
 
 
 def shared_key(
     query: str, variables: dict[str, object] | None, operation_name: str | None, permission: object
-) -> Hashable | None:
+) -> SharedKey | None:
     """What makes two subscriptions' frames alike, when their root field is one whose frames
     may be shared (SHARED_FIELDS); None otherwise, or for a document strawberry should judge
     (it does not parse, names no such operation ...)."""
-    if _root_field(query, operation_name) not in SHARED_FIELDS:
+    root = _root_field(query, operation_name)
+    if root is None or root[0] not in SHARED_FIELDS:
         return None
+    after_variable = root[1]
+    others = dict(variables or {})
+    at = others.pop(after_variable, None) if after_variable is not None else None
     try:
-        encoded = orjson.dumps(variables or {}, option=orjson.OPT_SORT_KEYS)
+        encoded = orjson.dumps(others, option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
-    return (query, operation_name, encoded, permission)
+    return SharedKey((query, operation_name, encoded, permission), at, after_variable)
 
 
 @functools.lru_cache(maxsize=256)
-def _root_field(query: str, operation_name: str | None) -> str | None:
+def _root_field(query: str, operation_name: str | None) -> tuple[str, str | None] | None:
+    """The subscription's root field, and the variable its `after` argument is given by."""
     try:
         document = parse(query)
     except (GraphQLSyntaxError, RecursionError):
@@ -333,7 +376,19 @@ def _root_field(query: str, operation_name: str | None) -> str | None:
     if len(operations) != 1 or operations[0].operation is not OperationType.SUBSCRIPTION:
         return None
     selections = operations[0].selection_set.selections
-    if len(selections) != 1 or getattr(selections[0], "directives", None):
+    if len(selections) != 1 or not isinstance(selections[0], FieldNode):
         return None
-    name = getattr(selections[0], "name", None)
-    return name.value if name is not None else None
+    field = selections[0]
+    if field.directives:
+        return None
+    after = next((a.value for a in field.arguments or () if a.name.value == "after"), None)
+    if not isinstance(after, VariableNode):
+        return field.name.value, None
+    defined = [
+        v
+        for v in operations[0].variable_definitions or ()
+        if v.variable.name.value == after.name.value
+    ]
+    if any(v.default_value is not None for v in defined):  # null and absent differ then
+        return field.name.value, None
+    return field.name.value, after.name.value

@@ -63,6 +63,9 @@ class Context:
     user: User | None = None
     connection_params: dict[str, Any] | None = field(default=None)
     lookahead: dict[Any, Any] = field(default_factory=dict)  # see server.api.lookahead
+    # the cursor of the newest event a subscription of this context yielded: where a group of
+    # subscribers alike stands, for newcomers to join it there (server.api.broadcast)
+    position: str | None = None
 
     @property
     def viewer(self) -> User:

@@ -14,6 +14,7 @@ closes the connection with 4413.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -104,7 +105,7 @@ class _TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
                 del self.operations[operation.id]
 
         member = Member(self.outbox, operation.id, ended)
-        context = self.context
+        context = dataclasses.replace(self.context)  # its own `position`
 
         def start() -> Any:
             return self.schema.stream(
@@ -115,7 +116,7 @@ class _TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
                 operation_name=operation.operation_name,
             )
 
-        self.context.runtime.broadcasts.join(key, member, start)
+        self.context.runtime.broadcasts.join(key, member, start, lambda: context.position)
         try:
             await member.done
         except asyncio.CancelledError:  # completed by the client, or the connection went
