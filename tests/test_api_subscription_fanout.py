@@ -88,9 +88,8 @@ async def test_every_subscriber_gets_every_event_and_a_change_is_read_once(
         ]
         pairs = zip(sockets, received, strict=True)
         tasks = [asyncio.create_task(follow(ws, into)) for ws, into in pairs]
-        bus = runtime(app).bus
         await until_async(
-            lambda: getattr(bus, "local", bus).subscriber_count == SUBSCRIBERS,
+            lambda: runtime(app).broadcasts.members == SUBSCRIBERS,
             "every subscriber listening",
             30,
             0.01,
@@ -152,7 +151,7 @@ async def test_subscribers_of_one_document_with_different_variables_get_their_ow
         ]
         bus = runtime(app).bus
         await until_async(
-            lambda: getattr(bus, "local", bus).subscriber_count == 2,
+            lambda: runtime(app).broadcasts.members == 2,
             "both subscribers listening",
             30,
             0.01,

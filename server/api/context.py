@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 
 from server.api.auth import Authenticator
+from server.api.broadcast import OUTBOX_LIMIT_BYTES, Broadcasts
 from server.api.errors import ApiError, Unauthorized
 from server.api.job_access import JobVisibility, may_read, reader_limit
 from server.api.limits import UserSubscriptions
@@ -41,6 +42,8 @@ class Runtime:
     sockets: OpenSockets = field(default_factory=OpenSockets)  # closed when a token is revoked
     timings: OperationTimings | None = None  # how long operations take (server.api.timing)
     usage: UsageSampler | None = None  # measures running instances; None: nothing measures
+    broadcasts: Broadcasts = field(default_factory=Broadcasts)  # subscriptions served together
+    outbox_limit: int = OUTBOX_LIMIT_BYTES  # frames queued per websocket before it fell behind
 
 
 class RuntimeSlot:
@@ -64,6 +67,9 @@ class Context:
     user: User | None = None
     connection_params: dict[str, Any] | None = field(default=None)
     lookahead: dict[Any, Any] = field(default_factory=dict)  # see server.api.lookahead
+    # the cursor of the newest event a subscription of this context yielded: where a group of
+    # subscribers alike stands, for newcomers to join it there (server.api.broadcast)
+    position: str | None = None
 
     @property
     def viewer(self) -> User:

@@ -14,6 +14,7 @@ closes the connection with 4413.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -30,6 +31,7 @@ from strawberry.schema.exceptions import InvalidOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
+    Operation,
 )
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     ConnectionInitMessage,
@@ -41,6 +43,7 @@ from strawberry.types.graphql import OperationType
 from strawberry.types.unset import UNSET
 
 from server.api.auth import bearer_token, token_from_params
+from server.api.broadcast import Member, Outbox, shared_key
 from server.api.context import Context, RuntimeSlot
 from server.api.errors import ApiError, Unauthorized
 from server.api.limits import (
@@ -75,13 +78,61 @@ def error_response(status: int, message: str, code: str, **headers: str) -> JSON
 
 
 class _TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
-    """graphql-transport-ws with the credentials of `connection_init` checked first, and the
-    operations running at once limited per connection and per user."""
+    """graphql-transport-ws with the credentials of `connection_init` checked first, the
+    operations running at once limited per connection and per user, and subscriptions alike
+    served together (server.api.broadcast): their frames go through the connection's outbox."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._running: dict[asyncio.Task[None], int] = {}  # operation task: user id
         self._socket: int | None = None  # its handle in the runtime's OpenSockets
+        self.outbox = Outbox(self._send_text, self.context.runtime.outbox_limit)
+
+    async def _send_text(self, frame: str) -> None:
+        await self.websocket.ws.send_text(frame)  # type: ignore[attr-defined]
+
+    async def run_operation(self, operation: Operation[Context, None]) -> None:
+        """A subscription whose frames others may share joins their group and waits for its
+        end; anything else runs on its own, as strawberry runs it."""
+        key = self._shared_key(operation)
+        if key is None:
+            await super().run_operation(operation)
+            return
+
+        def ended() -> None:  # the id is free again before the last frame goes out
+            operation.completed = True
+            if self.operations.get(operation.id) is operation:
+                del self.operations[operation.id]
+
+        member = Member(self.outbox, operation.id, ended)
+        context = dataclasses.replace(self.context)  # its own `position`
+
+        def start() -> Any:
+            return self.schema.stream(
+                operation.query,
+                variable_values=operation.variables,
+                context_value=context,
+                root_value=self.root_value,
+                operation_name=operation.operation_name,
+            )
+
+        self.context.runtime.broadcasts.join(key, member, start, lambda: context.position)
+        try:
+            await member.done
+        except asyncio.CancelledError:  # completed by the client, or the connection went
+            member.leave()
+            raise
+
+    def _shared_key(self, operation: Operation[Context, None]) -> Any:
+        user = self.context.user
+        if user is None or not isinstance(operation.query, str):
+            return None
+        return shared_key(
+            operation.query,
+            operation.variables,
+            operation.operation_name,
+            self.context.job_owner_limit,
+        )
 
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         payload = message.get("payload") or {}

@@ -182,7 +182,9 @@ class Subscription:
             if info.context.readable(job) is None:
                 raise not_found("job", "jobId")
             async for event in follow_events(runtime.store, notices, key, since):
-                yield _VIEWS.view(event)
+                view = _VIEWS.view(event)
+                info.context.position = view.cursor
+                yield view
 
     @strawberry.subscription(
         description="Jobs that enter the filter or change within it (a new job, a new state, "
