@@ -8,6 +8,7 @@ import {
   latest,
   roleChart,
   toCsv,
+  withEveryRole,
   type InstanceSeries,
   type RoleSeries,
 } from "./metrics";
@@ -146,5 +147,27 @@ describe("formatFigure", () => {
     expect(formatFigure(200 * 1024 ** 2, "bytes")).toBe("200.0 MiB");
     expect(formatFigure(1536, "bytes/s")).toBe("1.5 KiB/s");
     expect(formatFigure(null, "bytes")).toBe("—");
+  });
+});
+
+describe("withEveryRole", () => {
+  it("adds an empty series for a role not measured yet, which the next round fills", () => {
+    const request = { cpuCores: 2, memoryBytes: 1024, gpus: 0 };
+    const all = withEveryRole([role(), { ...role(), taskRole: "chief", instances: 0, cpuCores: [] }], [
+      { taskRole: "worker", instances: 2, request },
+      { taskRole: "ps", instances: 3, request },
+      { taskRole: "chief", instances: 1, request },
+    ]);
+    expect(all.map((r) => [r.taskRole, r.instances, r.cpuCores.length])).toEqual([
+      ["worker", 2, 2],
+      ["chief", 1, 0],
+      ["ps", 3, 0],
+    ]);
+    const [, , ps] = appendRoundToRoles(all, T10, [{ taskRole: "ps", index: 0, at: T10, cpuCores: 0.5, memoryBytes: 9 }]);
+    const empty = roleChart(all[2]!, "cpu");
+    expect(empty.xs).toEqual([]);
+    expect(empty.lines.at(-1)!.level).toBe(6); // what the 3 instances ask, shown before a point
+    expect(ps!.instances).toBe(3);
+    expect(roleChart(ps!, "cpu").lines.map((l) => l.values)).toEqual([[0.5], [0.5], [0.5], [6]]);
   });
 });

@@ -68,6 +68,8 @@ export interface Line {
   label: string;
   kind: LineKind;
   values: (number | null)[];
+  /** A request's level, which holds before any point is measured. */
+  level?: number;
 }
 
 /** A chart independent of the library that draws it: x in seconds since the epoch. */
@@ -152,7 +154,7 @@ export function roleChart(role: RoleSeries, figure: Figure): ChartModel {
       { label: "used (sum)", kind: "used", values: col(values, 0) },
       { label: "least one instance", kind: "low", values: col(values, 1) },
       { label: "most one instance", kind: "high", values: col(values, 2) },
-      { label: "requested (sum)", kind: "request", values: constant(xs, asked) },
+      { label: "requested (sum)", kind: "request", values: constant(xs, asked), level: asked },
     ],
     marks: [],
   };
@@ -186,7 +188,7 @@ export function instanceChart(instance: InstanceSeries, figure: Figure): ChartMo
       xs,
       lines: [
         { label: "used", kind: "used", values: col(values, 0) },
-        { label: "requested", kind: "request", values: constant(xs, instance.request.cpuCores) },
+        { label: "requested", kind: "request", values: constant(xs, instance.request.cpuCores), level: instance.request.cpuCores },
       ],
       marks,
     };
@@ -201,7 +203,12 @@ export function instanceChart(instance: InstanceSeries, figure: Figure): ChartMo
     xs,
     lines: [
       { label: "used", kind: "used", values: col(values, 0) },
-      { label: "requested", kind: "request", values: constant(xs, instance.request.memoryBytes) },
+      {
+        label: "requested",
+        kind: "request",
+        values: constant(xs, instance.request.memoryBytes),
+        level: instance.request.memoryBytes,
+      },
       { label: "limit", kind: "limit", values: col(values, 1) },
     ],
     marks,
@@ -297,4 +304,30 @@ export function appendRoundToInstance(instance: InstanceSeries, usages: Usage[])
     networkRxBytesPerSecond: add(instance.networkRxBytesPerSecond, usage.networkRxBytesPerSecond),
     networkTxBytesPerSecond: add(instance.networkTxBytesPerSecond, usage.networkTxBytesPerSecond),
   };
+}
+
+/** The series with an empty one for each of the job's roles that has none yet, so the first
+ * live round of a role measured after the page read its series has a place to go; a role
+ * with no instance measured counts all of its instances (for what they ask together). */
+export function withEveryRole(
+  series: RoleSeries[],
+  roles: { taskRole: string; instances: number; request: RequestLine }[],
+): RoleSeries[] {
+  const counts = new Map(roles.map((role) => [role.taskRole, role.instances]));
+  const known = new Set(series.map((role) => role.taskRole));
+  const missing = roles
+    .filter((role) => !known.has(role.taskRole))
+    .map((role) => ({
+      taskRole: role.taskRole,
+      instances: role.instances,
+      request: role.request,
+      cpuCores: [],
+      memoryBytes: [],
+      networkRxBytesPerSecond: [],
+      networkTxBytesPerSecond: [],
+    }));
+  const counted = series.map((role) =>
+    role.instances === 0 ? { ...role, instances: counts.get(role.taskRole) ?? 0 } : role,
+  );
+  return [...counted, ...missing];
 }

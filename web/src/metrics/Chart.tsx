@@ -97,7 +97,7 @@ export function Chart({ model, name, testId }: { model: ChartModel; name: string
   );
 
   return (
-    <figure className="chart" data-testid={testId}>
+    <figure className="chart" data-testid={testId} data-points={model.xs.length}>
       <figcaption>
         {model.title}{" "}
         <button
@@ -113,7 +113,7 @@ export function Chart({ model, name, testId }: { model: ChartModel; name: string
         {model.lines.map((line, n) => (
           <li key={line.label} data-line={line.label}>
             <span className="swatch" style={{ background: colorOf(model, n) }} /> {line.label}:{" "}
-            <span className="figure">{formatFigure(latest(line.values), model.unit)}</span>
+            <span className="figure">{formatFigure(latest(line.values) ?? line.level ?? null, model.unit)}</span>
           </li>
         ))}
         {model.marks.map((mark) => (

@@ -1,7 +1,7 @@
 // What a job's instances use and have used: CPU, memory and network per task role (the sum,
 // with the spread between instances) or of one instance (with its request, memory limit and
 // OOM kill), live while the job runs. Loaded only when the job page shows it, with uPlot.
-import { useEffect, useMemo, useState } from "react";
+import { useEffect, useMemo, useRef, useState } from "react";
 import { useQuery } from "urql";
 import { describeProblem } from "../lib/errors";
 import { follow } from "../lib/live";
@@ -12,7 +12,9 @@ import {
   instanceChart,
   roleChart,
   type InstanceSeries,
+  type RequestLine,
   type RoleSeries,
+  withEveryRole,
 } from "../lib/metrics";
 import { InstanceMetricsQuery, JobMetricsQuery, JobUsageSubscription } from "../queries";
 import { useSession } from "../session";
@@ -27,9 +29,11 @@ interface Props {
   /** When the job ended (ISO), or null: "the last hour" is the last hour it ran. */
   endedAt: string | null;
   instances: { taskRole: string; index: number }[];
+  /** The job's roles with what each instance asks for (drawn before any is measured). */
+  roles: { taskRole: string; instances: number; request: RequestLine }[];
 }
 
-export default function JobMetrics({ jobId, jobName, running, endedAt, instances }: Props) {
+export default function JobMetrics({ jobId, jobName, running, endedAt, instances, roles: jobRoles }: Props) {
   const { clients } = useSession();
   const [range, setRange] = useState<"hour" | "all">("hour");
   const [shown, setShown] = useState<string>("roles");
@@ -49,8 +53,15 @@ export default function JobMetrics({ jobId, jobName, running, endedAt, instances
   const [instanceSeries, setInstanceSeries] = useState<InstanceSeries[] | null>(null);
   const [liveSource, setLiveSource] = useState<string | null>(null);
 
+  // the job's roles come anew with every read of the job page; only a new read of the series
+  // starts them over (live rounds appended since would be lost otherwise)
+  const jobRolesNow = useRef(jobRoles);
   useEffect(() => {
-    setRoles(roleResult.data?.job?.metrics.roles ?? null);
+    jobRolesNow.current = jobRoles;
+  }, [jobRoles]);
+  useEffect(() => {
+    const read = roleResult.data?.job?.metrics.roles;
+    setRoles(read ? withEveryRole(read, jobRolesNow.current) : null);
   }, [roleResult.data]);
   const instanceRead = instanceResult.data?.job?.taskRoles;
   useEffect(() => {
@@ -134,7 +145,9 @@ export default function JobMetrics({ jobId, jobName, running, endedAt, instances
             ))}
           </div>
         ))}
-      {shown === "roles" && roles?.length === 0 && <p className="muted">No instance has been measured yet.</p>}
+      {shown === "roles" && roles?.every((role) => role.cpuCores.length === 0) && (
+        <p className="muted">No instance has been measured in this range{running ? " yet" : ""}.</p>
+      )}
       {selected && instanceModels && (
         <div className="charts" data-metrics-instance={shown}>
           {instanceModels.map((model, n) => (

@@ -136,7 +136,11 @@ function GpuCells({ node }: { node: NodeUsage }) {
           </span>
         );
       })}{" "}
-      {node.gpuNote && <span className="muted">({node.gpuNote})</span>}
+      {node.gpuNote ? (
+        <span className="muted">({node.gpuNote})</span>
+      ) : (
+        !node.gpusReal && <span className="muted">(simulated)</span>
+      )}
     </span>
   );
 }

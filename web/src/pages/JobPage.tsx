@@ -120,6 +120,19 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
     () => job.taskRoles.flatMap((role) => role.instances.map((i) => ({ taskRole: role.name, index: i.index }))),
     [job.taskRoles],
   );
+  const roleRequests = useMemo(
+    () =>
+      job.taskRoles.map((role) => ({
+        taskRole: role.name,
+        instances: role.instanceCount,
+        request: {
+          cpuCores: role.resourcePerInstance.cpu,
+          memoryBytes: role.resourcePerInstance.memoryMB * 1024 * 1024,
+          gpus: role.resourcePerInstance.gpu,
+        },
+      })),
+    [job.taskRoles],
+  );
   const selectedRead = selected ? instanceOf(job, selected.role, selected.index)?.state : null;
   const selectedState = selected && selectedRead ? shownState(selectedRead, states.get(`${selected.role}/${selected.index}`)) : null;
 
@@ -247,6 +260,7 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
           running={!isFinal(state)}
           endedAt={job.completedAt ?? null}
           instances={instanceList}
+          roles={roleRequests}
         />
       </Suspense>
       {selected && (
