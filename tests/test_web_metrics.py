@@ -38,7 +38,7 @@ def burner_config() -> str:
                 "main": {
                     "instances": 1,
                     "dockerImage": "bb",
-                    "resourcePerInstance": {"cpu": 1, "memoryMB": 1024, "gpu": 0},
+                    "resourcePerInstance": {"cpu": 1, "memoryMB": 1024, "gpu": 1},
                     "extraContainerOptions": {"shmMB": 512},
                     "commands": [BURNER],
                 }
@@ -95,6 +95,9 @@ def test_a_burning_container_shows_its_core_and_memory_on_the_job_page(
             "about one core shown as the role's CPU",
             timeout=90,
         )
+        assert (
+            "GPUs of main: no utilization measured" in page.get_by_test_id("gpu-note").inner_text()
+        )
         source = page.get_by_test_id("metrics-source").inner_text()
         assert source.startswith("Measured: ") and len(source) > len("Measured: ")
 
@@ -133,6 +136,9 @@ def test_a_burning_container_shows_its_core_and_memory_on_the_job_page(
             "about 200 MB shown as the instance's memory",
         )
         assert figure(page, one_memory, "requested") == pytest.approx(1024, abs=1)
+        # its GPU is simulated: the page says why it has no GPU figures
+        note = page.get_by_test_id("gpu-note")
+        assert note.inner_text() == "GPUs: simulated: no utilization"
         limit = figure(page, one_memory, "limit")
         assert limit is not None and 0 < limit <= 1024
         screenshot(page, "instance-metrics")
@@ -154,11 +160,11 @@ def test_the_cluster_page_shows_each_nodes_allocation_and_use(
         assert re.search(r"1 of 32 allocated", cpu), cpu
         memory = busy.locator("[data-bar=memory] .figures").inner_text()
         assert amount(memory) >= 0.8 * HELD_MB, memory
-        # the simulated nodes' GPUs are cells, none held by the burner, said to be simulated
+        # the simulated nodes' GPUs are cells, the burner's one held, said to be simulated
         gpus = busy.get_by_test_id("gpu-cells")
         assert gpus.locator("[data-gpu]").count() == 8
-        assert gpus.locator("[data-allocated='1']").count() == 0
-        assert "simulated" in gpus.inner_text()
+        assert gpus.locator("[data-allocated='1']").count() == 1
+        assert "(simulated: no utilization)" in gpus.inner_text()
         screenshot(page, "cluster-usage")
 
     # a user without jobs sees no node's use (the server decides)

@@ -299,6 +299,9 @@ export const JobMetricsQuery = graphql(`
           networkTxBytesPerSecond {
             ...Spread
           }
+          gpuUtilization {
+            at
+          }
         }
       }
     }

@@ -136,6 +136,15 @@ export default function JobMetrics({ jobId, jobName, running, endedAt, instances
           GPUs: {selectedNote.gpuNote}
         </p>
       )}
+      {shown === "roles" &&
+        metrics?.roles
+          .filter((role) => role.request.gpus > 0 && role.gpuUtilization.length === 0)
+          .map((role) => (
+            <p key={role.taskRole} className="muted" data-testid="gpu-note">
+              GPUs of {role.taskRole}: no utilization measured (simulated GPUs have none; choose an instance
+              for why)
+            </p>
+          ))}
       {error && <p className="error">{describeProblem(error).message}</p>}
       {shown === "roles" &&
         roleModels?.map(({ role, models }) => (
