@@ -1,6 +1,6 @@
 // A job's page: its state and times, every task role with its instances, a log, the config
 // and the event timeline, all kept live by jobEvents (resumed from the last event seen).
-import { useEffect, useMemo, useRef, useState } from "react";
+import { lazy, Suspense, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router-dom";
 import { useMutation, useQuery } from "urql";
 import type { JobDetailFragment } from "../gql/graphql";
@@ -24,6 +24,9 @@ import { JobByIdQuery, JobByNameQuery, JobConfigQuery, JobEventsSubscription, St
 import { useSession } from "../session";
 import { LogView } from "./LogView";
 import { StateBadge } from "./StateBadge";
+
+// The charts of what the instances use bring their library (uPlot): loaded after the page.
+const JobMetrics = lazy(() => import("../metrics/JobMetrics"));
 
 export function JobPage() {
   const ref = decodeURIComponent(useParams().ref ?? "");
@@ -114,6 +117,23 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
     const index = Number(logOf.slice(cut + 1));
     return { role, index };
   }, [logOf]);
+  const instanceList = useMemo(
+    () => job.taskRoles.flatMap((role) => role.instances.map((i) => ({ taskRole: role.name, index: i.index }))),
+    [job.taskRoles],
+  );
+  const roleRequests = useMemo(
+    () =>
+      job.taskRoles.map((role) => ({
+        taskRole: role.name,
+        instances: role.instanceCount,
+        request: {
+          cpuCores: role.resourcePerInstance.cpu,
+          memoryBytes: role.resourcePerInstance.memoryMB * 1024 * 1024,
+          gpus: role.resourcePerInstance.gpu,
+        },
+      })),
+    [job.taskRoles],
+  );
   const selectedRead = selected ? instanceOf(job, selected.role, selected.index)?.state : null;
   const selectedState = selected && selectedRead ? shownState(selectedRead, states.get(`${selected.role}/${selected.index}`)) : null;
 
@@ -243,6 +263,16 @@ function JobView({ job, refetch }: { job: JobDetailFragment; refetch: () => void
           </table>
         </section>
       ))}
+      <Suspense fallback={<p className="muted">Loading the charts…</p>}>
+        <JobMetrics
+          jobId={job.id}
+          jobName={job.name}
+          running={!isFinal(state)}
+          endedAt={job.completedAt ?? null}
+          instances={instanceList}
+          roles={roleRequests}
+        />
+      </Suspense>
       {selected && (
         <LogView
           key={logOf}
