@@ -17,15 +17,20 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from backends.base import InstanceKey, utcnow
+from sqlalchemy.exc import SQLAlchemyError
+
+from backends.base import BackendError, InstanceKey, utcnow
 from backends.usage import SamplesUsage, UsageSample
 from server.store import Store
+from server.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 
 INTERVAL_ENV = "PAIGRAPH_USAGE_INTERVAL"
 DEFAULT_INTERVAL = 5.0
 COMPACT_EVERY = 60.0  # seconds between compactions of what is an hour old
+# what an engine or database outage raises: said in one line, without a stack
+_OUTAGES = (SQLAlchemyError, StoreError, BackendError, OSError)
 
 
 def usage_interval_setting(
@@ -104,12 +109,13 @@ class UsageSampler:
                 await self.sample_once()
                 self._failing = False
             except Exception as exc:
-                # told once per outage (the engine away, the database busy), not every round
+                # told once per outage (the engine away, the database busy or full), not every
+                # round; a stack only for what no outage explains
                 if not self._failing:
                     log.warning(
                         "measuring what instances use failed (%s); trying again every round",
                         exc,
-                        exc_info=True,
+                        exc_info=not isinstance(exc, _OUTAGES),
                     )
                 self._failing = True
             await asyncio.sleep(max(self.interval - (time.monotonic() - began), 0.5))
