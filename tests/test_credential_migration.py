@@ -9,6 +9,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from alembic import command
 from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
@@ -16,6 +17,7 @@ from server.marketplace.service import ItemFields, MarketplaceService
 from server.protocol import parse_document
 from server.store import Store, create_store_engine, migrate
 from server.store.marketplace_tables import MarketplaceVersionRow
+from server.store.migrate import alembic_config
 from server.store.tables import EventRow, JobRow
 from tests.marketplace_support import image_item
 from tests.store_support import submit
@@ -90,7 +92,10 @@ def _plant_old_rows(store: Store) -> str:
                 content=OLD_COMPONENT
             )
         )
-        connection.execute(text("UPDATE alembic_version SET version_num = '0004'"))
+        # the schema as 0004 left it: later migrations taken back with their own downgrades
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0004")
     return job.id
 
 
