@@ -14,9 +14,7 @@ Problems with the URL or the server become `DatabaseError` with a sentence a use
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -24,7 +22,6 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
@@ -122,7 +119,6 @@ def _sqlite_engine(url: URL) -> Engine:
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
-        json_deserializer=json_loads,
         **({"poolclass": StaticPool} if memory else {}),
     )
     event.listen(engine, "connect", _sqlite_connect)
@@ -182,26 +178,7 @@ def _postgres_engine(url: URL) -> Engine:
     connect_args: dict[str, Any] = {}
     if "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
-    return create_engine(
-        url, connect_args=connect_args, pool_pre_ping=True, json_deserializer=json_loads
-    )
-
-
-def json_loads(text: str | bytes) -> Any:
-    """A JSON column's value: orjson's decoder, several times the json module's speed on the
-    instances' ports and the jobs' specs a page of jobs reads. What orjson refuses and the
-    json module reads (NaN, a lone surrogate escaped) goes to the json module, and so does a
-    text with a long run of digits, which orjson would read as a float past 64 bits: every
-    stored value reads back as it did."""
-    if _LONG_DIGITS.search(text if isinstance(text, str) else text.decode("utf-8", "replace")):
-        return json.loads(text)
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-
-
-_LONG_DIGITS = re.compile(r"\d{17}")
+    return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
 
 
 class Repository:
