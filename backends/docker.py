@@ -24,7 +24,6 @@ again, would leave its peers with an environment naming a port it does not have.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import threading
@@ -500,17 +499,17 @@ class DockerBackend(ThreadedBackend):
                 )
                 for n, (role, index) in enumerate(order)
             }
-            gang = []
+            specs = []
             for role, index in order:
                 instance = attempt.instances[(role.name, index)]
                 if instance.ended:  # failed to start for another reason, or stopped
                     continue
                 instance.placement = placements[(role.name, index)]
-                gang.append((instance, slots[(role.name, index)]))
-            prepared = functools.partial(
-                self._prepared_spec, attempt, placements, network_name, mounts
-            )
-            failed = self._run_gang(attempt, gang, prepared, retry_ports=tries_left > 0)
+                slot = slots[(role.name, index)]
+                spec = self._prepare_run(attempt, instance, placements, network_name, mounts, slot)
+                records.create_log(instance.dir)
+                specs.append((instance, spec))
+            failed = self._run_gang(attempt, specs, retry_ports=tries_left > 0)
             unreached = [e for _, e in failed if isinstance(e, EngineUnreachable)]
             if unreached:
                 self._requeue(attempt, unreached[0])
@@ -518,7 +517,7 @@ class DockerBackend(ThreadedBackend):
             lost = [(i, e) for i, e in failed if isinstance(e, PortTaken)]
             if not lost or not self._new_ports_for(attempt, lost, ports):
                 break
-        started = [i for i, _ in gang if not i.ended]
+        started = [i for i, _ in specs if not i.ended]
         for role, index in order:
             instance = attempt.instances[(role.name, index)]
             if not instance.ended:
@@ -569,26 +568,14 @@ class DockerBackend(ThreadedBackend):
         self._wait(attempt, self._outage() or f"waiting: {error}")
 
     def _run_gang(
-        self,
-        attempt: Attempt,
-        gang: list[tuple[Instance, Slot]],
-        prepared: Callable[[Instance, Slot], ContainerSpec],
-        *,
-        retry_ports: bool,
+        self, attempt: Attempt, specs: list[tuple[Instance, ContainerSpec]], *, retry_ports: bool
     ) -> list[tuple[Instance, PortTaken | EngineUnreachable]]:
         """Start every container of the gang at once; the ones whose port was taken meanwhile
-        (when `retry_ports`, else they fail to start) or that the engine did not answer for.
-        Each worker writes its instance's runtime files (`prepared`) just before asking Docker
-        for the container, so the files of the last instances are written while the first
-        containers are being made, not all of them before the first one is asked for."""
-
-        def run(pair: tuple[Instance, Slot]) -> PortTaken | EngineUnreachable | None:
-            instance, slot = pair
-            return self._run_container(
-                attempt, instance, prepared(instance, slot), retry_ports=retry_ports
-            )
-
-        results = self._docker_pool.map(lambda pair: (pair[0], run(pair)), gang)
+        (when `retry_ports`, else they fail to start) or that the engine did not answer for."""
+        results = self._docker_pool.map(
+            lambda pair: (pair[0], self._run_container(attempt, *pair, retry_ports=retry_ports)),
+            specs,
+        )
         return [(instance, lost) for instance, lost in results if lost is not None]
 
     def _new_ports_for(
@@ -825,20 +812,6 @@ class DockerBackend(ThreadedBackend):
         with self._lock:
             attempt.network, attempt.addresses = name, addresses
         records.write_network(attempt.dir, name, addresses)
-
-    def _prepared_spec(
-        self,
-        attempt: Attempt,
-        placements: dict[tuple[str, int], Placement],
-        network: str,
-        mounts: dict[tuple[str, str], BindMount],
-        instance: Instance,
-        slot: Slot,
-    ) -> ContainerSpec:
-        """The instance's runtime files and empty log written, and its container specified."""
-        spec = self._prepare_run(attempt, instance, placements, network, mounts, slot)
-        records.create_log(instance.dir)
-        return spec
 
     def _prepare_run(
         self,
