@@ -450,7 +450,11 @@ class DockerBackend(ThreadedBackend):
     def _missing_image(self, request: LaunchRequest) -> str | None:
         """Why an image of the request is not here, after pulling the missing ones (logged in
         with their dockerimage's auth) when `image_pull` allows it; None when all are."""
+        checked: set[str] = set()  # roles often share an image: ask the engine once for each
         for role in sorted(request.roles, key=lambda r: r.image):
+            if role.image in checked:
+                continue
+            checked.add(role.image)
             if self.engine.image_exists(role.image):
                 continue
             if not self.settings.image_pull:

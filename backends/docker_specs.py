@@ -34,7 +34,14 @@ GATE = f"{RUNTIME_DIR}/go"  # written by the backend once every container of the
 # Docker publishes a container's ports when it starts it, and a port may have been taken since
 # it was checked free: the commands wait until the whole gang has started, so that a container
 # whose port was lost can be replaced (and its peers' environment rewritten) before anything ran
-_WAIT_AT_GATE = f"until [ -e {GATE} ]; do sleep 0.1; done; exec /bin/sh {ENTRYPOINT}"
+# The wait looks every 0.1 s for the first second, then every 0.5 s: each look forks `sleep`
+# (some 8 ms of CPU a second per container at 0.1 s), and while a large gang starts, dozens of
+# waiting containers looking ten times a second took a quarter of a 2-core machine from the
+# engine starting the rest. A gang that starts within a second is let go as soon as before.
+_WAIT_AT_GATE = (
+    f"n=0; until [ -e {GATE} ]; do if [ $n -lt 10 ]; then n=$((n+1)); sleep 0.1; "
+    f"else sleep 0.5; fi; done; exec /bin/sh {ENTRYPOINT}"
+)
 
 
 def run_owner() -> str:

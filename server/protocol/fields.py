@@ -112,6 +112,10 @@ class Fields:
         allow_number: bool = False,
     ) -> str | None:
         value = obj.get(key, _MISSING)
+        if value.__class__ is str and pattern is None and max_length is None:
+            return value  # the common case, decided before the path is spelled out
+        if (value is _MISSING or value is None) and not required:
+            return None
         where = join(path, key)
         if value is _MISSING or (value is None and not required):
             if required:
@@ -145,6 +149,10 @@ class Fields:
     ) -> int | None:
         """An integer field; bools, fractions and (unless allowed) numeric strings are refused."""
         value = obj.get(key, _MISSING)
+        if value.__class__ is int:
+            return value  # the common case, decided before the path is spelled out
+        if value is _MISSING and not required:
+            return default
         where = join(path, key)
         if value is _MISSING:
             if required:

@@ -17,6 +17,7 @@ either used to be stored, then fail inside the backend, where nothing tells the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,8 @@ _TEMPLATE_MARKS = ("{{", "<%", "$$")
 
 def nul_issues(value: Any, path: str = "") -> list[Issue]:
     """A `nul-byte` error for every string (mapping keys too) in `value` that holds a NUL."""
+    if not _may_hold_nul(value):
+        return []
     return [
         Issue(where, "nul-byte", f"{what} contains a NUL byte: {NUL_RULE}")
         for where, what in _nul_paths(value, path)
@@ -99,6 +102,17 @@ def _role_image_issues(spec: JobSpec, role: TaskRole, position: int) -> list[Iss
     else:
         where = f"taskRoles.{role.name}.dockerImage"
     return image_issues(found.uri[0], where, templates=False)
+
+
+def _may_hold_nul(value: Any) -> bool:
+    """False when no string in `value` can hold a NUL: its JSON text (made in C, a tenth of
+    the time of walking it here) has no escaped NUL. True when unsure (a value JSON cannot
+    hold as it is, or a backslash followed by u0000 written as such): then `_nul_paths` looks."""
+    try:
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return True
+    return "\\u0000" in text
 
 
 def _nul_paths(value: Any, path: str) -> Iterator[tuple[str, str]]:

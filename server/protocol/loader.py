@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -31,7 +31,49 @@ MAX_VALUES = 25_000
 # libyaml's composer recurses once per nesting level; this bound keeps it far from the C stack.
 _SAFE_COMPOSE_DEPTH = 5000
 
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:
+    _BaseLoader = yaml.SafeLoader
+else:
+    _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_STR_TAG = "tag:yaml.org,2002:str"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MAP_TAG = "tag:yaml.org,2002:map"
+# Tags whose values `_build` makes itself (through the constructor's own function, memoised):
+# anything else (merge keys, sets, timestamps, binary) goes through PyYAML's constructor.
+_PLAIN_SCALAR_TAGS = frozenset(
+    {
+        "tag:yaml.org,2002:null",
+        "tag:yaml.org,2002:bool",
+        "tag:yaml.org,2002:int",
+        "tag:yaml.org,2002:float",
+    }
+)
+_MEMO_SIZE = 4096  # distinct scalars remembered (tags, values): job configs repeat a few hundred
+_MEMO_TEXT = 256  # longer texts are not remembered: they rarely come back, and could be large
+_resolved: dict[str, str] = {}
+_scalars: dict[tuple[str, str], Any] = {}
+
+
+class _Loader(_BaseLoader):
+    """libyaml's safe loader with the implicit tag of a plain scalar memoised by its text.
+
+    The resolver matches a plain scalar against PyYAML's regular expressions, from Python, for
+    every value libyaml composes: a third of the loader's time on a job config, where the same
+    few hundred words (keys, `true`, small numbers) come back in every document. The tag
+    depends on the text alone (this loader has no path resolvers), so the memo answers the same.
+    """
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode:
+            if not implicit[0]:
+                return _STR_TAG
+            tag = _resolved.get(value)
+            if tag is None:
+                tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+                if len(_resolved) < _MEMO_SIZE and len(value) <= _MEMO_TEXT:
+                    _resolved[value] = tag
+            return tag
+        return _SEQ_TAG if kind is yaml.SequenceNode else _MAP_TAG
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +313,12 @@ def _load_masked_yaml(text: str) -> Any:
             raise LoadError(
                 "empty-document", "the document is empty: expected a job or a component"
             )
-        needs_plain = _check_tree(node)
+        needs_plain, shared = _check_tree(node)
+        if not needs_plain and not shared:
+            try:
+                return _build(loader, node)
+            except _Unusual:
+                pass
         data = loader.construct_document(node)
         return _plain(data) if needs_plain else data
     except yaml.composer.ComposerError as exc:
@@ -290,6 +337,44 @@ def _load_masked_yaml(text: str) -> Any:
         raise _huge_number() from None
     finally:
         loader.dispose()
+
+
+class _Unusual(Exception):
+    """A node `_build` leaves to PyYAML's constructor."""
+
+
+def _build(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    """The data of a checked tree of plain mappings (string keys), lists and scalars, as
+    PyYAML's constructor makes it, without its per-node dispatch and two-step collections;
+    _Unusual for anything else. Recursive: `_check_tree` has bounded the depth."""
+    cls = node.__class__
+    if cls is yaml.ScalarNode:
+        tag = node.tag
+        if tag == _STR_TAG:
+            return node.value
+        if tag not in _PLAIN_SCALAR_TAGS:
+            raise _Unusual
+        key = (tag, node.value)
+        try:
+            return _scalars[key]
+        except KeyError:
+            pass
+        value = loader.yaml_constructors[tag](loader, node)  # immutable: safe to share
+        if len(_scalars) < _MEMO_SIZE and len(node.value) <= _MEMO_TEXT:
+            _scalars[key] = value
+        return value
+    if cls is yaml.MappingNode:
+        if node.tag != _MAP_TAG:
+            raise _Unusual
+        data: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.__class__ is not yaml.ScalarNode or key_node.tag != _STR_TAG:
+                raise _Unusual  # a merge key, or one that is not a string
+            data[key_node.value] = _build(loader, value_node)
+        return data
+    if cls is yaml.SequenceNode and node.tag == _SEQ_TAG:
+        return [_build(loader, item) for item in node.value]
+    raise _Unusual
 
 
 def _tab_error(text: str, exc: yaml.YAMLError) -> LoadError | None:
@@ -325,7 +410,7 @@ def _yaml_error(exc: yaml.YAMLError) -> LoadError:
 
 def _nesting_bound(text: str) -> int:
     """A cheap bound on nesting: block nesting needs a wider line, flow nesting a bracket."""
-    longest = max((len(line) for line in text.splitlines()), default=0)
+    longest = max(map(len, text.splitlines()), default=0)
     return longest + text.count("[") + text.count("{")
 
 
@@ -363,11 +448,12 @@ def _check_event_depth(text: str) -> None:
         raise _yaml_error(exc) from None
 
 
-def _check_tree(root: yaml.Node) -> bool:
+def _check_tree(root: yaml.Node) -> tuple[bool, bool]:
     """The fast path of `_check_node_graph` for documents whose collections are not shared.
 
     Visits each collection once and never pushes scalars; the first collection reached twice
-    (an alias) hands the whole document to `_check_node_graph`. Returns what it returns.
+    (an alias) hands the whole document to `_check_node_graph`. Returns what it returns, and
+    whether a collection is shared (then PyYAML's constructor builds it once, for both places).
     """
     needs_plain = False
     seen: set[int] = set()
@@ -375,7 +461,7 @@ def _check_tree(root: yaml.Node) -> bool:
     while stack:
         node, depth = stack.pop()
         if id(node) in seen:
-            return _check_node_graph(root)
+            return _check_node_graph(root), True
         seen.add(id(node))
         if depth > MAX_DEPTH:
             raise _too_deep()
@@ -408,7 +494,7 @@ def _check_tree(root: yaml.Node) -> bool:
             needs_plain = True
         if leaves and depth + 1 > MAX_DEPTH:
             raise _too_deep()
-    return needs_plain
+    return needs_plain, False
 
 
 def _check_node_graph(root: yaml.Node) -> bool:
@@ -465,7 +551,6 @@ def _check_node_graph(root: yaml.Node) -> bool:
     return needs_plain
 
 
-_STR_TAG = "tag:yaml.org,2002:str"
 _KEY_TAGS = frozenset({_STR_TAG, "tag:yaml.org,2002:merge"})
 _NON_JSON_TAGS = frozenset({"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:binary"})
 
