@@ -148,7 +148,9 @@ class Server:
             except httpx.TransportError:
                 return False
 
-        until(answers, f"the server on port {self.port} answering", timeout=30, every=0.1)
+        # patient: a start imports everything and migrates the database, which two workers and
+        # the machine's other load can stretch past half a minute
+        until(answers, f"the server on port {self.port} answering", timeout=90, every=0.1)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, the containers keep going."""
