@@ -248,6 +248,7 @@ async def test_stop_in_the_middle_ends_every_instance_and_leaves_nothing(tmp_pat
         assert leftovers(sim.owner) == ([], [])
 
 
+@pytest.mark.alone  # its `sleep 3` must outlive a restart, which the other worker's load slows
 async def test_a_restarted_backend_adopts_running_instances_and_removes_orphans(
     tmp_path: Path, owner: str
 ) -> None:
