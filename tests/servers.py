@@ -10,10 +10,11 @@ port range of the pytest-xdist worker (tests.worker_support), never on another w
 from __future__ import annotations
 
 import os
+import random
 import signal
-import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,11 +29,12 @@ from server.api.ids import parse_global_id
 from server.app import server_owner
 from server.remote import Client
 from simulator.containers import OWNER
+from simulator.ports import bind_problem
 from simulator.settings import CONFIG_ENV
 from tests.simulated import leftovers, remove_leftovers
 from tests.store_support import fresh_database
 from tests.waiting import until
-from tests.worker_support import simulator_port_range
+from tests.worker_support import SERVER_PORTS, share, simulator_port_range
 
 ROOT = Path(__file__).resolve().parents[1]
 FINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -41,10 +43,24 @@ FINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 # --- servers and the command line --------------------------------------------------------------
 
 
+_server_ports = share(SERVER_PORTS)
+_next_server_port = [random.randrange(_server_ports.start, _server_ports.stop)]
+_server_port_lock = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port for a server of the test to listen on: free now, from this worker's share of
+    SERVER_PORTS (below the ephemeral ports, so no outgoing connection takes it before the
+    server binds it, and apart from the other workers'), and not one of the last calls' (which
+    may not be bound yet): the search goes on from after the last port given."""
+    with _server_port_lock:
+        size = len(_server_ports)
+        for step in range(size):
+            port = _server_ports.start + (_next_server_port[0] - _server_ports.start + step) % size
+            if bind_problem(port) is None:
+                _next_server_port[0] = port + 1
+                return port
+    raise RuntimeError(f"no free port for a server in {_server_ports.start}-{_server_ports.stop}")
 
 
 def on_worker_ports(config: Path | None, fallback: Path) -> Path:

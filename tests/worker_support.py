@@ -5,13 +5,16 @@ pytest-xdist names its workers gw0, gw1, ... in PYTEST_XDIST_WORKER and says how
 in PYTEST_XDIST_WORKER_COUNT; a run without xdist is one worker, "main", with every share whole.
 Host ports are laid out so that no two uses meet:
 
-* SPARE_PORTS (10000-14999): ports the tests themselves hold or probe (the doctor's and the port
+* SPARE_PORTS (10000-12999): ports the tests themselves hold or probe (the doctor's and the port
   allocator's tests);
+* SERVER_PORTS (13000-14999): the ports test servers, registries and databases listen on
+  (`tests.servers.free_port`);
 * SIMULATOR_PORTS (15000-32767): the ports the simulator publishes instances on;
-* Linux's ephemeral ports (32768 on): servers, registries and databases bound to port 0.
+* Linux's ephemeral ports (32768 on) are left to outgoing connections and to what binds port 0.
 
-Each worker takes one slice of the first two, so a worker's jobs never publish a port another
-worker's test holds or probes, and two workers' simulators never pick the same port.
+Each worker takes one slice of each, so a worker's jobs never publish a port another worker's
+test holds, two workers' simulators never pick the same port, and a port chosen for a server
+cannot be taken by an outgoing connection or the other worker before the server listens on it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from __future__ import annotations
 import os
 import uuid
 
-SPARE_PORTS = range(10000, 15000)
+SPARE_PORTS = range(10000, 13000)
+SERVER_PORTS = range(13000, 15000)
 SIMULATOR_PORTS = range(15000, 32768)
 
 
