@@ -3,14 +3,18 @@ runs a test on SQLite and, when PAIGRAPH_TEST_PG is set, on a fresh PostgreSQL d
 `owner` names a simulator owner of the test's own, whose containers and networks are removed
 at the end.
 
+Under pytest-xdist (scripts/test runs two workers) each worker has its own ports, names and
+databases (tests.worker_support); a test marked `alone` runs while no other worker runs a test,
+for the few that load the whole machine or time something the other worker's load would slow.
+
 Tests marked `shared(folder)` read ../shared/<folder>: without it they are skipped with the
 folder named, so that a clone on its own runs everything else; under CI=true (where the folder
 is always there) they run, and fail, instead."""
 
 from __future__ import annotations
 
+import fcntl
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,7 @@ from tests.browser_support import Site, chromium, site_on
 from tests.corpus import missing
 from tests.simulated import remove_leftovers
 from tests.store_support import KINDS, fresh_database
+from tests.worker_support import unique_name
 
 
 def in_ci() -> bool:
@@ -39,6 +44,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 reason = f"needs {absent} (../shared beside the repository), which is missing"
                 item.add_marker(pytest.mark.skip(reason=reason), append=False)
                 break
+
+
+@pytest.fixture(autouse=True)
+def _alone_when_marked(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Under pytest-xdist, hold the run's lock shared for a test, or alone for one marked
+    `alone`. A turnstile taken first lets a waiting `alone` test in before the next shared one
+    (flock alone would let the other worker's tests starve it)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    run = tmp_path_factory.getbasetemp().parent  # the workers' base directories share it
+    mode = fcntl.LOCK_EX if request.node.get_closest_marker("alone") else fcntl.LOCK_SH
+    turnstile = os.open(run / "alone.turnstile", os.O_RDWR | os.O_CREAT, 0o600)
+    lock = os.open(run / "alone.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, mode)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(lock)  # closing releases the lock
+        os.close(turnstile)
 
 
 @pytest.fixture
@@ -61,7 +92,7 @@ def store(db_url: str) -> Iterator[Store]:
 
 @pytest.fixture
 def owner() -> Iterator[str]:
-    name = f"test-{uuid.uuid4().hex[:8]}"
+    name = unique_name("test")
     yield name
     remove_leftovers(name)
 

@@ -4,15 +4,17 @@ killed and started again on the same three), `served` for one on a fresh databas
 stopped and cleaned up whatever happens, and what the API says about a server's jobs.
 
 Every process gets the caller's environment without its PAIGRAPH_* settings, so a setting of
-the test run never leaks into a server or a command."""
+the test run never leaks into a server or a command; a server's simulator publishes on the
+port range of the pytest-xdist worker (tests.worker_support), never on another worker's."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
-import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,15 +22,19 @@ from typing import Any
 
 import docker
 import httpx
+import yaml
 
 from backends.docker_specs import JOB as JOB_LABEL
 from server.api.ids import parse_global_id
 from server.app import server_owner
 from server.remote import Client
 from simulator.containers import OWNER
+from simulator.ports import bind_problem
+from simulator.settings import CONFIG_ENV
 from tests.simulated import leftovers, remove_leftovers
 from tests.store_support import fresh_database
 from tests.waiting import until
+from tests.worker_support import SERVER_PORTS, share, simulator_port_range
 
 ROOT = Path(__file__).resolve().parents[1]
 FINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -37,10 +43,47 @@ FINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 # --- servers and the command line --------------------------------------------------------------
 
 
+_server_ports = share(SERVER_PORTS)
+_next_server_port = [random.randrange(_server_ports.start, _server_ports.stop)]
+_server_port_lock = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port for a server of the test to listen on: free now, from this worker's share of
+    SERVER_PORTS (below the ephemeral ports, so no outgoing connection takes it before the
+    server binds it, and apart from the other workers'), and not one of the last calls' (which
+    may not be bound yet): the search goes on from after the last port given."""
+    with _server_port_lock:
+        size = len(_server_ports)
+        for step in range(size):
+            port = _server_ports.start + (_next_server_port[0] - _server_ports.start + step) % size
+            if bind_problem(port) is None:
+                _next_server_port[0] = port + 1
+                return port
+    raise RuntimeError(f"no free port for a server in {_server_ports.start}-{_server_ports.stop}")
+
+
+def on_worker_ports(config: Path | None, fallback: Path) -> Path:
+    """Simulator settings that publish on this worker's port range: `config` itself when it
+    names a port_range (or is not a mapping, for tests of bad settings), else a copy of it with
+    the range added, written beside it so that its relative paths still hold; without `config`,
+    `fallback` with the range alone."""
+    data: Any = {}
+    if config is not None:
+        try:
+            data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            return config
+        if not isinstance(data, dict) or "port_range" in data:
+            return config
+    target = fallback if config is None else config.with_name(f".{config.stem}.worker-ports.yaml")
+    text = yaml.safe_dump({**data, "port_range": simulator_port_range()})
+    if not target.is_file() or target.read_text(encoding="utf-8") != text:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        written = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        written.write_text(text, encoding="utf-8")
+        os.replace(written, target)  # a server reading it never sees half of it
+    return target
 
 
 def clean_env() -> dict[str, str]:
@@ -83,13 +126,17 @@ class Server:
         self.process: subprocess.Popen[bytes] | None = None
 
     def env(self, **extra: str) -> dict[str, str]:
-        """The caller's environment without any PAIGRAPH_* setting of its own, plus ours."""
+        """The caller's environment without any PAIGRAPH_* setting of its own, plus ours; the
+        simulator publishes on this worker's ports (see `on_worker_ports`)."""
+        settings = {**self.settings, **extra}
+        config = settings.get(CONFIG_ENV)
+        fallback = self.state_dir.parent / "simulator-on-worker-ports.yaml"
+        settings[CONFIG_ENV] = str(on_worker_ports(Path(config) if config else None, fallback))
         return clean_env() | {
             "PAIGRAPH_DB": self.db_url,
             "PAIGRAPH_SIMULATOR_STATE": str(self.state_dir),
             "PAIGRAPH_URL": self.url,
-            **self.settings,
-            **extra,
+            **settings,
         }
 
     def launch(self) -> None:
@@ -117,7 +164,9 @@ class Server:
             except httpx.TransportError:
                 return False
 
-        until(answers, f"the server on port {self.port} answering", timeout=30, every=0.1)
+        # patient: a start imports everything and migrates the database, which two workers and
+        # the machine's other load can stretch past half a minute
+        until(answers, f"the server on port {self.port} answering", timeout=90, every=0.1)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, the containers keep going."""

@@ -28,6 +28,7 @@ from backends.docker import DockerBackend
 from simulator.containers import OWNER
 from simulator.settings import SimulatorSettings
 from tests.waiting import until_async, until_notified_async
+from tests.worker_support import simulator_port_range, unique_name
 
 IMAGE = "paigraph/busybox:test"
 ENDED = (EventKind.EXITED, EventKind.STOPPED, EventKind.START_FAILED, EventKind.LOST)
@@ -66,6 +67,9 @@ def job(*roles: RoleLaunch, job_id: str | None = None, **fields: Any) -> LaunchR
 
 
 def settings(state_dir: Path, **overrides: Any) -> SimulatorSettings:
+    """Settings on `state_dir`, publishing on this worker's own ports unless `overrides` says
+    otherwise."""
+    overrides.setdefault("port_range", simulator_port_range())
     return SimulatorSettings(state_dir=state_dir, use_host_gpus=False, **overrides)
 
 
@@ -73,9 +77,7 @@ def settings(state_dir: Path, **overrides: Any) -> SimulatorSettings:
 async def backend(
     state_dir: Path, *, owner: str | None = None, **overrides: Any
 ) -> AsyncIterator[DockerBackend]:
-    sim = DockerBackend(
-        settings(state_dir, **overrides), owner=owner or f"test-{uuid.uuid4().hex[:8]}"
-    )
+    sim = DockerBackend(settings(state_dir, **overrides), owner=owner or unique_name("test"))
     await sim.start()
     try:
         yield sim

@@ -2,7 +2,8 @@
 
 PostgreSQL cases need PAIGRAPH_TEST_PG (a URL whose role may CREATE DATABASE; scripts/test sets
 it from scripts/start-postgres) and skip with that reason when it is not set. Each gets its own
-database `paigraph_t_<random>`, dropped afterwards.
+database `paigraph_t_<worker>_<random>` (the worker as tests.worker_support names it), dropped
+afterwards.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from server.protocol.model import JobSpec
 from server.store import Job, Store
 from server.store.scratch import scratch_database
 from tests.jobs import as_yaml, v2
+from tests.worker_support import worker_name
 
 PG_ENV = "PAIGRAPH_TEST_PG"
 KINDS = [
@@ -48,7 +50,7 @@ def fresh_database(kind: str, tmp_path: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{tmp_path / 'paigraph.db'}"
         return
-    with scratch_database(postgres_server_url(), "paigraph_t") as url:
+    with scratch_database(postgres_server_url(), f"paigraph_t_{worker_name()}") as url:
         yield url
 
 

@@ -34,6 +34,7 @@ from tests.waiting import until
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.compose,
+    pytest.mark.alone,  # builds images, a whole stack and its fixed image names: nothing beside it
     pytest.mark.skipif(
         os.environ.get("PAIGRAPH_TEST_COMPOSE") != "1",
         reason="builds images: set PAIGRAPH_TEST_COMPOSE=1 to run it (.ci/run does)",

@@ -230,6 +230,7 @@ async def test_a_job_that_can_never_fit_is_refused_at_launch(tmp_path: Path) -> 
             )
 
 
+@pytest.mark.alone  # it times the stop
 async def test_stop_in_the_middle_ends_every_instance_and_leaves_nothing(tmp_path: Path) -> None:
     request = job(role("sleeper", ["sleep 1000"], instances=3))
     async with backend(tmp_path) as sim:
@@ -248,6 +249,7 @@ async def test_stop_in_the_middle_ends_every_instance_and_leaves_nothing(tmp_pat
         assert leftovers(sim.owner) == ([], [])
 
 
+@pytest.mark.alone  # its `sleep 3` must outlive a restart, which the other worker's load slows
 async def test_a_restarted_backend_adopts_running_instances_and_removes_orphans(
     tmp_path: Path, owner: str
 ) -> None:
@@ -458,6 +460,7 @@ async def test_relaunch_runs_one_failed_instance_again_where_its_peers_expect_it
         assert leftovers(sim.owner) == ([], [])
 
 
+@pytest.mark.alone  # its second run's `sleep 2` must outlive a restart of the backend
 async def test_a_restarted_backend_tells_the_run_of_a_relaunched_instance(
     tmp_path: Path, owner: str
 ) -> None:

@@ -34,11 +34,14 @@ from server.store import create_store_engine, head_revision, open_store, session
 from server.store.migrate import alembic_config
 from simulator.containers import Engine
 from simulator.settings import STATE_ENV, settings_from_data
+from tests.worker_support import SPARE_PORTS as WORKERS_SPARE_PORTS
+from tests.worker_support import share
 
 ROOT = Path(__file__).resolve().parent.parent
-# below Linux's ephemeral ports (32768 on) and the simulator's default range (15000-39999), so
-# that no outgoing connection and no job of a parallel test takes a port the test holds
-SPARE_PORTS = range(11000, 14900)
+# this worker's spare ports: below Linux's ephemeral ports and the simulator's range, and apart
+# from the other workers', so that no outgoing connection and no job or test running beside this
+# one takes a port the test holds
+SPARE_PORTS = share(WORKERS_SPARE_PORTS)
 
 
 @pytest.fixture(autouse=True)

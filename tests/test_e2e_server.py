@@ -260,6 +260,7 @@ def test_instances_that_end_while_the_server_is_killed_are_recorded_after_it_res
         nothing_left(server.owner)
 
 
+@pytest.mark.alone  # its workers' `sleep 6` must outlive a server's restart
 def test_instances_still_running_when_the_server_comes_back_are_adopted(
     kind: str, tmp_path: Path
 ) -> None:

@@ -36,6 +36,7 @@ from tests.servers import (
 from tests.servers import job as job_of
 from tests.simulated import Collector, job, job_config, role, settings
 from tests.waiting import until, until_async
+from tests.worker_support import unique_name
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -43,7 +44,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 @pytest.fixture
 def proxy() -> AsyncIterator[DockerProxy]:
     # a short path: unix socket paths are limited to about 100 bytes
-    path = Path(f"/tmp/pg-proxy-{time.monotonic_ns()}.sock")
+    path = Path(f"/tmp/{unique_name('pg-proxy')}.sock")
     running = DockerProxy(path)
     yield running
     running.close()
@@ -174,6 +175,7 @@ def health(server: Server) -> httpx.Response:
     return httpx.get(f"{server.url}/health", timeout=5)
 
 
+@pytest.mark.alone  # it times the recovery once the engine is back
 def test_a_server_keeps_its_word_through_a_cut_stream_and_an_unreachable_engine(
     proxy: DockerProxy, tmp_path: Path
 ) -> None:

@@ -30,8 +30,11 @@ from tests.servers import event_log, final_job, instances, served
 from tests.servers import job as job_of
 from tests.simulated import IMAGE, job_config
 from tests.waiting import NotInTime, until
+from tests.worker_support import share
 
-pytestmark = pytest.mark.docker
+# alone: a second dockerd and a time limit on the job's recovery, which the other worker's load
+# would stretch
+pytestmark = [pytest.mark.docker, pytest.mark.alone]
 
 BRIDGE_POOL = ipaddress.IPv4Network("10.216.0.0/16")  # the private engine's own bridge
 TWO_WORKERS = job_config(name="pair", roles={"worker": {"instances": 2, "commands": ["sleep 6"]}})
@@ -110,9 +113,11 @@ class PrivateEngine:
 
 
 def free_subnet() -> ipaddress.IPv4Network:
-    """A /24 for the private engine's bridge that the host routes nowhere yet."""
+    """A /24 for the private engine's bridge that the host routes nowhere yet, from this
+    worker's share of the pool (two workers looking at once would otherwise take the same)."""
     taken = host_routes()
-    for candidate in BRIDGE_POOL.subnets(new_prefix=24):
+    candidates = list(BRIDGE_POOL.subnets(new_prefix=24))
+    for candidate in (candidates[i] for i in share(range(len(candidates)))):
         if not any(candidate.overlaps(route) for route in taken):
             return candidate
     pytest.skip(f"a second Docker engine cannot start here: no free /24 in {BRIDGE_POOL}")

@@ -259,6 +259,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.alone  # it times the stop
 def test_sigterm_stops_the_user_command_promptly_with_143(instance: Instance) -> None:
     role = make_role(
         ["echo $$ > shell.pid", "sh -c 'echo $$ > sleep.pid; exec sleep 1000'"],

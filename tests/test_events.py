@@ -112,6 +112,7 @@ def test_bus_for_picks_the_bus_from_the_database_url() -> None:
 # --- in-process bus ------------------------------------------------------------------------
 
 
+@pytest.mark.alone  # it times the publishing
 async def test_a_thousand_subscribers_on_one_job_all_get_every_notice() -> None:
     async with LocalBus() as bus, AsyncExitStack() as stack:
         subscriptions = [

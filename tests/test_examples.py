@@ -23,7 +23,16 @@ import yaml
 
 from server.protocol import Kind, parse_document
 from server.remote import Client
-from tests.servers import ROOT, Server, final_job, free_port, instances, job, served
+from tests.servers import (
+    ROOT,
+    Server,
+    final_job,
+    free_port,
+    instances,
+    job,
+    on_worker_ports,
+    served,
+)
 from tests.simulated import leftovers
 from tests.waiting import until
 
@@ -196,6 +205,7 @@ def test_the_parameter_server_and_its_workers_talk_over_their_ports(
 def test_paigraph_run_runs_the_ps_worker_example_in_the_foreground(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAIGRAPH_")}
     env["PAIGRAPH_SIMULATOR_STATE"] = str(tmp_path / "state")
+    env["PAIGRAPH_SIMULATOR_CONFIG"] = str(on_worker_ports(None, tmp_path / "simulator.yaml"))
     process = subprocess.Popen(
         [sys.executable, "-m", "server.cli", "run", str(EXAMPLES / "ps-worker.yaml")],
         stdout=subprocess.PIPE,

@@ -21,6 +21,7 @@ from simulator.ports import (
     PortsExhausted,
 )
 from simulator.settings import settings_from_yaml
+from tests.worker_support import SPARE_PORTS, share
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,12 +39,14 @@ def _bindable(port: int) -> bool:
 def free_window(size: int) -> int:
     """The first port of ``size`` consecutive ports nothing on this host uses now.
 
-    Windows are drawn below Linux's ephemeral range at random, so tests of several people on
-    one machine rarely meet.
+    Windows are drawn at random from this worker's spare ports (below the simulator's and
+    Linux's ephemeral ranges, apart from the other workers'), so tests of several people on one
+    machine rarely meet and a worker's never meet another's.
     """
     rng = random.Random()
+    spare = share(SPARE_PORTS)
     for _ in range(500):
-        base = rng.randrange(20000, 32000 - size)
+        base = rng.randrange(spare.start, spare.stop - size)
         if all(_bindable(p) for p in range(base, base + size)):
             return base
     raise RuntimeError(f"no {size} free consecutive ports on this host")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import on_worker_ports
 from tests.simulated import IMAGE, job_config, leftovers
 
 pytestmark = pytest.mark.docker
@@ -22,7 +23,11 @@ pytestmark = pytest.mark.docker
 def _start(tmp_path: Path, text: str, *args: str, suffix: str = ".yaml") -> subprocess.Popen:
     config = tmp_path / f"job{suffix}"
     config.write_text(text)
-    env = {**os.environ, "PAIGRAPH_SIMULATOR_STATE": str(tmp_path / "state")}
+    env = {
+        **os.environ,
+        "PAIGRAPH_SIMULATOR_STATE": str(tmp_path / "state"),
+        "PAIGRAPH_SIMULATOR_CONFIG": str(on_worker_ports(None, tmp_path / "simulator.yaml")),
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "server.cli", "run", str(config), *args],
         stdout=subprocess.PIPE,

@@ -26,7 +26,8 @@ import pytest
 from tests.servers import ROOT, free_port
 from tests.waiting import until
 
-pytestmark = [pytest.mark.docker, pytest.mark.venv]
+# one worker for the module, so that the copy and its environment are made once
+pytestmark = [pytest.mark.docker, pytest.mark.venv, pytest.mark.xdist_group("repository-copy")]
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 INSTALL_TIMEOUT = 1200
@@ -60,13 +61,16 @@ def copy_of_the_repository(destination: Path) -> Path:
 
 def debian_environment(home: Path) -> dict[str, str]:
     """A login-like environment whose first python3 is Debian's, with no virtual
-    environment, PYTHONPATH or paigraph setting inherited from the test run."""
+    environment, PYTHONPATH, paigraph setting or pytest-xdist worker inherited from the test
+    run."""
     bin_dir = home / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python3").symlink_to(SYSTEM_PYTHON)
     dropped = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "CI", "PYENV_VERSION")
     env = {
-        k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("PAIGRAPH_")
+        k: v
+        for k, v in os.environ.items()
+        if k not in dropped and not k.startswith(("PAIGRAPH_", "PYTEST_XDIST_"))
     }
     env["PATH"] = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     return env

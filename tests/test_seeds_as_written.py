@@ -28,7 +28,12 @@ from tests.corpus import seed_job
 from tests.servers import Server, served
 from tests.test_seed_examples import git, logs, paigraph
 
-pytestmark = [pytest.mark.docker, pytest.mark.shared("seeds")]
+# one worker for the module: its images carry the seeds' fixed names and are removed at its end
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.shared("seeds"),
+    pytest.mark.xdist_group("seed-images"),
+]
 
 BASE = "paigraph/busybox:test"
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/"

@@ -18,7 +18,8 @@ from tests.servers import ROOT, Server, final_job, instances, job, served
 from tests.simulated import IMAGE
 from tests.waiting import until
 
-pytestmark = pytest.mark.docker
+# one worker for the module, so that the sshd image (a fixed name) is built once
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("sshd-image")]
 
 BASE_IMAGE = "paigraph/debian-base:local"
 SSHD_IMAGE = "paigraph/sshd:test"
