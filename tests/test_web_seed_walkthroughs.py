@@ -49,7 +49,14 @@ from tests.test_seeds_as_written import (  # noqa: F401 - the seeds' stand-ins, 
     images,
 )
 
-pytestmark = [pytest.mark.browser, pytest.mark.docker, pytest.mark.shared("seeds")]
+# the seeds' images have fixed names and test_seeds_as_written removes them when its module
+# ends: both modules run on one worker
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.docker,
+    pytest.mark.shared("seeds"),
+    pytest.mark.xdist_group("seed-images"),
+]
 
 
 @pytest.fixture(scope="module")
