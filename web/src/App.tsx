@@ -5,19 +5,28 @@ import { Provider, useQuery } from "urql";
 import { getToken, onTokenChange, setToken } from "./lib/auth";
 import { makeClients, type Clients } from "./lib/client";
 import { describeProblem } from "./lib/errors";
-import { ClusterPage } from "./pages/ClusterPage";
-import { ItemPage } from "./marketplace/ItemPage";
-import { MarketplacePage } from "./marketplace/MarketplacePage";
-import { EditPage, PublishPage } from "./marketplace/PublishPage";
 import { JobPage } from "./pages/JobPage";
 import { JobsPage } from "./pages/JobsPage";
 import { SignInPage } from "./pages/SignInPage";
-import { UsersPage } from "./pages/UsersPage";
 import { ViewerQuery } from "./queries";
 import { SessionContext, type Session } from "./session";
 
-// The Submit page brings its editor (CodeMirror): loaded only when it is opened.
+// The first page (the jobs list, or a job) loads only its own code; every other page comes in
+// a chunk of its own when it is opened: the Submit and publish pages bring their editor
+// (CodeMirror), the marketplace its Markdown, the cluster and users pages what only admins use.
 const SubmitPage = lazy(() => import("./submit/SubmitPage"));
+const ClusterPage = lazy(() => import("./pages/ClusterPage").then((m) => ({ default: m.ClusterPage })));
+const UsersPage = lazy(() => import("./pages/UsersPage").then((m) => ({ default: m.UsersPage })));
+const MarketplacePage = lazy(() =>
+  import("./marketplace/MarketplacePage").then((m) => ({ default: m.MarketplacePage })),
+);
+const ItemPage = lazy(() => import("./marketplace/ItemPage").then((m) => ({ default: m.ItemPage })));
+const PublishPage = lazy(() => import("./marketplace/PublishPage").then((m) => ({ default: m.PublishPage })));
+const EditPage = lazy(() => import("./marketplace/PublishPage").then((m) => ({ default: m.EditPage })));
+
+function Later({ children }: { children: React.ReactNode }) {
+  return <Suspense fallback={<p className="muted">Loading…</p>}>{children}</Suspense>;
+}
 
 export function App() {
   const [token, setCurrentToken] = useState(getToken());
@@ -71,13 +80,13 @@ function Signed({ clients, hasToken }: { clients: Clients; hasToken: boolean }) 
           <Route path="/" element={<JobsPage />} />
           <Route path="/jobs" element={<JobsPage />} />
           <Route path="/jobs/:ref" element={<JobPage />} />
-          <Route path="/cluster" element={<ClusterPage />} />
-          <Route path="/submit" element={<Suspense fallback={<p className="muted">Loading…</p>}><SubmitPage /></Suspense>} />
-          <Route path="/marketplace" element={<MarketplacePage />} />
-          <Route path="/marketplace/publish" element={<PublishPage />} />
-          <Route path="/marketplace/:id" element={<ItemPage />} />
-          <Route path="/marketplace/:id/edit" element={<EditPage />} />
-          <Route path="/users" element={<UsersPage />} />
+          <Route path="/cluster" element={<Later><ClusterPage /></Later>} />
+          <Route path="/submit" element={<Later><SubmitPage /></Later>} />
+          <Route path="/marketplace" element={<Later><MarketplacePage /></Later>} />
+          <Route path="/marketplace/publish" element={<Later><PublishPage /></Later>} />
+          <Route path="/marketplace/:id" element={<Later><ItemPage /></Later>} />
+          <Route path="/marketplace/:id/edit" element={<Later><EditPage /></Later>} />
+          <Route path="/users" element={<Later><UsersPage /></Later>} />
           <Route path="/signin" element={<SignInPage problem={null} />} />
           <Route path="*" element={<p className="error" role="alert">There is no page at this address. <Link to="/">See the jobs</Link>.</p>} />
         </Routes>
