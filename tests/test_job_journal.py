@@ -17,7 +17,7 @@ from server.jobs.service_machine import (
     BackendOutage,
     ServiceMachine,
 )
-from server.jobs.states import Transition
+from server.shapes.job_states import Transition
 from server.store import Event, NewEvent
 from tests.service_support import ps_worker, spec_of
 from tests.test_job_reconcile import T0, place

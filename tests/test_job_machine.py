@@ -26,8 +26,8 @@ from server.jobs import (
     events_for_report,
     job_policy,
 )
-from server.jobs.states import check_transition
 from server.protocol import parse_job
+from server.shapes.job_states import check_transition
 from tests.jobs import as_yaml, v2
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

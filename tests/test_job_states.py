@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from server.jobs.states import (
+from server.shapes.job_states import (
     INSTANCE_TRANSITIONS,
     JOB_TRANSITIONS,
     IllegalTransition,

@@ -33,7 +33,7 @@ from backends.kubernetes_settings import KubernetesSettings
 from server.events import bus_for
 from server.jobs.exit_codes import classify
 from server.jobs.service import JobService
-from server.jobs.states import JobState
+from server.shapes.job_states import JobState
 from server.store import Store
 from tests.fake_kube_admission import ENFORCE
 from tests.fake_kube_api import FakeKubeAPI

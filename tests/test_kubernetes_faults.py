@@ -18,7 +18,7 @@ from backends.base import EventKind
 from backends.kubernetes import KubernetesBackend
 from server.events import bus_for
 from server.jobs.service import JobService
-from server.jobs.states import JobState
+from server.shapes.job_states import JobState
 from server.store import Store
 from tests.fake_kube_api import FakeKubeAPI
 from tests.test_kubernetes_fake_cluster import (

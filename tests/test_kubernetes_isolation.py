@@ -33,7 +33,7 @@ from server.cli import app
 from server.events import bus_for
 from server.jobs.launch import NotRunnable
 from server.jobs.service import JobService
-from server.jobs.states import JobState
+from server.shapes.job_states import JobState
 from server.store import Store
 from simulator.capabilities import KEPT_CAPABILITIES
 from tests.fake_kube_admission import ENFORCE, pod_security_violations

@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from server.marketplace.items import api_id
-from server.marketplace.lookup import ItemKind, StorageMode, Viewer
+from server.marketplace.lookup import StorageMode, Viewer
 from server.marketplace.service import ItemFields, ItemOutcome, MarketplaceService
 from server.marketplace.store_lookup import StoreItemLookup, StoreStorageAccess, viewer_for
 from server.protocol import parse_job
+from server.shapes.item_kind import ItemKind
 from server.store import InvalidValue, Store, User
 from server.store.marketplace_values import (
     ItemCursor,

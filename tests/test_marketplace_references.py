@@ -33,7 +33,6 @@ from server.app import create_app
 from server.events import bus_for
 from server.jobs.launch import launch_request
 from server.jobs.service import JobService
-from server.jobs.states import JobState
 from server.marketplace.fetch import ALLOW_ENV, FetchSettings, SettingsError
 from server.marketplace.lookup import (
     ItemContent,
@@ -49,6 +48,7 @@ from server.marketplace.references import (
 )
 from server.protocol import JobSpec, parse_job, to_v2_yaml
 from server.protocol.model import StorageMount
+from server.shapes.job_states import JobState
 from server.store import open_store
 from simulator.fetch_policy import ALLOWED_NETWORKS_ENV, FetchPolicy
 from simulator.prereqs import UnservableMaterial, check_storage

@@ -26,7 +26,7 @@ from server.api.marketplace_types import (
 from server.api.queries import Query as JobQuery
 from server.api.types import Node, PageInfo
 from server.marketplace.items import API_TYPE
-from server.marketplace.lookup import ItemKind
+from server.shapes.item_kind import ItemKind
 from server.store.marketplace_values import ItemCursor, ItemFilter, ItemPage, ItemSort
 
 _CURSOR_TAG = "mi"

@@ -21,9 +21,9 @@ from server.api.context import Info
 from server.api.loaders import Loaders, SharedLoader
 from server.api.types import Node, PageInfo, Prerequisite, TaskRole, User, owner_of
 from server.marketplace.items import IssuesFound, ItemDocument, api_id, item_key, read_item
-from server.marketplace.lookup import ItemKind
 from server.marketplace.requirements import referenced
 from server.protocol.render import render_job
+from server.shapes.item_kind import ItemKind
 from server.store import Store
 from server.store.marketplace_values import (
     ItemFilter,

@@ -30,12 +30,12 @@ from server.api.metrics_types import (
     stored_points,
 )
 from server.api.shared_values import shared_value
-from server.jobs.states import JobState
 from server.protocol import Issue, Severity
 from server.protocol.model import JobSpec, PrerequisiteType, Resources
 from server.protocol.model import Prerequisite as SpecPrerequisite
 from server.protocol.model import TaskRole as SpecTaskRole
 from server.protocol.rules import is_reference
+from server.shapes.job_states import JobState
 from server.store import Event, Instance
 from server.store import Job as StoredJob
 from server.store import User as StoredUser

@@ -35,7 +35,7 @@ from server.jobs.policy import (
     role_policy,
     role_policy_from_launch,
 )
-from server.jobs.states import IllegalTransition, JobState, Transition, check_transition
+from server.shapes.job_states import IllegalTransition, JobState, Transition, check_transition
 
 __all__ = [
     "Action",

@@ -31,7 +31,7 @@ from backends.base import EventKind, InstanceEvent, InstanceReport, InstanceStat
 from server.jobs import exit_codes
 from server.jobs.exit_codes import ExitInfo
 from server.jobs.policy import JobPolicy, Outcome
-from server.jobs.states import JobState, Transition, check_transition
+from server.shapes.job_states import JobState, Transition, check_transition
 
 log = logging.getLogger(__name__)
 

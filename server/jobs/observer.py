@@ -9,7 +9,7 @@ from typing import Protocol
 
 from backends.base import BackendHealth
 from server.jobs.machine import MachineSnapshot
-from server.jobs.states import Transition
+from server.shapes.job_states import Transition
 from server.store import NewEvent
 
 

@@ -37,7 +37,7 @@ from server.jobs.machine import (
     events_for_report,
 )
 from server.jobs.service_machine import ServiceMachine
-from server.jobs.states import JobState
+from server.shapes.job_states import JobState
 
 UNKNOWN_TO_BACKEND = "the backend has no record of it after the server restarted"
 

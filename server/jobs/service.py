@@ -48,11 +48,11 @@ from server.jobs.refusals import refusal_issues, virtual_cluster_path
 from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.service_machine import BackendOutage, ServiceMachine, stuck_in_starting
 from server.jobs.simulated import simulation_warnings
-from server.jobs.states import JobState, Transition
 from server.marketplace.lookup import Viewer
 from server.marketplace.references import ANONYMOUS, ReferenceResolver
 from server.protocol import Issue, JobSpec, resolve_job
 from server.protocol.issues import WithIssues
+from server.shapes.job_states import JobState, Transition
 from server.store import Event, Job, JobExists, JobWarning, NameInUse, NewEvent, Store, User
 from server.store.availability import database_unavailable
 from simulator.backoff import Backoff

@@ -21,7 +21,7 @@ from datetime import datetime
 from backends.base import EventKind, InstanceEvent, utcnow
 from server.jobs.machine import Action, InstanceView, JobMachine, JobRecord
 from server.jobs.policy import JobPolicy
-from server.jobs.states import JobState, Transition
+from server.shapes.job_states import JobState, Transition
 
 
 class StartingTimedOut(InstanceEvent):

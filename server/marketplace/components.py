@@ -18,9 +18,10 @@ from enum import StrEnum
 from typing import Any
 
 from server.marketplace.fetch import FetchError, FetchSession
-from server.marketplace.lookup import ItemContent, ItemKind, ItemLookup, Viewer
+from server.marketplace.lookup import ItemContent, ItemLookup, Viewer
 from server.protocol import Kind, parse_document
 from server.protocol.model import Prerequisite, PrerequisiteOrigin
+from server.shapes.item_kind import ItemKind
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass
 
 from server.api.ids import BadId, global_id, parse_global_id
-from server.marketplace.lookup import ItemKind
 from server.protocol import Issue, Kind, parse_document
 from server.protocol.issues import Severity
 from server.protocol.model import Dialect, JobSpec, Prerequisite, PrerequisiteType
 from server.protocol.secrets import declare_secrets
+from server.shapes.item_kind import ItemKind
 from server.store.errors import InvalidValue
 from server.store.marketplace_values import ItemDetails, Visibility
 from server.store.users import check_name

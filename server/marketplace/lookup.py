@@ -10,15 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-
-class ItemKind(StrEnum):
-    JOB_TEMPLATE = "job_template"
-    DOCKERIMAGE = "dockerimage"
-    DATA = "data"
-    SCRIPT = "script"
-    STORAGE = "storage"
-    OUTPUT = "output"
-    PLUGIN = "plugin"
+from server.shapes.item_kind import ItemKind
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,12 @@ from server.marketplace.items import (
     item_key,
     read_item,
 )
-from server.marketplace.lookup import ItemKind
 from server.marketplace.rename import renamed
 from server.marketplace.use import component_job, template_config
 from server.protocol import Issue, parse_job
 from server.protocol.model import JobSpec
 from server.protocol.secrets import MASKED_SECRETS, declare_secrets, referenced_secrets
+from server.shapes.item_kind import ItemKind
 from server.store import Store, User
 from server.store.marketplace_values import (
     KindMismatch,

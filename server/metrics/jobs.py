@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from backends.base import BackendHealth
 from server.jobs.exit_codes import ExitInfo
 from server.jobs.machine import JobRecord, MachineSnapshot
-from server.jobs.states import JobState, Transition
+from server.shapes.job_states import JobState, Transition
 from server.store import NewEvent
 
 # Seconds: from well under a second (a warm Docker engine) to the minutes an image pull or a

@@ -21,8 +21,8 @@ from prometheus_client.registry import Collector
 
 from backends.base import ReportsHealth
 from backends.usage import UsageSample
-from server.jobs.states import JobState
 from server.metrics.settings import MetricsSettings
+from server.shapes.job_states import JobState
 
 if TYPE_CHECKING:
     from server.api.context import Runtime

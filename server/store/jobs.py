@@ -19,8 +19,8 @@ from sqlmodel import col
 
 from backends.base import utcnow
 from server.jobs.machine import InstanceView, JobRecord, MachineSnapshot
-from server.jobs.states import JobState, Transition
 from server.protocol.model import JobSpec
+from server.shapes.job_states import JobState, Transition
 from server.store.db import Repository
 from server.store.errors import InvalidValue, JobExists, NameInUse, UnknownJob, UnknownUser
 from server.store.spec_cache import SpecCache

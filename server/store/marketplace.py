@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, aliased
 from sqlmodel import col
 
 from backends.base import utcnow
-from server.marketplace.lookup import ItemKind
+from server.shapes.item_kind import ItemKind
 from server.store.db import Repository
 from server.store.errors import InvalidValue
 from server.store.marketplace_tables import (

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from server.marketplace.lookup import ItemKind
+from server.shapes.item_kind import ItemKind
 from server.store.errors import StoreError
 
 # Every user belongs to this group, as every user may submit to the virtual cluster `default`.

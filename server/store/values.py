@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from server.jobs.states import JobState
+from server.shapes.job_states import JobState
 
 # Event types written for the machine's transitions; other types may be appended freely.
 JOB_STATE = "JOB_STATE"
