@@ -293,8 +293,10 @@ class LogBook:
             self._halt(follower, wait=False)
         if loop is None or thread is None:
             return
-        with contextlib.suppress(Exception):  # closing: a reader that fails to close is dropped
+        try:  # closing: a reader that fails to close is dropped, saying so
             asyncio.run_coroutine_threadsafe(self.reader.aclose(), loop).result(_HALT_SECONDS)
+        except Exception as exc:
+            log.debug("the log reader did not close cleanly: %s", exc)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(_HALT_SECONDS)
         if not thread.is_alive():
