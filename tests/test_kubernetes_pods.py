@@ -12,7 +12,20 @@ from typing import Any
 
 import pytest
 
-from backends.kubernetes_pods import PodFacts, Termination, pod_facts
+from backends.kubernetes_pods import (
+    Disruption,
+    MainRun,
+    PodFacts,
+    Scheduling,
+    StartProblem,
+    Termination,
+    disruption_of,
+    lost,
+    main_run,
+    pod_facts,
+    scheduling,
+    start_problem,
+)
 from tests.fake_kube_api import validate
 
 PODS = Path(__file__).parent / "data" / "pods"
@@ -254,3 +267,77 @@ def test_recorded_pod_is_a_valid_pod(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_pod_facts(name: str) -> None:
     assert pod_facts(load(name)) == EXPECTED[name]
+
+
+# Each question on its own: every recorded pod, with the answer each question gives for it.
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_scheduling(name: str) -> None:
+    want = EXPECTED[name]
+    assert scheduling(load(name)) == Scheduling(want.scheduled, want.unschedulable)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_start_problem(name: str) -> None:
+    want = EXPECTED[name]
+    code = want.code if want.start_error else None
+    assert start_problem(load(name)) == StartProblem(want.start_error, code, want.pull_waiting)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_main_run(name: str) -> None:
+    want = EXPECTED[name]
+    assert main_run(load(name)) == MainRun(want.started_at, want.terminated, want.ready)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_disruption(name: str) -> None:
+    want = EXPECTED[name]
+    code = None if want.start_error else want.code
+    assert disruption_of(load(name)) == Disruption(want.disruption, code)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_lost(name: str) -> None:
+    want = EXPECTED[name]
+    ended = want.terminated is not None or want.start_error is not None
+    assert lost(load(name), ended=ended) == want.lost
+
+
+def test_a_lost_pod_is_not_lost_once_its_command_ended() -> None:
+    """The kubelet may fail a pod whose command already ended (deadline, eviction): the
+    command's end is what happened, not a loss."""
+    pod = load("evicted-before-start")
+    assert lost(pod, ended=False) == f"Evicted: {EVICTED_DISK}"
+    assert lost(pod, ended=True) is None
+
+
+def test_an_init_container_failure_comes_before_the_main_container_s() -> None:
+    """The kubelet runs init containers first: the first one's failure is why nothing started,
+    even if the main container's image cannot be pulled either."""
+    pod = load("init-oom-killed")
+    pod["status"]["containerStatuses"][0]["state"] = {
+        "waiting": {"reason": "InvalidImageName", "message": "invalid reference format"}
+    }
+    problem = start_problem(pod)
+    assert problem.code == -1300
+    assert problem.error is not None and "'prepare' ran out of memory" in problem.error
+
+
+def test_an_image_pull_still_retried_is_no_start_problem_yet() -> None:
+    """ErrImagePull and ImagePullBackOff may clear (a registry back up): they are waited out,
+    while an image name that cannot be parsed never will."""
+    assert start_problem(load("image-pull-backoff")).error is None
+    assert start_problem(load("init-err-image-pull")).error is None
+    assert start_problem(load("invalid-image-name")).pull_waiting is None
+
+
+def test_a_disruption_target_decides_the_code_before_the_pod_s_reason() -> None:
+    """Kubernetes 1.26+ names the disruption; a pod that says Evicted while the condition says
+    its node went away was lost with its node."""
+    pod = load("evicted-before-start")
+    pod["status"]["conditions"][0]["reason"] = "DeletionByTaintManager"
+    assert disruption_of(pod).code == -1001
+    del pod["status"]["conditions"][0]
+    assert disruption_of(pod) == Disruption(None, -1000)
