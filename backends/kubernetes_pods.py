@@ -7,7 +7,8 @@ container that could not fetch the prerequisites or ran out of memory, a pod evi
 its command ran); an image pull the kubelet still retries; a pending deletion and its grace
 period; and OpenPAI's completion code for what Kubernetes did to the pod (its
 `DisruptionTarget` condition or its reason: evicted, preempted, node lost ...).
-Everything here is a pure function of one pod, so it is tested on plain dictionaries.
+Everything here is a pure function of one pod, one function per question (scheduling, start
+problem, the main container's run, disruption, lost), tested on recorded pod objects.
 """
 
 from __future__ import annotations
@@ -88,112 +89,228 @@ class PodFacts:
     ready: bool = False
 
 
-def pod_facts(pod: dict[str, Any]) -> PodFacts:
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    conditions = {c.get("type"): c for c in status.get("conditions") or []}
-    scheduled_condition = conditions.get("PodScheduled") or {}
-    node = spec.get("nodeName") or ""
-    scheduled = bool(node) or scheduled_condition.get("status") == "True"
-    unschedulable = None
-    if not scheduled and scheduled_condition.get("reason") == "Unschedulable":
-        unschedulable = scheduled_condition.get("message") or "no node can run the pod"
-    images = {c.get("name"): c.get("image", "") for c in spec.get("containers") or []}
-    images.update({c.get("name"): c.get("image", "") for c in spec.get("initContainers") or []})
+@dataclass(frozen=True)
+class Scheduling:
+    """Whether the pod has a node, and the scheduler's message while it finds none."""
 
-    start_error = None
-    code = None
-    pull_waiting = None
-    for init in status.get("initContainerStatuses") or []:
-        ended = (init.get("state") or {}).get("terminated") or {}
-        if ended.get("reason") == "OOMKilled" and start_error is None:
-            start_error = (
-                f"the init container {init.get('name')!r} ran out of memory (OOMKilled) before "
-                "the commands could start"
-            )
-            code = INIT_OOM
-        if (
-            init.get("name") == START_ORDER_CONTAINER
-            and int(ended.get("exitCode", 0) or 0) == DEPENDENCY_FAILED
-            and start_error is None
-        ):  # what its role waits for did not hold in time: its own code and words
-            said = (ended.get("message") or "").strip().splitlines()
-            start_error = (
-                said[-1].removeprefix("[paigraph start order] ")
-                if said
-                else ("what its role waits for did not hold in time")
-            )
-            code = DEPENDENCY_FAILED
-        waiting = (init.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in PULL_RETRIED:
-            pull_waiting = pull_waiting or _pull_text(waiting, images.get(init.get("name"), ""))
-        start_error = start_error or _init_problem(init, images.get(init.get("name"), ""))
-    main: dict[str, Any] = next(
-        (c for c in status.get("containerStatuses") or [] if c.get("name") == MAIN_CONTAINER), {}
-    )
-    state = main.get("state") or {}
-    started_at = None
-    terminated = None
-    if "running" in state:
-        started_at = _time((state["running"] or {}).get("startedAt"))
-    if "waiting" in state:
-        waiting = state["waiting"] or {}
-        if waiting.get("reason") in PULL_RETRIED:
-            pull_waiting = pull_waiting or _pull_text(waiting, images.get(MAIN_CONTAINER, ""))
-        problem = _waiting_problem(waiting, images.get(MAIN_CONTAINER, ""))
-        if problem and start_error is None:
-            start_error = problem
-            if waiting.get("reason") in PULL_ERRORS:
-                code = IMAGE_NOT_PULLED
-    if "terminated" in state:
-        ended = state["terminated"] or {}
-        reason = ended.get("reason") or ""
-        message = (ended.get("message") or "").strip()
-        if reason in NEVER_RAN:
-            start_error = start_error or f"{reason}: {message or 'the container could not run'}"
-        else:
-            terminated = Termination(
-                exit_code=int(ended.get("exitCode", 0) or 0),
-                reason=reason,
-                message=message,
-                started_at=_time(ended.get("startedAt")),
-                finished_at=_time(ended.get("finishedAt")),
-            )
-            started_at = terminated.started_at or _time(status.get("startTime"))
-    disruption = conditions.get("DisruptionTarget") or {}
-    disrupted = None
-    if disruption.get("status") == "True":
-        why = disruption.get("reason") or "DisruptionTarget"
-        disrupted = f"{why}: {disruption['message']}" if disruption.get("message") else why
-        code = code or DISRUPTION_CODES.get(why)
-    code = code or POD_REASON_CODES.get(status.get("reason") or "")
-    if code is None and re.fullmatch(r"OutOf\S+", status.get("reason") or ""):
-        code = -1002  # the kubelet refused a pod bound to a node without the room it asks
-    lost = None
-    if status.get("phase") == "Failed" and terminated is None and start_error is None:
-        why = status.get("reason") or "the pod failed"
-        lost = f"{why}: {status['message']}" if status.get("message") else why
-    grace = meta.get("deletionGracePeriodSeconds")
+    scheduled: bool
+    unschedulable: str | None = None
+
+
+@dataclass(frozen=True)
+class StartProblem:
+    """Why the instance can never start (with OpenPAI's code when it has one), and an image
+    pull the kubelet still retries."""
+
+    error: str | None = None
+    code: int | None = None
+    pull_waiting: str | None = None
+
+
+@dataclass(frozen=True)
+class MainRun:
+    """What the main container did: running since when, ended how, ready or not."""
+
+    started_at: datetime | None = None
+    terminated: Termination | None = None
+    ready: bool = False
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """What Kubernetes did to the pod: its `DisruptionTarget` condition as "reason: message"
+    and OpenPAI's completion code for it (or for the pod's own reason)."""
+
+    text: str | None = None
+    code: int | None = None
+
+
+def pod_facts(pod: dict[str, Any]) -> PodFacts:
+    """Everything the backend reads from one version of a pod, each question answered by its
+    own function below."""
+    meta = _field(pod, "metadata")
+    status = _field(pod, "status")
+    placed = scheduling(pod)
+    start = start_problem(pod)
+    run = main_run(pod)
+    disruption = disruption_of(pod)
     return PodFacts(
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
         phase=status.get("phase") or "Pending",
-        node=node,
+        node=_field(pod, "spec").get("nodeName") or "",
         pod_ip=status.get("podIP") or "",
         deleting=bool(meta.get("deletionTimestamp")),
-        scheduled=scheduled,
-        unschedulable=unschedulable,
-        started_at=started_at,
-        terminated=terminated,
-        start_error=start_error,
-        lost=lost,
-        code=code,
-        pull_waiting=None if start_error or terminated else pull_waiting,
-        deletion_grace=int(grace) if grace is not None else None,
-        disruption=disrupted,
-        ready=main.get("ready") is True and "running" in state,
+        scheduled=placed.scheduled,
+        unschedulable=placed.unschedulable,
+        started_at=run.started_at,
+        terminated=run.terminated,
+        start_error=start.error,
+        lost=lost(pod, ended=run.terminated is not None or start.error is not None),
+        code=start.code or disruption.code,
+        pull_waiting=None if run.terminated else start.pull_waiting,
+        deletion_grace=_deletion_grace(meta),
+        disruption=disruption.text,
+        ready=run.ready,
     )
+
+
+def scheduling(pod: dict[str, Any]) -> Scheduling:
+    """A pod is scheduled once bound to a node; until then the scheduler may say why not."""
+    condition = _conditions(pod).get("PodScheduled") or {}
+    if _field(pod, "spec").get("nodeName") or condition.get("status") == "True":
+        return Scheduling(scheduled=True)
+    if condition.get("reason") != "Unschedulable":
+        return Scheduling(scheduled=False)  # not tried yet, or held back by a scheduling gate
+    return Scheduling(False, condition.get("message") or "no node can run the pod")
+
+
+def start_problem(pod: dict[str, Any]) -> StartProblem:
+    """The first reason the instance can never start, in the order the kubelet gets to them:
+    the init containers one by one, then the main container waiting or failing to run."""
+    images = _images(pod)
+    inits = _field(pod, "status").get("initContainerStatuses") or []
+    main = _main_status(pod)
+    main_state = _field(main, "state")
+    problems = [
+        *(_init_failure(init, images.get(init.get("name"), "")) for init in inits),
+        _main_waiting_failure(_field(main_state, "waiting"), images.get(MAIN_CONTAINER, "")),
+        _never_ran(main_state),
+    ]
+    error, code = next((p for p in problems if p is not None), (None, None))
+    if error is not None:
+        return StartProblem(error, code)
+    return StartProblem(pull_waiting=_retried_pull([*inits, main], images))
+
+
+def main_run(pod: dict[str, Any]) -> MainRun:
+    """The main container's current run; an earlier one (`lastState`) is history. A container
+    that never ran is a start problem, not a termination."""
+    main = _main_status(pod)
+    state = _field(main, "state")
+    ready = main.get("ready") is True and "running" in state
+    terminated = _termination(state)
+    if terminated is None:
+        return MainRun(_time(_field(state, "running").get("startedAt")), None, ready)
+    start_time = _time(_field(pod, "status").get("startTime"))
+    return MainRun(terminated.started_at or start_time, terminated, ready)
+
+
+def disruption_of(pod: dict[str, Any]) -> Disruption:
+    """Kubernetes 1.26+ says why it disrupts a pod in its `DisruptionTarget` condition; the
+    pod's own reason (Evicted, OutOfcpu ...) gives the code when that says nothing known."""
+    condition = _conditions(pod).get("DisruptionTarget") or {}
+    reason = _field(pod, "status").get("reason") or ""
+    code = POD_REASON_CODES.get(reason)
+    if code is None and re.fullmatch(r"OutOf\S+", reason):
+        code = -1002  # the kubelet refused a pod bound to a node without the room it asks
+    if condition.get("status") != "True":
+        return Disruption(code=code)
+    why = condition.get("reason") or "DisruptionTarget"
+    text = f"{why}: {condition['message']}" if condition.get("message") else why
+    return Disruption(text, DISRUPTION_CODES.get(why) or code)
+
+
+def lost(pod: dict[str, Any], *, ended: bool) -> str | None:
+    """A pod that failed although its command neither ended nor failed to start was lost
+    (evicted before it ran, its node gone ...): the pod's reason and message say how."""
+    status = _field(pod, "status")
+    if status.get("phase") != "Failed" or ended:
+        return None
+    why = status.get("reason") or "the pod failed"
+    return f"{why}: {status['message']}" if status.get("message") else why
+
+
+def _deletion_grace(meta: dict[str, Any]) -> int | None:
+    """The grace period of the pending deletion, seconds (set with its deletionTimestamp)."""
+    grace = meta.get("deletionGracePeriodSeconds")
+    return int(grace) if grace is not None else None
+
+
+def _conditions(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    conditions = _field(pod, "status").get("conditions") or []
+    return {c.get("type"): c for c in conditions}
+
+
+def _images(pod: dict[str, Any]) -> dict[str, str]:
+    spec = _field(pod, "spec")
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    return {c.get("name"): c.get("image", "") for c in containers}
+
+
+def _main_status(pod: dict[str, Any]) -> dict[str, Any]:
+    statuses = _field(pod, "status").get("containerStatuses") or []
+    return next((c for c in statuses if c.get("name") == MAIN_CONTAINER), {})
+
+
+def _init_failure(init: dict[str, Any], image: str) -> tuple[str, int | None] | None:
+    """Why this init container keeps the commands from ever starting, with its code."""
+    ended = _field(_field(init, "state"), "terminated")
+    if ended.get("reason") == "OOMKilled":
+        return (
+            f"the init container {init.get('name')!r} ran out of memory (OOMKilled) before "
+            "the commands could start",
+            INIT_OOM,
+        )
+    if (
+        init.get("name") == START_ORDER_CONTAINER
+        and int(ended.get("exitCode", 0) or 0) == DEPENDENCY_FAILED
+    ):  # what its role waits for did not hold in time: its own code and words
+        said = (ended.get("message") or "").strip().splitlines()
+        if not said:
+            return "what its role waits for did not hold in time", DEPENDENCY_FAILED
+        return said[-1].removeprefix("[paigraph start order] "), DEPENDENCY_FAILED
+    problem = _init_problem(init, image)
+    return (problem, None) if problem else None
+
+
+def _main_waiting_failure(waiting: dict[str, Any], image: str) -> tuple[str, int | None] | None:
+    problem = _waiting_problem(waiting, image)
+    if problem is None:
+        return None
+    return problem, IMAGE_NOT_PULLED if waiting.get("reason") in PULL_ERRORS else None
+
+
+def _never_ran(state: dict[str, Any]) -> tuple[str, int | None] | None:
+    """The runtime could not run the main container's command at all."""
+    ended = _field(state, "terminated")
+    reason = ended.get("reason") or ""
+    if reason not in NEVER_RAN:
+        return None
+    message = (ended.get("message") or "").strip()
+    return f"{reason}: {message or 'the container could not run'}", None
+
+
+def _termination(state: dict[str, Any]) -> Termination | None:
+    """How the main container's command ended, if it ran and ended."""
+    if "terminated" not in state:
+        return None
+    ended = _field(state, "terminated")
+    reason = ended.get("reason") or ""
+    if reason in NEVER_RAN:
+        return None
+    return Termination(
+        exit_code=int(ended.get("exitCode", 0) or 0),
+        reason=reason,
+        message=(ended.get("message") or "").strip(),
+        started_at=_time(ended.get("startedAt")),
+        finished_at=_time(ended.get("finishedAt")),
+    )
+
+
+def _retried_pull(statuses: list[dict[str, Any]], images: dict[str, str]) -> str | None:
+    """The first container, in start order, whose image pull the kubelet keeps retrying."""
+    for container in statuses:
+        waiting = _field(_field(container, "state"), "waiting")
+        if waiting.get("reason") in PULL_RETRIED:
+            return _pull_text(waiting, images.get(container.get("name", ""), ""))
+    return None
+
+
+def _field(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """A part of an API object, which the API may leave out or write as null."""
+    part: dict[str, Any] = obj.get(key) or {}
+    return part
 
 
 def _pull_text(waiting: dict[str, Any], image: str) -> str:
@@ -212,12 +329,11 @@ def _waiting_problem(waiting: dict[str, Any], image: str) -> str | None:
 
 
 def _init_problem(init: dict[str, Any], image: str) -> str | None:
-    state = init.get("state") or {}
-    if "waiting" in state:
-        problem = _waiting_problem(state["waiting"] or {}, image)
-        if problem:
-            return f"the init container {init.get('name')!r} cannot start: {problem}"
-    ended = state.get("terminated")
+    state = _field(init, "state")
+    problem = _waiting_problem(_field(state, "waiting"), image)
+    if problem:
+        return f"the init container {init.get('name')!r} cannot start: {problem}"
+    ended = _field(state, "terminated")
     if ended and int(ended.get("exitCode", 0) or 0) != 0:
         message = (ended.get("message") or "").strip() or ended.get("reason") or "no output"
         return (
