@@ -200,25 +200,38 @@ function constant(xs: number[], value: number): (number | null)[] {
   return xs.map(() => value);
 }
 
+/** Bytes received and sent per second, as two lines on one axis. */
+function networkChart<T extends { at: string }>(
+  title: string,
+  received: T[],
+  sent: T[],
+  value: (point: T) => number,
+  suffix: string,
+  marks: ChartModel["marks"],
+): ChartModel {
+  const { xs, values } = align([
+    { points: received, at, value },
+    { points: sent, at, value },
+  ]);
+  return {
+    title,
+    unit: UNITS.network,
+    xs,
+    lines: [
+      { label: `received${suffix}`, kind: "used", values: col(values, 0) },
+      { label: `sent${suffix}`, kind: "used", values: col(values, 1) },
+    ],
+    marks,
+  };
+}
+
 /** A task role's chart: the sum over its instances, the least and the most one instance used
  * (drawn as a band), and for CPU and memory what all its instances asked for together. */
 export function roleChart(role: RoleSeries, figure: Figure): ChartModel {
   const title = `${TITLES[figure]} of ${role.taskRole} (${role.instances} instance${role.instances === 1 ? "" : "s"})`;
   if (figure === "network") {
-    const { xs, values } = align([
-      { points: role.networkRxBytesPerSecond, at, value: (p) => p.sum },
-      { points: role.networkTxBytesPerSecond, at, value: (p) => p.sum },
-    ]);
-    return {
-      title,
-      unit: UNITS[figure],
-      xs,
-      lines: [
-        { label: "received (sum)", kind: "used", values: col(values, 0) },
-        { label: "sent (sum)", kind: "used", values: col(values, 1) },
-      ],
-      marks: [],
-    };
+    const sum = (p: Spread) => p.sum;
+    return networkChart(title, role.networkRxBytesPerSecond, role.networkTxBytesPerSecond, sum, " (sum)", []);
   }
   const points = figure === "cpu" ? role.cpuCores : role.memoryBytes;
   const { xs, values } = align([
@@ -246,20 +259,8 @@ export function instanceChart(instance: InstanceSeries, figure: Figure): ChartMo
   const title = `${TITLES[figure]} of ${instance.taskRole} #${instance.index}`;
   const marks = instance.oomKilledAt ? [{ at: seconds(instance.oomKilledAt), label: "killed: out of memory" }] : [];
   if (figure === "network") {
-    const { xs, values } = align([
-      { points: instance.networkRxBytesPerSecond, at, value: (p) => p.value },
-      { points: instance.networkTxBytesPerSecond, at, value: (p) => p.value },
-    ]);
-    return {
-      title,
-      unit: UNITS[figure],
-      xs,
-      lines: [
-        { label: "received", kind: "used", values: col(values, 0) },
-        { label: "sent", kind: "used", values: col(values, 1) },
-      ],
-      marks,
-    };
+    const value = (p: Point) => p.value;
+    return networkChart(title, instance.networkRxBytesPerSecond, instance.networkTxBytesPerSecond, value, "", marks);
   }
   if (figure === "cpu") {
     const { xs, values } = align([{ points: instance.cpuCores, at, value: (p) => p.value }]);
