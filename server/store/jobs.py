@@ -147,6 +147,7 @@ class JobStore(Repository):
         }
         try:
             with self._write() as session:
+                _take_event_turn(session, record.transitions)
                 # Lock the owner so two submissions of one name cannot both pass the check.
                 owner = session.scalar(
                     select(col(UserRow.name)).where(col(UserRow.id) == owner_id).with_for_update()
@@ -190,6 +191,7 @@ class JobStore(Repository):
         if record.job_id != job_id:
             raise ValueError(f"the snapshot is of job {record.job_id!r}, not of {job_id!r}")
         with self._write() as session:
+            _take_event_turn(session, changes)
             last = _lock(session, job_id)
             session.execute(
                 update(JobRow)
@@ -203,6 +205,7 @@ class JobStore(Repository):
     def append_events(self, job_id: str, changes: Sequence[Transition | NewEvent]) -> list[Event]:
         """Record events that come with no change of the machine's state."""
         with self._write() as session:
+            _take_event_turn(session, changes)
             return _append(session, job_id, _lock(session, job_id), changes)
 
     # --- reading jobs ---
@@ -542,18 +545,26 @@ def _end_earlier_attempts(
 _EVENT_APPEND_LOCK = 0x7061_6967_6576  # "paigev": the advisory lock event appends take turns on
 
 
+def _take_event_turn(session: Session, changes: Sequence[object]) -> None:
+    """Wait for this transaction's turn to append events, before it locks any row.
+
+    Event ids must grow in commit order, so that a reader of every job's changes after an id
+    (`jobs_changed_after`) never skips a row committed late with a lower id: on PostgreSQL,
+    transactions that append take turns on an advisory lock until they end. It is taken first,
+    before the job's row, so that two of them can never each hold what the other waits for.
+    SQLite has one writer at a time anyway."""
+    if changes and session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(_EVENT_APPEND_LOCK)))
+
+
 def _append(
     session: Session, job_id: str, last: int, changes: Sequence[Transition | NewEvent]
 ) -> list[Event]:
-    """Insert the events numbered from `last + 1` and move the job's counter on."""
+    """Insert the events numbered from `last + 1` and move the job's counter on (after
+    `_take_event_turn` began the transaction)."""
     events = [_new_event(job_id, last + n, change) for n, change in enumerate(changes, start=1)]
     if not events:
         return []
-    if session.get_bind().dialect.name == "postgresql":
-        # Event ids must grow in commit order, so that a reader of every job's changes after an
-        # id (`jobs_changed_after`) never skips a row committed late with a lower id: appends
-        # take turns until their transaction ends. SQLite has one writer at a time anyway.
-        session.execute(select(func.pg_advisory_xact_lock(_EVENT_APPEND_LOCK)))
     session.execute(
         insert(EventRow),
         [
