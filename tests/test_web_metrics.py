@@ -153,8 +153,21 @@ def test_the_cluster_page_shows_each_nodes_allocation_and_use(
         usage.locator("tbody tr").first.wait_for()
         assert usage.locator("tbody tr").count() == 4  # an admin sees every simulated node
         rows = [usage.locator("tbody tr").nth(n) for n in range(4)]
-        cells = [row.locator("td").last.inner_text() for row in rows]
-        assert sorted(cells) == ["0", "0", "0", "1"], cells
+
+        def instance_counts() -> list[str]:
+            return [row.locator("td").last.inner_text() for row in rows]
+
+        def measured_once_more() -> bool:
+            # the counts are of the instances the latest sampling round measured: a round
+            # that missed the burner (a busy machine) shows it at the next read of the page
+            if sorted(instance_counts()) == ["0", "0", "0", "1"]:
+                return True
+            page.reload()
+            usage.locator("tbody tr").first.wait_for()
+            return False
+
+        until(measured_once_more, "one node running the burner's instance", timeout=60, every=2)
+        cells = instance_counts()
         busy = rows[cells.index("1")]
         cpu = busy.locator("[data-bar=cpu] .figures").inner_text()
         assert re.search(r"1 of 32 allocated", cpu), cpu
