@@ -312,89 +312,69 @@ def test_seed_003_v1_job_with_its_code_and_data_on_hdfs_uploaded_fixed_and_run(
 
 # --- seed 004: datasets with template variables ----------------------------------------------
 
-# The seed's marketplace items in the order they are needed, with the indentation its text lost
-# restored (`written_in_seed_004` checks them line for line against the seed when the test runs).
-SEED_004_ITEMS = {
-    "install_wget": """\
-name: install_wget
-plugin: cmd
-plugin_params:
-  callbacks:
-    - event: taskStarts
-      commands:
-        - "apt update"
-        - "apt install -y wget"
-""",
-    "mnist": """\
-name: mnist
-require:
-  - name: marketplace://name/install_wget
-plugin: cmd
-plugin_params:
-  callbacks:
-    - event: taskStarts
-      commands:
-        - mkdir -p {{ dataPath }}
-        - wget http://1.2.3.4/mnist.zip -O {{ dataPath }}
-        - cd {{ dataPath }}
-        - unzip mnist.zip
-template_variables:
-  - name: dataPath
-""",
-    "confignfs_pvc": """\
-name: confignfs_pvc
-plugin: pvc_storage
-plugin_params:
-  name: confignfs
-  mountPath: {{ mountPath }}
-template_variables:
-  - name: mountPath
-""",
-    "imagenet": """\
-name: imagenet
-require: # if the required prerequisite has template_variables, all the template_variables MUST be fulfilled.
-  - name: marketplace://name/confignfs_pvc
-    template_variables:
-      mountPath: /mnt/confignfs_pvc
-plugin: cmd
-plugin_params:
-  callbacks:
-    - event: taskStarts
-      commands:
-        - mkdir -p {{ dataPath }}
-        - cp -r /mnt/confignfs_pvc/imagenet/* {{ dataPath }}
-template_variables:
-  - name: dataPath
-""",  # noqa: E501 - the seed's comment, as written
-    "imagenet_only_validation": """\
-name: imagenet_only_validation
-require: # if the required prerequisite has template_variables, all the template_variables MUST be fulfilled.
-  - name: marketplace://name/confignfs_pvc
-    template_variables:
-      mountPath: /mnt/confignfs_pvc
-plugin: cmd
-plugin_params:
-  callbacks:
-    - event: taskStarts
-      commands:
-        - mkdir -p {{ dataPath }}
-        - cp -r /mnt/confignfs_pvc/imagenet/validation/* {{ dataPath }}
-template_variables:
-  - name: dataPath
-""",  # noqa: E501 - the seed's comment, as written
-    "debug_hook": """\
-name: debug_hook
-plugin: cmd
-plugin_params:
-  callbacks:
-    - event: taskFails
-      commands:
-        - echo "will sleep for {{ min }} minutes for debugging..."
-        - sleep {{ min }}m
-template_variables:
-  - name: min
-""",
-}
+# Seed 004 lists its marketplace items after "# in marketplace" lines, with the indentation of
+# their YAML lost; the walkthrough publishes them as a person would type them in from the seed:
+# read from the seed when the test runs and indented again by where each key belongs.
+_ITEM_SECTIONS = ("require:", "plugin:", "plugin_params:", "type:", "uri:")
+
+
+def seed_004_items() -> dict[str, str]:
+    """The seed's marketplace items, by name, in the seed's order, as YAML."""
+    (path,) = SEEDS.glob("004_*.txt")
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    items: dict[str, str] = {}
+    for at, line in enumerate(lines[:-1]):
+        if line != "# in marketplace" or not lines[at + 1].startswith("- name: "):
+            continue
+        body = [lines[at + 1].removeprefix("- ")]
+        for later in lines[at + 2 :]:
+            if (
+                not later
+                or later.startswith("#")
+                or (":" not in later and not later.startswith("- "))
+            ):
+                break  # the next comment, or the seed's prose
+            body.append(later)
+        items[body[0].removeprefix("name: ")] = _indented(body)
+    return items
+
+
+def _indented(body: list[str]) -> str:
+    """An item's lines indented again: `require` entries with their template variables,
+    `plugin_params` callbacks with their commands, and top-level lists."""
+    out = [body[0]]
+    section = under = ""
+    for line in body[1:]:
+        if line.startswith(_ITEM_SECTIONS) or (
+            line.startswith("template_variables:") and section != "require"
+        ):
+            out.append(line)
+            section, under = line.split(":", 1)[0], ""
+        elif section == "require":
+            if line.startswith("- "):
+                out.append("  " + line)
+            elif line.startswith("template_variables:"):
+                out.append("    " + line)
+                under = "variables"
+            else:
+                out.append(("      " if under == "variables" else "    ") + line)
+        elif section == "plugin_params":
+            if line.startswith("callbacks:"):
+                out.append("  " + line)
+            elif line.startswith("- event:"):
+                out.append("    " + line)
+            elif line.startswith("commands:"):
+                out.append("      " + line)
+                under = "commands"
+            else:
+                out.append(
+                    ("        " if line.startswith("- ") and under == "commands" else "  ") + line
+                )
+        else:  # a top-level list (template_variables)
+            out.append(("  " if line.startswith("- ") else "    ") + line)
+    return "\n".join(out) + "\n"
+
+
 SEED_004_IMAGE = "openpai/standard:python_3.6-pytorch_1.2.0-gpu"
 # what the seed's job says of mnist, in its extras
 SEED_004_REFERENCE = [
@@ -419,15 +399,6 @@ SEED_004_SHIMS = {
     ),
     "unzip": 'echo "unzip stand-in: $*"\nls\n',
 }
-
-
-def written_in_seed_004(item: str) -> None:
-    """`item` is the seed's text, line for line, once the indentation is taken away again."""
-    (path,) = SEEDS.glob("004_*.txt")
-    seed = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    lines = [line.strip() for line in item.splitlines()]
-    lines[0] = "- " + lines[0]  # the seed lists each item under "# in marketplace"
-    assert any(seed[at : at + len(lines)] == lines for at in range(len(seed))), item
 
 
 # Busybox's shell runs its own wget and unzip whatever PATH says: seed 004's image is built
@@ -470,11 +441,18 @@ def seed_004_job_runs(page: Any, steps: Steps, name: str) -> None:
 def test_seed_004_items_published_verbatim_and_mnist_used_from_use_and_the_role_picker(
     site: Site, web_browser: Any, seed_004_image: str
 ) -> None:
-    for item in SEED_004_ITEMS.values():
-        written_in_seed_004(item)
+    items = seed_004_items()
+    assert list(items) == [
+        "install_wget",
+        "mnist",
+        "confignfs_pvc",
+        "imagenet",
+        "imagenet_only_validation",
+        "debug_hook",
+    ]
     with browser_page(web_browser, site.url, site.alice) as (page, _):
         steps = Steps(page, "walkthrough-004")
-        for name, item in SEED_004_ITEMS.items():
+        for name, item in items.items():
             page.goto("/")
             page.get_by_role("link", name="Marketplace").click()
             page.get_by_role("link", name="Publish").click()
