@@ -44,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 
 from backends.base import (  # noqa: E402
     EventKind,
+    InstanceEvent,
     LaunchRequest,
     PortRequest,
     ResourceRequest,
@@ -294,6 +295,34 @@ async def idle(backend: DockerBackend, seconds: float, sampling: bool) -> None:
         await asyncio.sleep(min(SAMPLE_EVERY, max(left, 0.0)))
 
 
+async def launched(
+    backend: DockerBackend, request: LaunchRequest, events: AsyncIterator[InstanceEvent]
+) -> None:
+    """Launch the job and wait until every instance STARTED (anything else ends the bench)."""
+    await backend.launch(request)
+    started = 0
+    while started < request.total_instances:
+        event = await anext(events)
+        if event.kind is EventKind.STARTED:
+            started += 1
+        elif event.kind not in (EventKind.PLACED, EventKind.WAITING):
+            raise SystemExit(f"instance did not start: {event}")
+
+
+async def stopped(
+    backend: DockerBackend, request: LaunchRequest, events: AsyncIterator[InstanceEvent]
+) -> None:
+    """Stop the job, wait until every instance ended, and leave nothing behind."""
+    await backend.stop(request.job_id, request.attempt, grace_seconds=0)
+    ended = 0
+    while ended < request.total_instances:
+        event = await asyncio.wait_for(anext(events), 120)
+        if event.kind in (EventKind.STOPPED, EventKind.EXITED, EventKind.START_FAILED):
+            ended += 1
+    await backend.forget(request.job_id, request.attempt)
+    await backend.close()
+
+
 async def simulated(image: str, idle_seconds: float, sampling: bool) -> tuple[float, float]:
     window = free_window(2000)
     with tempfile.TemporaryDirectory() as state:
@@ -307,14 +336,7 @@ async def simulated(image: str, idle_seconds: float, sampling: bool) -> tuple[fl
         try:
             start = time.perf_counter()
             with timed_calls():
-                await backend.launch(request)
-                started = 0
-                while started < request.total_instances:
-                    event = await anext(events)
-                    if event.kind is EventKind.STARTED:
-                        started += 1
-                    elif event.kind not in (EventKind.PLACED, EventKind.WAITING):
-                        raise SystemExit(f"instance did not start: {event}")
+                await launched(backend, request, events)
             elapsed = time.perf_counter() - start
             idle_share = 0.0
             if idle_seconds > 0:
@@ -323,14 +345,7 @@ async def simulated(image: str, idle_seconds: float, sampling: bool) -> tuple[fl
                 idle_share = (_cpu_seconds() - before) / idle_seconds
             return elapsed, idle_share
         finally:
-            await backend.stop(request.job_id, request.attempt, grace_seconds=0)
-            ended = 0
-            while ended < request.total_instances:
-                event = await asyncio.wait_for(anext(events), 120)
-                if event.kind in (EventKind.STOPPED, EventKind.EXITED, EventKind.START_FAILED):
-                    ended += 1
-            await backend.forget(request.job_id, request.attempt)
-            await backend.close()
+            await stopped(backend, request, events)
 
 
 def _cpu_seconds() -> float:

@@ -33,10 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends.base import EventKind  # noqa: E402
 from backends.docker import DockerBackend  # noqa: E402
 from backends.docker_usage import DockerUsage  # noqa: E402
-from bench.launch import job  # noqa: E402
+from bench.launch import job, launched, stopped  # noqa: E402
 from simulator.settings import SimulatorSettings  # noqa: E402
 
 GOAL = 0.02
@@ -102,14 +101,7 @@ async def run(image: str, seconds: float, every: float, rounds: int) -> None:
         request = job(image)
         events = backend.events()
         try:
-            await backend.launch(request)
-            started = 0
-            while started < request.total_instances:
-                event = await anext(events)
-                if event.kind is EventKind.STARTED:
-                    started += 1
-                elif event.kind not in (EventKind.PLACED, EventKind.WAITING):
-                    raise SystemExit(f"instance did not start: {event}")
+            await launched(backend, request, events)
             await asyncio.sleep(5)  # the starts' own work settles
             api = backend.engine.api
             # the ways take turns, so a drift in what else the machine does hits each alike
@@ -120,14 +112,7 @@ async def run(image: str, seconds: float, every: float, rounds: int) -> None:
                     runs[way].append(await window(backend, meter, seconds, every))
             figures = {way: _mean(found) for way, found in runs.items()}
         finally:
-            await backend.stop(request.job_id, request.attempt, grace_seconds=0)
-            ended = 0
-            while ended < request.total_instances:
-                event = await asyncio.wait_for(anext(events), 120)
-                if event.kind in (EventKind.STOPPED, EventKind.EXITED, EventKind.START_FAILED):
-                    ended += 1
-            await backend.forget(request.job_id, request.attempt)
-            await backend.close()
+            await stopped(backend, request, events)
     report(figures, request.total_instances, seconds, every, rounds)
 
 
