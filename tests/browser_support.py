@@ -282,6 +282,18 @@ def open_submit_page(page: Any) -> None:
     page.get_by_role("heading", name="Submit a job").wait_for()
 
 
+def start_empty_job(page: Any, image: str, image_name: str = "box") -> Any:
+    """On the Submit page: start an empty job with one docker image and one task role; the
+    role's form."""
+    page.get_by_role("button", name="Start empty").click()
+    images = page.locator("[data-prereq-type=dockerimage]")
+    images.get_by_role("button", name="Add docker image").click()
+    images.locator("input[name=prereq-name]").fill(image_name)
+    images.locator("input[name=prereq-uri]").fill(image)
+    page.get_by_test_id("roles-form").get_by_role("button", name="Add task role").click()
+    return page.locator("[data-role-form=taskrole]")
+
+
 def import_file(page: Any, path: Path) -> None:
     """Import a job file on the Submit page; its forms shown."""
     page.set_input_files("input[name=import]", str(path))

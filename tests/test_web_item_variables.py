@@ -13,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.browser_support import Site, browser_page, screenshot
+from tests.browser_support import Site, browser_page, screenshot, start_empty_job
 from tests.simulated import IMAGE
 from tests.test_web_submit import editor_text, no_problems, submit_and_watch
 
@@ -124,13 +124,7 @@ def test_a_role_picker_asks_for_the_template_variables_and_writes_seed_004s_yaml
     site.publish(site.root, MNIST.replace("name: mnist", "name: picked_mnist"))
     with browser_page(web_browser, site.url, site.alice) as (page, _):
         page.goto("/submit")
-        page.get_by_role("button", name="Start empty").click()
-        images = page.locator("[data-prereq-type=dockerimage]")
-        images.get_by_role("button", name="Add docker image").click()
-        images.locator("input[name=prereq-name]").fill("box")
-        images.locator("input[name=prereq-uri]").fill(IMAGE)
-        page.get_by_test_id("roles-form").get_by_role("button", name="Add task role").click()
-        role = page.locator("[data-role-form=taskrole]")
+        role = start_empty_job(page, IMAGE)
         role.get_by_role("button", name="Pick a data set from the marketplace").click()
         picker = role.locator("[data-picker=DATA]")
         picker.get_by_label("Search a data set").fill("picked_mnist")

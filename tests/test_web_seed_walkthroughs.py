@@ -36,6 +36,7 @@ from tests.browser_support import (
     no_problems,
     open_preview,
     open_submit_page,
+    start_empty_job,
     submit_and_reach,
 )
 from tests.corpus import SEEDS, seed_job
@@ -493,12 +494,7 @@ def test_seed_004_items_published_verbatim_and_mnist_used_from_use_and_the_role_
 
         # the role's data picker on a new job, the variable given in the picker
         open_submit_page(page)
-        page.get_by_role("button", name="Start empty").click()
-        images = page.locator("[data-prereq-type=dockerimage]")
-        images.get_by_role("button", name="Add docker image").click()
-        images.locator("input[name=prereq-name]").fill("docker_image_0")
-        images.locator("input[name=prereq-uri]").fill(seed_004_image)
-        page.get_by_test_id("roles-form").get_by_role("button", name="Add task role").click()
+        role = start_empty_job(page, seed_004_image, "docker_image_0")
         # the seed writes mnist without a type: a plugin, picked among the role's prerequisites
         role.get_by_role(
             "button", name="Pick a plugin (a dataset or hook) from the marketplace"

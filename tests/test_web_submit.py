@@ -21,6 +21,7 @@ from tests.browser_support import (
     keep_for_docs,
     no_problems,
     screenshot,
+    start_empty_job,
 )
 from tests.servers import ROOT
 
@@ -220,13 +221,7 @@ def test_browse_hdfs_from_the_role_and_prerequisite_pickers(site: Site, web_brow
     assert points.startswith("hdfs://") and points.endswith(":9000/datasets/points.csv")
     with browser_page(web_browser, site.url, site.alice) as (page, _):
         page.goto("/submit")
-        page.get_by_role("button", name="Start empty").click()
-        images = page.locator("[data-prereq-type=dockerimage]")
-        images.get_by_role("button", name="Add docker image").click()
-        images.locator("input[name=prereq-name]").fill("box")
-        images.locator("input[name=prereq-uri]").fill(IMAGE)
-        page.get_by_test_id("roles-form").get_by_role("button", name="Add task role").click()
-        role = page.locator("[data-role-form=taskrole]")
+        role = start_empty_job(page, IMAGE)
         # data: from the default file system's root, into a folder, up and down again, a file
         role.get_by_role("button", name="Browse HDFS for a data set").click()
         browser = role.get_by_role("dialog", name="Browse HDFS for a data set")
