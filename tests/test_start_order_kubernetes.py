@@ -78,6 +78,21 @@ def ps_worker(
     )
 
 
+def schedule_workers(api: FakeKubeAPI) -> None:
+    """Both workers bound to nodes: into their init containers, their commands not started."""
+    for host in ("worker-0", "worker-1"):
+        api.schedule(pod_of(api, host))
+
+
+async def server_says_go(api: FakeKubeAPI, timeout: float = 10) -> None:
+    """Until the attempt's start-order ConfigMap says go to both workers."""
+    await until_async(
+        lambda: order_said(api) == {"worker-0": "go", "worker-1": "go"} or None,
+        "the server to say go",
+        timeout,
+    )
+
+
 def init_names(pod: dict[str, Any]) -> list[str]:
     return [c["name"] for c in pod["spec"].get("initContainers") or []]
 
@@ -182,8 +197,7 @@ async def test_a_command_readiness_is_a_probe_and_the_server_says_go(
         assert order_said(api) == {"worker-0": "wait", "worker-1": "wait"}
 
         run_all(api, "ps-0", "ps-1")
-        for host in ("worker-0", "worker-1"):  # in their init containers: not running yet
-            api.schedule(pod_of(api, host))
+        schedule_workers(api)  # in their init containers: not running yet
         placed = await events.until(
             lambda: len(events.of(EventKind.PLACED)) == 4 and events.of(EventKind.PLACED, "worker")
         )
@@ -193,11 +207,7 @@ async def test_a_command_readiness_is_a_probe_and_the_server_says_go(
         await events.until(lambda: len(events.of(EventKind.STARTED, "ps")) == 2)
         assert order_said(api) == {"worker-0": "wait", "worker-1": "wait"}  # 1 of 2 is ready
         set_ready(api, "ps-1")
-        await until_async(
-            lambda: order_said(api) == {"worker-0": "go", "worker-1": "go"} or None,
-            "the server to say go",
-            10,
-        )
+        await server_says_go(api)
         events.close()
 
 
@@ -209,8 +219,7 @@ async def test_a_succeeded_dependency_holds_once_every_ps_succeeded(
         await backend.launch(ps_worker("order-00005ucc", when="succeeded"))
         await events.until(lambda: len(api.pods()) == 4)
         run_all(api, "ps-0", "ps-1")
-        for host in ("worker-0", "worker-1"):
-            api.schedule(pod_of(api, host))
+        schedule_workers(api)
         await events.until(lambda: len(events.of(EventKind.STARTED)) == 2)
         set_ready(api, "ps-0")
         set_ready(api, "ps-1")  # ready is not what the workers wait for
@@ -218,11 +227,7 @@ async def test_a_succeeded_dependency_holds_once_every_ps_succeeded(
         await events.until(lambda: "ps-0" in events.ended())
         assert order_said(api) == {"worker-0": "wait", "worker-1": "wait"}
         api.exit(pod_of(api, "ps-1"), 0)
-        await until_async(
-            lambda: order_said(api) == {"worker-0": "go", "worker-1": "go"} or None,
-            "the server to say go",
-            10,
-        )
+        await server_says_go(api)
         assert not [e for e in events.ended().values() if e.role == "worker"]
         events.close()
 
@@ -235,8 +240,7 @@ async def test_a_dependency_that_can_never_hold_ends_the_waiting_pods_with_its_c
         await backend.launch(ps_worker("order-0000dead", when="succeeded"))
         await events.until(lambda: len(api.pods()) == 4)
         run_all(api, "ps-0", "ps-1")
-        for host in ("worker-0", "worker-1"):
-            api.schedule(pod_of(api, host))
+        schedule_workers(api)
         api.exit(pod_of(api, "ps-1"), 3)
         ended = await events.until(
             lambda: (
@@ -264,14 +268,9 @@ async def test_a_started_worker_is_not_held_back_again_when_a_ps_runs_again(
         request = ps_worker("order-0000a9a1", when="running")
         await backend.launch(request)
         await events.until(lambda: len(api.pods()) == 4)
-        for host in ("worker-0", "worker-1"):
-            api.schedule(pod_of(api, host))
+        schedule_workers(api)
         run_all(api, "ps-0", "ps-1")
-        await until_async(
-            lambda: order_said(api) == {"worker-0": "go", "worker-1": "go"} or None,
-            "the server to say go",
-            10,
-        )
+        await server_says_go(api)
         for host in ("worker-0", "worker-1"):
             api.run(pod_of(api, host))
         await events.until(lambda: len(events.of(EventKind.STARTED)) == 4)
@@ -295,16 +294,11 @@ async def test_a_retried_worker_waits_again(api: FakeKubeAPI, tmp_path: Path) ->
         request = ps_worker("order-0000a9a2")
         await backend.launch(request)
         await events.until(lambda: len(api.pods()) == 4)
-        for host in ("worker-0", "worker-1"):
-            api.schedule(pod_of(api, host))
+        schedule_workers(api)
         run_all(api, "ps-0", "ps-1")
         set_ready(api, "ps-0")
         set_ready(api, "ps-1")
-        await until_async(
-            lambda: order_said(api) == {"worker-0": "go", "worker-1": "go"} or None,
-            "the server to say go",
-            10,
-        )
+        await server_says_go(api)
         api.run(pod_of(api, "worker-0"))
         api.exit(pod_of(api, "worker-0"), 1)
         await events.until(lambda: "worker-0" in events.ended())
@@ -486,14 +480,9 @@ async def test_a_go_the_api_server_refused_is_written_again(
         events = Events(backend)
         await backend.launch(ps_worker("order-0000bad0", when="running"))
         await events.until(lambda: len(api.pods()) == 4)
-        for host in ("worker-0", "worker-1"):
-            api.schedule(pod_of(api, host))
+        schedule_workers(api)
         api.refuse("patch", "configmaps", 403, "refused by a policy", times=1)
         run_all(api, "ps-0", "ps-1")
-        await until_async(
-            lambda: order_said(api) == {"worker-0": "go", "worker-1": "go"} or None,
-            "the server to say go after all",
-            15,
-        )
+        await server_says_go(api, timeout=15)
         assert ("patch", "configmaps") in api.calls
         events.close()
