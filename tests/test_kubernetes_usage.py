@@ -4,7 +4,6 @@ the cluster serves none."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,10 +11,10 @@ import pytest
 from backends.base import EventKind
 from backends.kubernetes_usage import NO_METRICS_API, SOURCE, quantity
 from backends.usage import SamplesUsage
+from tests import test_kubernetes_fake_cluster
 from tests.fake_kube_api import FakeKubeAPI
 from tests.test_kubernetes_fake_cluster import (
     Events,
-    allowed_by_role,
     backend_on,
     key,
     pod_of,
@@ -24,14 +23,7 @@ from tests.test_kubernetes_fake_cluster import (
 
 pytestmark = pytest.mark.anyio
 MI = 1 << 20
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as fake:
-        yield fake
-    used = fake.verbs()
-    assert used <= allowed_by_role(), f"calls the Role does not allow: {used - allowed_by_role()}"
+api = test_kubernetes_fake_cluster.api  # the fake API server, checked against the deployed Role
 
 
 async def test_running_pods_are_measured_from_the_metrics_api_and_others_not(
