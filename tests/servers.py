@@ -197,6 +197,16 @@ class Server:
         settings = self.env(**({"PAIGRAPH_TOKEN": token} if token else {}))
         return paigraph(*args, env=settings, stdin=stdin)
 
+    def ann_bob_and_root(self) -> dict[str, str]:
+        """Users ann and bob, and root an admin, added with `paigraph users add`: their tokens
+        by name (before `start`, as an operator would)."""
+        tokens = {}
+        for name, admin in (("ann", False), ("bob", False), ("root", True)):
+            added = self.paigraph("users", "add", name, *(["--admin"] if admin else []))
+            assert added.returncode == 0, added.stderr
+            tokens[name] = added.stdout.strip()
+        return tokens
+
     def start_paigraph(self, *args: str, token: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [sys.executable, "-m", "server.cli", *args],

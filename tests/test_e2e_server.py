@@ -342,11 +342,7 @@ def test_stopping_the_server_says_what_keeps_running_and_stop_all_stops_it(
     tmp_path: Path,
 ) -> None:
     with served("sqlite", tmp_path) as server:
-        tokens = {}
-        for name, admin in (("ann", False), ("bob", False), ("root", True)):
-            added = server.paigraph("users", "add", name, *(["--admin"] if admin else []))
-            assert added.returncode == 0, added.stderr
-            tokens[name] = added.stdout.strip()
+        tokens = server.ann_bob_and_root()
         server.start()
         ann_job = _running(server, tokens["ann"])
         bob_job = _running(server, tokens["bob"])

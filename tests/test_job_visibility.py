@@ -42,11 +42,7 @@ JOB = {
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, str]]]:
     tmp_path = tmp_path_factory.mktemp("visibility")
     with served("sqlite", tmp_path) as server:
-        tokens = {}
-        for name, admin in (("ann", False), ("bob", False), ("root", True)):
-            added = server.paigraph("users", "add", name, *(["--admin"] if admin else []))
-            assert added.returncode == 0, added.stderr
-            tokens[name] = added.stdout.strip()
+        tokens = server.ann_bob_and_root()
         server.start()
         config = tmp_path / "job.json"
         config.write_text(json.dumps(JOB))

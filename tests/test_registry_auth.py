@@ -234,11 +234,7 @@ def test_a_credential_written_into_a_job_is_handled_as_a_secret_for_every_reader
     config = LITERAL_JOB.format(image=private, password=PASSWORD, registry=registry)
     with served("sqlite", tmp_path) as server:
         server.settings["PAIGRAPH_SIMULATOR_CONFIG"] = str(pulling_settings(tmp_path, files))
-        tokens = {}
-        for name, admin in (("ann", False), ("bob", False), ("root", True)):
-            added = server.paigraph("users", "add", name, *(["--admin"] if admin else []))
-            assert added.returncode == 0, added.stderr
-            tokens[name] = added.stdout.strip()
+        tokens = server.ann_bob_and_root()
         server.start()
         ann = Client(server.url, tokens["ann"])
 

@@ -199,11 +199,7 @@ def test_metrics_follow_job_visibility_and_only_admins_see_every_node(tmp_path: 
     with served("sqlite", tmp_path) as server:
         server.serve_args = ("--job-visibility", "own")
         server.settings["PAIGRAPH_USAGE_INTERVAL"] = "1"
-        tokens = {}
-        for name, admin in (("ann", False), ("bob", False), ("root", True)):
-            added = server.paigraph("users", "add", name, *(["--admin"] if admin else []))
-            assert added.returncode == 0, added.stderr
-            tokens[name] = added.stdout.strip()
+        tokens = server.ann_bob_and_root()
         server.start()
         ann, bob, root = (server.client(tokens[n]) for n in ("ann", "bob", "root"))
         submitted = ann.submit(BURNER, {})
