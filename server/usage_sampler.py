@@ -17,11 +17,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from backends.base import BackendError, InstanceKey, utcnow
 from backends.usage import SamplesUsage, UsageSample
 from server.store import Store
+from server.store.availability import database_unavailable
 from server.store.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -29,8 +28,6 @@ log = logging.getLogger(__name__)
 INTERVAL_ENV = "PAIGRAPH_USAGE_INTERVAL"
 DEFAULT_INTERVAL = 5.0
 COMPACT_EVERY = 60.0  # seconds between compactions of what is an hour old
-# what an engine or database outage raises: said in one line, without a stack
-_OUTAGES = (SQLAlchemyError, StoreError, BackendError, OSError)
 
 
 def usage_interval_setting(
@@ -115,7 +112,7 @@ class UsageSampler:
                     log.warning(
                         "measuring what instances use failed (%s); trying again every round",
                         exc,
-                        exc_info=not isinstance(exc, _OUTAGES),
+                        exc_info=not _outage(exc),
                     )
                 self._failing = True
             await asyncio.sleep(max(self.interval - (time.monotonic() - began), 0.5))
@@ -148,6 +145,12 @@ class UsageSampler:
         if now - self._last_compact >= COMPACT_EVERY:
             self._last_compact = now
             self.store.compact_usage(utcnow())
+
+
+def _outage(exc: BaseException) -> bool:
+    """Whether `exc` is an engine or database outage, said in one line without a stack (the
+    database's by the store's own rule, server.store.availability)."""
+    return database_unavailable(exc) or isinstance(exc, (BackendError, StoreError, OSError))
 
 
 def _with_rates(
