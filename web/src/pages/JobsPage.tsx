@@ -10,6 +10,7 @@ import type { JobFilter, JobRowFragment, JobState } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
 import { JOB_STATES, formatTime, isFinal } from "../lib/format";
 import { inFilter } from "../lib/jobFilter";
+import { listRows } from "../lib/jobList";
 import { follow } from "../lib/live";
 import {
   JobEventsSubscription,
@@ -50,7 +51,7 @@ export function JobsPage() {
   const [{ data: vcs }] = useQuery({ query: VirtualClusterNamesQuery });
   const listed = useMemo(() => data?.jobs.edges.map((edge) => edge.node) ?? [], [data]);
   const added = useNewJobs(listed, filter, data?.jobs.changesCursor ?? null, !after, clients);
-  const rows = useMemo(() => [...added, ...listed], [added, listed]);
+  const rows = useMemo(() => listRows(added, listed), [added, listed]);
   const live = useLiveRows(rows, clients);
   const shown = rows.map((row) => live.get(row.id) ?? row).filter((job) => inFilter(job, filter));
 
@@ -192,8 +193,10 @@ function useNewJobs(
   firstPage: boolean,
   clients: ReturnType<typeof useSession>["clients"],
 ) {
-  const [told, setTold] = useState<{ since: string | null; jobs: JobRowFragment[] }>({ since: null, jobs: [] });
   const filterKey = JSON.stringify(filter);
+  // What was told belongs to one reading: its filter and its cursor.
+  const reading = `${filterKey}@${since ?? ""}`;
+  const [told, setTold] = useState<{ reading: string; jobs: JobRowFragment[] }>({ reading: "", jobs: [] });
   useEffect(() => {
     if (!since || !firstPage) return;
     const known = new Set(listed.map((row) => row.id));
@@ -209,18 +212,19 @@ function useNewJobs(
           const job = data.jobsChanged.job;
           if (known.has(job.id)) return;
           setTold((current) => {
-            const jobs = current.since === since ? current.jobs : [];
+            const jobs = current.reading === reading ? current.jobs : [];
             const at = jobs.findIndex((row) => row.id === job.id);
-            if (at >= 0) return { since, jobs: jobs.map((row, i) => (i === at ? job : row)) };
-            return { since, jobs: [job, ...jobs] };
+            if (at >= 0) return { reading, jobs: jobs.map((row, i) => (i === at ? job : row)) };
+            return { reading, jobs: [job, ...jobs] };
           });
         },
       },
     );
-    // The listed rows are read through `since`: a new reading of the list has a new cursor.
+    // The listed rows are read through `since`; a new reading may share its cursor with the
+    // last one (nothing changed between them), which listRows allows for.
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [since, firstPage, filterKey, clients]);
-  return told.since === since ? told.jobs : NONE;
+  return told.reading === reading ? told.jobs : NONE;
 }
 
 const NONE: JobRowFragment[] = [];
