@@ -51,7 +51,7 @@ from backends.base import (
 )
 from backends.instance_exec import ExecRequest
 from backends.kubernetes_adopt import Adopting
-from backends.kubernetes_api import _LIST_TIMEOUT, _UNREACHABLE, _api_message, api_client
+from backends.kubernetes_api import LIST_TIMEOUT, UNREACHABLE, api_client, api_message
 from backends.kubernetes_exec import KubernetesExecSession
 from backends.kubernetes_gang_clock import GangClock
 from backends.kubernetes_launch import Launching
@@ -90,11 +90,11 @@ class KubernetesBackend(Launching, PodWatch, GangClock, Stopping, Adopting):
                 raise BackendError(
                     "namespace_per_virtual_cluster needs the server's rights in every namespace "
                     "(the ClusterRole of deploy/kubernetes/namespace-per-virtual-cluster); the "
-                    f"Kubernetes API refuses: {_api_message(exc)}"
+                    f"Kubernetes API refuses: {api_message(exc)}"
                 ) from None
             raise BackendError(
                 f"the Kubernetes API refuses to list pods in namespace {self.namespace!r}: "
-                f"{_api_message(exc)}"
+                f"{api_message(exc)}"
             ) from None
         except Exception as exc:
             host = self.client.configuration.host
@@ -122,16 +122,16 @@ class KubernetesBackend(Launching, PodWatch, GangClock, Stopping, Adopting):
             ("pods in every namespace", self.core.list_pod_for_all_namespaces),
         ):
             try:
-                call(limit=1, _preload_content=False, _request_timeout=_LIST_TIMEOUT)
+                call(limit=1, _preload_content=False, _request_timeout=LIST_TIMEOUT)
             except ApiException as exc:
                 log.warning(
                     "gang_scheduler 'gates' cannot list %s (%s): attempts will wait until the "
                     "ClusterRole of deploy/kubernetes/cluster-role.yaml is granted, or choose "
                     "another gang_scheduler",
                     what,
-                    _api_message(exc),
+                    api_message(exc),
                 )
-            except _UNREACHABLE as exc:
+            except UNREACHABLE as exc:
                 log.info("cannot check the gang's rights now (%s)", exc)
 
     async def close(self) -> None:

@@ -14,8 +14,8 @@ from typing import Any, cast
 from kubernetes.client.exceptions import ApiException
 
 from backends.base import InstanceKey, InstanceReport, InstanceStatus, LaunchRequest
-from backends.kubernetes_api import _body
-from backends.kubernetes_core import KubernetesCore, _Attempt, _Instance
+from backends.kubernetes_api import response_body
+from backends.kubernetes_core import Attempt, Instance, KubernetesCore
 from backends.kubernetes_names import (
     ATTEMPT,
     CLAIMS_KEY,
@@ -46,7 +46,7 @@ class Adopting(KubernetesCore):
             response = self.core.list_namespaced_config_map(
                 self.namespace, label_selector=self.selector, _preload_content=False
             )
-        for item in _body(response).get("items") or []:
+        for item in response_body(response).get("items") or []:
             if LAUNCH_KEY not in (item.get("data") or {}):
                 continue  # a part of a large attempt's environment, not an attempt
             try:
@@ -64,7 +64,7 @@ class Adopting(KubernetesCore):
         namespace = config_map["metadata"].get("namespace") or self.namespace
         builder = self._builder(request, claims, legacy, namespace)
         try:
-            service = _body(
+            service = response_body(
                 self.core.read_namespaced_service(
                     builder.service, namespace, _preload_content=False
                 )
@@ -88,7 +88,7 @@ class Adopting(KubernetesCore):
                 update={"ssh": request.ssh.model_copy(update={"job_private_key": job_key})}
             )
         builder = self._builder(request, claims, legacy, namespace)
-        attempt = _Attempt(request=request, builder=builder, service_uid=service["metadata"]["uid"])
+        attempt = Attempt(request=request, builder=builder, service_uid=service["metadata"]["uid"])
         # gated pods made before the restart wait for admission again (lifting gates already
         # lifted is harmless); the attempt leaves the queue once all its pods are scheduled
         attempt.queued = self.settings.gang_scheduler == "gates"
@@ -97,10 +97,10 @@ class Adopting(KubernetesCore):
                 key = InstanceKey(
                     job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
                 )
-                attempt.instances[(role.name, index)] = _Instance(
+                attempt.instances[(role.name, index)] = Instance(
                     key=key, pod=builder.pod_name(role.name, index)
                 )
-        pods = _body(
+        pods = response_body(
             self.core.list_namespaced_pod(
                 namespace,
                 label_selector=f"{self.selector},{ATTEMPT}={request.attempt}",
@@ -125,7 +125,7 @@ class Adopting(KubernetesCore):
 
     def _read_secrets(self, name: str, namespace: str) -> dict[str, str]:
         try:
-            secret = _body(
+            secret = response_body(
                 self.core.read_namespaced_secret(name, namespace, _preload_content=False)
             )
         except ApiException:

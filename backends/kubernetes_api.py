@@ -17,8 +17,8 @@ from backends.base import BackendError
 from backends.kubernetes_settings import KubernetesSettings
 
 # what the client raises when the API server does not answer at all (no HTTP status)
-_UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
-_LIST_TIMEOUT = (10, 60)  # seconds to connect, and to read a listing of pods
+UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
+LIST_TIMEOUT = (10, 60)  # seconds to connect, and to read a listing of pods
 
 
 def api_client(settings: KubernetesSettings) -> k8s.ApiClient:
@@ -42,19 +42,19 @@ def api_client(settings: KubernetesSettings) -> k8s.ApiClient:
     return k8s.ApiClient(configuration)
 
 
-def _body(response: Any) -> Any:
+def response_body(response: Any) -> Any:
     """The JSON body of a response asked for with `_preload_content=False`: a raw urllib3
     response, which the client's annotations do not know of."""
     return json.loads(response.data)
 
 
-def _quota_not_counted(exc: ApiException) -> bool:
+def quota_not_counted(exc: ApiException) -> bool:
     """A ResourceQuota's refusal before the quota controller first counted its usage: it
     passes once the quota has a status (seconds after the quota is made)."""
-    return exc.status == 403 and "status unknown for quota" in _api_message(exc)
+    return exc.status == 403 and "status unknown for quota" in api_message(exc)
 
 
-def _api_message(exc: ApiException) -> str:
+def api_message(exc: ApiException) -> str:
     """The API server's own message, else the HTTP reason."""
     with contextlib.suppress(ValueError, TypeError, AttributeError):  # not a JSON object
         body = json.loads(cast(str, exc.body))

@@ -24,7 +24,7 @@ from backends.base import (
     RoleLaunch,
 )
 from backends.entrypoint import RUNTIME_DIR, WORK_DIR
-from backends.kubernetes_init_script import _download_entries, _repos, _shown
+from backends.kubernetes_init_script import download_entries, repositories, shown_uri
 from backends.kubernetes_isolation import claim_of, legacy_claim
 from backends.kubernetes_names import (
     ATTEMPT,
@@ -258,7 +258,7 @@ class AttemptBase:
         if claim is None:
             mapped = ", ".join(sorted(self.settings.hdfs_claims)) or "none"
             raise UnservableMaterial(
-                f"prerequisite {material.name!r}: {_shown(uri)} is on HDFS "
+                f"prerequisite {material.name!r}: {shown_uri(uri)} is on HDFS "
                 f"({location.authority}), which this cluster has only where the operator maps "
                 "the file system to a PersistentVolumeClaim with the kubernetes setting "
                 f"hdfs_claims (mapped: {mapped})"
@@ -315,9 +315,9 @@ class AttemptBase:
                 if self._hdfs_mounted(material):
                     self._hdfs_entries(material)
                 elif material.kind is Fetch.DOWNLOAD:
-                    _download_entries(material)
+                    download_entries(material)
                 elif material.kind is Fetch.CLONE:
-                    _repos(material)
+                    repositories(material)
                 else:
                     self._mount_place(role, material)
             except UnservableMaterial as exc:

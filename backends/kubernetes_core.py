@@ -24,11 +24,11 @@ from kubernetes.client.exceptions import ApiException
 
 from backends.base import EventKind, InstanceEvent, InstanceKey, LaunchRequest, Placement
 from backends.kubernetes_api import (
-    _UNREACHABLE,
-    _api_message,
-    _body,
-    _quota_not_counted,
+    UNREACHABLE,
     api_client,
+    api_message,
+    quota_not_counted,
+    response_body,
 )
 from backends.kubernetes_log_reader import PodLogReader
 from backends.kubernetes_logs import LogBook
@@ -55,7 +55,7 @@ _CREATE_TRIES = 5  # a create answered 429 or 5xx is tried this many times in al
 
 
 @dataclass(eq=False)
-class _Instance:
+class Instance:
     key: InstanceKey
     pod: str
     run: int = 1
@@ -81,11 +81,11 @@ class _Instance:
 
 
 @dataclass(eq=False)
-class _Attempt:
+class Attempt:
     request: LaunchRequest
     builder: AttemptBuilder
     service_uid: str = ""
-    instances: dict[tuple[str, int], _Instance] = field(default_factory=dict)
+    instances: dict[tuple[str, int], Instance] = field(default_factory=dict)
     gang_complete: bool = False
     since: float = field(default_factory=time.monotonic)  # the gang timeout counts from here
     stopping: bool = False
@@ -107,7 +107,7 @@ class _Attempt:
         """Where its objects are (its virtual cluster's, with namespace_per_virtual_cluster)."""
         return self.builder.namespace
 
-    def live(self) -> list[_Instance]:
+    def live(self) -> list[Instance]:
         return [i for i in self.instances.values() if not i.ended]
 
 
@@ -135,7 +135,7 @@ class KubernetesCore(ThreadedBackend):
         )
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._attempts: dict[str, _Attempt] = {}
+        self._attempts: dict[str, Attempt] = {}
         self._pool = ThreadPoolExecutor(max_workers=_PARALLEL, thread_name_prefix="k8s")
         self._closed = threading.Event()
         self._listed = threading.Event()
@@ -185,7 +185,7 @@ class KubernetesCore(ThreadedBackend):
         }
         call = create[kind]
         namespace = body["metadata"]["namespace"]
-        return self._retried(lambda: _body(call(namespace, body, _preload_content=False)))
+        return self._retried(lambda: response_body(call(namespace, body, _preload_content=False)))
 
     def _retried(self, call: Callable[[], Any]) -> Any:
         """Make a call, again with back-off while the API server answers 429 (too many
@@ -197,7 +197,7 @@ class KubernetesCore(ThreadedBackend):
                 return call()
             except ApiException as exc:
                 status = exc.status or 0
-                transient = status == 429 or status >= 500 or _quota_not_counted(exc)
+                transient = status == 429 or status >= 500 or quota_not_counted(exc)
                 if not transient or attempt == _CREATE_TRIES:
                     raise
                 delay = min(0.5 * 2**attempt, 8.0)
@@ -210,7 +210,7 @@ class KubernetesCore(ThreadedBackend):
 
     # --- deleting ----------------------------------------------------------------------------
 
-    def _delete_attempt_objects(self, attempt: _Attempt) -> None:
+    def _delete_attempt_objects(self, attempt: Attempt) -> None:
         """Everything of the attempt, at once (its owner references would take the rest with
         the Service too, but not every cluster runs the garbage collector promptly)."""
         service = attempt.builder.service
@@ -260,8 +260,8 @@ class KubernetesCore(ThreadedBackend):
             call()
         except ApiException as exc:
             if exc.status != 404:
-                log.warning("cannot delete %s: %s", what, _api_message(exc))
-        except _UNREACHABLE as exc:
+                log.warning("cannot delete %s: %s", what, api_message(exc))
+        except UNREACHABLE as exc:
             log.warning(
                 "cannot delete %s now (the API server does not answer: %s); "
                 "deleting it when it does",
@@ -289,7 +289,7 @@ class KubernetesCore(ThreadedBackend):
                 return False
             return not instance.ended or self.logbook.following(key)
 
-    def _placement(self, attempt: _Attempt, instance: _Instance) -> Placement:
+    def _placement(self, attempt: Attempt, instance: Instance) -> Placement:
         facts = instance.facts
         return Placement(
             node=facts.node if facts else "",
@@ -297,7 +297,7 @@ class KubernetesCore(ThreadedBackend):
             ports=attempt.builder.ports[(instance.key.role, instance.key.index)],
         )
 
-    def _emit_attempt(self, attempt: _Attempt, kind: EventKind, reason: str) -> None:
+    def _emit_attempt(self, attempt: Attempt, kind: EventKind, reason: str) -> None:
         request = attempt.request
         self._emit(
             InstanceEvent(job_id=request.job_id, attempt=request.attempt, kind=kind, reason=reason)

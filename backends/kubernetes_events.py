@@ -13,8 +13,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from backends.base import EventKind, oom_reason
-from backends.kubernetes_api import _UNREACHABLE
-from backends.kubernetes_core import KubernetesCore, _Attempt, _Instance
+from backends.kubernetes_api import UNREACHABLE
+from backends.kubernetes_core import Attempt, Instance, KubernetesCore
 from backends.kubernetes_pods import PodFacts, Termination
 from backends.kubernetes_start_order import (
     GO,
@@ -33,7 +33,7 @@ class PodEvents(KubernetesCore):
     """Instances placed, started and ended from what their pods show."""
 
     def _finishing(
-        self, attempt: _Attempt, instance: _Instance, terminated: Termination, *, now: bool
+        self, attempt: Attempt, instance: Instance, terminated: Termination, *, now: bool
     ) -> None:
         """The instance's container terminated: finish it here or on the pool (lock held)."""
         instance.termination = terminated
@@ -44,7 +44,7 @@ class PodEvents(KubernetesCore):
             self._pool.submit(self._finish, attempt, instance, terminated)
 
     def _ended_early(
-        self, attempt: _Attempt, instance: _Instance, facts: PodFacts, *, now: bool
+        self, attempt: Attempt, instance: Instance, facts: PodFacts, *, now: bool
     ) -> None:
         """The pod ended before every pod of its attempt was scheduled (lock held)."""
         if facts.terminated is not None:
@@ -53,7 +53,7 @@ class PodEvents(KubernetesCore):
             reason = facts.disruption or facts.lost
             self._end(attempt, instance, EventKind.LOST, reason=reason, completion_code=facts.code)
 
-    def _check_gang(self, attempt: _Attempt, *, now: bool = False) -> None:
+    def _check_gang(self, attempt: Attempt, *, now: bool = False) -> None:
         """PLACED for every instance once all pods are scheduled; WAITING until then."""
         live = attempt.live()
         pending = [i for i in live if not i.scheduled]
@@ -74,7 +74,7 @@ class PodEvents(KubernetesCore):
         for instance in live:
             self._advance(attempt, instance, now=now)
 
-    def _advance(self, attempt: _Attempt, instance: _Instance, *, now: bool = False) -> None:
+    def _advance(self, attempt: Attempt, instance: Instance, *, now: bool = False) -> None:
         """Tell what the instance's pod shows beyond what was told (the lock is held)."""
         facts = instance.facts
         if facts is None:
@@ -124,7 +124,7 @@ class PodEvents(KubernetesCore):
             )
         self._judge_start_order(attempt)
 
-    def _finish(self, attempt: _Attempt, instance: _Instance, ended: Termination) -> None:
+    def _finish(self, attempt: Attempt, instance: Instance, ended: Termination) -> None:
         """The main container ended: copy its whole log, then tell how it ended."""
         key, run = instance.key, instance.run
         if not self.logbook.settled(key, run):
@@ -154,7 +154,7 @@ class PodEvents(KubernetesCore):
             )
 
     def _fail_to_start(
-        self, attempt: _Attempt, instance: _Instance, reason: str, code: int | None = None
+        self, attempt: Attempt, instance: Instance, reason: str, code: int | None = None
     ) -> None:
         """The pod can never run its command: end the instance and take the pod away."""
         kind = EventKind.STOPPED if attempt.stopping else EventKind.START_FAILED
@@ -163,7 +163,7 @@ class PodEvents(KubernetesCore):
         self._end(attempt, instance, kind, reason=reason, completion_code=code)
         self._pool.submit(self._delete_pod, instance.pod, 0, attempt.namespace)
 
-    def _gone(self, attempt: _Attempt, instance: _Instance) -> None:
+    def _gone(self, attempt: Attempt, instance: Instance) -> None:
         """The instance's pod vanished (deleted, or missing from a listing)."""
         with self._lock:
             if instance.ended or instance.finishing:
@@ -190,7 +190,7 @@ class PodEvents(KubernetesCore):
                     completion_code=facts.code if facts else None,
                 )
 
-    def _end(self, attempt: _Attempt, instance: _Instance, kind: EventKind, **fields: Any) -> None:
+    def _end(self, attempt: Attempt, instance: Instance, kind: EventKind, **fields: Any) -> None:
         with self._lock:
             if instance.ended:
                 return
@@ -209,7 +209,7 @@ class PodEvents(KubernetesCore):
 
     # --- start order -------------------------------------------------------------------------
 
-    def _judge_start_order(self, attempt: _Attempt) -> None:
+    def _judge_start_order(self, attempt: Attempt) -> None:
         """Tell each waiting instance (through the start-order ConfigMap) that what its role
         waits for holds, or end it once that can never hold (the lock is held)."""
         request = attempt.request
@@ -220,7 +220,7 @@ class PodEvents(KubernetesCore):
             for role in request.roles
         }
         told: dict[str, str] = {}
-        never: list[tuple[_Instance, str]] = []
+        never: list[tuple[Instance, str]] = []
         for role in request.roles:
             if not role.depends_on:
                 continue
@@ -242,7 +242,7 @@ class PodEvents(KubernetesCore):
         for instance, why in never:
             self._fail_to_start(attempt, instance, why, DEPENDENCY_FAILED)
 
-    def _tell_start_order(self, attempt: _Attempt, told: dict[str, str]) -> None:
+    def _tell_start_order(self, attempt: Attempt, told: dict[str, str]) -> None:
         """Write what waiting instances read into the attempt's start-order ConfigMap."""
         name = order_config_map_name(attempt.builder.service)
         try:
@@ -251,18 +251,18 @@ class PodEvents(KubernetesCore):
                     name, self.namespace, {"data": told}, _preload_content=False
                 )
             )
-        except (ApiException, *_UNREACHABLE) as exc:
+        except (ApiException, *UNREACHABLE) as exc:
             log.warning("cannot tell %s's waiting instances what holds: %s", attempt.id, exc)
             with self._lock:  # told again on the next change of a pod of the attempt
                 for key in told:
                     attempt.order_said.pop(key, None)
 
-    def _end_all(self, attempt: _Attempt, kind: EventKind, reason: str, **fields: Any) -> None:
+    def _end_all(self, attempt: Attempt, kind: EventKind, reason: str, **fields: Any) -> None:
         for instance in list(attempt.instances.values()):
             self._end(attempt, instance, kind, reason=reason, **fields)
 
 
-def _peer(instance: _Instance) -> PeerState:
+def _peer(instance: Instance) -> PeerState:
     """What a depended-on instance reached, from its current run's pod and end."""
     facts = instance.facts
     ended = instance.ended or instance.finishing

@@ -16,8 +16,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from backends.base import EventKind
-from backends.kubernetes_api import _LIST_TIMEOUT, _UNREACHABLE, _api_message, _body
-from backends.kubernetes_core import _Attempt, _Instance
+from backends.kubernetes_api import LIST_TIMEOUT, UNREACHABLE, api_message, response_body
+from backends.kubernetes_core import Attempt, Instance
 from backends.kubernetes_events import PodEvents
 from backends.kubernetes_gang import GATE, ClusterView
 from backends.kubernetes_manifests import with_owner
@@ -75,7 +75,7 @@ class GangClock(PodEvents):
         gone: nothing else would ever end them) and their instances are lost with their node;
         image pulls failing past `image_pull_deadline_seconds` fail their instances."""
         clock = time.monotonic()
-        stuck: list[tuple[_Attempt, _Instance, str]] = []
+        stuck: list[tuple[Attempt, Instance, str]] = []
         with self._lock:
             for attempt in list(self._attempts.values()):
                 for instance in attempt.instances.values():
@@ -164,7 +164,7 @@ class GangClock(PodEvents):
             )
         except ApiException as exc:
             why = (
-                f"cannot see the cluster's free room ({_api_message(exc)}); the server needs "
+                f"cannot see the cluster's free room ({api_message(exc)}); the server needs "
                 "to list and watch nodes and pods in every namespace (the ClusterRole "
                 "paigraph-gang in deploy/kubernetes)"
             )
@@ -195,9 +195,9 @@ class GangClock(PodEvents):
             )
         except ApiException as exc:  # gone meanwhile (404), or ungated already (422)
             if exc.status not in (404, 422):
-                log.warning("cannot lift the gate %s of pod %s: %s", GATE, pod, _api_message(exc))
+                log.warning("cannot lift the gate %s of pod %s: %s", GATE, pod, api_message(exc))
 
-    def _take_back(self, attempt: _Attempt) -> None:
+    def _take_back(self, attempt: Attempt) -> None:
         """The attempt was not bound whole in time (the view was stale, or another scheduler
         took the room): every pod goes, and new gated ones queue again, so no half of a gang
         keeps holding resources."""
@@ -248,8 +248,8 @@ class GangClock(PodEvents):
                 self._create("Pod", pod)
                 with self._lock:
                     instance.made = True
-            except (ApiException, *_UNREACHABLE) as exc:
-                message = _api_message(exc) if isinstance(exc, ApiException) else str(exc)
+            except (ApiException, *UNREACHABLE) as exc:
+                message = api_message(exc) if isinstance(exc, ApiException) else str(exc)
                 self._end(
                     attempt,
                     instance,
@@ -258,7 +258,7 @@ class GangClock(PodEvents):
                     completion_code=-120,
                 )
 
-    def _tell_waiting(self, attempt: _Attempt, reason: str) -> None:
+    def _tell_waiting(self, attempt: Attempt, reason: str) -> None:
         with self._lock:
             if reason != attempt.waiting_reason and not attempt.gang_complete:
                 attempt.waiting_reason = reason
@@ -272,13 +272,15 @@ class GangClock(PodEvents):
             kwargs: dict[str, Any] = {"limit": _PAGE, "_preload_content": False}
             if token:
                 kwargs["_continue"] = token
-            page = _body(self._retried(partial(call, **kwargs, _request_timeout=_LIST_TIMEOUT)))
+            page = response_body(
+                self._retried(partial(call, **kwargs, _request_timeout=LIST_TIMEOUT))
+            )
             items += page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items
 
-    def _gang_timed_out(self, attempt: _Attempt, limit: float) -> None:
+    def _gang_timed_out(self, attempt: Attempt, limit: float) -> None:
         with self._lock:
             pending = [i for i in attempt.live() if not i.scheduled]
             total = len(attempt.instances)
@@ -320,7 +322,9 @@ class GangClock(PodEvents):
             except Exception as exc:  # a reason is extra: the wait goes on without it
                 log.info("cannot read the events of pod %s (%s); its reason says less", pod, exc)
                 continue
-            warnings = [e for e in _body(response).get("items") or [] if e.get("type") == "Warning"]
+            warnings = [
+                e for e in response_body(response).get("items") or [] if e.get("type") == "Warning"
+            ]
             if warnings:
                 return warnings[-1].get("message")
         return None

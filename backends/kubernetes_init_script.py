@@ -17,7 +17,7 @@ from simulator.prereqs import UnservableMaterial, check_name, parse_repo, reposi
 PORT_IN_USE_EXIT = 10  # the init container's exit code for a port already in use
 
 
-def _download_entries(material: Material) -> list[tuple[str, str]]:
+def download_entries(material: Material) -> list[tuple[str, str]]:
     """(file name, URL) of each URI of a data prerequisite; only http(s) is fetched here."""
     if not material.uris:
         raise UnservableMaterial(f"prerequisite {material.name!r}: a data prerequisite needs a URI")
@@ -26,21 +26,21 @@ def _download_entries(material: Material) -> list[tuple[str, str]]:
         parts = urlsplit(uri)
         if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
             raise UnservableMaterial(
-                f"prerequisite {material.name!r}: {_shown(uri)} cannot be fetched on Kubernetes "
+                f"prerequisite {material.name!r}: {shown_uri(uri)} cannot be fetched on Kubernetes "
                 "(data is downloaded by an init container over http or https; mount anything "
                 "else as a storage)"
             )
         entry = parts.path.rsplit("/", 1)[-1] or "index"
         if entry in entries:
             raise UnservableMaterial(
-                f"prerequisite {material.name!r}: {_shown(entries[entry])} and {_shown(uri)} "
+                f"prerequisite {material.name!r}: {shown_uri(entries[entry])} and {shown_uri(uri)} "
                 f"would both be saved as {entry!r}"
             )
         entries[entry] = uri
     return list(entries.items())
 
 
-def _repos(material: Material) -> list[tuple[str, str, str | None]]:
+def repositories(material: Material) -> list[tuple[str, str, str | None]]:
     """(directory under the work dir, url, ref) of each repository of a script prerequisite:
     one at <name>/, or each of a list at <name>/<repository name>/."""
     if not material.per_repository:
@@ -61,8 +61,8 @@ def _repos(material: Material) -> list[tuple[str, str, str | None]]:
         check_name(directory, f"prerequisite {material.name!r}: repository name")
         if directory in found:
             raise UnservableMaterial(
-                f"prerequisite {material.name!r}: {_shown(found[directory][1])} and "
-                f"{_shown(url)} would both be checked out at {material.name}/{directory}"
+                f"prerequisite {material.name!r}: {shown_uri(found[directory][1])} and "
+                f"{shown_uri(url)} would both be checked out at {material.name}/{directory}"
             )
         found[directory] = (f"{material.name}/{directory}", url, ref)
     return list(found.values())
@@ -72,7 +72,7 @@ def _repo(material: Material, uri: str) -> tuple[str, str | None]:
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", uri.strip())
     if scheme and scheme.group(1).lower() not in ("http", "https", "git"):
         raise UnservableMaterial(
-            f"prerequisite {material.name!r}: {_shown(uri)} cannot be cloned on "
+            f"prerequisite {material.name!r}: {shown_uri(uri)} cannot be cloned on "
             "Kubernetes (the init container clones http, https and git repositories)"
         )
     spec = parse_repo(material.name, uri)
@@ -84,11 +84,12 @@ def _repo(material: Material, uri: str) -> tuple[str, str | None]:
     return spec.url, spec.ref
 
 
-def _shown(uri: str) -> str:
+def shown_uri(uri: str) -> str:
+    """The URI with its credentials masked, for messages."""
     return re.sub(r"(://)[^/@\s]+@", r"\1***@", uri)
 
 
-def _port_check(ports: dict[str, list[int]]) -> list[str]:
+def port_check_lines(ports: dict[str, list[int]]) -> list[str]:
     """Fail with PORT_IN_USE_EXIT when a port of the instance is taken on its node."""
     lines = [
         "in_use() {",
@@ -113,35 +114,37 @@ def _port_check(ports: dict[str, list[int]]) -> list[str]:
     return lines
 
 
-def _fetch(material: Material) -> list[str]:
+def fetch_lines(material: Material) -> list[str]:
+    """The shell lines that put a data or script prerequisite in place, failing the pod when
+    they cannot."""
     q = shlex.quote
     target = f"{WORK_DIR}/{material.name}"
     if material.kind is Fetch.DOWNLOAD:
         lines = [f"say {q(f'data {material.name}: downloading into {target}')}", f"cd {q(target)}"]
-        for entry, url in _download_entries(material):
-            failed = f"data {material.name}: cannot download {_shown(url)}"
+        for entry, url in download_entries(material):
+            failed = f"data {material.name}: cannot download {shown_uri(url)}"
             lines.append(f"wget -q -O {q(entry)} {q(url)} || {{ say {q(failed)}; exit 1; }}")
         return lines
     lines = []
-    for directory, url, ref in _repos(material):
+    for directory, url, ref in repositories(material):
         target = f"{WORK_DIR}/{directory}"
-        failed = f"script {material.name}: cannot clone {_shown(url)}"
+        failed = f"script {material.name}: cannot clone {shown_uri(url)}"
         lines += [
-            f"say {q(f'script {material.name}: cloning {_shown(url)} into {target}')}",
+            f"say {q(f'script {material.name}: cloning {shown_uri(url)} into {target}')}",
             f"git clone -q {q(url)} {q(target)} || {{ say {q(failed)}; exit 1; }}",
         ]
         if ref:
-            missing = f"script {material.name}: {_shown(url)} has no ref {ref}"
+            missing = f"script {material.name}: {shown_uri(url)} has no ref {ref}"
             lines.append(
                 f"git -C {q(target)} checkout -q {q(ref)} || {{ say {q(missing)}; exit 1; }}"
             )
     return lines
 
 
-def _optional(material: Material) -> list[str]:
+def optional_fetch_lines(material: Material) -> list[str]:
     """A fetch with failurePolicy: ignore: when it fails, the instance starts without it."""
     note = (
         f"warning: prerequisite {material.name} could not be fetched; its failurePolicy is "
         "ignore, so the instance starts without it"
     )
-    return ["(", *_fetch(material), f") || say {shlex.quote(note)}"]
+    return ["(", *fetch_lines(material), f") || say {shlex.quote(note)}"]

@@ -13,8 +13,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from backends.base import EventKind, InstanceKey, LaunchRefused, LaunchRequest
-from backends.kubernetes_api import _UNREACHABLE, _api_message, _body
-from backends.kubernetes_core import _Attempt, _Instance
+from backends.kubernetes_api import UNREACHABLE, api_message, response_body
+from backends.kubernetes_core import Attempt, Instance
 from backends.kubernetes_events import PodEvents
 from backends.kubernetes_gang import POD_GROUP_API
 from backends.kubernetes_isolation import pod_security_refusal
@@ -40,13 +40,13 @@ class Launching(PodEvents):
         vc = request.virtual_cluster
         if vc in self.settings.virtual_cluster_quota and vc not in self._quotas_kept:
             self._keep_quota(vc)
-        attempt = _Attempt(request=request, builder=builder)
+        attempt = Attempt(request=request, builder=builder)
         for role in request.roles:
             for index in range(role.instances):
                 key = InstanceKey(
                     job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
                 )
-                attempt.instances[(role.name, index)] = _Instance(
+                attempt.instances[(role.name, index)] = Instance(
                     key=key, pod=builder.pod_name(role.name, index)
                 )
         with self._lock:
@@ -57,7 +57,7 @@ class Launching(PodEvents):
             self.logbook.begin(instance.key, 1)
         try:
             service = self._create("Service", objects.service)
-        except _UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             with self._lock:
                 self._attempts.pop(attempt.id, None)
             self._end_all(
@@ -69,17 +69,17 @@ class Launching(PodEvents):
                 self._attempts.pop(attempt.id, None)
             if exc.status in (409, 422):
                 raise LaunchRefused(
-                    f"the cluster refuses the attempt: {_api_message(exc)}"
+                    f"the cluster refuses the attempt: {api_message(exc)}"
                 ) from None
             if exc.status == 404 and self.per_virtual_cluster:
                 raise LaunchRefused(
                     f"virtual cluster {request.virtual_cluster!r} has no namespace "
                     f"{builder.namespace!r} on this cluster (namespace_per_virtual_cluster: "
                     "the cluster's administrator creates one per virtual cluster): "
-                    f"{_api_message(exc)}"
+                    f"{api_message(exc)}"
                 ) from None
             self._end_all(
-                attempt, EventKind.START_FAILED, f"cannot create the Service: {_api_message(exc)}"
+                attempt, EventKind.START_FAILED, f"cannot create the Service: {api_message(exc)}"
             )
             return
         attempt.service_uid = service["metadata"]["uid"]
@@ -91,7 +91,7 @@ class Launching(PodEvents):
                 self._create(obj["kind"], with_owner(obj, attempt.service_uid))
             if objects.pod_group is not None:
                 self._create_pod_group(with_owner(objects.pod_group, attempt.service_uid))
-        except _UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             self._drop(attempt)
             self._end_all(
                 attempt, EventKind.START_FAILED, f"cannot reach the Kubernetes API server: {exc}"
@@ -101,10 +101,10 @@ class Launching(PodEvents):
             self._drop(attempt)
             if exc.status == 422:
                 raise LaunchRefused(
-                    f"the cluster refuses the attempt: {_api_message(exc)}"
+                    f"the cluster refuses the attempt: {api_message(exc)}"
                 ) from None
             self._end_all(
-                attempt, EventKind.START_FAILED, f"cannot create the attempt: {_api_message(exc)}"
+                attempt, EventKind.START_FAILED, f"cannot create the attempt: {api_message(exc)}"
             )
             return
         pods = [with_owner(pod, attempt.service_uid) for pod in objects.pods]
@@ -136,7 +136,7 @@ class Launching(PodEvents):
         with self._lock:
             self._changed.notify_all()  # the gang thread looks at the queue
 
-    def _create_pod(self, attempt: _Attempt, pod: dict[str, Any]) -> tuple[int, str] | None:
+    def _create_pod(self, attempt: Attempt, pod: dict[str, Any]) -> tuple[int, str] | None:
         if attempt.stopping:
             return None
         labels = pod["metadata"]["labels"]
@@ -152,8 +152,8 @@ class Launching(PodEvents):
         except ApiException as exc:
             with self._lock:
                 instance.created_at = None
-            return exc.status or 0, f"pod {pod['metadata']['name']}: {_api_message(exc)}"
-        except _UNREACHABLE as exc:
+            return exc.status or 0, f"pod {pod['metadata']['name']}: {api_message(exc)}"
+        except UNREACHABLE as exc:
             with self._lock:
                 instance.created_at = None
             return 0, f"pod {pod['metadata']['name']}: cannot reach the API server: {exc}"
@@ -166,7 +166,7 @@ class Launching(PodEvents):
         namespace = wanted["metadata"]["namespace"]
         try:
             try:
-                current = _body(
+                current = response_body(
                     self.core.read_namespaced_resource_quota(
                         QUOTA_NAME, namespace, _preload_content=False
                     )
@@ -195,10 +195,10 @@ class Launching(PodEvents):
                 virtual_cluster,
                 QUOTA_NAME,
                 namespace,
-                _api_message(exc),
+                api_message(exc),
             )
             return
-        except _UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             log.warning(
                 "virtual cluster %s: cannot reach the API server for its quota (%s)",
                 virtual_cluster,
@@ -222,7 +222,7 @@ class Launching(PodEvents):
             )
         )
 
-    def _drop(self, attempt: _Attempt) -> None:
+    def _drop(self, attempt: Attempt) -> None:
         """Remove what a launch that failed half-way created (the Service owns the rest)."""
         with self._lock:
             self._attempts.pop(attempt.id, None)

@@ -20,7 +20,7 @@ from backends.entrypoint import (
     WORK_DIR,
 )
 from backends.kubernetes_attempt import POD_IP_VARIABLES, SECRETS_DIR, AttemptBase, env_part_file
-from backends.kubernetes_init_script import _fetch, _optional, _port_check
+from backends.kubernetes_init_script import fetch_lines, optional_fetch_lines, port_check_lines
 from backends.kubernetes_isolation import (
     SECRET_MODE,
     container_security_context,
@@ -184,9 +184,9 @@ class PodSpec(AttemptBase):
             return None
         lines = ["set -e", f"say() {{ printf '%s %s\\n' {shlex.quote(MARKER)} \"$*\"; }}"]
         if self.settings.host_network:
-            lines += _port_check(ports)
+            lines += port_check_lines(ports)
         for material in fetched:
-            lines += _optional(material) if material.optional else _fetch(material)
+            lines += optional_fetch_lines(material) if material.optional else fetch_lines(material)
         container: dict[str, Any] = {
             "name": PREPARE_CONTAINER,
             "image": self.settings.init_image,

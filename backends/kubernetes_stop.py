@@ -10,7 +10,7 @@ import time
 from kubernetes.client.exceptions import ApiException
 
 from backends.base import BackendError, EventKind, InstanceKey, UnknownInstance
-from backends.kubernetes_api import _api_message
+from backends.kubernetes_api import api_message
 from backends.kubernetes_events import PodEvents
 from backends.kubernetes_manifests import with_owner
 from backends.kubernetes_start_order import WAIT, order_key
@@ -102,7 +102,7 @@ class Stopping(PodEvents):
                 attempt,
                 instance,
                 EventKind.START_FAILED,
-                reason=f"cannot create pod {instance.pod}: {_api_message(exc)}",
+                reason=f"cannot create pod {instance.pod}: {api_message(exc)}",
             )
 
     def _forget(self, forgotten_id: str) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from backends.kubernetes_api import _LIST_TIMEOUT, _api_message, _body
-from backends.kubernetes_core import _Instance
+from backends.kubernetes_api import LIST_TIMEOUT, api_message, response_body
+from backends.kubernetes_core import Instance
 from backends.kubernetes_events import PodEvents
 from backends.kubernetes_names import ATTEMPT, INDEX, JOB_ID_ANNOTATION, ROLE_ANNOTATION, RUN
 from backends.kubernetes_pods import pod_facts
@@ -46,9 +46,9 @@ class PodWatch(PodEvents):
                 if exc.status == 410:
                     log.info("the pod watch expired (410 Gone); listing the pods again")
                 elif version is None:  # the listing failed
-                    self._wait_after_failure(_api_message(exc))
+                    self._wait_after_failure(api_message(exc))
                 else:
-                    log.warning("watching pods failed (%s); listing them again", _api_message(exc))
+                    log.warning("watching pods failed (%s); listing them again", api_message(exc))
                 version = None
             except Exception as exc:
                 if self._closed.is_set():
@@ -77,7 +77,7 @@ class PodWatch(PodEvents):
             timeout_seconds=_WATCH_SECONDS,
             watch=True,
             # a server that stops sending (not even the end of the watch) is given up on
-            _request_timeout=(_LIST_TIMEOUT[0], _WATCH_SECONDS + 30),
+            _request_timeout=(LIST_TIMEOUT[0], _WATCH_SECONDS + 30),
         )
         self._watch_response = response
         try:
@@ -102,7 +102,7 @@ class PodWatch(PodEvents):
     def _list_pods(self) -> str:
         """Bring every attempt in line with the pods as they are now; their resource version."""
         asked_at = time.monotonic()
-        listing = _body(self._pod_listing(_request_timeout=_LIST_TIMEOUT))
+        listing = response_body(self._pod_listing(_request_timeout=LIST_TIMEOUT))
         seen = set()
         for pod in listing.get("items") or []:
             seen.add(pod["metadata"]["name"])
@@ -177,7 +177,7 @@ class PodWatch(PodEvents):
         self._gone(attempt, instance)
 
 
-def _missing(instance: _Instance, asked_at: float, listed_before: bool) -> bool:
+def _missing(instance: Instance, asked_at: float, listed_before: bool) -> bool:
     """Whether an instance absent from a listing has lost its pod: one created before the
     listing was asked for (or, at the first listing, one adopted without a pod)."""
     if instance.created_at is None:

@@ -24,14 +24,14 @@ Progress = Callable[[str, str], None]
 DEFAULT_MAX_DOWNLOAD_BYTES = 10 * 1000**3  # per prerequisite, all of its URIs together
 DEFAULT_HTTP_TIMEOUT = 60.0  # seconds without progress (connect, each read)
 DEFAULT_GIT_TIMEOUT = 600.0  # seconds for each git command
-_PROGRESS_EVERY = 2.0  # seconds between "n% of ..." reports of one download
-_CHUNK = 1 << 20
+PROGRESS_EVERY = 2.0  # seconds between "n% of ..." reports of one download
+CHUNK = 1 << 20
 
 _NAME = re.compile(r"[A-Za-z0-9._~-]+")
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _SCP_LIKE = re.compile(r"[^/]+:")  # user@host:path, which git reads as ssh
-_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
-_SHORT_SHA = re.compile(r"[0-9a-f]{4,63}")
+FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+SHORT_SHA = re.compile(r"[0-9a-f]{4,63}")
 _USERINFO = re.compile(r"(://)[^/\s]*@")  # up to the last @ of the authority, as urlsplit reads it
 
 
@@ -84,7 +84,7 @@ class UnservableMaterial(MaterialError):
 
 
 @dataclass(frozen=True)
-class _Source:
+class Source:
     """One URI of a data prerequisite: a remote URL or a local path, and its entry's name."""
 
     uri: str
@@ -99,7 +99,8 @@ def shown(uri: str) -> str:
     return _USERINFO.sub(r"\1***@", uri)
 
 
-def _human(size: int) -> str:
+def human_size(size: int) -> str:
+    """A byte count as people read it (`3.2 MB`), for progress and refusals."""
     if size < 1000:
         return f"{size} B"
     value = float(size)
@@ -110,11 +111,13 @@ def _human(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _key(*parts: object) -> str:
+def cache_key(*parts: object) -> str:
+    """The name of a cache entry: a hash of what it was made from."""
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
 
-def _refuse(name: str, kind: MaterialKind, scheme: str, dfs: bool = False) -> UnservableMaterial:
+def refusal(name: str, kind: MaterialKind, scheme: str, dfs: bool = False) -> UnservableMaterial:
+    """The error refusing a URI scheme this machine cannot serve for the kind."""
     supported = _SUPPORTED[kind] + (", hdfs (simulated)" if dfs else "")
     return UnservableMaterial(
         f"prerequisite {name!r}: scheme {scheme!r} cannot be served by the local simulator "
@@ -169,22 +172,22 @@ def parse_repo(name: str, spec: str) -> RepoSpec:
         )
     if not text:
         raise UnservableMaterial(f"prerequisite {name!r}: {spec!r} names no repository")
-    match = _SCHEME.match(text)
+    match = SCHEME.match(text)
     if match:
         scheme = match.group(1).lower()
         if scheme not in ("http", "https", "git", "file"):
-            raise _refuse(name, MaterialKind.CLONE, scheme)
+            raise refusal(name, MaterialKind.CLONE, scheme)
         if scheme != "file" and not urlsplit(text).hostname:
             raise UnservableMaterial(f"prerequisite {name!r}: {shown(text)} has no host")
         return RepoSpec(url=text, ref=ref)
     if text.startswith("/"):
         return RepoSpec(url=text, ref=ref)  # a local path, checked against the roots later
     if _SCP_LIKE.match(text):
-        raise _refuse(name, MaterialKind.CLONE, "ssh")
+        raise refusal(name, MaterialKind.CLONE, "ssh")
     return RepoSpec(url=f"https://{text}", ref=ref)
 
 
-def _symlink_within(base: Path, target: Path) -> Path | None:
+def symlink_within(base: Path, target: Path) -> Path | None:
     """The first symlink on the way from `base` down to `target` (itself included), if any."""
     here = base
     for part in target.relative_to(base).parts:
@@ -194,7 +197,7 @@ def _symlink_within(base: Path, target: Path) -> Path | None:
     return None
 
 
-def _make_within(base: Path, target: Path) -> None:
+def make_within(base: Path, target: Path) -> None:
     """Make `target` and its parents below `base`, never through a symlink a job left there."""
     base.mkdir(parents=True, exist_ok=True)
     here = base
@@ -210,30 +213,33 @@ def _make_within(base: Path, target: Path) -> None:
 
 def repository_name(url: str) -> str:
     """The directory `git clone URL` would make: the last path segment without `.git`."""
-    path = urlsplit(url).path if _SCHEME.match(url) else url
+    path = urlsplit(url).path if SCHEME.match(url) else url
     last = unquote(path.rstrip("/").rsplit("/", 1)[-1])
     return last[: -len(".git")] if last.endswith(".git") and len(last) > 4 else last
 
 
-def _is_ftp(uri: str) -> bool:
-    match = _SCHEME.match(uri)
+def is_ftp(uri: str) -> bool:
+    """Whether the URI is on FTP (`ftp_fetch` copies it)."""
+    match = SCHEME.match(uri)
     return match is not None and match.group(1).lower() == "ftp"
 
 
-def _entry_name(segment: str) -> str:
+def entry_name(segment: str) -> str:
     """A directory entry name from a URL path segment or file name."""
     clean = segment.replace("/", "_").replace("\0", "_")
     return "index" if clean in ("", ".", "..") else clean
 
 
-def _content_length(response: httpx.Response) -> int | None:
+def content_length(response: httpx.Response) -> int | None:
+    """The size an HTTP response announces, None when it gives none."""
     try:
         return int(response.headers["content-length"])
     except (KeyError, ValueError):
         return None
 
 
-def _first_error(stderr: str) -> str:
+def first_error(stderr: str) -> str:
+    """The line of git's output that says what went wrong."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     for line in lines:
         if line.startswith(("fatal:", "error:")):

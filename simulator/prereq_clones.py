@@ -11,14 +11,14 @@ from urllib.parse import urlsplit
 
 from simulator.fetch_policy import BlockedAddress
 from simulator.materials import (
-    _FULL_SHA,
-    _SHORT_SHA,
+    FULL_SHA,
+    SHORT_SHA,
     MaterialError,
     MaterialKind,
     Progress,
     RepoSpec,
-    _first_error,
-    _key,
+    cache_key,
+    first_error,
     shown,
 )
 from simulator.prereq_sources import MaterialSources
@@ -32,7 +32,7 @@ class Clones(MaterialSources):
     def _materialize_clone(self, name: str, uris: Sequence[str], report: Progress) -> Path:
         spec = self._repo(name, uris)
         commit = self._resolve(name, spec)
-        key = _key(MaterialKind.CLONE.value, spec.url, commit)
+        key = cache_key(MaterialKind.CLONE.value, spec.url, commit)
         noun = f"script {name!r}"
 
         def fill(work: Path) -> None:
@@ -56,7 +56,7 @@ class Clones(MaterialSources):
             (directory, spec, self._resolve(name, spec))
             for directory, spec in self._repos(name, uris)
         ]
-        key = _key("repositories", [(d, s.url, c) for d, s, c in repos])
+        key = cache_key("repositories", [(d, s.url, c) for d, s, c in repos])
         noun = f"script {name!r}"
         at = ", ".join(f"{d} at {c[:12]}" for d, _, c in repos)
 
@@ -127,14 +127,14 @@ class Clones(MaterialSources):
         if done.returncode != 0:
             raise MaterialError(
                 f"prerequisite {name!r}: git could not {doing} {shown(spec.url)}: "
-                f"{_first_error(done.stderr)}"
+                f"{first_error(done.stderr)}"
             )
         return done.stdout
 
     def _resolve(self, name: str, spec: RepoSpec) -> str:
         """The commit to check out: given, or what the ref (HEAD when none) names right now."""
         ref = spec.ref
-        if ref is not None and _FULL_SHA.fullmatch(ref.lower()):
+        if ref is not None and FULL_SHA.fullmatch(ref.lower()):
             return ref.lower()
         patterns = ["HEAD"] if ref is None else [ref, f"{ref}^{{}}"]
         out = self._git(name, spec, "ls-remote", "--", spec.url, *patterns, doing="list")
@@ -155,7 +155,7 @@ class Clones(MaterialSources):
         ):
             if candidate in found:
                 return found[candidate]
-        if _SHORT_SHA.fullmatch(ref.lower()):
+        if SHORT_SHA.fullmatch(ref.lower()):
             return ref.lower()  # an abbreviated commit; found in the full clone
         raise MaterialError(
             f"prerequisite {name!r}: {shown(spec.url)} has no branch, tag or commit {ref!r}"
@@ -167,7 +167,7 @@ class Clones(MaterialSources):
         def in_work(doing: str, *args: str) -> None:
             self._git(name, spec, "-C", str(work), *args, doing=doing)
 
-        if _FULL_SHA.fullmatch(commit):
+        if FULL_SHA.fullmatch(commit):
             in_work("prepare a clone of", "init", "--quiet")
             try:
                 in_work("fetch", "fetch", "--quiet", "--depth", "1", "--", spec.url, commit)

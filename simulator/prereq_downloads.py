@@ -16,15 +16,15 @@ from simulator import ftp_fetch, local_copy
 from simulator.dfs import is_dfs_uri
 from simulator.fetch_policy import BlockedAddress, GuardedTransport
 from simulator.materials import (
-    _CHUNK,
-    _PROGRESS_EVERY,
+    CHUNK,
+    PROGRESS_EVERY,
     MaterialError,
     MaterialKind,
     Progress,
-    _content_length,
-    _human,
-    _key,
-    _Source,
+    Source,
+    cache_key,
+    content_length,
+    human_size,
     shown,
 )
 from simulator.prereq_sources import MaterialSources
@@ -50,7 +50,7 @@ class Downloads(MaterialSources):
 
         def key_of(stamps: Sequence[list[local_copy.Entry] | None]) -> str:
             data = [None if s is None else [astuple(e) for e in s] for s in stamps]
-            return _key(MaterialKind.DOWNLOAD.value, list(uris), where, data, *marks)
+            return cache_key(MaterialKind.DOWNLOAD.value, list(uris), where, data, *marks)
 
         noun = f"data {name!r}"
 
@@ -74,7 +74,7 @@ class Downloads(MaterialSources):
                     else:
                         assert source.path is not None
                         read.append(self._copy_local(name, source, target, budget, report))
-            report(name, f"{noun} is ready ({_human(self.max_download_bytes - budget[0])})")
+            report(name, f"{noun} is ready ({human_size(self.max_download_bytes - budget[0])})")
             return key_of(read)
 
         return self._cached(
@@ -122,24 +122,24 @@ class Downloads(MaterialSources):
                     raise MaterialError(
                         f"{where} returned HTTP {response.status_code} {response.reason_phrase}"
                     )
-                length = _content_length(response)
+                length = content_length(response)
                 if length is not None and length > budget[0]:
                     raise MaterialError(self._too_big(where, length, budget))
-                size = f" ({_human(length)})" if length is not None else ""
+                size = f" ({human_size(length)})" if length is not None else ""
                 report(name, f"downloading data {name!r}{size} from {shown(url)}")
                 received = 0
                 last = time.monotonic()
                 with target.open("xb") as out:
-                    for chunk in response.iter_raw(_CHUNK):
+                    for chunk in response.iter_raw(CHUNK):
                         received += len(chunk)
                         if received > budget[0]:
                             raise MaterialError(self._too_big(where, None, budget))
                         out.write(chunk)
-                        if time.monotonic() - last >= _PROGRESS_EVERY:
+                        if time.monotonic() - last >= PROGRESS_EVERY:
                             last = time.monotonic()
-                            done = f"{_human(received)}"
+                            done = f"{human_size(received)}"
                             if length:
-                                done = f"{received * 100 // length}% of {_human(length)}"
+                                done = f"{received * 100 // length}% of {human_size(length)}"
                             report(name, f"downloading data {name!r}: {done}")
                 budget[0] -= received
         except BlockedAddress as exc:
@@ -156,7 +156,7 @@ class Downloads(MaterialSources):
     def _fetch_ftp(
         self,
         name: str,
-        source: _Source,
+        source: Source,
         folder: Path,
         contents: bool,
         budget: list[int],
@@ -169,13 +169,17 @@ class Downloads(MaterialSources):
         last = [time.monotonic()]
 
         def started(what: str, size: int | None) -> None:
-            amount = f" ({_human(size)})" if size is not None else f" (a {what})"
+            amount = f" ({human_size(size)})" if size is not None else f" (a {what})"
             report(name, f"downloading data {name!r}{amount} from {url}")
 
         def progress(received: int, size: int | None) -> None:
-            if time.monotonic() - last[0] >= _PROGRESS_EVERY:
+            if time.monotonic() - last[0] >= PROGRESS_EVERY:
                 last[0] = time.monotonic()
-                done = f"{received * 100 // size}% of {_human(size)}" if size else _human(received)
+                done = (
+                    f"{received * 100 // size}% of {human_size(size)}"
+                    if size
+                    else human_size(received)
+                )
                 report(name, f"downloading data {name!r}: {done}")
 
         try:
@@ -206,16 +210,16 @@ class Downloads(MaterialSources):
         if size is None:
             amount = "goes"
         elif before:
-            amount = f"brings it to {_human(before + size)},"
+            amount = f"brings it to {human_size(before + size)},"
         else:
-            amount = f"is {_human(size)},"
+            amount = f"is {human_size(size)},"
         return (
-            f"{where} {amount} over the download limit of {_human(self.max_download_bytes)} "
+            f"{where} {amount} over the download limit of {human_size(self.max_download_bytes)} "
             "per prerequisite"
         )
 
     def _copy_local(
-        self, name: str, given: _Source, target: Path, budget: list[int], report: Progress
+        self, name: str, given: Source, target: Path, budget: list[int], report: Progress
     ) -> list[local_copy.Entry]:
         """Copy the checked local path, reached from its root without following a link; returns
         what was read."""
@@ -237,7 +241,7 @@ class Downloads(MaterialSources):
             size = sum(entry.size for entry in local_copy.scan(fd, source))
             if size > budget[0]:
                 raise MaterialError(self._too_big(where, size, budget))
-            report(name, f"copying data {name!r} ({_human(size)}) from {shown}")
+            report(name, f"copying data {name!r} ({human_size(size)}) from {shown}")
             read, copied = local_copy.copy(fd, source, target, budget[0])
         except local_copy.OverLimit:
             raise MaterialError(self._too_big(where, None, budget)) from None

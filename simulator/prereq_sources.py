@@ -20,25 +20,25 @@ from simulator import ftp_fetch
 from simulator.dfs import DfsError, FileSystems, is_dfs_uri
 from simulator.fetch_policy import FetchPolicy
 from simulator.materials import (
-    _SCHEME,
     DEFAULT_GIT_TIMEOUT,
     DEFAULT_HTTP_TIMEOUT,
     DEFAULT_MAX_DOWNLOAD_BYTES,
+    SCHEME,
     MaterialError,
     MaterialKind,
     RepoSpec,
     Simulated,
+    Source,
     UnservableMaterial,
-    _entry_name,
-    _is_ftp,
-    _make_within,
-    _refuse,
-    _Source,
-    _symlink_within,
     check_name,
+    entry_name,
+    is_ftp,
+    make_within,
     parse_repo,
+    refusal,
     repository_name,
     shown,
+    symlink_within,
 )
 from simulator.names import safe
 
@@ -88,7 +88,7 @@ class MaterialSources:
     def _copied_script(self, kind: MaterialKind, uris: Sequence[str]) -> bool:
         """A script on the simulated HDFS or on FTP is a folder of files, not a repository:
         copied."""
-        return kind is MaterialKind.CLONE and any(is_dfs_uri(u) or _is_ftp(u) for u in uris)
+        return kind is MaterialKind.CLONE and any(is_dfs_uri(u) or is_ftp(u) for u in uris)
 
     def _node_mounted(self, kind: MaterialKind, uris: Sequence[str]) -> bool:
         """Data or a script that is one node path (/mnt/confignfs/code): the user's simulated
@@ -135,7 +135,7 @@ class MaterialSources:
 
     def _node_directory(self, name: str, target: Path, owner: str) -> None:
         try:
-            _make_within(self._node_base(owner), target)
+            make_within(self._node_base(owner), target)
         except OSError as exc:
             raise MaterialError(f"prerequisite {name!r}: cannot create {target}: {exc}") from exc
 
@@ -228,48 +228,48 @@ class MaterialSources:
             path.is_relative_to(p) or p.is_relative_to(path) for p in self.protected
         )
 
-    def _sources(self, name: str, uris: Sequence[str], owner: str = "") -> list[_Source]:
+    def _sources(self, name: str, uris: Sequence[str], owner: str = "") -> list[Source]:
         if not uris:
             raise UnservableMaterial(f"prerequisite {name!r}: a data prerequisite needs a URI")
-        sources: list[_Source] = []
+        sources: list[Source] = []
         for written in uris:
             uri = self.mirrored(written)
-            match = _SCHEME.match(uri)
+            match = SCHEME.match(uri)
             scheme = match.group(1).lower() if match else None
             if scheme in ("http", "https"):
                 parts = urlsplit(uri)
                 if not parts.hostname:
                     raise UnservableMaterial(f"prerequisite {name!r}: {shown(uri)} has no host")
                 segment = unquote(parts.path.rsplit("/", 1)[-1])
-                sources.append(_Source(uri, _entry_name(segment), url=uri))
+                sources.append(Source(uri, entry_name(segment), url=uri))
             elif scheme == "ftp":
                 try:
                     location = ftp_fetch.parse(uri)
                 except ValueError as exc:
                     raise UnservableMaterial(f"prerequisite {name!r}: {shown(uri)} {exc}") from None
-                sources.append(_Source(uri, _entry_name(location.name), ftp=location))
+                sources.append(Source(uri, entry_name(location.name), ftp=location))
             elif scheme == "hdfs" and self.dfs is not None:
                 path = self._dfs_source(name, uri, owner)
-                sources.append(_Source(uri, _entry_name(path.name), path=path))
+                sources.append(Source(uri, entry_name(path.name), path=path))
             elif scheme is None and uri.startswith("/") and self._node_stand_in(uri):
                 path = self._node_folder(uri, owner)
                 # a job may have left a symlink in its node folder: never copy through one
-                linked = _symlink_within(self._node_base(owner), path)
+                linked = symlink_within(self._node_base(owner), path)
                 if linked is not None:
                     raise UnservableMaterial(
                         f"prerequisite {name!r}: {uri}: {linked.name!r} on the simulated node "
                         "is a symbolic link, which is not followed"
                     )
-                sources.append(_Source(uri, _entry_name(path.name), path=path))
+                sources.append(Source(uri, entry_name(path.name), path=path))
             elif scheme == "file" or (scheme is None and uri.startswith("/")):
                 path = self._local(name, uri)
-                sources.append(_Source(uri, _entry_name(path.name), path=path))
+                sources.append(Source(uri, entry_name(path.name), path=path))
             elif scheme is None:
                 raise UnservableMaterial(
                     f"prerequisite {name!r}: {shown(uri)!r} is neither a URL nor an absolute path"
                 )
             else:
-                raise _refuse(name, MaterialKind.DOWNLOAD, scheme, self.dfs is not None)
+                raise refusal(name, MaterialKind.DOWNLOAD, scheme, self.dfs is not None)
         seen: dict[str, str] = {}
         for source in sources:
             if source.entry in seen:
@@ -326,13 +326,13 @@ class MaterialSources:
         if not uris:
             return mine / name, None
         uri = uris[0]
-        match = _SCHEME.match(uri)
+        match = SCHEME.match(uri)
         if match:
             scheme = match.group(1).lower()
             if scheme == "hdfs" and self.dfs is not None:
                 return self._dfs_source(name, uri, owner), Simulated.DFS
             if scheme != "file":
-                raise _refuse(name, MaterialKind.MOUNT, scheme, self.dfs is not None)
+                raise refusal(name, MaterialKind.MOUNT, scheme, self.dfs is not None)
             return self._local(name, uri), None
         if uri.startswith("/"):
             if self._node_stand_in(uri):

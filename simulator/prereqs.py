@@ -64,9 +64,9 @@ from simulator.materials import (
     RepoSpec,
     Simulated,
     UnservableMaterial,
-    _human,
     check_name,
     check_storage,
+    human_size,
     parse_repo,
     repository_name,
     shown,
@@ -219,7 +219,7 @@ class MaterialStore(Downloads, Clones):
         except OSError as exc:
             raise MaterialError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
         if len(data) > limit:
-            raise MaterialError(f"{what}: {path} is larger than {_human(limit)}")
+            raise MaterialError(f"{what}: {path} is larger than {human_size(limit)}")
         return data.decode("utf-8", errors="replace")
 
     def still_where_checked(self, mount: Mount) -> bool:
