@@ -29,6 +29,13 @@ pods' labels; `start()` finds them by label and adopts them.
 The objects go to the jobs' namespace, or with `namespace_per_virtual_cluster` to the job's
 virtual cluster's namespace (the pods are then watched, and attempts adopted, in every
 namespace); `kubernetes_quota` keeps each virtual cluster's ResourceQuota there.
+
+The class is put together from parts, one module each, on the state they share
+(`kubernetes_core`): launching (`kubernetes_launch`), the pod watch (`kubernetes_watch`), the
+instance events a pod's facts make (`kubernetes_events`), the gang thread
+(`kubernetes_gang_clock`), stop, relaunch and forget (`kubernetes_stop`) and adoption after a
+restart (`kubernetes_adopt`). What is left here is the Backend's face: start and close, health,
+usage, logs and exec.
 """
 
 from __future__ import annotations
