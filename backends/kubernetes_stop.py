@@ -4,19 +4,16 @@ Kubernetes.
 
 from __future__ import annotations
 
-import logging
 import time
 
 from kubernetes.client.exceptions import ApiException
 
-from backends.base import BackendError, EventKind, InstanceKey, UnknownInstance
+from backends.base import EventKind, InstanceKey
 from backends.kubernetes_api import api_message
 from backends.kubernetes_events import PodEvents
 from backends.kubernetes_manifests import with_owner
 from backends.kubernetes_start_order import WAIT, order_key
-from backends.threaded import attempt_id
-
-log = logging.getLogger("backends.kubernetes")  # one logger for the whole backend
+from backends.threaded import attempt_id, next_run
 
 _STOP_EXTRA_SECONDS = 15.0  # a stop waits this long past the grace period for the pods' ends
 
@@ -56,21 +53,15 @@ class Stopping(PodEvents):
     def _relaunch(self, key: InstanceKey, run: int | None) -> None:
         """A new pod for the ended instance, run `run` (named and labelled with it); a run
         that was started already is not started again."""
-        where = f"{key.role}-{key.index} of attempt {key.attempt} of job {key.job_id}"
         with self._lock:
             attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
             instance = attempt.instances.get((key.role, key.index)) if attempt else None
-            if attempt is None or instance is None:
-                raise UnknownInstance(f"no instance {where}")
-            if run is not None and run <= instance.run:
-                log.debug("%s: run %s was started already; not again", key, run)
+            next_one = next_run(key, attempt, instance, run)
+            if next_one is None:
                 return
-            if not instance.ended:
-                raise BackendError(f"{where} has not ended; only an ended instance runs again")
-            if attempt.stopping:
-                raise BackendError(f"attempt {key.attempt} of job {key.job_id} is being stopped")
+            assert attempt is not None and instance is not None  # next_run says so
             old = instance.pod
-            instance.run = run if run is not None else instance.run + 1
+            instance.run = next_one
             instance.pod = attempt.builder.pod_name(key.role, key.index, instance.run)
             instance.ended = instance.placed = instance.started = instance.scheduled = False
             instance.finishing = False
