@@ -26,7 +26,7 @@ from backends.base import EventKind, InstanceEvent, InstanceKey, InstanceReport,
 from backends.docker import DockerBackend
 from backends.kubernetes import KubernetesBackend
 from backends.kubernetes_gang import BARRIER_CONTAINER
-from backends.kubernetes_manifests import CONFIG_DIR
+from backends.kubernetes_pod_spec import CONFIG_DIR
 from backends.kubernetes_settings import KubernetesSettings
 from backends.kubernetes_start_order import START_ORDER_CONTAINER
 from simulator.settings import NodeSpec

@@ -25,7 +25,8 @@ import httpx
 import pytest
 import requests.exceptions
 
-from simulator.containers import OWNER, host_routes
+from simulator.containers import OWNER
+from simulator.host_routes import host_routes
 from tests.servers import event_log, final_job, instances, served
 from tests.servers import job as job_of
 from tests.simulated import IMAGE, job_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from simulator.containers import host_routes
+from simulator.host_routes import host_routes
 
 # /proc/net/route as Linux writes it: addresses and masks in little-endian hex
 ROUTES = """\

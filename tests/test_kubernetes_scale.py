@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backends import kubernetes_manifests
+from backends import kubernetes_attempt
 from backends.base import LaunchRequest, PortRequest, ResourceRequest, RoleLaunch
 from backends.kubernetes_manifests import AttemptBuilder
 from backends.kubernetes_settings import KubernetesSettings
@@ -69,7 +69,7 @@ def test_every_instance_of_a_large_attempt_reads_its_whole_environment(
 ) -> None:
     # parts of 16 KiB, so a few hundred instances need several (the environment of thousands
     # is more than one process may be given: the kernel's limit, not the objects')
-    monkeypatch.setattr(kubernetes_manifests, "ENV_PART_BYTES", 16 * 1024)
+    monkeypatch.setattr(kubernetes_attempt, "ENV_PART_BYTES", 16 * 1024)
     request = large_job(296)
     builder = AttemptBuilder(request, SETTINGS, "jobs")
     objects = builder.objects()
@@ -118,7 +118,7 @@ def test_an_attempt_adopted_from_before_the_split_keeps_its_one_config_map(
 ) -> None:
     """An attempt made before the shared environment was split has it all in one ConfigMap;
     an instance run again after an upgrade reads that one, not parts never made."""
-    monkeypatch.setattr(kubernetes_manifests, "ENV_PART_BYTES", 16 * 1024)
+    monkeypatch.setattr(kubernetes_attempt, "ENV_PART_BYTES", 16 * 1024)
     request = large_job(296)
     assert AttemptBuilder(request, SETTINGS, "jobs").objects().extra_config_maps
     adopted = AttemptBuilder(request, SETTINGS, "jobs", {}, legacy=True)

@@ -12,10 +12,10 @@ from simulator.settings import (
     STATE_ENV,
     Capacity,
     SettingsError,
-    example_settings_yaml,
     load_settings,
     settings_from_yaml,
 )
+from simulator.settings_example import example_settings_yaml
 
 
 def test_defaults_are_a_small_gpu_cluster_one_vc_and_the_openpai_port_range(
