@@ -13,7 +13,7 @@ import pytest
 from server.api import mutations
 from server.api.resolved import PLACEHOLDER_PORT_BASE
 from server.api.schema import current_schema
-from server.app import create_app
+from server.app.asgi import create_app
 from tests.api_support import gql, serving
 from tests.jobs import as_json, as_yaml, v1, v2
 from tests.servers import free_port, paigraph

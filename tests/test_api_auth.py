@@ -8,7 +8,7 @@ import json
 import pytest
 import websockets
 
-from server.app import create_app
+from server.app.asgi import create_app
 from server.store import Store
 from tests.api_support import data, gql, live_server, serving, ws_connection
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from server.api.schema import EXECUTOR_ENV, executor_setting, schema_for
-from server.app import create_app
-from server.cli import app as cli
+from server.app.asgi import create_app
+from server.cli.main import app as cli
 
 runner = CliRunner(env={"FORCE_COLOR": None, "TTY_COMPATIBLE": None, "NO_COLOR": "1"})
 
@@ -35,7 +35,7 @@ def test_the_standard_executor_never_imports_the_fast_one() -> None:
     """It keeps serving when graphql-core changes the internals the fast one overrides."""
     check = (
         "import sys\n"
-        "from server.app import create_app\n"
+        "from server.app.asgi import create_app\n"
         "create_app(db_url='sqlite://', backend=None, executor='standard')\n"
         "print(sorted(m for m in sys.modules if m.startswith('server.api.execution')))\n"
     )

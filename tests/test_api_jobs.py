@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from backends.docker import DockerBackend
-from server.app import create_app
+from server.app.asgi import create_app
 from server.events import bus_for
 from server.jobs.service import JobService
 from server.store import Store, open_store

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from server.app import create_app
+from server.app.asgi import create_app
 from server.events import JobNotice
 from server.store import Store
 from tests.api_support import (

@@ -15,7 +15,7 @@ from sqlalchemy import update
 from server.api.loaders import Loaders
 from server.api.schema import executor_setting
 from server.api.types import PortAllocation, TaskInstance, TaskRole
-from server.app import create_app
+from server.app.asgi import create_app
 from server.jobs import JobMachine, JobState, job_policy
 from server.protocol import parse_job
 from server.store import Job, Store, session_scope

@@ -20,7 +20,7 @@ import websockets
 from server.api.broadcast import FELL_BEHIND
 from server.api.ids import global_id
 from server.api.types import event_cursor
-from server.app import create_app
+from server.app.asgi import create_app
 from server.events import JobNotice
 from server.store import NewEvent, Store
 from tests.api_support import live_server, place_and_start, runtime, ws_connection

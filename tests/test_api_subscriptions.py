@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from server.api.ids import global_id
-from server.app import create_app
+from server.app.asgi import create_app
 from server.events import JobNotice
 from server.store import Store, open_store
 from tests.api_support import (

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from server.app import create_app
+from server.app.asgi import create_app
 from server.store import Store
 from tests.api_support import data, serving
 from tests.marketplace_support import template

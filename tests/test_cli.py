@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from server.cli import app
+from server.cli.main import app
 from server.protocol import parse_document, parse_job
 from tests.corpus import CORPUS
 

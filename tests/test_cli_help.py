@@ -12,7 +12,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from server.cli import app
+from server.cli.main import app
 
 WIDTH = 80
 runner = CliRunner(env={"COLUMNS": str(WIDTH), "NO_COLOR": "1", "TERM": "dumb"})

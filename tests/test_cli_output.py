@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from server import remote_commands
-from server.cli import app
+from server.cli.main import app
+from server.client import remote_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1"})  # as a terminal of 80 would say

@@ -26,8 +26,8 @@ import docker
 import httpx
 import pytest
 
-from server.app import server_owner
-from server.remote import Client, RemoteError
+from server.app.asgi import server_owner
+from server.client.remote import Client, RemoteError
 from tests.simulated import job_config, leftovers, remove_leftovers
 from tests.waiting import until
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from server.remote import Client, RemoteError
+from server.client.remote import Client, RemoteError
 from tests.private_postgres import private_postgres
 from tests.servers import Server, event_log, final_job, job, job_containers
 from tests.simulated import job_config, remove_leftovers

@@ -18,7 +18,7 @@ from alembic import command
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
-from server.doctor import (
+from server.cli.doctor import (
     TEST_IMAGE,
     Finding,
     check_database,

@@ -18,7 +18,7 @@ import pytest
 
 from backends.docker_specs import JOB as JOB_LABEL
 from server.api.ids import parse_global_id
-from server.remote import Client
+from server.client.remote import Client
 from tests.servers import (
     FINAL,
     FOLLOW,

@@ -20,7 +20,7 @@ import pytest
 
 from backends.base import EventKind, InstanceKey
 from backends.docker import DockerBackend
-from server.remote import Client
+from server.client.remote import Client
 from simulator.containers import Engine
 from tests.docker_proxy import DockerProxy
 from tests.servers import (

@@ -21,8 +21,8 @@ import httpx
 import pytest
 import yaml
 
+from server.client.remote import Client
 from server.protocol import Kind, parse_document
-from server.remote import Client
 from tests.servers import (
     ROOT,
     Server,

@@ -40,7 +40,7 @@ import docker
 import pytest
 
 from server.api.ids import parse_global_id
-from server.remote import Client, RemoteError
+from server.client.remote import Client, RemoteError
 from simulator.containers import OWNER
 from tests.servers import (
     FINAL,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from server.exec_client import ExecClient
-from server.remote import Client, RemoteError
+from server.client.exec_client import ExecClient
+from server.client.remote import Client, RemoteError
 from tests.servers import Server, instances, job, served
 from tests.waiting import until
 

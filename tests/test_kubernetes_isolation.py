@@ -29,7 +29,7 @@ from backends.kubernetes_isolation import user_claim
 from backends.kubernetes_manifests import AttemptBuilder
 from backends.kubernetes_names import CLAIMS_KEY
 from backends.kubernetes_settings import KubernetesSettings, SettingsError, load_settings
-from server.cli import app
+from server.cli.main import app
 from server.events import bus_for
 from server.jobs.launch import NotRunnable
 from server.jobs.service import JobService

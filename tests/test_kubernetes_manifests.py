@@ -32,7 +32,7 @@ from backends.kubernetes_names import dns_label, label_value, role_hosts
 from backends.kubernetes_ports import hashed_port
 from backends.kubernetes_settings import KubernetesSettings, PortRange, SettingsError, load_settings
 from backends.runtime_env import runtime_env
-from server.cli import app
+from server.cli.main import app
 from server.jobs.launch import NotRunnable, launch_request
 from server.protocol import Kind, resolve_job
 from tests.corpus import CORPUS

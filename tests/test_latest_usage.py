@@ -10,7 +10,7 @@ import pytest
 
 from backends.docker import DockerBackend
 from server.api.ids import parse_global_id
-from server.app import create_app
+from server.app.asgi import create_app
 from server.events import bus_for
 from server.jobs.service import JobService
 from server.store import open_store

@@ -19,10 +19,10 @@ import yaml
 
 from backends.docker import DockerBackend
 from server.api.ids import expect_global_id, global_id
-from server.app import create_app, marketplace_references
+from server.app.asgi import create_app, marketplace_references
+from server.client.market_commands import content_version, derived_version
 from server.events import bus_for
 from server.jobs.service import JobService
-from server.market_commands import content_version, derived_version
 from server.store import Store, open_store
 from tests.api_support import data, gql, live_server, runtime, serving
 from tests.marketplace_support import accepted_corpus_items, data_item, image_item, template

@@ -29,7 +29,7 @@ import yaml
 from backends.docker import DockerBackend
 from backends.kubernetes_manifests import AttemptBuilder
 from backends.kubernetes_settings import KubernetesSettings
-from server.app import create_app
+from server.app.asgi import create_app
 from server.events import bus_for
 from server.jobs.launch import launch_request
 from server.jobs.service import JobService

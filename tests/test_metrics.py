@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 
 from backends.base import EventKind, InstanceEvent, InstanceKey, utcnow
 from backends.usage import UsageSample
-from server.app import create_app
+from server.app.asgi import create_app
 from server.jobs import JobMachine
 from server.jobs.policy import JobPolicy, RetryPolicy, RolePolicy
 from server.metrics import MetricsSettings, metrics_settings

@@ -23,7 +23,7 @@ from backends.docker import DockerBackend
 from backends.docker_specs import ATTEMPT, INDEX, JOB, ROLE
 from backends.usage import UsageSample
 from server.api.ids import parse_global_id
-from server.app import create_app
+from server.app.asgi import create_app
 from server.events import bus_for
 from server.jobs.service import JobService
 from server.store import Store, open_store

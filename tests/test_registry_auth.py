@@ -21,7 +21,7 @@ import docker.errors
 import httpx
 import pytest
 
-from server.remote import Client
+from server.client.remote import Client
 from tests.servers import Server, final_job, free_port, served
 from tests.waiting import until
 

@@ -124,7 +124,7 @@ def test_quiet_shows_the_table_without_the_output(tmp_path: Path) -> None:
 
 
 def test_only_the_last_runs_logs_are_kept(tmp_path: Path) -> None:
-    from server.run_logs import KEEP_RUNS, find_run, runs_dir
+    from server.cli.run_logs import KEEP_RUNS, find_run, runs_dir
 
     state = tmp_path / "state"
     for n in range(KEEP_RUNS + 2):
@@ -144,8 +144,8 @@ def test_each_instance_keeps_its_own_colour() -> None:
 
     from rich.console import Console
 
+    from server.cli.run_output import OutputStreamer
     from server.jobs.machine import InstanceView
-    from server.run_output import OutputStreamer
 
     class Machine:
         def __init__(self, attempt: int) -> None:

@@ -21,7 +21,7 @@ import pytest
 import websockets
 
 from server.api.ids import global_id
-from server.app import create_app
+from server.app.asgi import create_app
 from server.events import JobNotice
 from server.store import Store
 from tests.api_support import finish, live_server, place_and_start, runtime, ws_connection

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.app import create_app
-from server.security_headers import CONTENT_SECURITY_POLICY
-from server.webapp import build_dir
+from server.app.asgi import create_app
+from server.app.security_headers import CONTENT_SECURITY_POLICY
+from server.app.webapp import build_dir
 from tests.api_support import serving
 
 pytestmark = pytest.mark.anyio

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from server.remote import Client
+from server.client.remote import Client
 from tests.servers import Server, event_log, final_job, served
 from tests.simulated import job_config
 from tests.waiting import until

@@ -13,7 +13,7 @@ import pytest
 from backends.base import InstanceKey
 from backends.usage import UsageSample
 from server.api.ids import global_id
-from server.app import create_app
+from server.app.asgi import create_app
 from server.store import Store
 from tests.api_support import data, gql, place_and_start, serving
 from tests.store_support import submit

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from server.remote import Client, RemoteError
+from server.client.remote import Client, RemoteError
 from tests.servers import final_job, job_containers, served
 from tests.simulated import IMAGE
 from tests.store_support import KINDS

@@ -14,7 +14,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from server.remote import RemoteError
+from server.client.remote import RemoteError
 from tests.servers import Server, instances, job, served
 from tests.simulated import job_config
 from tests.waiting import until

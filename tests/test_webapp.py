@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from server.app import create_app
-from server.webapp import BUILD_DIR, UI_SECTIONS
+from server.app.asgi import create_app
+from server.app.webapp import BUILD_DIR, UI_SECTIONS
 from tests.api_support import gql, serving
 
 pytestmark = pytest.mark.anyio

@@ -28,15 +28,15 @@ from server.api.exec_socket import ExecEndpoint
 from server.api.job_access import job_visibility_setting
 from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSubscriptions
 from server.api.schema import executor_setting, schema_for
+from server.app.exec_frames import PATH as EXEC_PATH
+from server.app.latest_usage import LatestUsage
+from server.app.security_headers import SecurityHeaders
+from server.app.usage_sampler import usage_interval_setting
+from server.app.webapp import Assets, app_page, build_dir
 from server.events import bus_for
-from server.exec_frames import PATH as EXEC_PATH
-from server.latest_usage import LatestUsage
 from server.metrics import AppMetrics, MetricsSettings, metrics_endpoint
 from server.metrics.scrape import LatestUsage as LatestUsageSource
-from server.security_headers import SecurityHeaders
 from server.store import database_url, open_store
-from server.usage_sampler import usage_interval_setting
-from server.webapp import Assets, app_page, build_dir
 
 if TYPE_CHECKING:
     from backends.base import Backend
@@ -265,7 +265,7 @@ def create_app(
 async def _start_sampler(stack: AsyncExitStack, runtime: Runtime, interval: float) -> None:
     """Measure what running instances use every `interval` seconds, when the backend can."""
     from backends.usage import SamplesUsage
-    from server.usage_sampler import UsageSampler
+    from server.app.usage_sampler import UsageSampler
 
     if interval <= 0 or not isinstance(runtime.backend, SamplesUsage):
         return

@@ -263,7 +263,7 @@ def check_server(url: str | None) -> Finding:
     is started); one that answers unhealthy says why (e.g. its Docker engine unreachable)."""
     import httpx
 
-    from server.remote import DEFAULT_URL
+    from server.client.remote import DEFAULT_URL
 
     base = (url or os.environ.get("PAIGRAPH_URL") or DEFAULT_URL).rstrip("/")
     name = "Server"

@@ -10,7 +10,7 @@ import typer
 import yaml
 from rich.markup import escape
 
-from server.cli_output import console
+from server.cli.output import console
 
 if TYPE_CHECKING:
     from server.store import Store

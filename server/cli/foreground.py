@@ -23,14 +23,14 @@ from rich.text import Text
 
 from backends.base import BackendError, InstanceKey
 from backends.docker import DockerBackend, run_owner
-from server.job_table import InstanceRow, job_table, styled_state
+from server.cli.job_table import InstanceRow, job_table, styled_state
+from server.cli.run_logs import keep_logs
+from server.cli.run_output import OutputStreamer
 from server.jobs import JobMachine, JobState
 from server.jobs.launch import NotRunnable
 from server.jobs.runner import JobRunner
 from server.jobs.simulated import simulation_warnings
 from server.protocol.model import JobSpec
-from server.run_logs import keep_logs
-from server.run_output import OutputStreamer
 from simulator.containers import EngineError
 from simulator.settings import SettingsError, load_settings
 

@@ -14,8 +14,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from server.cli_args import open_store_or_exit
-from server.cli_output import console
+from server.cli.args import open_store_or_exit
+from server.cli.output import console
 from server.store import StoreError, User
 
 out = console()

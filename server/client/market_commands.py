@@ -19,12 +19,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from server.api.ids import BadId, parse_global_id
-from server.cli_args import open_store_or_exit, parse_params
-from server.cli_help import Typer
-from server.cli_output import console
+from server.cli.args import open_store_or_exit, parse_params
+from server.cli.help import Typer
+from server.cli.output import console
+from server.client.remote import DEFAULT_URL, Client, RemoteError
+from server.client.remote_commands import TokenOption, UrlOption
 from server.marketplace.fixed_variables import fix_variables
-from server.remote import DEFAULT_URL, Client, RemoteError
-from server.remote_commands import TokenOption, UrlOption
 
 if TYPE_CHECKING:
     pass

@@ -8,10 +8,10 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from server.cli_output import console
-from server.exec_client import CLIENT_ERROR, ExecClient, shell_command, std_streams
-from server.remote import DEFAULT_URL, RemoteError
-from server.remote_commands import TokenOption, UrlOption, _client
+from server.cli.output import console
+from server.client.exec_client import CLIENT_ERROR, ExecClient, shell_command, std_streams
+from server.client.remote import DEFAULT_URL, RemoteError
+from server.client.remote_commands import TokenOption, UrlOption, _client
 
 err = console(stderr=True)
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it

@@ -17,10 +17,10 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from server.cli_help import Typer
-from server.cli_output import console
-from server.remote import DEFAULT_URL, Client, RemoteError
-from server.remote_commands import TokenOption, UrlOption
+from server.cli.help import Typer
+from server.cli.output import console
+from server.client.remote import DEFAULT_URL, Client, RemoteError
+from server.client.remote_commands import TokenOption, UrlOption
 
 out = console()
 err = console(stderr=True)

@@ -10,12 +10,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from server.cli_args import open_store_or_exit, parse_params
-from server.cli_help import Typer
-from server.cli_output import console
-from server.exec_commands import register as register_exec_commands
-from server.fs_commands import register as register_fs_commands
-from server.market_commands import register as register_market_commands
+from server.cli.args import open_store_or_exit, parse_params
+from server.cli.help import Typer
+from server.cli.output import console
+from server.cli.user_commands import register as register_user_commands
+from server.client.exec_commands import register as register_exec_commands
+from server.client.fs_commands import register as register_fs_commands
+from server.client.market_commands import register as register_market_commands
+from server.client.remote_commands import register as register_remote_commands
 from server.protocol import (
     Issue,
     Kind,
@@ -26,8 +28,6 @@ from server.protocol import (
     to_v2_yaml,
 )
 from server.protocol.model import JobSpec
-from server.remote_commands import register as register_remote_commands
-from server.user_commands import register as register_user_commands
 
 if TYPE_CHECKING:
     from server.store import Store
@@ -247,7 +247,7 @@ def run(
 ) -> None:
     """Run one job on the local simulator in the foreground, showing what every instance
     prints; exit 0 SUCCEEDED, 1 FAILED. The logs stay for `paigraph logs --local`."""
-    from server.foreground import run_in_foreground
+    from server.cli.foreground import run_in_foreground
 
     spec = _resolved(file, param)
     raise typer.Exit(run_in_foreground(spec, out, config=config, quiet=quiet))
@@ -317,9 +317,9 @@ def serve(
     """
     from server.api.job_access import job_visibility_setting
     from server.api.schema import executor_setting
-    from server.app import BACKENDS, BackendUnavailable, create_app, make_backend
+    from server.app.asgi import BACKENDS, BackendUnavailable, create_app, make_backend
+    from server.app.serving import AnnouncingServer, CannotListen, listening_socket, server_config
     from server.metrics import metrics_settings
-    from server.serving import AnnouncingServer, CannotListen, listening_socket, server_config
 
     try:
         executor = executor_setting(executor)
@@ -370,7 +370,7 @@ def _address(host: str, port: int) -> str:
 
 def _say_what_keeps_running(store: Store, backend: str) -> None:
     """As the server stops: the jobs it leaves running, and what to do about them."""
-    from server.shutdown import farewell, still_running
+    from server.app.shutdown import farewell, still_running
 
     try:
         left = still_running(store)
@@ -443,7 +443,7 @@ def doctor(
     """Check the Docker engine, the port range, the state directory, the database, the
     images the examples need and the running server's health; say what to do about each
     problem. Exit 0 when all is well."""
-    from server.doctor import diagnose, report
+    from server.cli.doctor import diagnose, report
 
     findings = diagnose(db=db, config=config, images=image or [], url=url)
     out.print(report(findings))

@@ -12,10 +12,10 @@ from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
 
-from server.cli_output import console
-from server.job_table import InstanceRow, job_table
-from server.remote import DEFAULT_URL, FINAL_STATES, Client, RemoteError
-from server.usage_table import usage_table
+from server.cli.job_table import InstanceRow, job_table
+from server.cli.output import console
+from server.client.remote import DEFAULT_URL, FINAL_STATES, Client, RemoteError
+from server.client.usage_table import usage_table
 
 out = console()
 err = console(stderr=True)
@@ -167,7 +167,7 @@ def register(app: typer.Typer, parse_params: Any) -> None:
 
 def _local_log(job: str, role: str, index: int) -> int:
     """Print a log `paigraph run` kept; 1 with what is kept when there is no such log."""
-    from server.run_logs import find_run, kept_jobs, log_name
+    from server.cli.run_logs import find_run, kept_jobs, log_name
     from simulator.settings import SettingsError, load_settings
 
     try:

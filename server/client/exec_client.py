@@ -22,8 +22,8 @@ from typing import Any, BinaryIO
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from server import exec_frames as frames
-from server.remote import Client, RemoteError
+from server.app import exec_frames as frames
+from server.client.remote import Client, RemoteError
 
 CLIENT_ERROR = 255  # the exit status when the command did not run to its end (as ssh's)
 _READ_SIZE = 1 << 14
