@@ -23,7 +23,7 @@ from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, R
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-BUILD_DIR = Path(__file__).resolve().parent / "webui"
+BUILD_DIR = Path(__file__).resolve().parents[1] / "webui"  # server/webui/, beside server/app/
 UI_SECTIONS = frozenset({"jobs", "cluster", "submit", "marketplace", "users", "signin"})
 IMMUTABLE = "public, max-age=31536000, immutable"
 NO_CACHE = "no-cache"
