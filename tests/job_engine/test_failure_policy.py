@@ -12,7 +12,7 @@ import pytest
 
 from server.jobs import JobState
 from server.store import Job
-from tests.test_job_service import (
+from tests.job_engine.test_job_service import (
     history,
     job_of,
     service_on,

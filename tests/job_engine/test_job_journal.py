@@ -19,8 +19,8 @@ from server.jobs.service_machine import (
 )
 from server.shapes.job_states import Transition
 from server.store import Event, NewEvent
+from tests.job_engine.test_job_reconcile import T0, place
 from tests.service_support import ps_worker, spec_of
-from tests.test_job_reconcile import T0, place
 
 pytestmark = pytest.mark.anyio
 

@@ -13,9 +13,9 @@ from backends.kubernetes_gang import BARRIER_CONTAINER
 from backends.kubernetes_manifests import AttemptBuilder
 from backends.kubernetes_settings import KubernetesSettings
 from backends.kubernetes_start_order import START_ORDER_CONTAINER
+from tests.backends.test_start_order_kubernetes import ps_worker
 from tests.fake_kube_api import FakeKubeAPI
 from tests.fake_kube_init import init_progress
-from tests.test_start_order_kubernetes import ps_worker
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from tests.corpus import seed_job
+from tests.e2e.test_seed_examples import git, logs, paigraph
 from tests.servers import Server, served
-from tests.test_seed_examples import git, logs, paigraph
 
 # one worker for the module: its images carry the seeds' fixed names and are removed at its end
 pytestmark = [

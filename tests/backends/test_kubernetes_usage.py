@@ -11,15 +11,15 @@ import pytest
 from backends.base import EventKind
 from backends.kubernetes_usage import NO_METRICS_API, SOURCE, quantity
 from backends.usage import SamplesUsage
-from tests import test_kubernetes_fake_cluster
-from tests.fake_kube_api import FakeKubeAPI
-from tests.test_kubernetes_fake_cluster import (
+from tests.backends import test_kubernetes_fake_cluster
+from tests.backends.test_kubernetes_fake_cluster import (
     Events,
     backend_on,
     key,
     pod_of,
     ps_worker,
 )
+from tests.fake_kube_api import FakeKubeAPI
 
 pytestmark = pytest.mark.anyio
 MI = 1 << 20

@@ -656,8 +656,8 @@ async def test_fake_cluster_the_role_grants_exactly_what_the_backend_uses(tmp_pa
     """The Role and the gang's ClusterRole in deploy/kubernetes allow every call the backend
     makes (each scenario's `api` fixture checks that) and nothing more: the backend's
     scenarios, run here on fresh fake clusters, use every verb they grant."""
-    from tests import test_kubernetes_gang as gang
-    from tests import test_start_order_kubernetes as start_order
+    from tests.backends import test_kubernetes_gang as gang
+    from tests.backends import test_start_order_kubernetes as start_order
 
     scenarios = (
         start_order.test_a_succeeded_dependency_holds_once_every_ps_succeeded,

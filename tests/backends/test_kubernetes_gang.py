@@ -20,14 +20,14 @@ from server.events import bus_for
 from server.jobs.service import JobService
 from server.shapes.job_states import JobState
 from server.store import Store
-from tests.fake_kube_api import FakeKubeAPI
-from tests.test_kubernetes_fake_cluster import (
+from tests.backends.test_kubernetes_fake_cluster import (
     Events,
     allowed_by_role,
     backend_on,
     pod_of,
     settings,
 )
+from tests.fake_kube_api import FakeKubeAPI
 from tests.waiting import until_async
 
 pytestmark = pytest.mark.anyio

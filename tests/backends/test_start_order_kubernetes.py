@@ -29,8 +29,8 @@ from backends.base import (
 from backends.kubernetes_gang import BARRIER_CONTAINER
 from backends.kubernetes_start_order import ORDER_DIR, START_ORDER_CONTAINER
 from backends.start_gate import DEPENDENCY_FAILED
+from tests.backends.test_kubernetes_fake_cluster import Events, allowed_by_role, backend_on, pod_of
 from tests.fake_kube_api import FakeKubeAPI
-from tests.test_kubernetes_fake_cluster import Events, allowed_by_role, backend_on, pod_of
 from tests.waiting import until_async
 
 pytestmark = pytest.mark.anyio

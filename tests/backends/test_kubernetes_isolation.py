@@ -36,10 +36,7 @@ from server.jobs.service import JobService
 from server.shapes.job_states import JobState
 from server.store import Store
 from simulator.capabilities import KEPT_CAPABILITIES
-from tests.fake_kube_admission import ENFORCE, pod_security_violations
-from tests.fake_kube_api import FakeKubeAPI, validate
-from tests.jobs import V2_JOB
-from tests.test_kubernetes_fake_cluster import (
+from tests.backends.test_kubernetes_fake_cluster import (
     Events,
     backend_on,
     key,
@@ -47,8 +44,11 @@ from tests.test_kubernetes_fake_cluster import (
     ps_worker,
     role,
 )
-from tests.test_kubernetes_fake_cluster import settings as fake_settings
-from tests.test_kubernetes_manifests import _corpus_jobs, request_of
+from tests.backends.test_kubernetes_fake_cluster import settings as fake_settings
+from tests.backends.test_kubernetes_manifests import _corpus_jobs, request_of
+from tests.fake_kube_admission import ENFORCE, pod_security_violations
+from tests.fake_kube_api import FakeKubeAPI, validate
+from tests.jobs import V2_JOB
 from tests.waiting import until_async
 
 pytestmark = pytest.mark.anyio

@@ -21,7 +21,7 @@ from tests.browser_support import (
 )
 from tests.marketplace_support import data_item, template
 from tests.simulated import job_config
-from tests.test_web_submit import editor_text, no_problems, submit_and_watch
+from tests.web.test_web_submit import editor_text, no_problems, submit_and_watch
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 

@@ -16,7 +16,7 @@ from backends.ssh_access import AUTHORIZED_KEYS, CLIENT_CONFIG, JOB_KEY, ssh_fil
 from server.jobs.launch import NotRunnable, launch_request
 from server.protocol import parse_job
 from server.protocol.engine import resolve_job
-from tests.test_cli import run
+from tests.cli.test_cli import run
 
 PLUGINS = "com.microsoft.pai.runtimeplugin"
 

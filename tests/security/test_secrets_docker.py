@@ -13,8 +13,8 @@ from sqlalchemy import inspect, text
 from backends.secrets_env import secret_variable
 from server.jobs import JobState
 from server.store import Store
+from tests.job_engine.test_job_service import follow, service_on, submitted, user
 from tests.service_support import job_config
-from tests.test_job_service import follow, service_on, submitted, user
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 

@@ -15,10 +15,10 @@ from backends.base import LaunchRequest, PortRequest, ResourceRequest, RoleLaunc
 from backends.kubernetes_manifests import AttemptBuilder
 from backends.kubernetes_settings import KubernetesSettings
 from backends.runtime_env import instance_variables, runtime_env
+from tests.backends.test_kubernetes_manifests import config_files, request_of
 from tests.fake_kube_admission import DATA_LIMIT, name_refusal, size_refusal
 from tests.fake_kube_api import validate
 from tests.jobs import V2_JOB
-from tests.test_kubernetes_manifests import config_files, request_of
 
 SETTINGS = KubernetesSettings(state_dir=Path("/nonexistent"))
 RESOURCES = {"Service": "services", "ConfigMap": "configmaps", "Secret": "secrets"}

@@ -19,11 +19,9 @@ from backends.docker_attempts import attempt_id
 from server.jobs import JobState
 from server.jobs.service import JobService
 from server.store import Job
+from tests.api.test_api_jobs import SUBMIT, served
 from tests.api_support import data
-from tests.service_support import job_config
-from tests.simulated import settings
-from tests.test_api_jobs import SUBMIT, served
-from tests.test_job_service import (
+from tests.job_engine.test_job_service import (
     job_of,
     nothing_left,
     running,
@@ -32,6 +30,8 @@ from tests.test_job_service import (
     submitted,
     user,
 )
+from tests.service_support import job_config
+from tests.simulated import settings
 from tests.waiting import until_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

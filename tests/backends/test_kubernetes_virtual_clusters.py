@@ -24,9 +24,9 @@ from backends.kubernetes import KubernetesBackend
 from backends.kubernetes_manifests import manifest_stream
 from backends.kubernetes_quota import QUOTA_NAME
 from backends.kubernetes_settings import SettingsError, load_settings
+from tests.backends.test_kubernetes_fake_cluster import Events, backend_on, log_text, settings
 from tests.fake_kube_admission import ENFORCE
 from tests.fake_kube_api import FakeKubeAPI, deployed_rules
-from tests.test_kubernetes_fake_cluster import Events, backend_on, log_text, settings
 
 pytestmark = pytest.mark.anyio
 

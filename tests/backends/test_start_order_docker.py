@@ -21,8 +21,15 @@ from backends.start_gate import DEPENDENCY_FAILED
 from server.jobs.exit_codes import START_DEPENDENCY_FAILED
 from server.shapes.job_states import JobState
 from server.store import Job
+from tests.job_engine.test_job_service import (
+    history,
+    instances_of,
+    job_of,
+    service_on,
+    submitted,
+    user,
+)
 from tests.simulated import Collector, backend, job, job_config, leftovers, log_text, role
-from tests.test_job_service import history, instances_of, job_of, service_on, submitted, user
 from tests.waiting import until_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

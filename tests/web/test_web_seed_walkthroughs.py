@@ -40,8 +40,7 @@ from tests.browser_support import (
     submit_and_reach,
 )
 from tests.corpus import SEEDS, seed_job
-from tests.servers import served
-from tests.test_seeds_as_written import (  # noqa: F401 - the seeds' stand-ins, shared fixtures
+from tests.e2e.test_seeds_as_written import (  # noqa: F401 - the seeds' stand-ins, shared fixtures
     BASE,
     BENCHMARKS,
     CIFAR_URL,
@@ -49,6 +48,7 @@ from tests.test_seeds_as_written import (  # noqa: F401 - the seeds' stand-ins, 
     cifar_site,
     images,
 )
+from tests.servers import served
 
 # the seeds' images have fixed names and test_seeds_as_written removes them when its module
 # ends: both modules run on one worker

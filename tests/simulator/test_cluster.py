@@ -19,7 +19,7 @@ from simulator.cluster import (
 )
 from simulator.ports import PortAllocator
 from simulator.settings import Capacity, load_settings, settings_from_yaml
-from tests.test_ports import free_window
+from tests.simulator.test_ports import free_window
 from tests.waiting import NotInTime, until
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from tests.browser_support import Site, browser_page, screenshot, start_empty_job
 from tests.simulated import IMAGE
-from tests.test_web_submit import editor_text, no_problems, submit_and_watch
+from tests.web.test_web_submit import editor_text, no_problems, submit_and_watch
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
