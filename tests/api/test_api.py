@@ -18,7 +18,7 @@ from tests.api_support import gql, serving
 from tests.jobs import as_json, as_yaml, v1, v2
 from tests.servers import free_port, paigraph
 
-SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schema.graphql"
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schema.graphql"
 
 RESOLVE = """
 mutation Resolve($config: String!, $parameters: JSON) {

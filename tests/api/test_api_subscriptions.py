@@ -31,7 +31,7 @@ from tests.api_support import (
 from tests.store_support import fresh_database, submit
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 JOB_EVENTS = """
 subscription($jobId: ID!, $after: String) {

@@ -42,7 +42,7 @@ from tests.waiting import until_async, until_notified_async
 
 pytestmark = pytest.mark.anyio
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 ROLE_FILE = DEPLOY / "role.yaml"
 CLUSTER_ROLE_FILE = DEPLOY / "cluster-role.yaml"
 ENDED = (EventKind.EXITED, EventKind.STOPPED, EventKind.START_FAILED, EventKind.LOST)

@@ -575,7 +575,7 @@ def test_resolve_manifests_says_what_kubernetes_cannot_run(tmp_path: Path) -> No
 
 # --- deploy/kubernetes --------------------------------------------------------------------------
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 
 
 def test_the_deployment_files_are_valid_objects() -> None:

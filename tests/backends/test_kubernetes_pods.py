@@ -28,7 +28,7 @@ from backends.kubernetes_pods import (
 )
 from tests.fake_kube_api import validate
 
-PODS = Path(__file__).parent / "data" / "pods"
+PODS = Path(__file__).parents[1] / "data" / "pods"
 STARTED = datetime(2026, 11, 20, 9, 14, 10, tzinfo=UTC)
 FINISHED = datetime(2026, 11, 20, 10, 2, 55, tzinfo=UTC)
 EVICTED_MEMORY = (

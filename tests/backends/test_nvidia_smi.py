@@ -8,7 +8,7 @@ from pathlib import Path
 
 from backends.nvidia_smi import GpuUse, instance_gpu_use, parse_query, query_gpus
 
-RECORDED = (Path(__file__).parent / "data" / "nvidia_smi_query.txt").read_text()
+RECORDED = (Path(__file__).parents[1] / "data" / "nvidia_smi_query.txt").read_text()
 MIB = 1 << 20
 
 

@@ -108,7 +108,7 @@ def test_validate_names_the_job_and_its_roles(good: Path) -> None:
 
 
 def test_validate_counts_the_instances_of_each_role_as_people_write_them() -> None:
-    example = Path(__file__).resolve().parents[1] / "examples" / "ps-worker.yaml"
+    example = Path(__file__).resolve().parents[2] / "examples" / "ps-worker.yaml"
     code, out, _err = run("validate", example)
     assert code == 0
     assert out.endswith("(task roles: ps_server ×1, worker ×2)\n"), out

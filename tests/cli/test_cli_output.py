@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from server.cli.main import app
 from server.client import remote_commands
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1"})  # as a terminal of 80 would say
 
 REASON = "waiting: needs 16 cpu, 6 free in vc default; " + "the rest of a long reason " * 6

@@ -37,7 +37,7 @@ from simulator.settings import STATE_ENV, settings_from_data
 from tests.worker_support import SPARE_PORTS as WORKERS_SPARE_PORTS
 from tests.worker_support import share
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # this worker's spare ports: below Linux's ephemeral ports and the simulator's range, and apart
 # from the other workers', so that no outgoing connection and no job or test running beside this
 # one takes a port the test holds

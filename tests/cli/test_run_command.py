@@ -34,7 +34,7 @@ def _start(tmp_path: Path, text: str, *args: str, suffix: str = ".yaml") -> subp
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     )
 
 
@@ -84,7 +84,7 @@ def _paigraph(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         env=env,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         timeout=60,
     )
 

@@ -41,7 +41,7 @@ pytestmark = [
     ),
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = os.environ.get("PAIGRAPH_BASE_IMAGE") or "paigraph/debian-base:local"
 FINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 T = TypeVar("T")

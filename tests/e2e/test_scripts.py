@@ -145,7 +145,11 @@ def test_scripts_test_then_serve_run_on_debian_python_in_one_virtual_environment
 ) -> None:
     # scripts/test makes .venv with Debian's python3, installs into it, lints and runs pytest
     tested = clone.test_script(
-        "tests/test_cli.py", "-k", "version", PAIGRAPH_SKIP_POSTGRES="1", PAIGRAPH_SKIP_DOCKER="1"
+        "tests/cli/test_cli.py",
+        "-k",
+        "version",
+        PAIGRAPH_SKIP_POSTGRES="1",
+        PAIGRAPH_SKIP_DOCKER="1",
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "making the virtual environment" in tested.stderr
@@ -183,7 +187,7 @@ def without_postgres(clone: Clone) -> dict[str, str]:
 def test_scripts_test_without_postgres_or_the_corpus_runs_the_rest_and_says_what_it_left_out(
     clone: Clone,
 ) -> None:
-    tested = clone.test_script("tests/test_cli.py", "-rs", **without_postgres(clone))
+    tested = clone.test_script("tests/cli/test_cli.py", "-rs", **without_postgres(clone))
     assert tested.returncode == 0, tested.stdout + tested.stderr
     note = "Left out: the PostgreSQL cases of the store and API tests (pytest -m 'not postgres'):"
     assert tested.stderr.count(note) == 2  # before the tests, and again after them
@@ -195,12 +199,12 @@ def test_scripts_test_without_postgres_or_the_corpus_runs_the_rest_and_says_what
 
 
 def test_scripts_test_in_ci_requires_postgres_and_the_corpus(clone: Clone) -> None:
-    no_postgres = clone.test_script("tests/test_cli.py", CI="true", **without_postgres(clone))
+    no_postgres = clone.test_script("tests/cli/test_cli.py", CI="true", **without_postgres(clone))
     assert no_postgres.returncode == 1
     assert "No PostgreSQL for the tests, and CI must run them." in no_postgres.stderr
     python = str(clone.repository / ".venv" / "bin" / "python")
     no_corpus = subprocess.run(
-        [python, "-m", "pytest", "-q", "tests/test_cli.py", "-k", "corpus_files_used_here"],
+        [python, "-m", "pytest", "-q", "tests/cli/test_cli.py", "-k", "corpus_files_used_here"],
         cwd=clone.repository,
         env=clone.env | {"CI": "true"},
         capture_output=True,

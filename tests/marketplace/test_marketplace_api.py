@@ -260,7 +260,7 @@ async def test_a_job_is_published_as_a_template_by_its_owner(db_url: str) -> Non
 async def test_a_name_given_at_publishing_is_written_into_the_content_in_its_dialect(
     db_url: str,
 ) -> None:
-    examples = Path(__file__).resolve().parents[1] / "examples" / "dialects"
+    examples = Path(__file__).resolve().parents[2] / "examples" / "dialects"
     async with api(db_url) as server:
         server.user("ann")
         v2 = await server.published("ann", template("as-written"), name="renamed-v2")

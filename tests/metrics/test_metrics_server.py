@@ -34,7 +34,7 @@ from tests.service_support import job_config
 from tests.simulated import settings
 from tests.waiting import until_async
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "paigraph-dashboard.json"
 SUBMIT = """mutation Submit($config: String!) {
   submitJob(input: {config: $config}) { job { id state } errors { message } } }"""

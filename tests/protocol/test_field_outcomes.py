@@ -479,7 +479,7 @@ def test_the_warning_says_what_will_not_happen() -> None:
 
 # ------------------------------------------------------------------------------- the docs
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "dialects.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "dialects.md"
 _BEGIN, _END = "<!-- field outcomes: begin -->", "<!-- field outcomes: end -->"
 
 

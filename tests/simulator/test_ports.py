@@ -23,7 +23,7 @@ from simulator.ports import (
 from simulator.settings import settings_from_yaml
 from tests.worker_support import SPARE_PORTS, share
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _bindable(port: int) -> bool:

@@ -28,7 +28,7 @@ from simulator.prereqs import (
 from simulator.settings import SettingsError, settings_from_yaml
 from tests.waiting import until
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = FetchPolicy.parse("127.0.0.1")  # the test sites listen there
 
 

@@ -34,7 +34,7 @@ from server.events import (
 
 pytestmark = pytest.mark.anyio
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

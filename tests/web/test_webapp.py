@@ -15,7 +15,7 @@ from server.app.webapp import BUILD_DIR, UI_SECTIONS
 from tests.api_support import gql, serving
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HTML = {"Accept": "text/html,application/xhtml+xml"}
 
 
