@@ -2,7 +2,7 @@
 
     python bench/faults.py [--moments 200] [--seed 1802] [--window-share 0.5] [--span 10]
 
-The SIGKILL suite's job (tests/test_faults_sigkill.py: a ps, a failing checker, a flaky
+The SIGKILL suite's job (tests/faults/test_faults_sigkill.py: a ps, a failing checker, a flaky
 instance retried on its own, two workers, gang allocation off) runs once without a kill as the
 reference, then once per moment on the same `paigraph serve` (Docker simulator, SQLite): the
 server is killed at the moment and started again, and the run is compared with the reference

@@ -1,5 +1,5 @@
 """Two apps on one populated store, one per GraphQL executor, for differential testing
-(tests/test_api_differential.py, bench/executors.py)."""
+(tests/api/test_api_differential.py, bench/executors.py)."""
 
 from __future__ import annotations
 

@@ -178,7 +178,7 @@ def create_app(
     """The app serving /graphql (GraphiQL in a browser), /exec (commands in running instances,
     server.api.exec_socket), /healthz (liveness), /health (readiness, with the reason when not
     ready), /metrics (Prometheus, server.metrics), and the web UI at / and under its own
-    sections (server.webapp.UI_SECTIONS); any other path is 404.
+    sections (server.app.webapp.UI_SECTIONS); any other path is 404.
 
     With `service`, its store, bus and backend are used; the app starts the service when it
     starts and closes it when it stops (the caller closes what it built the service from).
@@ -195,7 +195,7 @@ def create_app(
     or `own` (else $PAIGRAPH_JOB_VISIBILITY, else `all`; see server.api.job_access):
     ValueError for anything else. `usage_interval` is the seconds between measurements of
     what running instances use (else $PAIGRAPH_USAGE_INTERVAL, else 5; 0: none; see
-    server.usage_sampler); `app.state.latest_usage` gives the latest (server.latest_usage).
+    server.app.usage_sampler); `app.state.latest_usage` gives the latest (server.app.latest_usage).
     `metrics` are the settings of /metrics (else the PAIGRAPH_METRICS_* ones,
     server.metrics.settings); `latest_usage` gives its per-instance series (by default
     the sampler's latest; settable later as `app.state.metrics.latest_usage`).
@@ -254,7 +254,7 @@ def create_app(
             Route("/{path:path}", app_page, methods=["GET", "HEAD"]),
         ],
         lifespan=lifespan,
-        middleware=[Middleware(SecurityHeaders)],  # server.security_headers says why each
+        middleware=[Middleware(SecurityHeaders)],  # server.app.security_headers says why each
     )
     app.state.runtime = slot  # the running parts, for operators and tests: .get()
     app.state.metrics = measured  # what /metrics serves (server.metrics)

@@ -2,7 +2,7 @@
 
 Each round asks the backend (when it implements `SamplesUsage`) for every running instance's
 use, stores the round in one transaction, keeps it as the latest for live readers (the
-`jobUsage` subscription, `paigraph top`, the Prometheus gauges through server.latest_usage),
+`jobUsage` subscription, `paigraph top`, the Prometheus gauges through server.app.latest_usage),
 and once a minute compacts what is an hour old (server.store.usage). A round that fails is
 logged and the next one tries again: measuring never stops jobs from running.
 """

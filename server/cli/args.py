@@ -1,5 +1,5 @@
 """Command-line values every `paigraph` command group reads the same way: `--param key=value`
-pairs and the `--db` store. Kept apart from server/cli.py so the command modules it registers
+pairs and the `--db` store. Kept apart from server/cli/main.py so the command modules it registers
 (market, storages, remote) import them instead of being handed them."""
 
 from __future__ import annotations

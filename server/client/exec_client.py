@@ -1,4 +1,4 @@
-"""The client side of `/exec` (server.exec_frames): `paigraph exec` and `paigraph shell`.
+"""The client side of `/exec` (server.app.exec_frames): `paigraph exec` and `paigraph shell`.
 
 The main thread receives the command's output and writes it to this process's stdout and
 stderr; a daemon thread sends this process's stdin. For a shell the local terminal is put in

@@ -1,7 +1,7 @@
 """The `/exec` websocket's refusals, on a real uvicorn server without a backend: each comes as
 an `error` message with a code and a reason naming the field, then the close code that goes
-with it (docs/instance-access.md). Running commands: tests/test_instance_exec.py (Docker) and
-tests/test_kubernetes_fake_cluster.py (the Kubernetes exec API)."""
+with it (docs/instance-access.md). Running commands: tests/cli/test_instance_exec.py (Docker) and
+tests/backends/test_kubernetes_fake_cluster.py (the Kubernetes exec API)."""
 
 from __future__ import annotations
 

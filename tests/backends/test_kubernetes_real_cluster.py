@@ -21,7 +21,8 @@ from an unreachable node after 300 s. Everything the tests create is removed at 
 docs/kubernetes.md ("Running the tests against a cluster") says how to run them on kind or
 any cluster.
 
-    PAIGRAPH_TEST_KUBECONFIG=~/.kube/config pytest -q -rs tests/test_kubernetes_real_cluster.py
+    PAIGRAPH_TEST_KUBECONFIG=~/.kube/config \
+        pytest -q -rs tests/backends/test_kubernetes_real_cluster.py
 """
 
 from __future__ import annotations

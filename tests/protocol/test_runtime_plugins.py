@@ -1,6 +1,6 @@
 """OpenPAI's `ssh` and `tensorboard` runtime plugins: a warning that says what paigraph does
 and does not do, the ssh plugin's keys and peers, and the `tensorboard` port on the first task
-role. (For real on the simulator: tests/test_ssh_plugin.py, tests/test_instance_exec.py.)"""
+role. (For real on the simulator: tests/e2e/test_ssh_plugin.py, tests/cli/test_instance_exec.py.)"""
 
 from __future__ import annotations
 

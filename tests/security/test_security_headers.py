@@ -1,6 +1,6 @@
-"""Every HTTP response carries the security headers (server.security_headers): the app's pages,
+"""Every HTTP response carries the security headers (server.app.security_headers): the app's pages,
 its assets, GraphiQL, the API and the health checks. Whether the pages still work under the
-policy, and that another site cannot frame them: tests/test_web_ui.py, in the browser."""
+policy, and that another site cannot frame them: tests/web/test_web_ui.py, in the browser."""
 
 from __future__ import annotations
 

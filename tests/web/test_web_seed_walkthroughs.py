@@ -7,7 +7,7 @@ used from "Use" and from a role's picker. Each step is photographed into
 build/screenshots/walkthrough-<seed>/.
 
 Only what this machine cannot reach is replaced, outside the jobs, as in
-tests/test_seeds_as_written.py: the seeds' images are the test image tagged under their names
+tests/e2e/test_seeds_as_written.py: the seeds' images are the test image tagged under their names
 (with stand-ins for the programs they would hold), their downloads come from local copies.
 """
 
