@@ -326,8 +326,8 @@ def serve(url: str, fd: int) -> None:
     """The server process: the product's app plus the baseline route, on the socket `fd`."""
     import uvicorn
 
-    from server.app import create_app
-    from server.serving import server_config
+    from server.app.asgi import create_app
+    from server.app.serving import server_config
 
     app = create_app(db_url=url, backend=None)
     # Ahead of the web UI's catch-all route, which would otherwise answer it with the UI's page.

@@ -2,7 +2,7 @@
 
     python bench/executors.py [--queries 3000] [--seed 18]
 
-The long run of tests/test_api_differential.py (which CI runs with a few hundred queries):
+The long run of tests/api/test_api_differential.py (which CI runs with a few hundred queries):
 one populated SQLite store (users, jobs waiting, running and finished with their event logs,
 marketplace items) served by two apps in this process, one per executor (PAIGRAPH_EXECUTOR),
 and `--queries` random valid queries from schema.graphql (tests/query_generator.py) sent to

@@ -2,7 +2,7 @@
 
     python bench/faults.py [--moments 200] [--seed 1802] [--window-share 0.5] [--span 10]
 
-The SIGKILL suite's job (tests/test_faults_sigkill.py: a ps, a failing checker, a flaky
+The SIGKILL suite's job (tests/faults/test_faults_sigkill.py: a ps, a failing checker, a flaky
 instance retried on its own, two workers, gang allocation off) runs once without a kill as the
 reference, then once per moment on the same `paigraph serve` (Docker simulator, SQLite): the
 server is killed at the moment and started again, and the run is compared with the reference
@@ -27,9 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.servers import Server, final_job, served  # noqa: E402
-from tests.simulated import remove_leftovers  # noqa: E402
-from tests.test_faults_sigkill import (  # noqa: E402
+from tests.faults.test_faults_sigkill import (  # noqa: E402
     Moment,
     Run,
     Starts,
@@ -40,6 +38,8 @@ from tests.test_faults_sigkill import (  # noqa: E402
     run_case,
     submitted_life_jobs,
 )
+from tests.servers import Server, final_job, served  # noqa: E402
+from tests.simulated import remove_leftovers  # noqa: E402
 from tests.waiting import NotInTime  # noqa: E402
 
 STOP = "mutation($id: ID!) { stopJob(input: {id: $id}) { errors { message } } }"

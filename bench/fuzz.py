@@ -66,7 +66,7 @@ def validate(documents: int, seed: int) -> None:
 
 
 def serve(submissions: int, seed: int) -> None:
-    from tests.test_e2e_server import served
+    from tests.e2e.test_e2e_server import served
 
     with tempfile.TemporaryDirectory() as tmp, served("sqlite", Path(tmp)) as server:
         server.start()

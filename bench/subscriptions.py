@@ -66,11 +66,11 @@ from starlette.websockets import WebSocket  # noqa: E402
 from backends.base import EventKind, InstanceEvent, Placement, utcnow  # noqa: E402
 from server.api.ids import global_id  # noqa: E402
 from server.api.types import event_cursor  # noqa: E402
-from server.app import create_app  # noqa: E402
+from server.app.asgi import create_app  # noqa: E402
+from server.app.serving import on_loopback  # noqa: E402
 from server.events import JobNotice  # noqa: E402
 from server.jobs import JobMachine, job_policy  # noqa: E402
 from server.protocol import parse_job  # noqa: E402
-from server.serving import on_loopback  # noqa: E402
 from server.store import Store, open_store  # noqa: E402
 from server.store.scratch import scratch_database  # noqa: E402
 

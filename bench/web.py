@@ -73,10 +73,10 @@ from bench.items import store_items  # noqa: E402
 from bench.subscriptions import instance_event, running_job  # noqa: E402
 from server.api.ids import global_id  # noqa: E402
 from server.api.types import event_cursor  # noqa: E402
-from server.app import create_app  # noqa: E402
+from server.app.asgi import create_app  # noqa: E402
+from server.app.serving import on_loopback  # noqa: E402
 from server.events import JobNotice  # noqa: E402
 from server.jobs import JobMachine  # noqa: E402
-from server.serving import on_loopback  # noqa: E402
 from server.store import Store, open_store  # noqa: E402
 from tests.browser_support import CHROMIUM, CHROMIUM_ARGS, TOKEN_KEY  # noqa: E402
 

@@ -17,8 +17,8 @@ from starlette.applications import Starlette
 
 from backends.base import EventKind, Placement, utcnow
 from server.api.context import Runtime
+from server.app.serving import on_loopback
 from server.jobs import JobMachine
-from server.serving import on_loopback
 from server.store import Store
 from tests.store_support import feed
 

@@ -1,8 +1,8 @@
-"""One driver per backend for the conformance suite (tests/test_backend_conformance.py): the
-Docker simulator on the local engine, and Kubernetes on the fake API server with a kubelet
-played here that runs each bound pod's init containers (the gang's barrier, the start-order
-wait) against the fake's pod DNS and its main container on the local Docker engine, so both
-backends run the same commands in real containers and a test reads what those saw."""
+"""One driver per backend for the conformance suite (tests/backends/test_backend_conformance.py):
+the Docker simulator on the local engine, and Kubernetes on the fake API server with a kubelet
+played here that runs each bound pod's init containers (the gang's barrier, the start-order wait)
+against the fake's pod DNS and its main container on the local Docker engine, so both backends run
+the same commands in real containers and a test reads what those saw."""
 
 from __future__ import annotations
 

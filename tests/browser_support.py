@@ -1,5 +1,5 @@
 """Driving the web UI in a real browser: Debian's chromium under Playwright, against a real
-`paigraph serve` process (tests/test_e2e_server.py's Server) on the Docker simulator.
+`paigraph serve` process (tests/e2e/test_e2e_server.py's Server) on the Docker simulator.
 
 Every page is watched: a console error, an uncaught exception, a failed request or an HTTP
 error answer fails the test at its end, unless the test said it expects exactly that. Pages

@@ -1,5 +1,5 @@
 """Two apps on one populated store, one per GraphQL executor, for differential testing
-(tests/test_api_differential.py, bench/executors.py)."""
+(tests/api/test_api_differential.py, bench/executors.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import httpx
 from server.api.context import Runtime
 from server.api.ids import global_id
 from server.api.types import event_cursor
-from server.app import create_app
+from server.app.asgi import create_app
 from server.store import Store, open_store
 from tests.api_support import data, finish, place_and_start, runtime, serving
 from tests.marketplace_support import data_item, template

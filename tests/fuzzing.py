@@ -7,7 +7,7 @@ gives the same documents, so a failure found in CI is found again on a laptop.
 
 `check(document)` sends one through the protocol engine (what `paigraph validate` runs) and
 says what was wrong with the answer: an exception, an answer slower than the bound, or an
-error without a code, a message or a path. tests/test_fuzz.py and bench/fuzz.py use both.
+error without a code, a message or a path. tests/protocol/test_fuzz.py and bench/fuzz.py use both.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ import yaml
 
 from backends.docker_specs import JOB as JOB_LABEL
 from server.api.ids import parse_global_id
-from server.app import server_owner
-from server.remote import Client
+from server.app.asgi import server_owner
+from server.client.remote import Client
 from simulator.containers import OWNER
 from simulator.ports import bind_problem
 from simulator.settings import CONFIG_ENV

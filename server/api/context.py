@@ -23,8 +23,8 @@ from server.store import Job, Store, User
 
 if TYPE_CHECKING:
     from backends.base import Backend
+    from server.app.usage_sampler import UsageSampler
     from server.jobs.service import JobService
-    from server.usage_sampler import UsageSampler
 
 
 @dataclass

@@ -22,7 +22,6 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from backends.base import BackendError, InstanceKey, UnknownInstance
 from backends.instance_exec import ExecRequest, ExecSession, ExecsInstances
-from server import exec_frames as frames
 from server.api.auth import bearer_token
 from server.api.context import RuntimeSlot
 from server.api.errors import ApiError, Unauthorized
@@ -30,6 +29,7 @@ from server.api.ids import BadId, expect_global_id
 from server.api.job_access import may_read
 from server.api.loopback import local_admin_refusal
 from server.api.open_sockets import REVOKED_CLOSE, REVOKED_REASON
+from server.app import exec_frames as frames
 from server.store import User
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,10 @@ from server.api.context import Info, Runtime
 from server.api.errors import ApiError
 from server.api.loaders import UsageByInstance
 from server.api.usage_series import Reading, Spread, coarser, readings, spread
+from server.app.usage_sampler import LiveUsage
 from server.jobs.exit_codes import spec_for
 from server.protocol.model import TaskRole as SpecTaskRole
 from server.store import Instance, StoredUsage
-from server.usage_sampler import LiveUsage
 
 MAX_STEP = 86_400
 SIMULATED_GPUS = "simulated: no utilization"

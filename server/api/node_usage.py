@@ -11,7 +11,7 @@ from typing import Any
 
 from server.api.context import Info
 from server.api.metrics_types import SIMULATED_GPUS, NodeUsage
-from server.usage_sampler import LiveUsage
+from server.app.usage_sampler import LiveUsage
 
 
 async def nodes_usage(info: Info) -> list[NodeUsage]:

@@ -41,11 +41,11 @@ from server.api.types import (
     parse_changes_cursor,
     parse_event_cursor,
 )
+from server.app.usage_sampler import LiveUsage
 from server.events import JobNotice
 from server.store import JOB_STATE, Event, Store
 from server.store import Job as StoredJob
 from server.store import JobFilter as StoreJobFilter
-from server.usage_sampler import LiveUsage
 
 READ_BATCH = 100
 # reads under way that later subscribers may join: (loop, store, job, cursor, notice) -> rows

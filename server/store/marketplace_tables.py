@@ -1,7 +1,7 @@
 """The marketplace's tables: items, their versions, labels (tags, categories, shared groups),
 stars, and the storages an admin defines with who may use them.
 
-Their shape is owned by migration 0002; `tests/test_store.py` checks that these classes and
+Their shape is owned by migration 0002; `tests/store/test_store.py` checks that these classes and
 the migrated schema agree on both databases. An item keeps the counts it is sorted by (stars,
 submits) in its own row, updated in the transaction that changes them.
 """

@@ -1,0 +1,5 @@
+"""`python -m server.cli`: the `paigraph` command."""
+
+from server.cli.main import main
+
+main()
