@@ -5,7 +5,7 @@ handshake) whose Host or Origin is not this server's gets 403 (see `server.api.l
 HTTP requests are checked before strawberry sees them: a body over the limit gets 413, a
 missing or unknown token 401, both as a JSON body in GraphQL's error shape. The GraphiQL page
 itself (a browser's GET without a query) needs no token: it is paigraph's own build
-(server/webapp.py), never strawberry's page that loads its scripts from a CDN. Websockets
+(server/app/webapp.py), never strawberry's page that loads its scripts from a CDN. Websockets
 authenticate with the payload of `connection_init`; a connection without valid credentials is
 closed with code 4401. Each websocket message is held to the body limit too: a larger one
 closes the connection with 4413.

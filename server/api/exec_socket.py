@@ -1,4 +1,4 @@
-"""`/exec`: a command in a running task instance over a websocket (server.exec_frames).
+"""`/exec`: a command in a running task instance over a websocket (server.app.exec_frames).
 
 Who may: the job's owner or an admin, with the same bearer tokens as `/graphql` (the upgrade
 request's Authorization header, or `token` in the start message), and on a fresh loopback

@@ -2,7 +2,7 @@
 figures of a job's running instances, and the cluster's nodes' current use.
 
 Series come from the stored points (server.store.usage, shaped by server.api.usage_series);
-live figures from the server's sampler (server.usage_sampler). Every field is reached through
+live figures from the server's sampler (server.app.usage_sampler). Every field is reached through
 a job the viewer may read (server.api.job_access), except the nodes' use, which admins see
 for every node and others for the nodes running jobs they may read.
 """

@@ -10,7 +10,7 @@ Executors (`PAIGRAPH_EXECUTOR`, or `paigraph serve --executor`):
   pinned in pyproject.toml);
 - `standard`: graphql-core's own executor as strawberry runs it: slower on large pages and
   subscription fan-out, and independent of those internals. The answers are the same (the
-  API tests run under both, and tests/test_api_differential.py compares them).
+  API tests run under both, and tests/api/test_api_differential.py compares them).
 """
 
 from __future__ import annotations

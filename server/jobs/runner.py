@@ -3,8 +3,8 @@
 `JobRunner` owns no policy. It feeds backend events to the machine (`JobMachine`, or the
 service's `ServiceMachine`) and carries out the actions the machine returns (launch, stop,
 relaunch an instance, release), in order, calling its change hook after every change.
-`paigraph run` (`server/foreground.py`) runs one in the foreground: it reads the backend's events
-itself and its hook redraws the table. The service (`service.py`) runs one per live job: it
+`paigraph run` (`server/cli/foreground.py`) runs one in the foreground: it reads the backend's
+events itself and its hook redraws the table. The service (`service.py`) runs one per live job: it
 feeds each runner its job's events, its hook is the job's `Journal` (`journal.py`, which saves
 and announces), and after a restart the runner `resume`s what the restart interrupted.
 """

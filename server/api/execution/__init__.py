@@ -13,7 +13,7 @@ says what it replaces in graphql-core and why:
 These override graphql-core internals, so the supported graphql-core range is pinned in
 pyproject.toml. graphql-core's own executor stays available beside this one
 (`PAIGRAPH_EXECUTOR=standard`, see server.api.schema), which never imports this package; the
-API tests run under both, and tests/test_api_differential.py compares them on random queries.
+API tests run under both, and tests/api/test_api_differential.py compares them on random queries.
 """
 
 from server.api.execution.executor import FastExecutionContext
