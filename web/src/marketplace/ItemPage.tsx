@@ -8,7 +8,7 @@ import { copyText } from "../lib/download";
 import { describeProblem } from "../lib/errors";
 import { formatTime } from "../lib/format";
 import { typeLabel } from "./listState";
-import { DeleteItemMutation, ItemDetailQuery, StarItemMutation } from "./queries";
+import { DeleteItemMutation, ItemDetailQuery, StarItemMutation } from "./ItemPage.operations";
 import { idReference, nameReference, startsANewJob, useLink } from "./references";
 import { initialValues, missingValues } from "./variables";
 import { VariablesForm } from "./VariablesForm";

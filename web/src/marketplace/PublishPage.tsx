@@ -9,7 +9,8 @@ import { useSession } from "../session";
 import { Editor, type Mark } from "../submit/Editor";
 import { parse, placeOf } from "../submit/yamlDoc";
 import { VISIBILITIES, errorsByField, splitLabels, type FormField, type UserErrorLike } from "./publishForm";
-import { ItemDetailQuery, PublishItemMutation, PublishJobQuery, UpdateItemMutation } from "./queries";
+import { ItemDetailQuery } from "./ItemPage.operations";
+import { PublishItemMutation, PublishJobQuery, UpdateItemMutation } from "./PublishPage.operations";
 
 interface Values {
   name: string;

@@ -20,8 +20,9 @@ import {
   type Timeline,
   type TimelineEvent,
 } from "../lib/timeline";
-import { JobByIdQuery, JobByNameQuery, JobConfigQuery, JobEventsSubscription, StopJobMutation } from "../queries";
 import { useSession } from "../session";
+import { JobEventsSubscription } from "./jobEvents.operations";
+import { JobByIdQuery, JobByNameQuery, JobConfigQuery, StopJobMutation } from "./JobPage.operations";
 import { LogView } from "./LogView";
 import { StateBadge } from "./StateBadge";
 

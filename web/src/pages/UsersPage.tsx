@@ -3,71 +3,11 @@
 // jobs run on and stay under their name; their items stay).
 import { useState } from "react";
 import { useMutation, useQuery } from "urql";
-import { graphql } from "../gql";
 import { copyText } from "../lib/download";
 import { describeProblem } from "../lib/errors";
 import { formatTime } from "../lib/format";
 import { useSession } from "../session";
-
-const UsersQuery = graphql(`
-  query UsersPage($removed: Boolean!) {
-    users(removed: $removed) {
-      id
-      name
-      admin
-      createdAt
-      removedAt
-      virtualClusters
-    }
-  }
-`);
-
-const AddUserMutation = graphql(`
-  mutation UsersPageAdd($input: AddUserInput!) {
-    addUser(input: $input) {
-      token
-      user {
-        name
-      }
-      errors {
-        path
-        code
-        message
-      }
-    }
-  }
-`);
-
-const ResetTokenMutation = graphql(`
-  mutation UsersPageReset($name: String!) {
-    resetUserToken(input: { name: $name }) {
-      token
-      user {
-        name
-      }
-      errors {
-        path
-        code
-        message
-      }
-    }
-  }
-`);
-
-const RemoveUserMutation = graphql(`
-  mutation UsersPageRemove($name: String!) {
-    removeUser(input: { name: $name }) {
-      user {
-        name
-      }
-      errors {
-        path
-        code
-        message
-      }
-    }
-  }
-`);
+import { AddUserMutation, RemoveUserMutation, ResetTokenMutation, UsersQuery } from "./UsersPage.operations";
 
 interface Issued {
   name: string;

@@ -8,7 +8,7 @@ import type { ItemType, SubmitPagePickerItemsQuery } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
 import { initialValues, missingValues } from "../marketplace/variables";
 import { VariablesForm } from "../marketplace/VariablesForm";
-import { PickerItemsQuery } from "./operations";
+import { PickerItemsQuery } from "./Picker.operations";
 
 export type PickerItem = SubmitPagePickerItemsQuery["marketplaceItems"]["edges"][number]["node"];
 

@@ -15,7 +15,7 @@ import { clearDraft, loadDraft, saveDraft } from "./draft";
 import { Editor, type EditorHandle, type Mark } from "./Editor";
 import { applyForm, EMPTY_JOB, readForm, type JobForm } from "./form";
 import { JobFields, PrerequisitesForm, RolesForm, type Edit } from "./Forms";
-import { CloneConfigQuery, ConvertJobMutation, ResolveJobMutation, SubmitJobMutation, UseItemMutation } from "./operations";
+import { CloneConfigQuery, ConvertJobMutation, ResolveJobMutation, SubmitJobMutation, UseItemMutation } from "./SubmitPage.operations";
 import { parameterValues, ParametersForm } from "./Parameters";
 import { Picker } from "./Picker";
 import { Preview } from "./Preview";

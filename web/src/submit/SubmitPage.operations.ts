@@ -1,4 +1,5 @@
-// The GraphQL operations of the Submit page.
+// The submit page's operations: resolve (check and preview), submit, fill the form from an
+// item, clone a job, and convert a config.
 import { graphql } from "../gql";
 
 export const ResolveJobMutation = graphql(`
@@ -77,38 +78,6 @@ export const UseItemMutation = graphql(`
   }
 `);
 
-export const PickerItemsQuery = graphql(`
-  query SubmitPagePickerItems($filter: MarketplaceItemFilter) {
-    marketplaceItems(first: 20, filter: $filter) {
-      edges {
-        node {
-          id
-          name
-          version
-          type
-          summary
-          description
-          content
-          owner {
-            name
-          }
-          prerequisites {
-            name
-            type
-            uri
-            description
-          }
-          templateVariables
-          declaredVariables {
-            name
-            default
-          }
-        }
-      }
-    }
-  }
-`);
-
 export const CloneConfigQuery = graphql(`
   query SubmitPageClone($id: ID!) {
     job(id: $id) {
@@ -130,26 +99,6 @@ export const ConvertJobMutation = graphql(`
         message
       }
       notes {
-        path
-        code
-        message
-      }
-    }
-  }
-`);
-
-export const FileListingQuery = graphql(`
-  query SubmitPageFileListing($uri: String!) {
-    fileListing(uri: $uri) {
-      uri
-      directory
-      entries {
-        name
-        uri
-        directory
-        size
-      }
-      errors {
         path
         code
         message
