@@ -82,9 +82,7 @@ export const StarItemMutation = graphql(`
         viewerHasStarred
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }
@@ -98,9 +96,7 @@ export const DeleteItemMutation = graphql(`
         name
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }

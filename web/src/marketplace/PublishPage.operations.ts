@@ -11,14 +11,10 @@ export const PublishItemMutation = graphql(`
         version
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
       warnings {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }
@@ -33,9 +29,7 @@ export const UpdateItemMutation = graphql(`
         version
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }

@@ -11,6 +11,14 @@ export const SpreadFragment = graphql(`
   }
 `);
 
+export const RequestFragment = graphql(`
+  fragment Request on ResourceRequestLine {
+    cpuCores
+    memoryBytes
+    gpus
+  }
+`);
+
 export const SeriesFragment = graphql(`
   fragment Series on MetricSeries {
     times
@@ -29,9 +37,7 @@ export const JobMetricsQuery = graphql(`
           taskRole
           instances
           request {
-            cpuCores
-            memoryBytes
-            gpus
+            ...Request
           }
           cpuCores {
             ...Spread
@@ -68,9 +74,7 @@ export const InstanceMetricsQuery = graphql(`
             gpuNote
             oomKilledAt
             request {
-              cpuCores
-              memoryBytes
-              gpus
+              ...Request
             }
             cpuCores {
               ...Series

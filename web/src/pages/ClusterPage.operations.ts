@@ -1,4 +1,5 @@
-// The cluster page's operations: nodes and virtual clusters with their capacity, and measured usage.
+// The cluster page's operations: nodes and virtual clusters with their capacity, and measured
+// usage.
 import { graphql } from "../gql";
 
 export const ClusterQuery = graphql(`
@@ -9,19 +10,13 @@ export const ClusterQuery = graphql(`
         name
         instances
         capacity {
-          cpu
-          memoryMB
-          gpu
+          ...Capacity
         }
         used {
-          cpu
-          memoryMB
-          gpu
+          ...Capacity
         }
         free {
-          cpu
-          memoryMB
-          gpu
+          ...Capacity
         }
       }
     }
@@ -30,19 +25,13 @@ export const ClusterQuery = graphql(`
       canSubmit
       instances
       quota {
-        cpu
-        memoryMB
-        gpu
+        ...Capacity
       }
       used {
-        cpu
-        memoryMB
-        gpu
+        ...Capacity
       }
       free {
-        cpu
-        memoryMB
-        gpu
+        ...Capacity
       }
     }
   }
@@ -68,5 +57,13 @@ export const ClusterUsageQuery = graphql(`
         instances
       }
     }
+  }
+`);
+
+export const CapacityFragment = graphql(`
+  fragment Capacity on Capacity {
+    cpu
+    memoryMB
+    gpu
   }
 `);

@@ -9,9 +9,7 @@ export const JobDetailFragment = graphql(`
     state
     stateReason
     warnings {
-      path
-      code
-      message
+      ...UserErrorFields
     }
     submittedAt
     startedAt
@@ -106,9 +104,7 @@ export const StopJobMutation = graphql(`
         stateReason
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }

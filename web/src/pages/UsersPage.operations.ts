@@ -22,9 +22,7 @@ export const AddUserMutation = graphql(`
         name
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }
@@ -38,9 +36,7 @@ export const ResetTokenMutation = graphql(`
         name
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }
@@ -53,9 +49,7 @@ export const RemoveUserMutation = graphql(`
         name
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }

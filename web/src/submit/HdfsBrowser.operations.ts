@@ -13,9 +13,7 @@ export const FileListingQuery = graphql(`
         size
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }

@@ -6,14 +6,10 @@ export const ResolveJobMutation = graphql(`
   mutation SubmitPageResolve($config: String!, $parameters: JSON, $preview: Boolean!) {
     resolveJob(input: { config: $config, parameters: $parameters }) {
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
       warnings {
-        path
-        code
-        message
+        ...UserErrorFields
       }
       job {
         name
@@ -49,9 +45,7 @@ export const SubmitJobMutation = graphql(`
         name
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }
@@ -70,9 +64,7 @@ export const UseItemMutation = graphql(`
         templateVariables
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }
@@ -94,14 +86,10 @@ export const ConvertJobMutation = graphql(`
       config
       dialect
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
       notes {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }
