@@ -2,40 +2,27 @@
 // or in YAML (kept in sync), see every problem the server finds as you type, preview what each
 // instance will get, and submit. The YAML text is the one source of truth; forms are read from
 // it and write into it.
-import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { useCallback, useEffect, useMemo, useReducer, useRef } from "react";
 import { useNavigate, useSearchParams } from "react-router-dom";
 import { useClient } from "urql";
 import { isScalar } from "yaml";
-import type { SubmitPageResolveMutation } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
 import { variablesFromSearch } from "../marketplace/variables";
 import { useSession } from "../session";
 import { conversionNote, DIALECT_NAMES } from "./conversion";
 import { clearDraft, loadDraft, saveDraft } from "./draft";
 import { Editor, type EditorHandle, type Mark } from "./Editor";
-import { applyForm, EMPTY_JOB, readForm, type JobForm } from "./form";
+import { EMPTY_JOB, readForm, type JobForm } from "./form";
 import { JobFields, PrerequisitesForm, RolesForm, type Edit } from "./Forms";
-import { CloneConfigQuery, ConvertJobMutation, ResolveJobMutation, SubmitJobMutation, UseItemMutation } from "./SubmitPage.operations";
 import { parameterValues, ParametersForm } from "./Parameters";
 import { Picker } from "./Picker";
 import { Preview } from "./Preview";
+import { initialState, submitReducer, type Problem } from "./submitState";
+import { CloneConfigQuery, ConvertJobMutation, ResolveJobMutation, SubmitJobMutation, UseItemMutation } from "./SubmitPage.operations";
 import { parse, placeOf, type Parsed } from "./yamlDoc";
 
 /** How long typing must pause before the server checks the text. */
 export const CHECK_DELAY_MS = 120;
-
-type Resolved = SubmitPageResolveMutation["resolveJob"];
-interface Problem {
-  path: string[];
-  code: string;
-  message: string;
-}
-interface Check {
-  text: string;
-  errors: Problem[];
-  warnings: Problem[];
-  job: Resolved["job"] | null;
-}
 
 /** The config as sent: the YAML with the secrets typed into password fields put in. */
 function forServer(text: string, secrets: Record<string, string>): string {
@@ -66,22 +53,11 @@ export default function SubmitPage() {
   const entryKey = JSON.stringify(entry);
   const hasEntry = !!(entry.template || entry.data || entry.clone);
 
-  const [initial] = useState(() => (hasEntry ? null : loadDraft(viewer.id)));
-  const [text, setText] = useState(initial?.yaml ?? EMPTY_JOB);
-  const [values, setValues] = useState<Record<string, string>>(initial?.parameters ?? {});
-  // the marketplace items the job was made from: its submit counts as theirs
-  const [madeFrom, setMadeFrom] = useState<string[]>(initial?.madeFrom ?? []);
-  const [secretValues, setSecretValues] = useState<Record<string, string>>({});
-  const [note, setNote] = useState<string | null>(initial ? "Your draft was restored." : null);
-  const [loadError, setLoadError] = useState<string | null>(null);
-  // what converting the job wrote as a value instead of a template, at the v2 text's paths
-  const [notes, setNotes] = useState<Problem[]>([]);
-  const [loading, setLoading] = useState(hasEntry);
-  const [check, setCheck] = useState<Check | null>(null);
-  const [refused, setRefused] = useState<string | null>(null);
-  const [submitting, setSubmitting] = useState(false);
-  const [converting, setConverting] = useState(false);
-  const [previewOpen, setPreviewOpen] = useState(false);
+  const [state, dispatch] = useReducer(submitReducer, null, () =>
+    initialState(hasEntry ? null : loadDraft(viewer.id), hasEntry),
+  );
+  const { text, values, secretValues, madeFrom, note, loadError, notes, loading, check, refused } = state;
+  const { submitting, converting, previewOpen } = state;
   const editor = useRef<EditorHandle | null>(null);
 
   const parsed = useMemo(() => parse(text), [text]);
@@ -92,46 +68,35 @@ export default function SubmitPage() {
     [form?.secrets],
   );
 
-  const edit: Edit = useCallback(
-    (change: (form: JobForm) => void) => {
-      setText((current) => {
-        const fresh = parse(current);
-        if (fresh.syntax) return current;
-        const next = readForm(fresh.doc);
-        change(next);
-        applyForm(fresh.doc, next);
-        return fresh.doc.toString();
-      });
-    },
-    [setText],
-  );
+  const edit: Edit = useCallback((change: (form: JobForm) => void) => dispatch({ type: "formEdited", change }), []);
+  const setText = useCallback((next: string) => dispatch({ type: "textEdited", text: next }), []);
 
   /** Show a config: one in the draft or v1 dialect converted to protocol v2 (the server's
    * conversion, which judges only the protocol: whether this cluster can run the job never
    * keeps it from the forms), saying so. A config the protocol cannot read is shown as it is,
    * its problems at their lines, with a button to convert it once they are fixed. */
   const show = useCallback(
-    async (raw: string, from: string) => {
+    async (raw: string, from: string, fresh?: { madeFrom: string[] }) => {
       const answer = await client.mutation(ConvertJobMutation, { config: raw }).toPromise();
       const converted = answer.data?.convertJob;
       const failure = answer.error ? describeProblem(answer.error).message : undefined;
-      setText(converted?.config ?? raw);
-      setNotes(converted?.config != null ? converted.notes : []);
-      setNote(conversionNote(from, converted, failure));
-      return converted?.config != null;
+      dispatch({
+        type: "configShown",
+        text: converted?.config ?? raw,
+        notes: converted?.config != null ? converted.notes : [],
+        note: conversionNote(from, converted, failure),
+        fresh,
+      });
     },
     [client],
   );
 
-  /** Show a config from somewhere else, starting over: no parameter values, secrets or items. */
+  /** Show a config from somewhere else, starting over: no parameter values or secrets, and
+   * made from the given marketplace items only. */
   const load = useCallback(
-    async (raw: string, from: string) => {
-      setRefused(null);
-      setLoadError(null);
-      await show(raw, from);
-      setValues({});
-      setSecretValues({});
-      setMadeFrom([]);
+    async (raw: string, from: string, madeFrom: string[] = []) => {
+      dispatch({ type: "loadStarted" });
+      await show(raw, from, { madeFrom });
     },
     [show],
   );
@@ -143,7 +108,7 @@ export default function SubmitPage() {
     loadedEntry.current = entryKey;
     const { template, version, data, clone, variables } = JSON.parse(entryKey) as typeof entry;
     void (async () => {
-      setLoading(true);
+      dispatch({ type: "entryLoading" });
       try {
         if (clone) {
           const answer = await client.query(CloneConfigQuery, { id: clone }, { requestPolicy: "network-only" }).toPromise();
@@ -171,13 +136,12 @@ export default function SubmitPage() {
           const item = used.item;
           const usedItem = `${item?.type === "DATA" ? "the data " : ""}${item?.name} ${item?.version}`;
           const what = template ? `Template ${item?.name} ${item?.version}` : `A new job using ${usedItem}`;
-          await load(used.config, what);
-          setMadeFrom([item?.id ?? id]);
+          await load(used.config, what, [item?.id ?? id]);
         }
       } catch (error) {
-        setLoadError(error instanceof Error ? error.message : String(error));
+        dispatch({ type: "entryFailed", message: error instanceof Error ? error.message : String(error) });
       } finally {
-        setLoading(false);
+        dispatch({ type: "entryDone" });
       }
     })();
   }, [client, entryKey, hasEntry, load]);
@@ -191,7 +155,8 @@ export default function SubmitPage() {
       const sent = text;
       const local = parse(sent);
       if (local.syntax) {
-        setCheck({ text: sent, errors: [{ path: [], code: "yaml", message: `line ${local.syntax.line}: ${local.syntax.message}` }], warnings: [], job: null });
+        const message = `line ${local.syntax.line}: ${local.syntax.message}`;
+        dispatch({ type: "checked", check: { text: sent, errors: [{ path: [], code: "yaml", message }], warnings: [], job: null } });
         return;
       }
       const secrets = JSON.parse(secretsKey) as Record<string, string>;
@@ -200,11 +165,12 @@ export default function SubmitPage() {
         .toPromise();
       if (number !== asked.current) return;
       if (answer.error) {
-        setCheck({ text: sent, errors: [{ path: [], code: "request", message: describeProblem(answer.error).message }], warnings: [], job: null });
+        const message = describeProblem(answer.error).message;
+        dispatch({ type: "checked", check: { text: sent, errors: [{ path: [], code: "request", message }], warnings: [], job: null } });
         return;
       }
       const resolved = answer.data!.resolveJob;
-      setCheck({ text: sent, errors: resolved.errors, warnings: resolved.warnings, job: resolved.job ?? null });
+      dispatch({ type: "checked", check: { text: sent, errors: resolved.errors, warnings: resolved.warnings, job: resolved.job ?? null } });
     }, CHECK_DELAY_MS);
     return () => clearTimeout(timer);
   }, [client, text, sentParameters, secretsKey, previewOpen]);
@@ -244,15 +210,14 @@ export default function SubmitPage() {
   );
 
   const submit = async () => {
-    setSubmitting(true);
-    setRefused(null);
+    dispatch({ type: "submitStarted" });
     const sent = text;
     try {
       const answer = await client
         .mutation(SubmitJobMutation, { config: forServer(sent, secretValues), parameters: sentParameters, fromItems: madeFrom })
         .toPromise();
       if (answer.error) {
-        setRefused(describeProblem(answer.error).message);
+        dispatch({ type: "submitFailed", message: describeProblem(answer.error).message });
         return;
       }
       const outcome = answer.data!.submitJob;
@@ -261,10 +226,9 @@ export default function SubmitPage() {
         navigate(`/jobs/${encodeURIComponent(outcome.job.id)}`);
         return;
       }
-      setRefused(`The server refused the job: ${outcome.errors.length} problem${outcome.errors.length === 1 ? "" : "s"} (listed under the editor).`);
-      setCheck({ text: sent, errors: outcome.errors, warnings: check?.warnings ?? [], job: null });
+      dispatch({ type: "submitRefused", text: sent, errors: outcome.errors });
     } finally {
-      setSubmitting(false);
+      dispatch({ type: "submitDone" });
     }
   };
 
@@ -288,16 +252,7 @@ export default function SubmitPage() {
         </label>
         <button
           type="button"
-          onClick={() => {
-            setText(EMPTY_JOB);
-            setValues({});
-            setSecretValues({});
-            setMadeFrom([]);
-            setRefused(null);
-            setLoadError(null);
-            setNotes([]);
-            setNote("Started an empty job: add a docker image and task roles.");
-          }}
+          onClick={() => dispatch({ type: "startedEmpty" })}
         >
           Start empty
         </button>
@@ -334,8 +289,8 @@ export default function SubmitPage() {
                 secrets={form.secrets}
                 values={values}
                 secretValues={secretValues}
-                onValue={(name, value) => setValues((old) => ({ ...old, [name]: value }))}
-                onSecret={(name, value) => setSecretValues((old) => ({ ...old, [name]: value }))}
+                onValue={(name, value) => dispatch({ type: "valueTyped", name, value })}
+                onSecret={(name, value) => dispatch({ type: "secretTyped", name, value })}
               />
               <PrerequisitesForm form={form} edit={edit} />
               <RolesForm form={form} edit={edit} notes={notes} />
@@ -350,11 +305,11 @@ export default function SubmitPage() {
                 data-testid="convert"
                 disabled={converting}
                 onClick={async () => {
-                  setConverting(true);
+                  dispatch({ type: "convertStarted" });
                   try {
                     await show(text, "This job");
                   } finally {
-                    setConverting(false);
+                    dispatch({ type: "convertDone" });
                   }
                 }}
               >
@@ -405,7 +360,7 @@ export default function SubmitPage() {
               </p>
             )}
           </div>
-          <Preview job={checked?.job ?? null} open={previewOpen} onToggle={setPreviewOpen} />
+          <Preview job={checked?.job ?? null} open={previewOpen} onToggle={(open) => dispatch({ type: "previewToggled", open })} />
         </div>
       </div>
     </section>
