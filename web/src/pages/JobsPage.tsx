@@ -251,7 +251,8 @@ function useLiveRows(rows: JobRowFragment[], clients: ReturnType<typeof useSessi
       timers.set(
         id,
         setTimeout(() => {
-          clients.urql
+          // urql resolves a failed read into result.error (the row then stays as it is): it never rejects
+          void clients.urql
             .query(JobRowQuery, { id }, { requestPolicy: "network-only" })
             .toPromise()
             .then((result) => {

@@ -163,11 +163,12 @@ function requirements(content: string): { require: string[]; storages: string[] 
     const doc = parseYaml(content) as Record<string, unknown> | null;
     const names = (value: unknown): string[] =>
       Array.isArray(value)
-        ? value.map((entry) =>
-            typeof entry === "string"
-              ? entry
-              : String((entry as Record<string, unknown>)?.name ?? (entry as Record<string, unknown>)?.mountPath ?? "?"),
-          )
+        ? value.map((entry: unknown) => {
+            if (typeof entry === "string") return entry;
+            const given = (entry ?? {}) as { name?: unknown; mountPath?: unknown };
+            const name = given.name ?? given.mountPath;
+            return typeof name === "string" || typeof name === "number" ? String(name) : "?";
+          })
         : [];
     return { require: names(doc?.require), storages: names(doc?.requireStorages) };
   } catch {

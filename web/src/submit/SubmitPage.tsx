@@ -64,7 +64,7 @@ export default function SubmitPage() {
   const form = useMemo(() => (parsed.syntax ? null : readForm(parsed.doc)), [parsed]);
   const sentParameters = useMemo(() => parameterValues(form?.parameters, values), [form?.parameters, values]);
   const secretNames = useMemo(
-    () => (form?.secrets && typeof form.secrets === "object" ? Object.keys(form.secrets as object) : []),
+    () => (form?.secrets && typeof form.secrets === "object" ? Object.keys(form.secrets) : []),
     [form?.secrets],
   );
 
@@ -139,7 +139,7 @@ export default function SubmitPage() {
           await load(used.config, what, [item?.id ?? id]);
         }
       } catch (error) {
-        dispatch({ type: "entryFailed", message: error instanceof Error ? error.message : String(error) });
+        dispatch({ type: "loadFailed", message: error instanceof Error ? error.message : String(error) });
       } finally {
         dispatch({ type: "entryDone" });
       }
@@ -151,7 +151,7 @@ export default function SubmitPage() {
   const secretsKey = JSON.stringify(secretValues);
   useEffect(() => {
     const number = ++asked.current;
-    const timer = setTimeout(async () => {
+    const checkNow = async () => {
       const sent = text;
       const local = parse(sent);
       if (local.syntax) {
@@ -169,9 +169,16 @@ export default function SubmitPage() {
         dispatch({ type: "checked", check: { text: sent, errors: [{ path: [], code: "request", message }], warnings: [], job: null } });
         return;
       }
-      const resolved = answer.data!.resolveJob;
+      const resolved = answer.data?.resolveJob;
+      if (!resolved) {
+        const message = "The server answered without a result.";
+        dispatch({ type: "checked", check: { text: sent, errors: [{ path: [], code: "request", message }], warnings: [], job: null } });
+        return;
+      }
       dispatch({ type: "checked", check: { text: sent, errors: resolved.errors, warnings: resolved.warnings, job: resolved.job ?? null } });
-    }, CHECK_DELAY_MS);
+    };
+    // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+    const timer = setTimeout(() => void checkNow(), CHECK_DELAY_MS);
     return () => clearTimeout(timer);
   }, [client, text, sentParameters, secretsKey, previewOpen]);
 
@@ -190,10 +197,11 @@ export default function SubmitPage() {
   const checkedParsed = useMemo(() => (check ? parse(check.text) : null), [check]);
   const errors = useMemo(() => {
     if (!check || !checkedParsed) return [];
-    if (check.errors.length === 1 && check.errors[0]!.code === "yaml" && checkedParsed.syntax) {
+    const only = check.errors.length === 1 ? check.errors[0] : undefined;
+    if (only?.code === "yaml" && checkedParsed.syntax) {
       const line = checkedParsed.syntax.line;
       const from = checkedParsed.lines.lineStarts[line - 1] ?? 0;
-      return [{ problem: check.errors[0]!, place: { line, from, to: from, exact: true }, severity: "error" as const }];
+      return [{ problem: only, place: { line, from, to: from, exact: true }, severity: "error" as const }];
     }
     return located(checkedParsed, check.errors, "error");
   }, [check, checkedParsed]);
@@ -220,10 +228,15 @@ export default function SubmitPage() {
         dispatch({ type: "submitFailed", message: describeProblem(answer.error).message });
         return;
       }
-      const outcome = answer.data!.submitJob;
+      const outcome = answer.data?.submitJob;
+      if (!outcome) {
+        dispatch({ type: "submitFailed", message: "The server answered without a result." });
+        return;
+      }
       if (outcome.job) {
         clearDraft(viewer.id);
-        navigate(`/jobs/${encodeURIComponent(outcome.job.id)}`);
+        // in-app navigation: nothing to wait for, and nothing that can fail
+        void navigate(`/jobs/${encodeURIComponent(outcome.job.id)}`);
         return;
       }
       dispatch({ type: "submitRefused", text: sent, errors: outcome.errors });
@@ -243,20 +256,27 @@ export default function SubmitPage() {
             type="file"
             name="import"
             accept=".yaml,.yml,.json,application/json,application/yaml,text/yaml"
-            onChange={async (event) => {
+            onChange={(event) => {
               const file = event.target.files?.[0];
               event.target.value = "";
-              if (file) await load(await file.text(), `Imported ${file.name}`);
+              if (!file) return;
+              // a file that cannot be read is said so where a config that cannot be loaded is
+              void file.text().then(
+                (raw) => load(raw, `Imported ${file.name}`),
+                (problem: unknown) => dispatch({ type: "loadFailed", message: `${file.name} cannot be read: ${String(problem)}` }),
+              );
             }}
           />
         </label>
-        <button
-          type="button"
-          onClick={() => dispatch({ type: "startedEmpty" })}
-        >
+        <button type="button" onClick={() => dispatch({ type: "startedEmpty" })}>
           Start empty
         </button>
-        <Picker type="JOB_TEMPLATE" label="a template" onPick={(_, item) => navigate(`/submit?template=${encodeURIComponent(item.id)}`)} />
+        <Picker
+          type="JOB_TEMPLATE"
+          label="a template"
+          // in-app navigation: nothing to wait for, and nothing that can fail
+          onPick={(_, item) => void navigate(`/submit?template=${encodeURIComponent(item.id)}`)}
+        />
         <span className="muted">or clone a job from its page.</span>
       </div>
       {loading && <p className="muted">Loading…</p>}
@@ -304,13 +324,10 @@ export default function SubmitPage() {
                 type="button"
                 data-testid="convert"
                 disabled={converting}
-                onClick={async () => {
+                onClick={() => {
                   dispatch({ type: "convertStarted" });
-                  try {
-                    await show(text, "This job");
-                  } finally {
-                    dispatch({ type: "convertDone" });
-                  }
+                  // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+                  void show(text, "This job").finally(() => dispatch({ type: "convertDone" }));
                 }}
               >
                 Convert to protocol v2
@@ -351,7 +368,14 @@ export default function SubmitPage() {
             )}
           </div>
           <div className="actions">
-            <button type="button" className="primary" disabled={submitting || loading} onClick={submit} data-testid="submit">
+            <button
+              type="button"
+              className="primary"
+              disabled={submitting || loading}
+              // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+              onClick={() => void submit()}
+              data-testid="submit"
+            >
               {count === 0 ? "Submit" : `Submit (${count} problem${count === 1 ? "" : "s"})`}
             </button>
             {refused && (

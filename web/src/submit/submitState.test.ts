@@ -154,7 +154,7 @@ describe("submitReducer", () => {
     const state = run(
       initialState(null, true),
       { type: "entryLoading" },
-      { type: "entryFailed", message: "There is no job 9 that you may see." },
+      { type: "loadFailed", message: "There is no job 9 that you may see." },
       { type: "entryDone" },
     );
     expect(state).toMatchObject({ loading: false, loadError: "There is no job 9 that you may see." });

@@ -53,7 +53,7 @@ export type SubmitAction =
   | { type: "startedEmpty" }
   | { type: "loadStarted" }
   | { type: "entryLoading" }
-  | { type: "entryFailed"; message: string }
+  | { type: "loadFailed"; message: string }
   | { type: "entryDone" }
   /** A config shown in place of the text; `fresh` starts over (no values, secrets or items). */
   | { type: "configShown"; text: string; notes: Problem[]; note: string; fresh?: { madeFrom: string[] } }
@@ -131,7 +131,7 @@ export function submitReducer(state: SubmitState, action: SubmitAction): SubmitS
       return { ...state, refused: null, loadError: null };
     case "entryLoading":
       return { ...state, loading: true };
-    case "entryFailed":
+    case "loadFailed":
       return { ...state, loadError: action.message };
     case "entryDone":
       return { ...state, loading: false };
