@@ -315,7 +315,8 @@ query($id: ID!, $since: DateTime) { job(id: $id) { taskRoles { instances { taskR
 
 async def series_answers(base_url: str, token: str, job_id: str) -> tuple[float, int, float, int]:
     """Seconds and bytes of the server's answers to what the charts ask (the job page's own
-    queries, web/src/queries.ts): the roles' series, and every instance's series."""
+    queries, web/src/metrics/JobMetrics.operations.ts): the roles' series, and every
+    instance's series."""
     since = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
     found = []
     async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:

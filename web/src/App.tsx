@@ -8,7 +8,7 @@ import { describeProblem } from "./lib/errors";
 import { JobPage } from "./pages/JobPage";
 import { JobsPage } from "./pages/JobsPage";
 import { SignInPage } from "./pages/SignInPage";
-import { ViewerQuery } from "./queries";
+import { ViewerQuery } from "./App.operations";
 import { SessionContext, type Session } from "./session";
 
 // The first page (the jobs list, or a job) loads only its own code; every other page comes in

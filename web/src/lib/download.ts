@@ -20,6 +20,7 @@ export async function copyText(text: string): Promise<boolean> {
     area.value = text;
     document.body.appendChild(area);
     area.select();
+    // eslint-disable-next-line @typescript-eslint/no-deprecated -- the one way to copy where the Clipboard API is missing (plain http)
     const done = document.execCommand("copy");
     area.remove();
     return done;

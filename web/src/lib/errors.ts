@@ -6,7 +6,7 @@ export type Problem = { kind: "unauthorized" | "forbidden" | "network" | "other"
 export function describeProblem(error: CombinedError): Problem {
   const status = (error.response as Response | undefined)?.status;
   const first = error.graphQLErrors[0];
-  const code = first?.extensions?.code;
+  const code = first?.extensions.code;
   const message = first?.message ?? error.networkError?.message ?? error.message;
   if (status === 401 || code === "UNAUTHENTICATED" || code === "UNAUTHORIZED") {
     return { kind: "unauthorized", message };

@@ -33,7 +33,7 @@ export function follow<T, V extends Record<string, unknown>>(
           return;
         }
         if (result.data) {
-          resume(result.data, payload.variables as V);
+          resume(result.data, payload.variables);
           handlers.next(result.data);
         }
       },

@@ -183,8 +183,11 @@ export function align<T>(columns: { points: T[]; at: (point: T) => number; value
   const xs = [...times].sort((a, b) => a - b);
   const position = new Map(xs.map((x, n) => [x, n]));
   const values = columns.map((column) => {
-    const out: (number | null)[] = new Array(xs.length).fill(null);
-    for (const point of column.points) out[position.get(column.at(point))!] = column.value(point);
+    const out = xs.map((): number | null => null);
+    for (const point of column.points) {
+      const at = position.get(column.at(point));
+      if (at !== undefined) out[at] = column.value(point);
+    }
     return out;
   });
   return { xs, values };

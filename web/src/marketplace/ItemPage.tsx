@@ -8,7 +8,7 @@ import { copyText } from "../lib/download";
 import { describeProblem } from "../lib/errors";
 import { formatTime } from "../lib/format";
 import { typeLabel } from "./listState";
-import { DeleteItemMutation, ItemDetailQuery, StarItemMutation } from "./queries";
+import { DeleteItemMutation, ItemDetailQuery, StarItemMutation } from "./ItemPage.operations";
 import { idReference, nameReference, startsANewJob, useLink } from "./references";
 import { initialValues, missingValues } from "./variables";
 import { VariablesForm } from "./VariablesForm";
@@ -125,6 +125,21 @@ function Actions({ item }: { item: Item }) {
   const use = useLink(item.type, item.id, item.version, values);
   const report = (error: { message: string }[] | undefined, failure: Parameters<typeof describeProblem>[0] | undefined) =>
     setProblem(failure ? describeProblem(failure).message : error?.[0]?.message ?? null);
+  const toggleStar = async () => {
+    const result = await star({ id: item.id, star: !item.viewerHasStarred });
+    report(result.data?.starMarketplaceItem.errors, result.error);
+  };
+  const deleteItem = async () => {
+    const result = await remove({ id: item.id });
+    const errors = result.data?.deleteMarketplaceItem.errors;
+    if (!result.error && errors?.length === 0) {
+      // in-app navigation: nothing to wait for, and nothing that can fail
+      void navigate("/marketplace", { state: { deleted: item.name } });
+    } else {
+      report(errors, result.error);
+      setConfirming(false);
+    }
+  };
   return (
     <>
       <div className="actions">
@@ -132,10 +147,8 @@ function Actions({ item }: { item: Item }) {
           type="button"
           aria-pressed={item.viewerHasStarred}
           disabled={starring.fetching}
-          onClick={async () => {
-            const result = await star({ id: item.id, star: !item.viewerHasStarred });
-            report(result.data?.starMarketplaceItem.errors, result.error);
-          }}
+          // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+          onClick={() => void toggleStar()}
         >
           {item.viewerHasStarred ? "★ Unstar" : "☆ Star"}
         </button>
@@ -180,16 +193,8 @@ function Actions({ item }: { item: Item }) {
             type="button"
             className="danger"
             disabled={deleting.fetching}
-            onClick={async () => {
-              const result = await remove({ id: item.id });
-              const errors = result.data?.deleteMarketplaceItem.errors;
-              if (!result.error && errors?.length === 0) {
-                navigate("/marketplace", { state: { deleted: item.name } });
-              } else {
-                report(errors, result.error);
-                setConfirming(false);
-              }
-            }}
+            // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+            onClick={() => void deleteItem()}
           >
             Yes, delete it
           </button>{" "}
@@ -216,7 +221,8 @@ function CopyLine({ label, text }: { label: string; text: string }) {
   return (
     <p className="copy-line">
       <span className="muted">{label}</span> <code>{text}</code>{" "}
-      <button type="button" aria-label={`Copy ${label.toLowerCase()}`} onClick={async () => setCopied(await copyText(text))}>
+      {/* copyText settles false on a clipboard failure rather than rejecting */}
+      <button type="button" aria-label={`Copy ${label.toLowerCase()}`} onClick={() => void copyText(text).then(setCopied)}>
         {copied ? "Copied" : "Copy"}
       </button>
     </p>

@@ -7,7 +7,7 @@ import type { ItemCardFragment, ItemType } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
 import { formatTime } from "../lib/format";
 import { ITEM_TYPES, SORTS, changeList, listFilter, readListState, typeLabel, writeListState, type ListState } from "./listState";
-import { MarketplaceListQuery, MarketplaceTagsQuery } from "./queries";
+import { MarketplaceListQuery, MarketplaceTagsQuery } from "./MarketplacePage.operations";
 
 export const PAGE_SIZE = 12;
 export const SEARCH_DELAY_MS = 300;

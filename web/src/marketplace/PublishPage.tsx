@@ -9,7 +9,8 @@ import { useSession } from "../session";
 import { Editor, type Mark } from "../submit/Editor";
 import { parse, placeOf } from "../submit/yamlDoc";
 import { VISIBILITIES, errorsByField, splitLabels, type FormField, type UserErrorLike } from "./publishForm";
-import { ItemDetailQuery, PublishItemMutation, PublishJobQuery, UpdateItemMutation } from "./queries";
+import { ItemDetailQuery } from "./ItemPage.operations";
+import { PublishItemMutation, PublishJobQuery, UpdateItemMutation } from "./PublishPage.operations";
 
 interface Values {
   name: string;
@@ -46,13 +47,17 @@ export function PublishPage() {
         groups: values.visibility === "GROUPS" ? splitLabels(values.groups) : null,
       },
     });
-    if (answer.error) return setErrors([{ path: [], code: "request", message: describeProblem(answer.error).message }]);
+    if (answer.error) {
+      setErrors([{ path: [], code: "request", message: describeProblem(answer.error).message }]);
+      return;
+    }
     const payload = answer.data?.publishMarketplaceItem;
     setErrors(payload?.errors ?? []);
     // what the publisher should know (a draft-dialect template is converted when used) is shown
     // on the item's page
     if (payload?.item && payload.errors.length === 0) {
-      navigate(`/marketplace/${encodeURIComponent(payload.item.id)}`, { state: { publishWarnings: payload.warnings } });
+      // in-app navigation: nothing to wait for, and nothing that can fail
+      void navigate(`/marketplace/${encodeURIComponent(payload.item.id)}`, { state: { publishWarnings: payload.warnings } });
     }
   }
 
@@ -119,10 +124,14 @@ export function EditPage() {
         groups: values.visibility === "GROUPS" ? splitLabels(values.groups) : null,
       },
     });
-    if (answer.error) return setErrors([{ path: [], code: "request", message: describeProblem(answer.error).message }]);
+    if (answer.error) {
+      setErrors([{ path: [], code: "request", message: describeProblem(answer.error).message }]);
+      return;
+    }
     const payload = answer.data?.updateMarketplaceItem;
     setErrors(payload?.errors ?? []);
-    if (payload?.item && payload.errors.length === 0) navigate(`/marketplace/${encodeURIComponent(id)}`);
+    // in-app navigation: nothing to wait for, and nothing that can fail
+    if (payload?.item && payload.errors.length === 0) void navigate(`/marketplace/${encodeURIComponent(id)}`);
   }
 
   return (
@@ -179,7 +188,7 @@ function ItemForm({
   errors: UserErrorLike[];
   busy: boolean;
   action: string;
-  onSubmit: (values: Values) => void;
+  onSubmit: (values: Values) => Promise<void>;
   editing?: boolean;
 }) {
   const { viewer } = useSession();
@@ -199,7 +208,8 @@ function ItemForm({
       onSubmit={(event) => {
         event.preventDefault();
         setSent(values.content);
-        onSubmit(values);
+        // the pages' submits show a failed request as errors (urql resolves it, never rejects)
+        void onSubmit(values);
       }}
     >
       {job ? (
@@ -227,15 +237,17 @@ function ItemForm({
               type="file"
               name="file"
               accept=".yaml,.yml,.json,text/yaml,application/json"
-              onChange={async (event) => {
+              onChange={(event) => {
                 const file = event.target.files?.[0];
                 if (!file) return;
-                try {
-                  setValues({ ...values, content: await file.text() });
-                  setFileProblem(null);
-                } catch (problem) {
-                  setFileProblem(`${file.name} cannot be read: ${String(problem)}`);
-                }
+                // a file that cannot be read is said so under the field
+                void file.text().then(
+                  (content) => {
+                    setValues({ ...values, content });
+                    setFileProblem(null);
+                  },
+                  (problem: unknown) => setFileProblem(`${file.name} cannot be read: ${String(problem)}`),
+                );
               }}
             />
           </label>

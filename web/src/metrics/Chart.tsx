@@ -82,9 +82,12 @@ export function Chart({ model, name, testId }: { model: ChartModel; name: string
       current.setData(data);
       return;
     }
+    // the effect runs after the figure's box is in the page
+    const element = box.current;
+    if (!element) return;
     current?.destroy();
-    const width = Math.max(320, Math.min(720, box.current!.clientWidth || 560));
-    plot.current = new uPlot(options(model, width), data, box.current!);
+    const width = Math.max(320, Math.min(720, element.clientWidth || 560));
+    plot.current = new uPlot(options(model, width), data, element);
     plotShape.current = shape(model);
   }, [model]);
 

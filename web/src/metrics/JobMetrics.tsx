@@ -18,7 +18,7 @@ import {
   roleSeriesOf,
   instanceSeriesOf,
 } from "../lib/metrics";
-import { InstanceMetricsQuery, JobMetricsQuery, JobUsageSubscription } from "../queries";
+import { InstanceMetricsQuery, JobMetricsQuery, JobUsageSubscription } from "./JobMetrics.operations";
 import { useSession } from "../session";
 import { Chart } from "./Chart";
 

@@ -2,7 +2,7 @@
 import { useQuery } from "urql";
 import { describeProblem } from "../lib/errors";
 import { formatFigure } from "../lib/metrics";
-import { ClusterQuery, ClusterUsageQuery } from "../queries";
+import { ClusterQuery, ClusterUsageQuery } from "./ClusterPage.operations";
 
 interface Amount {
   cpu: number;

@@ -20,8 +20,9 @@ import {
   type Timeline,
   type TimelineEvent,
 } from "../lib/timeline";
-import { JobByIdQuery, JobByNameQuery, JobConfigQuery, JobEventsSubscription, StopJobMutation } from "../queries";
 import { useSession } from "../session";
+import { JobEventsSubscription } from "./jobEvents.operations";
+import { JobByIdQuery, JobByNameQuery, JobConfigQuery, StopJobMutation } from "./JobPage.operations";
 import { LogView } from "./LogView";
 import { StateBadge } from "./StateBadge";
 
@@ -341,6 +342,11 @@ function Actions({ job, canStop, ownerOnlyNote }: { job: JobDetailFragment; canS
   const [stopResult, stopJob] = useMutation(StopJobMutation);
   const [message, setMessage] = useState<string | null>(null);
   const errors = stopResult.data?.stopJob.errors ?? [];
+  const stop = async () => {
+    if (!window.confirm(`Stop job ${job.name}? Its running instances are ended.`)) return;
+    const result = await stopJob({ id: job.id });
+    setMessage(result.error ? describeProblem(result.error).message : null);
+  };
   return (
     <div className="actions">
       <Link to={`/submit?clone=${encodeURIComponent(job.id)}`} data-testid="clone">Clone</Link>
@@ -349,11 +355,8 @@ function Actions({ job, canStop, ownerOnlyNote }: { job: JobDetailFragment; canS
           type="button"
           className="danger"
           disabled={stopResult.fetching}
-          onClick={async () => {
-            if (!window.confirm(`Stop job ${job.name}? Its running instances are ended.`)) return;
-            const result = await stopJob({ id: job.id });
-            setMessage(result.error ? describeProblem(result.error).message : null);
-          }}
+          // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+          onClick={() => void stop()}
         >
           Stop
         </button>
@@ -388,9 +391,8 @@ function ConfigView({ jobId, jobName }: { jobId: string; jobName: string }) {
           <div className="actions">
             <button
               type="button"
-              onClick={async () => {
-                setCopied(await copyText(config));
-              }}
+              // copyText settles false on a clipboard failure rather than rejecting
+              onClick={() => void copyText(config).then(setCopied)}
             >
               {copied ? "Copied" : "Copy"}
             </button>

@@ -12,14 +12,9 @@ import { JOB_STATES, formatTime, isFinal } from "../lib/format";
 import { inFilter } from "../lib/jobFilter";
 import { listRows } from "../lib/jobList";
 import { follow } from "../lib/live";
-import {
-  JobEventsSubscription,
-  JobRowQuery,
-  JobsChangedSubscription,
-  JobsQuery,
-  VirtualClusterNamesQuery,
-} from "../queries";
 import { useSession } from "../session";
+import { JobEventsSubscription } from "./jobEvents.operations";
+import { JobRowQuery, JobsChangedSubscription, JobsQuery, VirtualClusterNamesQuery } from "./JobsPage.operations";
 import { StateBadge } from "./StateBadge";
 
 export const PAGE_SIZE = 25;
@@ -256,7 +251,8 @@ function useLiveRows(rows: JobRowFragment[], clients: ReturnType<typeof useSessi
       timers.set(
         id,
         setTimeout(() => {
-          clients.urql
+          // urql resolves a failed read into result.error (the row then stays as it is): it never rejects
+          void clients.urql
             .query(JobRowQuery, { id }, { requestPolicy: "network-only" })
             .toPromise()
             .then((result) => {

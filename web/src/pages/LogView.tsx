@@ -4,7 +4,7 @@ import { useEffect, useRef, useState } from "react";
 import { downloadText } from "../lib/download";
 import { follow } from "../lib/live";
 import { EMPTY_LOG, appendChunk, tailNote, trimTo, type LogBuffer } from "../lib/logbuffer";
-import { TaskLogsSubscription } from "../queries";
+import { TaskLogsSubscription } from "./LogView.operations";
 import { useSession } from "../session";
 
 export const TAIL_LINES = 1000;

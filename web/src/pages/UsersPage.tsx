@@ -3,71 +3,11 @@
 // jobs run on and stay under their name; their items stay).
 import { useState } from "react";
 import { useMutation, useQuery } from "urql";
-import { graphql } from "../gql";
 import { copyText } from "../lib/download";
 import { describeProblem } from "../lib/errors";
 import { formatTime } from "../lib/format";
 import { useSession } from "../session";
-
-const UsersQuery = graphql(`
-  query UsersPage($removed: Boolean!) {
-    users(removed: $removed) {
-      id
-      name
-      admin
-      createdAt
-      removedAt
-      virtualClusters
-    }
-  }
-`);
-
-const AddUserMutation = graphql(`
-  mutation UsersPageAdd($input: AddUserInput!) {
-    addUser(input: $input) {
-      token
-      user {
-        name
-      }
-      errors {
-        path
-        code
-        message
-      }
-    }
-  }
-`);
-
-const ResetTokenMutation = graphql(`
-  mutation UsersPageReset($name: String!) {
-    resetUserToken(input: { name: $name }) {
-      token
-      user {
-        name
-      }
-      errors {
-        path
-        code
-        message
-      }
-    }
-  }
-`);
-
-const RemoveUserMutation = graphql(`
-  mutation UsersPageRemove($name: String!) {
-    removeUser(input: { name: $name }) {
-      user {
-        name
-      }
-      errors {
-        path
-        code
-        message
-      }
-    }
-  }
-`);
+import { AddUserMutation, RemoveUserMutation, ResetTokenMutation, UsersQuery } from "./UsersPage.operations";
 
 interface Issued {
   name: string;
@@ -89,6 +29,23 @@ export function UsersPage() {
   const reload = () => refetch({ requestPolicy: "network-only" });
   const failed = (errors: { message: string }[] | undefined, failure: Parameters<typeof describeProblem>[0] | undefined) =>
     setProblem(failure ? describeProblem(failure).message : errors?.[0]?.message ?? "it did not work");
+  const newToken = async (name: string) => {
+    const result = await reset({ name });
+    const payload = result.data?.resetUserToken;
+    if (payload?.token) {
+      setProblem(null);
+      setIssued({ name, token: payload.token, why: "given a new token" });
+    } else failed(payload?.errors, result.error);
+  };
+  const removeUser = async (name: string) => {
+    setConfirming(null);
+    const result = await remove({ name });
+    const payload = result.data?.removeUser;
+    if (payload?.user) {
+      setProblem(null);
+      reload();
+    } else failed(payload?.errors, result.error);
+  };
   return (
     <section className="users-page">
       <h1>Users</h1>
@@ -136,14 +93,8 @@ export function UsersPage() {
                     <>
                       <button
                         type="button"
-                        onClick={async () => {
-                          const result = await reset({ name: user.name });
-                          const payload = result.data?.resetUserToken;
-                          if (payload?.token) {
-                            setProblem(null);
-                            setIssued({ name: user.name, token: payload.token, why: "given a new token" });
-                          } else failed(payload?.errors, result.error);
-                        }}
+                        // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+                        onClick={() => void newToken(user.name)}
                       >
                         New token
                       </button>{" "}
@@ -154,15 +105,8 @@ export function UsersPage() {
                             <button
                               type="button"
                               className="danger"
-                              onClick={async () => {
-                                setConfirming(null);
-                                const result = await remove({ name: user.name });
-                                const payload = result.data?.removeUser;
-                                if (payload?.user) {
-                                  setProblem(null);
-                                  reload();
-                                } else failed(payload?.errors, result.error);
-                              }}
+                              // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+                              onClick={() => void removeUser(user.name)}
                             >
                               Yes, remove
                             </button>{" "}
@@ -192,25 +136,29 @@ function AddUser({ onAdded, onProblem }: { onAdded: (name: string, token: string
   const [admin, setAdmin] = useState(false);
   const [clusters, setClusters] = useState("");
   const [adding, add] = useMutation(AddUserMutation);
+  const addUser = async () => {
+    const virtualClusters = clusters
+      .split(",")
+      .map((part) => part.trim())
+      .filter(Boolean);
+    const result = await add({ input: { name: name.trim(), admin, virtualClusters } });
+    const payload = result.data?.addUser;
+    if (payload?.token && payload.user) {
+      onAdded(payload.user.name, payload.token);
+      setName("");
+      setAdmin(false);
+      setClusters("");
+    } else {
+      onProblem(result.error ? describeProblem(result.error).message : payload?.errors[0]?.message ?? "the user was not added");
+    }
+  };
   return (
     <form
       className="add-user row"
-      onSubmit={async (event) => {
+      onSubmit={(event) => {
         event.preventDefault();
-        const virtualClusters = clusters
-          .split(",")
-          .map((part) => part.trim())
-          .filter(Boolean);
-        const result = await add({ input: { name: name.trim(), admin, virtualClusters } });
-        const payload = result.data?.addUser;
-        if (payload?.token && payload.user) {
-          onAdded(payload.user.name, payload.token);
-          setName("");
-          setAdmin(false);
-          setClusters("");
-        } else {
-          onProblem(result.error ? describeProblem(result.error).message : payload?.errors[0]?.message ?? "the user was not added");
-        }
+        // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+        void addUser();
       }}
     >
       <label>
@@ -236,7 +184,8 @@ function IssuedToken({ issued, onDone }: { issued: Issued; onDone: () => void })
   return (
     <div className="note" role="status" data-testid="issued-token">
       {issued.name} was {issued.why}. Their token, shown only now: <code data-testid="token">{issued.token}</code>{" "}
-      <button type="button" onClick={async () => setCopied(await copyText(issued.token))}>
+      {/* copyText settles false on a clipboard failure rather than rejecting */}
+      <button type="button" onClick={() => void copyText(issued.token).then(setCopied)}>
         {copied ? "Copied" : "Copy"}
       </button>{" "}
       <button type="button" className="link" onClick={onDone}>

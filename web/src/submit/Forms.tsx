@@ -12,8 +12,14 @@ export type Edit = (change: (form: JobForm) => void) => void;
 /** What an input shows for a YAML value. */
 export function shown(value: unknown): string {
   if (value === undefined || value === null) return "";
-  if (typeof value === "object") return JSON.stringify(value);
-  return String(value);
+  if (typeof value === "string") return value;
+  if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint") return String(value);
+  return JSON.stringify(value);
+}
+
+/** A YAML mapping, as a record (the YAML is the user's: any value may be anything). */
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return !!value && typeof value === "object" && !Array.isArray(value);
 }
 
 /** What a typed text means: nothing (remove the field), a number, or the text itself. */
@@ -186,18 +192,17 @@ function Notes({ notes, field }: { notes: readonly FieldNote[]; field: string })
 /** The template variables an `extras.reference_prerequisites` entry gives its item, editable. */
 function ReferenceVariables({ form, at, edit }: { form: JobForm; at: number; edit: Edit }) {
   const entry = referenceList(form.referencePrerequisites)[at];
-  const required = Array.isArray(entry?.require) ? entry.require : [];
+  // the entry's shape is what the user wrote, whatever ReferencePrerequisite promises
+  const required: unknown[] = Array.isArray(entry?.require) ? entry.require : [];
   return (
     <>
       {required.map((requirement, r) => {
-        const values =
-          requirement && typeof requirement.template_variables === "object" && requirement.template_variables
-            ? (requirement.template_variables as Record<string, unknown>)
-            : {};
+        const given = isRecord(requirement) ? requirement : {};
+        const values = isRecord(given.template_variables) ? given.template_variables : {};
         return (
           <fieldset key={r} className="variables-form" data-variables-for={entry?.name}>
             <legend>
-              {entry?.name}: <code>{String(requirement?.name ?? "")}</code>
+              {entry?.name}: <code>{shown(given.name)}</code>
             </legend>
             {Object.entries(values).map(([name, value]) => (
               <label key={name}>
@@ -208,9 +213,11 @@ function ReferenceVariables({ form, at, edit }: { form: JobForm; at: number; edi
                   onChange={(e) =>
                     edit((f) => {
                       const list = referenceList(f.referencePrerequisites).map((item) => structuredClone(item));
-                      const target = list[at]?.require?.[r];
-                      if (!target) return;
-                      target.template_variables = { ...target.template_variables, [name]: e.target.value };
+                      const requires: unknown = list[at]?.require;
+                      const target: unknown = Array.isArray(requires) ? requires[r] : undefined;
+                      if (!isRecord(target)) return;
+                      const old = isRecord(target.template_variables) ? target.template_variables : {};
+                      target.template_variables = { ...old, [name]: e.target.value };
                       f.referencePrerequisites = list;
                     })
                   }

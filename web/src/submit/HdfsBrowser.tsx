@@ -5,7 +5,7 @@ import { useState } from "react";
 import { useQuery } from "urql";
 import { describeProblem } from "../lib/errors";
 import { formatBytes } from "../lib/format";
-import { FileListingQuery } from "./operations";
+import { FileListingQuery } from "./HdfsBrowser.operations";
 
 /** The folder holding `uri` (hdfs://host:port/a/b -> hdfs://host:port/a), or null at a root. */
 export function parentOf(uri: string): string | null {

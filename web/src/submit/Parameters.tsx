@@ -77,7 +77,7 @@ export function parameterValues(parameters: unknown, values: Record<string, stri
   const defaults = isObject(parameters) ? parameters : {};
   const entries = Object.entries(values)
     .filter(([name, value]) => value !== "" && name in defaults)
-    .map(([name, value]) => {
+    .map(([name, value]): [string, unknown] => {
       const old = defaults[name];
       if (typeof old === "number" && value.trim() !== "" && !Number.isNaN(Number(value))) return [name, Number(value)];
       if (typeof old === "boolean" && (value === "true" || value === "false")) return [name, value === "true"];

@@ -8,7 +8,7 @@ import type { ItemType, SubmitPagePickerItemsQuery } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
 import { initialValues, missingValues } from "../marketplace/variables";
 import { VariablesForm } from "../marketplace/VariablesForm";
-import { PickerItemsQuery } from "./operations";
+import { PickerItemsQuery } from "./Picker.operations";
 
 export type PickerItem = SubmitPagePickerItemsQuery["marketplaceItems"]["edges"][number]["node"];
 
@@ -163,11 +163,12 @@ function requirements(content: string): { require: string[]; storages: string[] 
     const doc = parseYaml(content) as Record<string, unknown> | null;
     const names = (value: unknown): string[] =>
       Array.isArray(value)
-        ? value.map((entry) =>
-            typeof entry === "string"
-              ? entry
-              : String((entry as Record<string, unknown>)?.name ?? (entry as Record<string, unknown>)?.mountPath ?? "?"),
-          )
+        ? value.map((entry: unknown) => {
+            if (typeof entry === "string") return entry;
+            const given = (entry ?? {}) as { name?: unknown; mountPath?: unknown };
+            const name = given.name ?? given.mountPath;
+            return typeof name === "string" || typeof name === "number" ? String(name) : "?";
+          })
         : [];
     return { require: names(doc?.require), storages: names(doc?.requireStorages) };
   } catch {

@@ -2,40 +2,27 @@
 // or in YAML (kept in sync), see every problem the server finds as you type, preview what each
 // instance will get, and submit. The YAML text is the one source of truth; forms are read from
 // it and write into it.
-import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { useCallback, useEffect, useMemo, useReducer, useRef } from "react";
 import { useNavigate, useSearchParams } from "react-router-dom";
 import { useClient } from "urql";
 import { isScalar } from "yaml";
-import type { SubmitPageResolveMutation } from "../gql/graphql";
 import { describeProblem } from "../lib/errors";
 import { variablesFromSearch } from "../marketplace/variables";
 import { useSession } from "../session";
 import { conversionNote, DIALECT_NAMES } from "./conversion";
 import { clearDraft, loadDraft, saveDraft } from "./draft";
 import { Editor, type EditorHandle, type Mark } from "./Editor";
-import { applyForm, EMPTY_JOB, readForm, type JobForm } from "./form";
+import { EMPTY_JOB, readForm, type JobForm } from "./form";
 import { JobFields, PrerequisitesForm, RolesForm, type Edit } from "./Forms";
-import { CloneConfigQuery, ConvertJobMutation, ResolveJobMutation, SubmitJobMutation, UseItemMutation } from "./operations";
 import { parameterValues, ParametersForm } from "./Parameters";
 import { Picker } from "./Picker";
 import { Preview } from "./Preview";
+import { initialState, submitReducer, type Problem } from "./submitState";
+import { CloneConfigQuery, ConvertJobMutation, ResolveJobMutation, SubmitJobMutation, UseItemMutation } from "./SubmitPage.operations";
 import { parse, placeOf, type Parsed } from "./yamlDoc";
 
 /** How long typing must pause before the server checks the text. */
 export const CHECK_DELAY_MS = 120;
-
-type Resolved = SubmitPageResolveMutation["resolveJob"];
-interface Problem {
-  path: string[];
-  code: string;
-  message: string;
-}
-interface Check {
-  text: string;
-  errors: Problem[];
-  warnings: Problem[];
-  job: Resolved["job"] | null;
-}
 
 /** The config as sent: the YAML with the secrets typed into password fields put in. */
 function forServer(text: string, secrets: Record<string, string>): string {
@@ -66,72 +53,50 @@ export default function SubmitPage() {
   const entryKey = JSON.stringify(entry);
   const hasEntry = !!(entry.template || entry.data || entry.clone);
 
-  const [initial] = useState(() => (hasEntry ? null : loadDraft(viewer.id)));
-  const [text, setText] = useState(initial?.yaml ?? EMPTY_JOB);
-  const [values, setValues] = useState<Record<string, string>>(initial?.parameters ?? {});
-  // the marketplace items the job was made from: its submit counts as theirs
-  const [madeFrom, setMadeFrom] = useState<string[]>(initial?.madeFrom ?? []);
-  const [secretValues, setSecretValues] = useState<Record<string, string>>({});
-  const [note, setNote] = useState<string | null>(initial ? "Your draft was restored." : null);
-  const [loadError, setLoadError] = useState<string | null>(null);
-  // what converting the job wrote as a value instead of a template, at the v2 text's paths
-  const [notes, setNotes] = useState<Problem[]>([]);
-  const [loading, setLoading] = useState(hasEntry);
-  const [check, setCheck] = useState<Check | null>(null);
-  const [refused, setRefused] = useState<string | null>(null);
-  const [submitting, setSubmitting] = useState(false);
-  const [converting, setConverting] = useState(false);
-  const [previewOpen, setPreviewOpen] = useState(false);
+  const [state, dispatch] = useReducer(submitReducer, null, () =>
+    initialState(hasEntry ? null : loadDraft(viewer.id), hasEntry),
+  );
+  const { text, values, secretValues, madeFrom, note, loadError, notes, loading, check, refused } = state;
+  const { submitting, converting, previewOpen } = state;
   const editor = useRef<EditorHandle | null>(null);
 
   const parsed = useMemo(() => parse(text), [text]);
   const form = useMemo(() => (parsed.syntax ? null : readForm(parsed.doc)), [parsed]);
   const sentParameters = useMemo(() => parameterValues(form?.parameters, values), [form?.parameters, values]);
   const secretNames = useMemo(
-    () => (form?.secrets && typeof form.secrets === "object" ? Object.keys(form.secrets as object) : []),
+    () => (form?.secrets && typeof form.secrets === "object" ? Object.keys(form.secrets) : []),
     [form?.secrets],
   );
 
-  const edit: Edit = useCallback(
-    (change: (form: JobForm) => void) => {
-      setText((current) => {
-        const fresh = parse(current);
-        if (fresh.syntax) return current;
-        const next = readForm(fresh.doc);
-        change(next);
-        applyForm(fresh.doc, next);
-        return fresh.doc.toString();
-      });
-    },
-    [setText],
-  );
+  const edit: Edit = useCallback((change: (form: JobForm) => void) => dispatch({ type: "formEdited", change }), []);
+  const setText = useCallback((next: string) => dispatch({ type: "textEdited", text: next }), []);
 
   /** Show a config: one in the draft or v1 dialect converted to protocol v2 (the server's
    * conversion, which judges only the protocol: whether this cluster can run the job never
    * keeps it from the forms), saying so. A config the protocol cannot read is shown as it is,
    * its problems at their lines, with a button to convert it once they are fixed. */
   const show = useCallback(
-    async (raw: string, from: string) => {
+    async (raw: string, from: string, fresh?: { madeFrom: string[] }) => {
       const answer = await client.mutation(ConvertJobMutation, { config: raw }).toPromise();
       const converted = answer.data?.convertJob;
       const failure = answer.error ? describeProblem(answer.error).message : undefined;
-      setText(converted?.config ?? raw);
-      setNotes(converted?.config != null ? converted.notes : []);
-      setNote(conversionNote(from, converted, failure));
-      return converted?.config != null;
+      dispatch({
+        type: "configShown",
+        text: converted?.config ?? raw,
+        notes: converted?.config != null ? converted.notes : [],
+        note: conversionNote(from, converted, failure),
+        fresh,
+      });
     },
     [client],
   );
 
-  /** Show a config from somewhere else, starting over: no parameter values, secrets or items. */
+  /** Show a config from somewhere else, starting over: no parameter values or secrets, and
+   * made from the given marketplace items only. */
   const load = useCallback(
-    async (raw: string, from: string) => {
-      setRefused(null);
-      setLoadError(null);
-      await show(raw, from);
-      setValues({});
-      setSecretValues({});
-      setMadeFrom([]);
+    async (raw: string, from: string, madeFrom: string[] = []) => {
+      dispatch({ type: "loadStarted" });
+      await show(raw, from, { madeFrom });
     },
     [show],
   );
@@ -143,7 +108,7 @@ export default function SubmitPage() {
     loadedEntry.current = entryKey;
     const { template, version, data, clone, variables } = JSON.parse(entryKey) as typeof entry;
     void (async () => {
-      setLoading(true);
+      dispatch({ type: "entryLoading" });
       try {
         if (clone) {
           const answer = await client.query(CloneConfigQuery, { id: clone }, { requestPolicy: "network-only" }).toPromise();
@@ -171,13 +136,12 @@ export default function SubmitPage() {
           const item = used.item;
           const usedItem = `${item?.type === "DATA" ? "the data " : ""}${item?.name} ${item?.version}`;
           const what = template ? `Template ${item?.name} ${item?.version}` : `A new job using ${usedItem}`;
-          await load(used.config, what);
-          setMadeFrom([item?.id ?? id]);
+          await load(used.config, what, [item?.id ?? id]);
         }
       } catch (error) {
-        setLoadError(error instanceof Error ? error.message : String(error));
+        dispatch({ type: "loadFailed", message: error instanceof Error ? error.message : String(error) });
       } finally {
-        setLoading(false);
+        dispatch({ type: "entryDone" });
       }
     })();
   }, [client, entryKey, hasEntry, load]);
@@ -187,11 +151,12 @@ export default function SubmitPage() {
   const secretsKey = JSON.stringify(secretValues);
   useEffect(() => {
     const number = ++asked.current;
-    const timer = setTimeout(async () => {
+    const checkNow = async () => {
       const sent = text;
       const local = parse(sent);
       if (local.syntax) {
-        setCheck({ text: sent, errors: [{ path: [], code: "yaml", message: `line ${local.syntax.line}: ${local.syntax.message}` }], warnings: [], job: null });
+        const message = `line ${local.syntax.line}: ${local.syntax.message}`;
+        dispatch({ type: "checked", check: { text: sent, errors: [{ path: [], code: "yaml", message }], warnings: [], job: null } });
         return;
       }
       const secrets = JSON.parse(secretsKey) as Record<string, string>;
@@ -200,12 +165,20 @@ export default function SubmitPage() {
         .toPromise();
       if (number !== asked.current) return;
       if (answer.error) {
-        setCheck({ text: sent, errors: [{ path: [], code: "request", message: describeProblem(answer.error).message }], warnings: [], job: null });
+        const message = describeProblem(answer.error).message;
+        dispatch({ type: "checked", check: { text: sent, errors: [{ path: [], code: "request", message }], warnings: [], job: null } });
         return;
       }
-      const resolved = answer.data!.resolveJob;
-      setCheck({ text: sent, errors: resolved.errors, warnings: resolved.warnings, job: resolved.job ?? null });
-    }, CHECK_DELAY_MS);
+      const resolved = answer.data?.resolveJob;
+      if (!resolved) {
+        const message = "The server answered without a result.";
+        dispatch({ type: "checked", check: { text: sent, errors: [{ path: [], code: "request", message }], warnings: [], job: null } });
+        return;
+      }
+      dispatch({ type: "checked", check: { text: sent, errors: resolved.errors, warnings: resolved.warnings, job: resolved.job ?? null } });
+    };
+    // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+    const timer = setTimeout(() => void checkNow(), CHECK_DELAY_MS);
     return () => clearTimeout(timer);
   }, [client, text, sentParameters, secretsKey, previewOpen]);
 
@@ -224,10 +197,11 @@ export default function SubmitPage() {
   const checkedParsed = useMemo(() => (check ? parse(check.text) : null), [check]);
   const errors = useMemo(() => {
     if (!check || !checkedParsed) return [];
-    if (check.errors.length === 1 && check.errors[0]!.code === "yaml" && checkedParsed.syntax) {
+    const only = check.errors.length === 1 ? check.errors[0] : undefined;
+    if (only?.code === "yaml" && checkedParsed.syntax) {
       const line = checkedParsed.syntax.line;
       const from = checkedParsed.lines.lineStarts[line - 1] ?? 0;
-      return [{ problem: check.errors[0]!, place: { line, from, to: from, exact: true }, severity: "error" as const }];
+      return [{ problem: only, place: { line, from, to: from, exact: true }, severity: "error" as const }];
     }
     return located(checkedParsed, check.errors, "error");
   }, [check, checkedParsed]);
@@ -244,27 +218,30 @@ export default function SubmitPage() {
   );
 
   const submit = async () => {
-    setSubmitting(true);
-    setRefused(null);
+    dispatch({ type: "submitStarted" });
     const sent = text;
     try {
       const answer = await client
         .mutation(SubmitJobMutation, { config: forServer(sent, secretValues), parameters: sentParameters, fromItems: madeFrom })
         .toPromise();
       if (answer.error) {
-        setRefused(describeProblem(answer.error).message);
+        dispatch({ type: "submitFailed", message: describeProblem(answer.error).message });
         return;
       }
-      const outcome = answer.data!.submitJob;
+      const outcome = answer.data?.submitJob;
+      if (!outcome) {
+        dispatch({ type: "submitFailed", message: "The server answered without a result." });
+        return;
+      }
       if (outcome.job) {
         clearDraft(viewer.id);
-        navigate(`/jobs/${encodeURIComponent(outcome.job.id)}`);
+        // in-app navigation: nothing to wait for, and nothing that can fail
+        void navigate(`/jobs/${encodeURIComponent(outcome.job.id)}`);
         return;
       }
-      setRefused(`The server refused the job: ${outcome.errors.length} problem${outcome.errors.length === 1 ? "" : "s"} (listed under the editor).`);
-      setCheck({ text: sent, errors: outcome.errors, warnings: check?.warnings ?? [], job: null });
+      dispatch({ type: "submitRefused", text: sent, errors: outcome.errors });
     } finally {
-      setSubmitting(false);
+      dispatch({ type: "submitDone" });
     }
   };
 
@@ -279,29 +256,27 @@ export default function SubmitPage() {
             type="file"
             name="import"
             accept=".yaml,.yml,.json,application/json,application/yaml,text/yaml"
-            onChange={async (event) => {
+            onChange={(event) => {
               const file = event.target.files?.[0];
               event.target.value = "";
-              if (file) await load(await file.text(), `Imported ${file.name}`);
+              if (!file) return;
+              // a file that cannot be read is said so where a config that cannot be loaded is
+              void file.text().then(
+                (raw) => load(raw, `Imported ${file.name}`),
+                (problem: unknown) => dispatch({ type: "loadFailed", message: `${file.name} cannot be read: ${String(problem)}` }),
+              );
             }}
           />
         </label>
-        <button
-          type="button"
-          onClick={() => {
-            setText(EMPTY_JOB);
-            setValues({});
-            setSecretValues({});
-            setMadeFrom([]);
-            setRefused(null);
-            setLoadError(null);
-            setNotes([]);
-            setNote("Started an empty job: add a docker image and task roles.");
-          }}
-        >
+        <button type="button" onClick={() => dispatch({ type: "startedEmpty" })}>
           Start empty
         </button>
-        <Picker type="JOB_TEMPLATE" label="a template" onPick={(_, item) => navigate(`/submit?template=${encodeURIComponent(item.id)}`)} />
+        <Picker
+          type="JOB_TEMPLATE"
+          label="a template"
+          // in-app navigation: nothing to wait for, and nothing that can fail
+          onPick={(_, item) => void navigate(`/submit?template=${encodeURIComponent(item.id)}`)}
+        />
         <span className="muted">or clone a job from its page.</span>
       </div>
       {loading && <p className="muted">Loading…</p>}
@@ -334,8 +309,8 @@ export default function SubmitPage() {
                 secrets={form.secrets}
                 values={values}
                 secretValues={secretValues}
-                onValue={(name, value) => setValues((old) => ({ ...old, [name]: value }))}
-                onSecret={(name, value) => setSecretValues((old) => ({ ...old, [name]: value }))}
+                onValue={(name, value) => dispatch({ type: "valueTyped", name, value })}
+                onSecret={(name, value) => dispatch({ type: "secretTyped", name, value })}
               />
               <PrerequisitesForm form={form} edit={edit} />
               <RolesForm form={form} edit={edit} notes={notes} />
@@ -349,13 +324,10 @@ export default function SubmitPage() {
                 type="button"
                 data-testid="convert"
                 disabled={converting}
-                onClick={async () => {
-                  setConverting(true);
-                  try {
-                    await show(text, "This job");
-                  } finally {
-                    setConverting(false);
-                  }
+                onClick={() => {
+                  dispatch({ type: "convertStarted" });
+                  // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+                  void show(text, "This job").finally(() => dispatch({ type: "convertDone" }));
                 }}
               >
                 Convert to protocol v2
@@ -396,7 +368,14 @@ export default function SubmitPage() {
             )}
           </div>
           <div className="actions">
-            <button type="button" className="primary" disabled={submitting || loading} onClick={submit} data-testid="submit">
+            <button
+              type="button"
+              className="primary"
+              disabled={submitting || loading}
+              // urql resolves a failed request into result.error instead of rejecting: nothing to catch
+              onClick={() => void submit()}
+              data-testid="submit"
+            >
               {count === 0 ? "Submit" : `Submit (${count} problem${count === 1 ? "" : "s"})`}
             </button>
             {refused && (
@@ -405,7 +384,7 @@ export default function SubmitPage() {
               </p>
             )}
           </div>
-          <Preview job={checked?.job ?? null} open={previewOpen} onToggle={setPreviewOpen} />
+          <Preview job={checked?.job ?? null} open={previewOpen} onToggle={(open) => dispatch({ type: "previewToggled", open })} />
         </div>
       </div>
     </section>

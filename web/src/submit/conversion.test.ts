@@ -120,6 +120,6 @@ taskRoles:
     applyForm(parsed.doc, form);
     const written = parsed.doc.toString();
     expect(Object.keys(parseYaml(written) as object)).toEqual(["protocolVersion", "name", "type", "prerequisites", "taskRoles"]);
-    expect(parseYaml(written).prerequisites).toEqual([{ name: "box", type: "dockerimage", uri: "busybox" }]);
+    expect((parseYaml(written) as { prerequisites: unknown }).prerequisites).toEqual([{ name: "box", type: "dockerimage", uri: "busybox" }]);
   });
 });

@@ -74,7 +74,7 @@ describe("form edits", () => {
     applyForm(parsed.doc, form);
     const output = parsed.doc.toString();
     expect(output).toContain("# A parameter server and its workers");
-    const before = parseYaml(PS_WORKER);
+    const before = parseYaml(PS_WORKER) as { taskRoles: { worker: { resourcePerInstance: { cpu: number } } } };
     before.taskRoles.worker.resourcePerInstance.cpu = 2;
     expect(parseYaml(output)).toEqual(before);
   });
@@ -86,8 +86,8 @@ describe("form edits", () => {
     form.roles.splice(1, 1);
     form.roles.push({ ...newRole(form), name: "tail", commands: ["echo done"] });
     applyForm(parsed.doc, form);
-    const after = parseYaml(parsed.doc.toString());
-    const before = parseYaml(PS_WORKER);
+    const after = parseYaml(parsed.doc.toString()) as { taskRoles: { ps: unknown; tail: unknown } };
+    const before = parseYaml(PS_WORKER) as { taskRoles: { ps_server: unknown } };
     expect(Object.keys(after.taskRoles)).toEqual(["ps", "tail"]);
     expect(after.taskRoles.ps).toEqual(before.taskRoles.ps_server);
     expect(after.taskRoles.tail).toEqual({
@@ -107,7 +107,7 @@ describe("form edits", () => {
     applyForm(parsed.doc, form);
     const output = parsed.doc.toString();
     expect(output).not.toContain("{");
-    const job = parseYaml(output);
+    const job = parseYaml(output) as { prerequisites: unknown; taskRoles: { taskrole2: { resourcePerInstance: unknown } } };
     expect(job.prerequisites).toEqual([{ name: "box", type: "dockerimage", uri: "paigraph/busybox:test" }]);
     expect(Object.keys(job.taskRoles)).toEqual(["taskrole", "taskrole2"]);
     expect(job.taskRoles.taskrole2.resourcePerInstance).toEqual({ cpu: 1, memoryMB: 256, gpu: 0, ports: { http: 1 } });
@@ -121,8 +121,9 @@ describe("form edits", () => {
     applyForm(parsed.doc, form);
     const output = parsed.doc.toString();
     expect(output).toContain("# third");
-    expect(parseYaml(output).prerequisites.map((p: { name: string }) => p.name)).toEqual(["a", "c"]);
-    expect(parseYaml(output).prerequisites[1].extra).toBe("kept");
+    const { prerequisites } = parseYaml(output) as { prerequisites: { name: string; extra?: string }[] };
+    expect(prerequisites.map((p) => p.name)).toEqual(["a", "c"]);
+    expect(prerequisites[1]!.extra).toBe("kept");
   });
 
   it("leaves other dialects alone", () => {

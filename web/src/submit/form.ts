@@ -150,7 +150,7 @@ export function dialectOf(doc: Document): Dialect {
 function roleNames(doc: Document): string[] {
   const roles = doc.get("taskRoles", true);
   if (!isMap(roles)) return [];
-  return roles.items.map((pair) => String((pair.key as { value?: unknown })?.value ?? pair.key));
+  return roles.items.map((pair) => String((pair.key as { value?: unknown } | null)?.value ?? pair.key));
 }
 
 export function readForm(doc: Document): JobForm {
@@ -229,7 +229,7 @@ function applyRoles(doc: Document, roles: RoleForm[]): void {
     if (!isMap(map)) return;
   }
   const pairs = new Map<string, Pair>();
-  for (const pair of map.items) pairs.set(String((pair.key as { value?: unknown })?.value ?? pair.key), pair);
+  for (const pair of map.items) pairs.set(String((pair.key as { value?: unknown } | null)?.value ?? pair.key), pair);
   const order = roles.map((role) => role.origin);
   const unchanged = order.length === pairs.size && order.every((origin, index) => origin === [...pairs.keys()][index]);
   if (!unchanged || roles.some((role) => role.origin !== role.name)) {
@@ -270,7 +270,7 @@ function applyStartOrder(doc: Document, roles: RoleForm[], before: string[]): vo
     const entry = valueAt(doc, [...ORDER_BASE, role.name]);
     if (entry && typeof entry === "object" && Object.keys(entry).length === 0) doc.deleteIn([...ORDER_BASE, role.name]);
   }
-  for (let depth = ORDER_BASE.length; depth > 0; depth -= 1) {
+  for (let depth: number = ORDER_BASE.length; depth > 0; depth -= 1) {
     const path = ORDER_BASE.slice(0, depth);
     const value = valueAt(doc, path);
     if (doc.hasIn(path) && value && typeof value === "object" && Object.keys(value).length === 0) doc.deleteIn(path);

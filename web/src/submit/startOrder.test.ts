@@ -31,17 +31,19 @@ extras:
         dependsOn: [{role: ps, when: ready}]
 `;
 
-/** The parsed YAML, loosely typed: a test reads its fields by name. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-type Loose = any;
+/** The parsed YAML, as far as these tests read it. */
+interface Written {
+  taskRoles: Record<string, unknown>;
+  extras: { keep?: string; paigraph: { taskRoles: { ps: { readiness: { command: unknown } } } } };
+}
 
-function edited(text: string, change: (form: ReturnType<typeof readForm>) => void): { text: string; value: Loose } {
+function edited(text: string, change: (form: ReturnType<typeof readForm>) => void): { text: string; value: Written } {
   const parsed = parse(text);
   const form = readForm(parsed.doc);
   change(form);
   applyForm(parsed.doc, form);
   const out = parsed.doc.toString();
-  return { text: out, value: parseYaml(out) };
+  return { text: out, value: parseYaml(out) as Written };
 }
 
 describe("start order in the role form", () => {

@@ -77,8 +77,8 @@ export function sameValue(a: unknown, b: unknown): boolean {
     return Array.isArray(a) && Array.isArray(b) && a.length === b.length && a.every((x, i) => sameValue(x, b[i]));
   }
   if (a && b && typeof a === "object" && typeof b === "object") {
-    const ka = Object.keys(a as object);
-    const kb = Object.keys(b as object);
+    const ka = Object.keys(a);
+    const kb = Object.keys(b);
     return (
       ka.length === kb.length &&
       ka.every((k) => sameValue((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]))

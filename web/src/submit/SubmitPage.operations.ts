@@ -1,18 +1,15 @@
-// The GraphQL operations of the Submit page.
+// The submit page's operations: resolve (check and preview), submit, fill the form from an
+// item, clone a job, and convert a config.
 import { graphql } from "../gql";
 
 export const ResolveJobMutation = graphql(`
   mutation SubmitPageResolve($config: String!, $parameters: JSON, $preview: Boolean!) {
     resolveJob(input: { config: $config, parameters: $parameters }) {
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
       warnings {
-        path
-        code
-        message
+        ...UserErrorFields
       }
       job {
         name
@@ -48,9 +45,7 @@ export const SubmitJobMutation = graphql(`
         name
       }
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }
@@ -69,41 +64,7 @@ export const UseItemMutation = graphql(`
         templateVariables
       }
       errors {
-        path
-        code
-        message
-      }
-    }
-  }
-`);
-
-export const PickerItemsQuery = graphql(`
-  query SubmitPagePickerItems($filter: MarketplaceItemFilter) {
-    marketplaceItems(first: 20, filter: $filter) {
-      edges {
-        node {
-          id
-          name
-          version
-          type
-          summary
-          description
-          content
-          owner {
-            name
-          }
-          prerequisites {
-            name
-            type
-            uri
-            description
-          }
-          templateVariables
-          declaredVariables {
-            name
-            default
-          }
-        }
+        ...UserErrorFields
       }
     }
   }
@@ -125,34 +86,10 @@ export const ConvertJobMutation = graphql(`
       config
       dialect
       errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
       notes {
-        path
-        code
-        message
-      }
-    }
-  }
-`);
-
-export const FileListingQuery = graphql(`
-  query SubmitPageFileListing($uri: String!) {
-    fileListing(uri: $uri) {
-      uri
-      directory
-      entries {
-        name
-        uri
-        directory
-        size
-      }
-      errors {
-        path
-        code
-        message
+        ...UserErrorFields
       }
     }
   }
