@@ -8,7 +8,7 @@ never sees a state without its event (or the other way round).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -74,6 +74,15 @@ _INSTANCE_COLUMNS = (
     cast(col(InstanceRow.ports), Text),
     col(InstanceRow.started_at),
     col(InstanceRow.finished_at),
+)
+# What a list that shows only each instance's state and ports needs (`current_instances` brief).
+_BRIEF_INSTANCE_COLUMNS = (
+    col(InstanceRow.job_id),
+    col(InstanceRow.attempt),
+    col(InstanceRow.role),
+    col(InstanceRow.task_index),
+    col(InstanceRow.state),
+    cast(col(InstanceRow.ports), Text),
 )
 _INSTANCE_ORDER = (
     col(InstanceRow.job_id),
@@ -371,26 +380,37 @@ class JobStore(Repository):
             )
         return self._read_instances(query, result)
 
-    def current_instances(self, attempts: Mapping[str, int]) -> dict[str, list[Instance]]:
+    def current_instances(
+        self, attempts: Mapping[str, int], *, brief: bool = False
+    ) -> dict[str, list[Instance]]:
         """Like instances_for_jobs, for jobs whose current attempt the caller has just read
-        (a page of jobs): the attempt is matched here instead of joining the jobs table."""
+        (a page of jobs): the attempt is matched here instead of joining the jobs table.
+
+        `brief`: only the job, attempt, role, index, state and ports are read; the other
+        fields are left empty (task_attempt 0, state_reason "", the rest None), for a caller
+        that shows nothing else of them (a list of jobs shows instances' states and ports: the
+        eight other columns, two of them timestamps to parse, were half of reading a page)."""
         result: dict[str, list[Instance]] = {job_id: [] for job_id in attempts}
         if not attempts:
             return result
-        query = select(*_INSTANCE_COLUMNS).where(col(InstanceRow.job_id).in_(list(attempts)))
-        return self._read_instances(query, result, attempts)
+        columns = _BRIEF_INSTANCE_COLUMNS if brief else _INSTANCE_COLUMNS
+        query = select(*columns).where(col(InstanceRow.job_id).in_(list(attempts)))
+        return self._read_instances(query, result, attempts, _brief_instance if brief else None)
 
     def _read_instances(
         self,
         query: Select[*tuple[Any, ...]],
         into: dict[str, list[Instance]],
         attempts: Mapping[str, int] | None = None,
+        make: Callable[[Sequence[Any]], Instance] | None = None,
     ) -> dict[str, list[Instance]]:
-        """The rows of `query` in order, added to their jobs' lists in `into`; with
-        `attempts`, only those of each job's given attempt."""
+        """The rows of `query` in order (made into instances by `make`, `_instance` without),
+        added to their jobs' lists in `into`; with `attempts`, only those of each job's given
+        attempt."""
+        make = make or _instance
         with self._read() as session:
             for row in session.connection().execute(query.order_by(*_INSTANCE_ORDER)).all():
-                instance = _instance(row)
+                instance = make(row)
                 if attempts is None or instance.attempt == attempts[instance.job_id]:
                     into[instance.job_id].append(instance)
         return into
@@ -659,6 +679,27 @@ def _job(row: Sequence[Any]) -> Job:
             JobWarning(path=tuple(w["path"]), code=w["code"], message=w["message"])
             for w in warnings or ()
         ),
+    )
+
+
+def _brief_instance(row: Sequence[Any]) -> Instance:
+    """An instance of _BRIEF_INSTANCE_COLUMNS, the fields not read left empty."""
+    job_id, attempt, role, index, state, ports = row
+    return Instance(
+        job_id,
+        attempt,
+        role,
+        index,
+        0,
+        _STATES.get(state) or JobState(state),
+        "",
+        None,
+        None,
+        None,
+        None,
+        orjson.loads(ports),
+        None,
+        None,
     )
 
 
