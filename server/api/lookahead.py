@@ -26,6 +26,25 @@ def _selects(selections: Iterable[Selection], path: tuple[str, ...]) -> bool:
     return False
 
 
+def _names_at(selections: Iterable[Selection], path: tuple[str, ...], into: set[str]) -> None:
+    for selection in selections:
+        if not isinstance(selection, SelectedField):  # a fragment: look inside, same level
+            _names_at(selection.selections, path, into)
+        elif not path:
+            into.add(selection.name)
+        elif selection.name == path[0]:
+            _names_at(selection.selections, path[1:], into)
+
+
+def fields_selected_at(info: Info, *path: str) -> set[str]:
+    """The names of every field the query selects at `path` below the field being resolved,
+    in every place it reaches `path` (aliases, fragments; a field under `@skip` counts too)."""
+    names: set[str] = set()
+    for field in info.selected_fields:
+        _names_at(field.selections, path, names)
+    return names
+
+
 def _field_path(at: Path | None) -> tuple[tuple[str, str | None], ...]:
     """The response path to a field without list indices (every item of a list has the same
     fields of the query), each key with its parent type's name (which fragments apply)."""

@@ -14,7 +14,7 @@ from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import expect_global_id, parse_global_id
 from server.api.limits import page_size
-from server.api.lookahead import selected_below
+from server.api.lookahead import fields_selected_at, selected_below
 from server.api.types import (
     Job,
     JobConnection,
@@ -29,6 +29,9 @@ from server.protocol.model import JobSpec
 from server.store import Instance, JobCursor
 from server.store import JobFilter as StoreJobFilter
 from server.store import JobPage as StoredJobPage
+
+# The TaskInstance fields a brief instance (`JobStore.current_instances`) answers as a full one.
+BRIEF_FIELDS = frozenset({"__typename", "taskRole", "index", "attempt", "state", "ports"})
 
 
 def _version() -> str:
@@ -138,6 +141,11 @@ class Query:
         after_cursor = _job_cursor(after)
         roles = selected_below(info, "edges", "node", "taskRoles")
         instances = roles and selected_below(info, "edges", "node", "taskRoles", "instances")
+        # Instances shown by their state and ports only (a list's usual question) are read
+        # without the columns nothing asks for.
+        brief = instances and (
+            fields_selected_at(info, "edges", "node", "taskRoles", "instances") <= BRIEF_FIELDS
+        )
 
         def read() -> JobPage:
             """The page, and what the query wants of its jobs, in one worker-thread hop."""
@@ -148,7 +156,9 @@ class Query:
                 since,
                 page,
                 store.job_specs(ids) if roles and ids else {},
-                store.current_instances({j.id: j.attempt for j in page.jobs}) if instances else {},
+                store.current_instances({j.id: j.attempt for j in page.jobs}, brief=brief)
+                if instances
+                else {},
             )
 
         found = await asyncio.to_thread(read)
@@ -156,8 +166,21 @@ class Query:
         # Primed, the loaders answer a job's taskRoles and instances without another read.
         loaders.job.prime_many({stored.id: stored for stored in page.jobs})
         loaders.spec.prime_many(found.specs)
-        loaders.instances.prime_many(found.instances)
-        edges = [JobEdge(cursor=j.cursor.encode(), node=Job.from_value(j)) for j in page.jobs]
+        if not brief:  # brief instances lack fields other parts of the query might ask for
+            loaders.instances.prime_many(found.instances)
+        nodes = [Job.from_value(stored) for stored in page.jobs]
+        if roles:  # what each job's taskRoles answers, built here rather than by 50 resolver calls
+            nodes = [
+                node.with_task_roles(
+                    found.specs.get(node.job_id),
+                    found.instances.get(node.job_id) if instances else None,
+                )
+                for node in nodes
+            ]
+        edges = [
+            JobEdge(cursor=stored.cursor.encode(), node=node)
+            for stored, node in zip(page.jobs, nodes, strict=True)
+        ]
         end = page.end_cursor
         return JobConnection(
             changes_cursor=changes_cursor(found.since),

@@ -29,6 +29,7 @@ from server.api.metrics_types import (
     job_metrics,
     stored_points,
 )
+from server.api.prebuilt import prebuilt
 from server.api.shared_values import shared_value
 from server.protocol import Issue, Severity
 from server.protocol.model import JobSpec, PrerequisiteType, Resources
@@ -440,6 +441,8 @@ class Job(Node):
         description="Fields the job was submitted with that have no effect on this backend "
         "(path, code, what will not happen), as `submitJob` reported them.",
     )
+    # Built with the page the job was listed on, when that page read the specs ahead.
+    prebuilt_task_roles: strawberry.Private[list[TaskRole] | None] = None
 
     @classmethod
     def from_value(cls, job: StoredJob) -> Job:
@@ -497,9 +500,12 @@ class Job(Node):
         description="The job's task roles, in the order of its config.",
         graphql_type=list[TaskRole],
     )
+    @prebuilt("prebuilt_task_roles")
     def task_roles(self, info: Info) -> list[TaskRole] | Awaitable[list[TaskRole]]:
-        """At once when the spec (and the instances, if the query wants them) were read ahead
-        (a page of jobs), else through the loaders."""
+        """As built with the page when it was (`with_task_roles`); at once when the spec (and
+        the instances, if the query wants them) were read ahead, else through the loaders."""
+        if self.prebuilt_task_roles is not None:
+            return self.prebuilt_task_roles
         loaders = info.context.loaders
         wanted = selected_below(info, "instances")
         has_spec, spec = ready(loaders.spec, self.job_id)
@@ -519,6 +525,12 @@ class Job(Node):
         if spec is None:
             return []
         return [TaskRole.from_spec(spec, role, instances or ()) for role in spec.task_roles]
+
+    def with_task_roles(self, spec: JobSpec | None, instances: list[Instance] | None) -> Job:
+        """The job with its task roles built from what its page read ahead (its instances
+        None when the query does not ask for them): what `taskRoles` would answer."""
+        self.prebuilt_task_roles = self._task_roles(spec, instances)
+        return self
 
     @strawberry.field(
         description="What the current attempt's instances used over time, per task role: "

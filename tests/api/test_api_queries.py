@@ -278,6 +278,51 @@ async def test_job_details_task_roles_instances_and_events(
     assert job_states[-1] == "RUNNING"
 
 
+INSTANCE_FIELDS = """taskRole index attempt taskAttempt state stateReason exitCode exitReason
+node hostIp startedAt finishedAt ports { label ports }"""
+
+
+async def test_a_job_list_answers_every_instance_field_however_the_query_asks_for_it(
+    client: httpx.AsyncClient, store: Store
+) -> None:
+    """A list that shows only its instances' states and ports reads less of them; asked for
+    more anywhere in the query (here in an aliased field of a fragment), it answers every
+    field as the job itself does."""
+    ann, token = store.create_user("ann")
+    add_jobs(store, ann.id, 3)
+    one = "query($id: ID) { job(id: $id) { taskRoles { name instances { %s } } } }"
+    states = (
+        "{ jobs(first: 10) { edges { node { id "
+        "taskRoles { name instances { index state ports { label ports } } } } } } }"
+    )
+    mixed = (
+        "{ jobs(first: 10) { edges { node { id taskRoles { name instances { index state } } "
+        "...More } } } } fragment More on Job { more: taskRoles { instances { %s } } }"
+    )
+    by_states = (await data(client, states, token=token))["jobs"]["edges"]
+    by_mixed = (await data(client, mixed % INSTANCE_FIELDS, token=token))["jobs"]["edges"]
+    assert len(by_states) == len(by_mixed) == 3
+    for shown, both in zip(by_states, by_mixed, strict=True):
+        job_id = shown["node"]["id"]
+        assert both["node"]["id"] == job_id
+        roles = (await data(client, one % INSTANCE_FIELDS, {"id": job_id}, token=token))["job"]
+        roles = roles["taskRoles"]
+        instances = [i for r in roles for i in r["instances"]]
+        assert instances and all(i["hostIp"] and i["node"] and i["startedAt"] for i in instances)
+        assert all(i["taskAttempt"] == 1 and i["state"] == "RUNNING" for i in instances)
+        assert shown["node"]["taskRoles"] == [
+            {
+                "name": r["name"],
+                "instances": [
+                    {"index": i["index"], "state": i["state"], "ports": i["ports"]}
+                    for i in r["instances"]
+                ],
+            }
+            for r in roles
+        ]
+        assert both["node"]["more"] == [{"instances": r["instances"]} for r in roles]
+
+
 async def test_a_deep_job_list_costs_the_same_statements_for_5_and_50_jobs(
     client: httpx.AsyncClient, store: Store
 ) -> None:

@@ -8,8 +8,10 @@ the attribute does, and a page of jobs is some 5,000 such fields.
 
 A `LeafRead` (a scalar, an enum, or a list of them) reads and coerces the value; an
 `ObjectsRead` (a list of objects of one concrete type) says where the list is, and the
-executor puts each item straight into the sub-selection. Anything these cannot answer
-exactly as graphql-core would is `SLOW`: the caller then takes graphql-core's own path.
+executor puts each item straight into the sub-selection. A resolver marked `prebuilt`
+(server.api.prebuilt) whose object holds its list already is read as such a field. Anything
+these cannot answer exactly as graphql-core would is `SLOW`: the caller then takes
+graphql-core's own path.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from graphql import (
 from graphql.execution.collect_fields import FieldDetailsList
 from graphql.pyutils import Undefined
 from strawberry.types.field import StrawberryField
+
+from server.api.prebuilt import PREBUILT
 
 STRAWBERRY_FIELD = "strawberry-definition"  # where strawberry keeps its definition of a type
 SLOW = object()  # "not completed here: take graphql-core's path"
@@ -182,8 +186,10 @@ def field_read(field: GraphQLField, details: FieldDetailsList) -> FieldRead | No
 
 def _read_for(field: GraphQLField) -> FieldRead | None:
     definition = field.extensions.get(STRAWBERRY_FIELD)
-    if not isinstance(definition, StrawberryField) or not definition.is_basic_field:
+    if not isinstance(definition, StrawberryField):
         return None
+    if not definition.is_basic_field:
+        return _prebuilt_read(field, definition)
     if not getattr(field.resolve, "_is_default", False) or field.args:
         return None
     read, attribute = definition.default_resolver, definition.python_name
@@ -200,3 +206,19 @@ def _read_for(field: GraphQLField) -> FieldRead | None:
     if not is_leaf_type(inner):
         return None
     return LeafRead(read, attribute, non_null, leaf_coercer(inner), is_list, items_non_null)
+
+
+def _prebuilt_read(field: GraphQLField, definition: StrawberryField) -> ObjectsRead | None:
+    """A resolver marked `prebuilt` whose field is a list of objects: read from the attribute
+    its object may hold the answer in (a value that is not a list, None when nothing was
+    built ahead, makes the executor call the resolver)."""
+    resolver = definition.base_resolver
+    attribute = getattr(resolver.wrapped_func, PREBUILT, None) if resolver is not None else None
+    if not isinstance(attribute, str) or field.args or definition.extensions:
+        return None
+    if definition.permission_classes:
+        return None
+    shape = object_list(field.type)
+    if shape is None or shape.object_type.is_type_of is not None:
+        return None
+    return ObjectsRead(getattr, attribute, field.type, shape)
