@@ -14,7 +14,6 @@ from typing import Any
 from server.protocol.fields import Fields
 from server.protocol.ignored import ANY_OTHER, EXTRAS_FIELDS, IGNORED, extras_warnings
 from server.protocol.issues import Issues, join
-from server.protocol.launch_checks import image_issues
 from server.protocol.model import (
     Completion,
     Dialect,
@@ -24,9 +23,25 @@ from server.protocol.model import (
     Resources,
     TaskRole,
 )
+from server.protocol.outline import (
+    KILL_ALL_OBSOLETE,
+    Place,
+    Step,
+    Table,
+    check,
+    image_name,
+    integer,
+    known,
+    mapping,
+    read_roles,
+    read_table,
+    required,
+    retry_range,
+    string_map,
+    text,
+)
 from server.protocol.port_list import PORT_KEYS, read_port_list
 from server.protocol.rules import (
-    MAX_RETRIES,
     RolePaths,
     add_default_ports,
     check_job_instances,
@@ -81,52 +96,93 @@ _DIR_VARIABLES = (
 
 def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     f = _V1Fields(issues)
-    f.required(doc, "", ("taskRoles",))
-    f.known_keys(doc, "", _TOP_KEYS)
-    name = f.string(
-        doc, "jobName", "", required=True, pattern=JOB_NAME, rule=JOB_NAME_RULE, max_length=255
+    job = read_table(_JOB, f, doc, "")
+    prerequisites, job_env = _prerequisites_and_env(doc, job["image"], job["env"])
+    names: list[tuple[str, str]] = []
+
+    def accept(role: TaskRole, paths: RolePaths, shm_defaulted: bool) -> TaskRole:
+        names.append((role.name, paths.name))
+        check_role(
+            role, paths, issues, shm_defaulted=shm_defaulted, completion_rule=MIN_COUNT_MESSAGE
+        )
+        return role
+
+    roles = read_roles(
+        _role_entries(doc, f),
+        lambda index, _path, raw: _read_role(index, raw, f, prerequisites),
+        accept,
+        issues,
+        "this task role",
     )
-    image = f.string(doc, "image", "", required=True)
-    if image is not None and not image.strip():
-        issues.error("image", "empty", "the image name must not be empty")
-    elif image is not None:
-        issues.items.extend(image_issues(image, "image"))
-    for key in ("authFile", "gpuType", "virtualCluster", *(d[0] for d in _DIR_VARIABLES)):
-        f.string(doc, key, "")
-    if "killAllOnCompletedTaskNumber" in doc:
-        issues.warn(
-            "killAllOnCompletedTaskNumber",
-            "obsolete",
-            "killAllOnCompletedTaskNumber is obsolete and ignored; use minSucceededTaskCount",
-        )
-    retry = f.integer(doc, "retryCount", "", default=0, numeric_strings=True)
-    if retry is not None and not -2 <= retry <= MAX_RETRIES:
-        issues.error(
-            "retryCount",
-            "range",
-            f"must be -2 (always retry), -1 (retry failures without limit) or 0 to "
-            f"{MAX_RETRIES}, got {retry}",
-        )
-    if isinstance(doc.get("gpuType"), str) and doc["gpuType"]:
-        issues.warn(
+    check_job_instances(roles, "taskRoles", issues)
+    check_unique(names, issues, "task role name")
+    if issues.has_errors() or job["name"] is None:
+        return None
+    return JobSpec(
+        dialect=Dialect.V1,
+        name=job["name"],
+        virtual_cluster=doc.get("virtualCluster") or "default",
+        retry_count=job["retry"] or 0,
+        gpu_type=doc.get("gpuType") or None,
+        auth_file=doc.get("authFile") or None,
+        parameters=dict(job["env"] or {}),
+        prerequisites=prerequisites,
+        task_roles=roles,
+        env=job_env,
+        extras=job["extras"],
+        source=mask_secrets(source, doc),
+    )
+
+
+def _gpu_type_ignored(p: Place) -> None:
+    if isinstance(p.obj.get("gpuType"), str) and p.obj["gpuType"]:
+        p.issues.warn(
             "gpuType",
             IGNORED,
             "`gpuType` picks a GPU model on OpenPAI; paigraph's nodes have no GPU models, so the "
             "job is placed on any node with enough GPUs",
         )
-    env = f.string_map(doc, "jobEnvs", "")
+
+
+def _rdma_ignored(env: dict[str, str] | None, p: Place) -> dict[str, str] | None:
     if env and "paiAzRDMA" in env:
-        issues.warn(
+        p.issues.warn(
             "jobEnvs.paiAzRDMA",
             IGNORED,
             "`paiAzRDMA` gave the container Azure's RDMA devices on OpenPAI; paigraph gives none "
             "(the variable is still exported as written)",
         )
-    extras = doc.get("extras")
-    if extras is not None and f.as_mapping(extras, "extras") is None:
-        extras = None
-    extras_warnings(extras or {}, issues, v1=True)
+    return env
 
+
+def _extras_warned(extras: dict[str, Any], p: Place) -> dict[str, Any]:
+    extras_warnings(extras, p.issues, v1=True)
+    return extras
+
+
+_JOB: Table = (
+    required("taskRoles"),
+    known(_TOP_KEYS),
+    Step(
+        "name",
+        text("jobName", required=True, pattern=JOB_NAME, rule=JOB_NAME_RULE, max_length=255),
+    ),
+    Step("image", text("image", required=True), image_name("image")),
+    *(check(text(key)) for key in ("authFile", "gpuType", "virtualCluster")),
+    *(check(text(key)) for key, _, _ in _DIR_VARIABLES),
+    KILL_ALL_OBSOLETE,
+    Step("retry", integer("retryCount", default=0, numeric_strings=True), retry_range),
+    check(_gpu_type_ignored),
+    Step("env", string_map("jobEnvs"), _rdma_ignored),
+    Step("extras", mapping("extras"), _extras_warned),
+)
+
+
+def _prerequisites_and_env(
+    doc: dict[str, Any], image: str | None, env: dict[str, str] | None
+) -> tuple[list[Prerequisite], dict[str, str]]:
+    """The image and the directories as prerequisites named `default`, and the job's
+    environment with each directory's variable, as OpenPAI's converter made them."""
     prerequisites: list[Prerequisite] = []
     if image:
         prerequisites.append(
@@ -138,43 +194,16 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         if isinstance(value, str) and value:
             prerequisites.append(Prerequisite(name="default", type=type_, uri=[value]))
             job_env[variable] = value
+    return prerequisites, job_env
 
-    roles: list[TaskRole] = []
-    raw_roles = doc.get("taskRoles")
-    items = f.as_list(raw_roles, "taskRoles", min_items=1) if "taskRoles" in doc else None
-    if items and too_many_roles(items, "taskRoles", issues):
+
+def _role_entries(doc: dict[str, Any], f: Fields) -> list[tuple[int, str, Any]]:
+    """The `taskRoles` list's items as (index, path, raw); none when it is not a list, is
+    empty, or has too many roles to read."""
+    items = f.as_list(doc["taskRoles"], "taskRoles", min_items=1) if "taskRoles" in doc else None
+    if items and too_many_roles(items, "taskRoles", f.issues):
         items = None
-    names: list[tuple[str, str]] = []
-    for i, raw in enumerate(items or []):
-        before = issues.error_count()
-        read = _read_role(i, raw, f, prerequisites)
-        if read is None:
-            issues.ensure_error(before, f"taskRoles[{i}]", "this task role")
-            continue
-        role, paths, shm_defaulted = read
-        names.append((role.name, paths.name))
-        roles.append(role)
-        check_role(
-            role, paths, issues, shm_defaulted=shm_defaulted, completion_rule=MIN_COUNT_MESSAGE
-        )
-    check_job_instances(roles, "taskRoles", issues)
-    check_unique(names, issues, "task role name")
-    if issues.has_errors() or name is None:
-        return None
-    return JobSpec(
-        dialect=Dialect.V1,
-        name=name,
-        virtual_cluster=doc.get("virtualCluster") or "default",
-        retry_count=retry or 0,
-        gpu_type=doc.get("gpuType") or None,
-        auth_file=doc.get("authFile") or None,
-        parameters=dict(env or {}),
-        prerequisites=prerequisites,
-        task_roles=roles,
-        env=job_env,
-        extras=extras or {},
-        source=mask_secrets(source, doc),
-    )
+    return [(i, join("taskRoles", i), raw) for i, raw in enumerate(items or [])]
 
 
 def _fields() -> dict[str, frozenset[str]]:

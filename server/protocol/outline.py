@@ -1,0 +1,226 @@
+"""The outline the three dialect readers share: each mapping of a document (the job, a task
+role, a prerequisite) is read by a table of steps applied in order by one loop.
+
+A step names where its value is kept (`key`; None for a step that only checks), how it is
+read (`read`, given the `Place` being read) and an optional `rule` that checks or adjusts what
+was read. The table's order is the order of the errors and warnings a document gets, so a
+reader's behaviour is its table: a field is added, moved or given a rule in one line.
+
+The steps several dialects share live here too: the opening of a job (the required keys, the
+unknown ones, `type: job`, the retry count, the obsolete `killAllOnCompletedTaskNumber`), an
+image name, and the loop over the task roles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from server.protocol.fields import Fields, describe
+from server.protocol.issues import Issues, join
+from server.protocol.launch_checks import image_issues
+from server.protocol.model import TaskRole
+from server.protocol.rules import MAX_RETRIES, RolePaths
+
+
+@dataclass(slots=True)
+class Place:
+    """One mapping being read: the reader, the mapping, its path, and what earlier steps read
+    (later steps may depend on it: a default taken from another field)."""
+
+    f: Fields
+    obj: dict[str, Any]
+    path: str
+    values: dict[str, Any]
+
+    @property
+    def issues(self) -> Issues:
+        return self.f.issues
+
+    def at(self, key: str | int) -> str:
+        return join(self.path, key)
+
+
+Reader = Callable[[Place], Any]
+Rule = Callable[[Any, Place], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    key: str | None  # where the value is kept in `Place.values`; None: a check only
+    read: Reader
+    rule: Rule | None = None  # checks the value read; returns the value kept
+
+
+Table = Sequence[Step]
+
+
+def read_table(
+    table: Table, f: Fields, obj: dict[str, Any], path: str, values: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Apply `table` to `obj` at `path`; the values read, by key (added to `values` if given)."""
+    place = Place(f, obj, path, {} if values is None else values)
+    for step in table:
+        value = step.read(place)
+        if step.rule is not None:
+            value = step.rule(value, place)
+        if step.key is not None:
+            place.values[step.key] = value
+    return place.values
+
+
+def check(read: Reader) -> Step:
+    """A step that only reports (its value is not kept)."""
+    return Step(None, read)
+
+
+def nested(key: str, read_mapping: Reader, table: Table) -> Step:
+    """Read the mapping under a field (kept as `key`), then `table` on it at the field's path;
+    the values it reads join the enclosing place's."""
+
+    def read(place: Place) -> Any:
+        obj = read_mapping(place)
+        read_table(table, place.f, obj, place.at(key), place.values)
+        return obj
+
+    return Step(key, read)
+
+
+# -- readers -------------------------------------------------------------------------------
+
+
+def text(key: str, **options: Any) -> Reader:
+    return lambda p: p.f.string(p.obj, key, p.path, **options)
+
+
+def integer(key: str, **options: Any) -> Reader:
+    return lambda p: p.f.integer(p.obj, key, p.path, **options)
+
+
+def boolean(key: str) -> Reader:
+    return lambda p: p.f.boolean(p.obj, key, p.path)
+
+
+def strings(key: str, **options: Any) -> Reader:
+    return lambda p: p.f.string_list(p.obj, key, p.path, **options)
+
+
+def string_map(key: str) -> Reader:
+    return lambda p: p.f.string_map(p.obj, key, p.path)
+
+
+def mapping(key: str) -> Reader:
+    """A mapping field; left out or null reads as empty, anything else not a mapping is an
+    error (and reads as empty)."""
+
+    def read(p: Place) -> dict[str, Any]:
+        value = p.obj.get(key)
+        if value is None:
+            return {}
+        return p.f.as_mapping(value, p.at(key)) or {}
+
+    return read
+
+
+def loose_mapping(key: str) -> Reader:
+    """A mapping field where any empty value (null, 0, '', []) reads as an empty mapping."""
+
+    def read(p: Place) -> dict[str, Any]:
+        value = p.obj.get(key) or {}
+        return p.f.as_mapping(value, p.at(key)) or {}
+
+    return read
+
+
+def required(*keys: str) -> Step:
+    return check(lambda p: p.f.required(p.obj, p.path, keys))
+
+
+def known(allowed: Collection[str], hints: dict[str, str] | None = None) -> Step:
+    return check(lambda p: p.f.known_keys(p.obj, p.path, allowed, hints=hints))
+
+
+# -- steps and rules several dialects share ------------------------------------------------
+
+
+def _job_type(p: Place) -> None:
+    if "type" in p.obj and p.obj["type"] != "job":
+        p.issues.error(p.at("type"), "enum", f"must be 'job', got {describe(p.obj['type'])}")
+
+
+JOB_TYPE = check(_job_type)
+
+
+def protocol_version_2(*, detail: bool = True) -> Step:
+    """`protocolVersion`, when given, must be 2 (or "2")."""
+
+    def read(p: Place) -> None:
+        value = p.obj.get("protocolVersion", 2)
+        if value not in (2, "2"):
+            message = f"must be 2, got {describe(value)}" if detail else "must be 2"
+            p.issues.error(p.at("protocolVersion"), "enum", message)
+
+    return check(read)
+
+
+def retry_range(retry: int | None, p: Place) -> int | None:
+    """v1 and draft retry counts: -2 and -1 mean retry without limit."""
+    if retry is not None and not -2 <= retry <= MAX_RETRIES:
+        p.issues.error(
+            p.at("retryCount"),
+            "range",
+            f"must be -2 (always retry), -1 (retry failures without limit) or 0 to "
+            f"{MAX_RETRIES}, got {retry}",
+        )
+    return retry
+
+
+def _kill_all_obsolete(p: Place) -> None:
+    if "killAllOnCompletedTaskNumber" in p.obj:
+        p.issues.warn(
+            p.at("killAllOnCompletedTaskNumber"),
+            "obsolete",
+            "killAllOnCompletedTaskNumber is obsolete and ignored; use minSucceededTaskCount",
+        )
+
+
+KILL_ALL_OBSOLETE = check(_kill_all_obsolete)
+
+
+def image_name(key: str) -> Rule:
+    """An image name read from `key`: not blank, and a reference a registry can take."""
+
+    def rule(image: str | None, p: Place) -> str | None:
+        if image is not None and not image.strip():
+            p.issues.error(p.at(key), "empty", "the image name must not be empty")
+        elif image is not None:
+            p.issues.items.extend(image_issues(image, p.at(key)))
+        return image
+
+    return rule
+
+
+# -- task roles ----------------------------------------------------------------------------
+
+RoleRead = tuple[TaskRole, RolePaths, bool]  # the role, where its fields were, shm defaulted
+
+
+def read_roles(
+    entries: Iterable[tuple[Any, str, Any]],
+    read: Callable[[Any, str, Any], RoleRead | None],
+    accept: Callable[[TaskRole, RolePaths, bool], TaskRole],
+    issues: Issues,
+    what: str,
+) -> list[TaskRole]:
+    """Read each (key, path, raw) task role with `read`; a role that cannot be read leaves at
+    least one error at its path, a role read is checked and kept by `accept`."""
+    roles: list[TaskRole] = []
+    for key, path, raw in entries:
+        before = issues.error_count()
+        found = read(key, path, raw)
+        if found is None:
+            issues.ensure_error(before, path, what)
+            continue
+        roles.append(accept(*found))
+    return roles
