@@ -224,3 +224,14 @@ def read_roles(
             continue
         roles.append(accept(*found))
     return roles
+
+
+def null_means(key: str, meaning: Any) -> Rule:
+    """An explicit null under `key` reads as `meaning` (v1 and draft: null disables a rule)."""
+
+    def rule(value: Any, p: Place) -> Any:
+        if key in p.obj and p.obj[key] is None:
+            return meaning
+        return value
+
+    return rule
