@@ -75,16 +75,16 @@ def check(read: Reader) -> Step:
     return Step(None, read)
 
 
-def nested(key: str, read_mapping: Reader, table: Table) -> Step:
-    """Read the mapping under a field (kept as `key`), then `table` on it at the field's path;
-    the values it reads join the enclosing place's."""
+def nested(field: str, read_mapping: Reader, table: Table, *, key: str | None = None) -> Step:
+    """Read the mapping under `field` (kept as `key`, else as `field`), then `table` on it at
+    the field's path; the values it reads join the enclosing place's."""
 
     def read(place: Place) -> Any:
         obj = read_mapping(place)
-        read_table(table, place.f, obj, place.at(key), place.values)
+        read_table(table, place.f, obj, place.at(field), place.values)
         return obj
 
-    return Step(key, read)
+    return Step(field if key is None else key, read)
 
 
 # -- readers -------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def string_map(key: str) -> Reader:
     return lambda p: p.f.string_map(p.obj, key, p.path)
 
 
-def mapping(key: str) -> Reader:
+def mapping(key: str) -> Callable[[Place], dict[str, Any]]:
     """A mapping field; left out or null reads as empty, anything else not a mapping is an
     error (and reads as empty)."""
 
@@ -123,7 +123,7 @@ def mapping(key: str) -> Reader:
     return read
 
 
-def loose_mapping(key: str) -> Reader:
+def loose_mapping(key: str) -> Callable[[Place], dict[str, Any]]:
     """A mapping field where any empty value (null, 0, '', []) reads as an empty mapping."""
 
     def read(p: Place) -> dict[str, Any]:
