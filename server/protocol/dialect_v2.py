@@ -21,7 +21,6 @@ from server.protocol.issues import Issues, join
 from server.protocol.layout import misplaced_fields, misplaced_message, owner_role
 from server.protocol.model import (
     Completion,
-    Deployment,
     Dialect,
     JobSpec,
     PortRequest,
@@ -63,6 +62,12 @@ from server.protocol.rules import (
 )
 from server.protocol.secrets import MASK, mask_secrets
 from server.protocol.start_order import read_start_order
+from server.protocol.v2_deployments import (
+    DEPLOYMENT_KEYS,
+    DEPLOYMENT_ROLE_KEYS,
+    check_deployment_roles,
+    read_deployments,
+)
 from server.protocol.v2_names import V2_NAME, V2_NAME_RULE, original_name, rename_references
 
 ROLE_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -111,8 +116,6 @@ _RESOURCE_KEYS = ("cpu", "memoryMB", "gpu", "ports")
 _COMPLETION_KEYS = ("minFailedInstances", "minSucceededInstances")
 _OPTION_KEYS = ("shmMB", "infiniband")
 _DEFAULTS_KEYS = ("virtualCluster", "deployment")
-_DEPLOYMENT_KEYS = ("name", "taskRoles")
-_DEPLOYMENT_ROLE_KEYS = ("preCommands", "postCommands")
 
 
 def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
@@ -124,7 +127,7 @@ def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     role_names = {str(k) for k in raw_roles} if isinstance(raw_roles, dict) else set()
     roles = read_start_order(ours, roles, issues, declared=role_names)
     if raw_roles is not None:
-        _check_deployment_roles(values["deployments"], role_names, issues)
+        check_deployment_roles(values["deployments"], role_names, issues)
     if issues.has_errors() or values["name"] is None:
         return None
     prerequisites, roles = _original_prerequisite_names(values["prerequisites"], roles, ours)
@@ -185,20 +188,6 @@ def _read_roles(raw_roles: Any, f: Fields, values: dict[str, Any]) -> list[TaskR
     return roles
 
 
-def _check_deployment_roles(
-    deployments: list[Deployment], role_names: set[str], issues: Issues
-) -> None:
-    for d_index, deployment in enumerate(deployments):
-        for role_name in {*deployment.pre_commands, *deployment.post_commands}:
-            if role_name not in role_names:
-                issues.error(
-                    f"deployments[{d_index}].taskRoles.{role_name}",
-                    "unknown-role",
-                    f"deployment {deployment.name!r} names task role {role_name!r}, which the job "
-                    "does not have",
-                )
-
-
 def _secrets(p: Place) -> dict[str, Any]:
     if p.obj.get("secrets") == MASK:
         p.issues.error(
@@ -254,8 +243,8 @@ def _fields() -> dict[str, frozenset[str]]:
         "": _TOP_KEYS,
         "defaults": (*_DEFAULTS_KEYS, ANY_OTHER),
         "extras": (*EXTRAS_FIELDS, ANY_OTHER),
-        "deployments[]": (*_DEPLOYMENT_KEYS, ANY_OTHER),
-        "deployments[].taskRoles.*": _DEPLOYMENT_ROLE_KEYS,
+        "deployments[]": (*DEPLOYMENT_KEYS, ANY_OTHER),
+        "deployments[].taskRoles.*": DEPLOYMENT_ROLE_KEYS,
         "taskRoles.*": _ROLE_KEYS,
         "taskRoles.*.completion": _COMPLETION_KEYS,
         "taskRoles.*.extraContainerOptions": (*_OPTION_KEYS, ANY_OTHER),
@@ -308,50 +297,6 @@ def _read_prerequisites(doc: dict[str, Any], f: Fields) -> list[Prerequisite]:
     return read_prerequisite_list(
         [(item, f"prerequisites[{i}]") for i, item in enumerate(items)], f, Dialect.V2
     )
-
-
-def _read_deployments(doc: dict[str, Any], f: Fields) -> list[Deployment]:
-    raw = doc.get("deployments")
-    if raw is None:
-        return []
-    out: list[Deployment] = []
-    names: set[str] = set()
-    for i, item in enumerate(f.as_list(raw, "deployments", min_items=1) or []):
-        path = f"deployments[{i}]"
-        obj = f.as_mapping(item, path)
-        if obj is None:
-            continue
-        unread_warnings(obj, path, _DEPLOYMENT_KEYS, f.issues)
-        name = f.string(
-            obj, "name", path, required=True, pattern=V2_NAME, rule=V2_NAME_RULE, max_length=255
-        )
-        pre: dict[str, list[str]] = {}
-        post: dict[str, list[str]] = {}
-        roles_path = join(path, "taskRoles")
-        f.required(obj, path, ("taskRoles",))
-        roles = f.as_mapping(obj["taskRoles"], roles_path) if "taskRoles" in obj else None
-        if roles is not None and not roles:
-            f.issues.error(roles_path, "min-items", "must name at least one task role")
-        for role_name, entry in (roles or {}).items():
-            entry_path = join(roles_path, str(role_name))
-            entry_obj = f.as_mapping(entry, entry_path)
-            if entry_obj is None:
-                continue
-            f.known_keys(entry_obj, entry_path, _DEPLOYMENT_ROLE_KEYS)
-            before = f.string_list(entry_obj, "preCommands", entry_path, min_items=1)
-            after = f.string_list(entry_obj, "postCommands", entry_path, min_items=1)
-            if before:
-                pre[str(role_name)] = before
-            if after:
-                post[str(role_name)] = after
-        if name is None:
-            continue
-        if name in names:
-            f.issues.error(f"{path}.name", "duplicate", f"Duplicate deployments {name}.")
-            continue
-        names.add(name)
-        out.append(Deployment(name=name, pre_commands=pre, post_commands=post))
-    return out
 
 
 def _reference_prerequisite_names(extras: dict[str, Any], f: Fields) -> set[str]:
@@ -617,7 +562,7 @@ _JOB: Table = (
     Step("ours", lambda p: _dict_at(p.values["extras"], EXTRAS_KEY)),
     Step("retry", integer("jobRetryCount", default=0), _retry),
     Step("prerequisites", lambda p: _read_prerequisites(p.obj, p.f)),
-    Step("deployments", lambda p: _read_deployments(p.obj, p.f)),
+    Step("deployments", lambda p: read_deployments(p.obj, p.f)),
     nested(
         "defaults",
         mapping("defaults"),
