@@ -26,6 +26,7 @@ from server.protocol.model import (
 from server.protocol.outline import (
     KILL_ALL_OBSOLETE,
     Place,
+    RoleRead,
     Step,
     Table,
     check,
@@ -33,6 +34,7 @@ from server.protocol.outline import (
     integer,
     known,
     mapping,
+    null_means,
     read_roles,
     read_table,
     required,
@@ -87,6 +89,8 @@ _ROLE_KEYS = (
     "minFailedTaskCount",
     "minSucceededTaskCount",
 )
+# The role's numbers and their defaults.
+_NUMBERS = {"taskNumber": 1, "cpuNumber": 1, "memoryMB": 100, "gpuNumber": 0}
 _DIR_VARIABLES = (
     ("dataDir", "PAI_DATA_DIR", PrerequisiteType.DATA),
     ("outputDir", "PAI_OUTPUT_DIR", PrerequisiteType.OUTPUT),
@@ -109,7 +113,7 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
 
     roles = read_roles(
         _role_entries(doc, f),
-        lambda index, _path, raw: _read_role(index, raw, f, prerequisites),
+        lambda _index, path, raw: _read_role(path, raw, f, prerequisites),
         accept,
         issues,
         "this task role",
@@ -238,37 +242,49 @@ class _V1Fields(Fields):
 
 
 def _read_role(
-    index: int, raw: Any, f: Fields, prerequisites: list[Prerequisite]
-) -> tuple[TaskRole, RolePaths, bool] | None:
-    path = f"taskRoles[{index}]"
+    path: str, raw: Any, f: Fields, prerequisites: list[Prerequisite]
+) -> RoleRead | None:
     obj = f.as_mapping(raw, path)
     if obj is None:
         return None
-    f.known_keys(obj, path, _ROLE_KEYS)
-    name = f.string(obj, "name", path, required=True, pattern=ROLE_NAME, rule=ROLE_NAME_RULE)
-    number = {
-        key: f.integer(obj, key, path, default=default, numeric_strings=True)
-        for key, default in (
-            ("taskNumber", 1),
-            ("cpuNumber", 1),
-            ("memoryMB", 100),
-            ("gpuNumber", 0),
-        )
-    }
-    shm = f.integer(obj, "shmMB", path, numeric_strings=True)
-    # v1 semantics: an explicit null disables the rule; minSucceeded is off by default.
-    min_failed = f.integer(
-        obj, "minFailedTaskCount", path, default=1, allow_null=True, numeric_strings=True
+    paths = _role_paths(path)
+    values = read_table(_ROLE, f, obj, path, {"paths": paths})
+    if any(values[key] is None for key in _NEEDED) or (
+        values["shm"] is None and obj.get("shmMB") is not None
+    ):
+        return None
+    return _role(values, prerequisites), paths, values["shm"] is None
+
+
+# What a role needs read to be one (the shm size may be left out).
+_NEEDED = ("name", "command", "ports", "min_failed", "min_succeeded", *_NUMBERS)
+
+
+def _role(values: dict[str, Any], prerequisites: list[Prerequisite]) -> TaskRole:
+    memory, shm = values["memoryMB"], values["shm"]
+    return TaskRole(
+        name=values["name"],
+        instances=values["taskNumber"] or 0,
+        docker_image="default",
+        data="default" if _has(prerequisites, PrerequisiteType.DATA) else None,
+        script="default" if _has(prerequisites, PrerequisiteType.SCRIPT) else None,
+        output="default" if _has(prerequisites, PrerequisiteType.OUTPUT) else None,
+        resources=Resources(
+            cpu=values["cpuNumber"] or 0,
+            memory_mb=memory,
+            gpu=values["gpuNumber"] or 0,
+            shm_mb=min(DEFAULT_SHM_MB, memory) if shm is None else shm,
+            ports=add_default_ports(values["ports"]),
+        ),
+        completion=Completion(
+            min_failed=values["min_failed"] or 0, min_succeeded=values["min_succeeded"] or 0
+        ),
+        commands=[values["command"]],
     )
-    if "minFailedTaskCount" in obj and obj["minFailedTaskCount"] is None:
-        min_failed = -1
-    min_succeeded = f.integer(
-        obj, "minSucceededTaskCount", path, default=-1, allow_null=True, numeric_strings=True
-    )
-    command = f.string(obj, "command", path, required=True)
-    if command is not None and not command.strip():
-        f.issues.error(join(path, "command"), "empty", "command must not be empty")
-    paths = RolePaths(
+
+
+def _role_paths(path: str) -> RolePaths:
+    return RolePaths(
         name=join(path, "name"),
         instances=join(path, "taskNumber"),
         cpu=join(path, "cpuNumber"),
@@ -279,35 +295,44 @@ def _read_role(
         min_succeeded=join(path, "minSucceededTaskCount"),
         task_retry_count=path,
     )
-    ports = read_port_list(obj, path, f, paths, count_required=False, numeric_strings=True)
-    if None in (name, command, ports, min_failed, min_succeeded, *number.values()) or (
-        shm is None and obj.get("shmMB") is not None
-    ):
-        return None
-    memory = number["memoryMB"]
-    assert name is not None and command is not None and ports is not None and memory is not None
-    role = TaskRole(
-        name=name,
-        instances=number["taskNumber"] or 0,
-        docker_image="default",
-        data="default" if _has(prerequisites, PrerequisiteType.DATA) else None,
-        script="default" if _has(prerequisites, PrerequisiteType.SCRIPT) else None,
-        output="default" if _has(prerequisites, PrerequisiteType.OUTPUT) else None,
-        resources=Resources(
-            cpu=number["cpuNumber"] or 0,
-            memory_mb=memory,
-            gpu=number["gpuNumber"] or 0,
-            shm_mb=min(DEFAULT_SHM_MB, memory) if shm is None else shm,
-            ports=add_default_ports(ports),
-        ),
-        completion=Completion(min_failed=min_failed or 0, min_succeeded=min_succeeded or 0),
-        commands=[command],
-    )
-    return role, paths, shm is None
+
+
+def _command_not_blank(command: str | None, p: Place) -> str | None:
+    if command is not None and not command.strip():
+        p.issues.error(p.at("command"), "empty", "command must not be empty")
+    return command
 
 
 def _has(prerequisites: list[Prerequisite], type_: PrerequisiteType) -> bool:
     return any(p.type == type_ for p in prerequisites)
+
+
+_ROLE: Table = (
+    known(_ROLE_KEYS),
+    Step("name", text("name", required=True, pattern=ROLE_NAME, rule=ROLE_NAME_RULE)),
+    *(
+        Step(key, integer(key, default=default, numeric_strings=True))
+        for key, default in _NUMBERS.items()
+    ),
+    Step("shm", integer("shmMB", numeric_strings=True)),
+    # v1 semantics: an explicit null disables the rule; minSucceeded is off by default.
+    Step(
+        "min_failed",
+        integer("minFailedTaskCount", default=1, allow_null=True, numeric_strings=True),
+        null_means("minFailedTaskCount", -1),
+    ),
+    Step(
+        "min_succeeded",
+        integer("minSucceededTaskCount", default=-1, allow_null=True, numeric_strings=True),
+    ),
+    Step("command", text("command", required=True), _command_not_blank),
+    Step(
+        "ports",
+        lambda p: read_port_list(
+            p.obj, p.path, p.f, p.values["paths"], count_required=False, numeric_strings=True
+        ),
+    ),
+)
 
 
 FIELDS = _fields()
