@@ -27,8 +27,8 @@ from server.protocol.outline import (
     KILL_ALL_OBSOLETE,
     Place,
     RoleRead,
-    Step,
     Table,
+    all_read,
     check,
     integer,
     known,
@@ -38,9 +38,12 @@ from server.protocol.outline import (
     read_table,
     required,
     retry_range,
+    run,
+    step,
     string_map,
     strings,
     text,
+    within,
 )
 from server.protocol.port_list import PORT_KEYS, read_port_list
 from server.protocol.prerequisites import DRAFT_NAME, DRAFT_NAME_RULE, read_prerequisite_list
@@ -175,7 +178,7 @@ def _with_overrides(parameters: dict[str, Any], p: Place) -> dict[str, Any]:
 
 
 _JOB: Table = (
-    Step("own_prerequisites", lambda p: _raw_list(p.obj, "prerequisites", p.path, p.f)),
+    step("own_prerequisites", lambda p: _raw_list(p.obj, "prerequisites", p.path, p.f)),
     known(
         _JOB_KEYS,
         hints={
@@ -184,18 +187,18 @@ _JOB: Table = (
         },
     ),
     required("type", "tasks"),
-    Step(
+    step(
         "name",
         text("name", required=True, pattern=DRAFT_NAME, rule=DRAFT_NAME_RULE, max_length=255),
     ),
     JOB_TYPE,
-    Step("version", text("version", allow_number=True)),
-    Step("contributor", text("contributor")),
-    Step("description", text("description")),
-    Step("virtual_cluster", lambda p: p.f.string(p.obj, "virtualCluster", p.path) or "default"),
-    Step("retry", integer("retryCount", default=0), retry_range),
+    step("version", text("version", allow_number=True)),
+    step("contributor", text("contributor")),
+    step("description", text("description")),
+    step("virtual_cluster", lambda p: p.f.string(p.obj, "virtualCluster", p.path) or "default"),
+    step("retry", integer("retryCount", default=0), retry_range),
     KILL_ALL_OBSOLETE,
-    Step("parameters", loose_mapping("parameters"), _with_overrides),
+    step("parameters", loose_mapping("parameters"), _with_overrides),
 )
 
 
@@ -226,8 +229,7 @@ def _read_task(
     obj = f.as_mapping(raw, path)
     if obj is None:
         return None
-    values = read_table(
-        _TASK,
+    place = Place(
         f,
         obj,
         path,
@@ -238,29 +240,29 @@ def _read_task(
             "output_key": "output" if "output" in obj else "storage",
         },
     )
+    run(_TASK, place)
+    values = place.values
     res_path = join(path, "resource")
     res = f.as_mapping(obj["resource"], res_path) if "resource" in obj else None
     paths = _task_paths(path, values["role_key"], values["output_key"])
     if res is None:
         return None
-    read_table(_RESOURCE, f, res, res_path, values)
+    within(place, res, res_path, _RESOURCE)
     per_path = join(res_path, "resourcePerInstance")
     per = (
         f.as_mapping(res["resourcePerInstance"], per_path) if "resourcePerInstance" in res else None
     )
     if per is None:
         return None
-    read_table(_PER_INSTANCE, f, per, per_path, values)
+    within(place, per, per_path, _PER_INSTANCE)
     values["ports"] = read_port_list(res, res_path, f, paths, count_required=True)
-    if any(values[key] is None for key in _NEEDED) or (
-        values["shm"] is None and per.get("shmMB") is not None
-    ):
+    if not _all_read(values) or (values["shm"] is None and per.get("shmMB") is not None):
         return None
     return _task_role(values), paths, values["shm"] is None
 
 
-# What a task needs read to become a role (the shm size may be left out).
-_NEEDED = (
+# Whether a task has what it needs to become a role (the shm size may be left out).
+_all_read = all_read(
     "name",
     "image",
     "command",
@@ -303,23 +305,23 @@ def _task_role(values: dict[str, Any]) -> TaskRole:
 
 
 def _task_paths(path: str, role_key: str, output_key: str) -> RolePaths:
-    res_path = join(path, "resource")
-    per_path = join(res_path, "resourcePerInstance")
+    res_path = f"{path}.resource"
+    per_path = f"{res_path}.resourcePerInstance"
     return RolePaths(
-        name=join(path, role_key),
-        instances=join(res_path, "instances"),
-        cpu=join(per_path, "cpu"),
-        memory_mb=join(per_path, "memoryMB"),
-        gpu=join(per_path, "gpu"),
-        shm_mb=join(per_path, "shmMB"),
-        min_failed=join(path, "minFailedTaskCount"),
-        min_succeeded=join(path, "minSucceededTaskCount"),
+        name=f"{path}.{role_key}",
+        instances=f"{res_path}.instances",
+        cpu=f"{per_path}.cpu",
+        memory_mb=f"{per_path}.memoryMB",
+        gpu=f"{per_path}.gpu",
+        shm_mb=f"{per_path}.shmMB",
+        min_failed=f"{path}.minFailedTaskCount",
+        min_succeeded=f"{path}.minSucceededTaskCount",
         task_retry_count=path,
-        docker_image=join(path, "dockerimage"),
-        data=join(path, "data"),
-        script=join(path, "script"),
-        output=join(path, output_key),
-        prerequisites=join(path, "data"),
+        docker_image=f"{path}.dockerimage",
+        data=f"{path}.data",
+        script=f"{path}.script",
+        output=f"{path}.{output_key}",
+        prerequisites=f"{path}.data",
     )
 
 
@@ -373,34 +375,34 @@ def _image(p: Place) -> str | None:
 _TASK: Table = (
     check(_start_order_elsewhere),
     check(_known_task_keys),
-    Step("name", _role_name),
-    Step("output", _output),
-    Step("script", text("script")),
-    Step("data", lambda p: _name_list(p.obj, "data", p.path, p.f)),
-    Step("image", _image),
-    Step("command", strings("command", required=True, min_items=1)),
-    Step("env", string_map("env")),
-    Step("parameters", loose_mapping("parameters")),
-    Step(
+    step("name", _role_name),
+    step("output", _output),
+    step("script", text("script")),
+    step("data", lambda p: _name_list(p.obj, "data", p.path, p.f)),
+    step("image", _image),
+    step("command", strings("command", required=True, min_items=1)),
+    step("env", string_map("env")),
+    step("parameters", loose_mapping("parameters")),
+    step(
         "min_failed",
         integer("minFailedTaskCount", default=1, allow_null=True),
         null_means("minFailedTaskCount", -1),
     ),
-    Step("min_succeeded", integer("minSucceededTaskCount", default=-1, allow_null=True)),
+    step("min_succeeded", integer("minSucceededTaskCount", default=-1, allow_null=True)),
     required("resource"),
 )
 _RESOURCE: Table = (
     known(_RESOURCE_KEYS),
-    Step("instances", lambda p: _instances(p.obj, p.path, p.f, p.values["job_parameters"])),
+    step("instances", lambda p: _instances(p.obj, p.path, p.f, p.values["job_parameters"])),
     required("resourcePerInstance"),
 )
 _PER_INSTANCE: Table = (
     known(_PER_INSTANCE_KEYS),
     required("cpu", "memoryMB", "gpu"),
-    Step("cpu", integer("cpu")),
-    Step("memory", integer("memoryMB")),
-    Step("gpu", integer("gpu")),
-    Step("shm", integer("shmMB")),
+    step("cpu", integer("cpu")),
+    step("memory", integer("memoryMB")),
+    step("gpu", integer("gpu")),
+    step("shm", integer("shmMB")),
 )
 
 

@@ -27,8 +27,8 @@ from server.protocol.outline import (
     KILL_ALL_OBSOLETE,
     Place,
     RoleRead,
-    Step,
     Table,
+    all_read,
     check,
     image_name,
     integer,
@@ -39,6 +39,7 @@ from server.protocol.outline import (
     read_table,
     required,
     retry_range,
+    step,
     string_map,
     text,
 )
@@ -167,18 +168,18 @@ def _extras_warned(extras: dict[str, Any], p: Place) -> dict[str, Any]:
 _JOB: Table = (
     required("taskRoles"),
     known(_TOP_KEYS),
-    Step(
+    step(
         "name",
         text("jobName", required=True, pattern=JOB_NAME, rule=JOB_NAME_RULE, max_length=255),
     ),
-    Step("image", text("image", required=True), image_name("image")),
+    step("image", text("image", required=True), image_name("image")),
     *(check(text(key)) for key in ("authFile", "gpuType", "virtualCluster")),
     *(check(text(key)) for key, _, _ in _DIR_VARIABLES),
     KILL_ALL_OBSOLETE,
-    Step("retry", integer("retryCount", default=0, numeric_strings=True), retry_range),
+    step("retry", integer("retryCount", default=0, numeric_strings=True), retry_range),
     check(_gpu_type_ignored),
-    Step("env", string_map("jobEnvs"), _rdma_ignored),
-    Step("extras", mapping("extras"), _extras_warned),
+    step("env", string_map("jobEnvs"), _rdma_ignored),
+    step("extras", mapping("extras"), _extras_warned),
 )
 
 
@@ -249,15 +250,13 @@ def _read_role(
         return None
     paths = _role_paths(path)
     values = read_table(_ROLE, f, obj, path, {"paths": paths})
-    if any(values[key] is None for key in _NEEDED) or (
-        values["shm"] is None and obj.get("shmMB") is not None
-    ):
+    if not _all_read(values) or (values["shm"] is None and obj.get("shmMB") is not None):
         return None
     return _role(values, prerequisites), paths, values["shm"] is None
 
 
-# What a role needs read to be one (the shm size may be left out).
-_NEEDED = ("name", "command", "ports", "min_failed", "min_succeeded", *_NUMBERS)
+# Whether a role has what it needs to be one (the shm size may be left out).
+_all_read = all_read("name", "command", "ports", "min_failed", "min_succeeded", *_NUMBERS)
 
 
 def _role(values: dict[str, Any], prerequisites: list[Prerequisite]) -> TaskRole:
@@ -285,14 +284,14 @@ def _role(values: dict[str, Any], prerequisites: list[Prerequisite]) -> TaskRole
 
 def _role_paths(path: str) -> RolePaths:
     return RolePaths(
-        name=join(path, "name"),
-        instances=join(path, "taskNumber"),
-        cpu=join(path, "cpuNumber"),
-        memory_mb=join(path, "memoryMB"),
-        gpu=join(path, "gpuNumber"),
-        shm_mb=join(path, "shmMB"),
-        min_failed=join(path, "minFailedTaskCount"),
-        min_succeeded=join(path, "minSucceededTaskCount"),
+        name=f"{path}.name",
+        instances=f"{path}.taskNumber",
+        cpu=f"{path}.cpuNumber",
+        memory_mb=f"{path}.memoryMB",
+        gpu=f"{path}.gpuNumber",
+        shm_mb=f"{path}.shmMB",
+        min_failed=f"{path}.minFailedTaskCount",
+        min_succeeded=f"{path}.minSucceededTaskCount",
         task_retry_count=path,
     )
 
@@ -309,24 +308,24 @@ def _has(prerequisites: list[Prerequisite], type_: PrerequisiteType) -> bool:
 
 _ROLE: Table = (
     known(_ROLE_KEYS),
-    Step("name", text("name", required=True, pattern=ROLE_NAME, rule=ROLE_NAME_RULE)),
+    step("name", text("name", required=True, pattern=ROLE_NAME, rule=ROLE_NAME_RULE)),
     *(
-        Step(key, integer(key, default=default, numeric_strings=True))
+        step(key, integer(key, default=default, numeric_strings=True))
         for key, default in _NUMBERS.items()
     ),
-    Step("shm", integer("shmMB", numeric_strings=True)),
+    step("shm", integer("shmMB", numeric_strings=True)),
     # v1 semantics: an explicit null disables the rule; minSucceeded is off by default.
-    Step(
+    step(
         "min_failed",
         integer("minFailedTaskCount", default=1, allow_null=True, numeric_strings=True),
         null_means("minFailedTaskCount", -1),
     ),
-    Step(
+    step(
         "min_succeeded",
         integer("minSucceededTaskCount", default=-1, allow_null=True, numeric_strings=True),
     ),
-    Step("command", text("command", required=True), _command_not_blank),
-    Step(
+    step("command", text("command", required=True), _command_not_blank),
+    step(
         "ports",
         lambda p: read_port_list(
             p.obj, p.path, p.f, p.values["paths"], count_required=False, numeric_strings=True

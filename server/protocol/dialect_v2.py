@@ -32,8 +32,8 @@ from server.protocol.outline import (
     JOB_TYPE,
     Place,
     RoleRead,
-    Step,
     Table,
+    all_read,
     boolean,
     check,
     integer,
@@ -45,8 +45,10 @@ from server.protocol.outline import (
     read_roles,
     read_table,
     required,
+    step,
     strings,
     text,
+    within,
 )
 from server.protocol.prerequisites import FIELDS as PREREQUISITE_FIELDS
 from server.protocol.prerequisites import read_prerequisite_list
@@ -166,7 +168,8 @@ def _read_roles(raw_roles: Any, f: Fields, values: dict[str, Any]) -> list[TaskR
     def read(role_name: Any, path: str, raw: Any) -> RoleRead | None:
         start = len(issues.items)
         found = _read_role(str(role_name), raw, f, begin_at.get(role_name) or {})
-        issues.forget_required(start, path, misplaced.get(role_name, []))
+        if role_name in misplaced:
+            issues.forget_required(start, path, misplaced[role_name])
         return found
 
     def accept(role: TaskRole, paths: RolePaths, shm_defaulted: bool) -> TaskRole:
@@ -355,9 +358,11 @@ def _read_role(name: str, raw: Any, f: Fields, begin_at: dict[str, Any]) -> Role
     if obj is None:
         return None
     paths = _role_paths(path)
-    values = read_table(_ROLE, f, obj, path, {"paths": paths, "begin_at": begin_at})
+    values = read_table(
+        _ROLE, f, obj, path, {**_NO_RESOURCES, "paths": paths, "begin_at": begin_at}
+    )
     options = values["options"]
-    if any(values.get(key) is None for key in _NEEDED) or any(
+    if not _all_read(values) or any(
         options.get(key) is not None and values[value] is None
         for key, value in (("shmMB", "shm"), ("infiniband", "infiniband"))
     ):
@@ -365,8 +370,10 @@ def _read_role(name: str, raw: Any, f: Fields, begin_at: dict[str, Any]) -> Role
     return _role(name, values), paths, values["shm"] is None
 
 
-# What a role needs read (its resources among them) to be one.
-_NEEDED = (
+# Whether a role has what it needs (its resources among them) to be one.
+# What a role without a readable resourcePerInstance has of it.
+_NO_RESOURCES: dict[str, Any] = {"cpu": None, "memory": None, "gpu": None, "ports": []}
+_all_read = all_read(
     "instances",
     "retry",
     "docker_image",
@@ -386,7 +393,7 @@ def _role(name: str, values: dict[str, Any]) -> TaskRole:
         memory_mb=memory,
         gpu=values["gpu"],
         shm_mb=min(DEFAULT_SHM_MB, memory) if shm is None else shm,
-        ports=add_default_ports(values.get("ports", [])),
+        ports=add_default_ports(values["ports"]),
         infiniband=bool(infiniband),
     )
     return TaskRole(
@@ -410,23 +417,23 @@ def _role(name: str, values: dict[str, Any]) -> TaskRole:
 
 
 def _role_paths(path: str) -> RolePaths:
-    res_path = join(path, "resourcePerInstance")
-    completion_path = join(path, "completion")
+    res_path = f"{path}.resourcePerInstance"
+    completion_path = f"{path}.completion"
     return RolePaths(
         name=path,
-        instances=join(path, "instances"),
-        cpu=join(res_path, "cpu"),
-        memory_mb=join(res_path, "memoryMB"),
-        gpu=join(res_path, "gpu"),
-        shm_mb=join(join(path, "extraContainerOptions"), "shmMB"),
-        min_failed=join(completion_path, "minFailedInstances"),
-        min_succeeded=join(completion_path, "minSucceededInstances"),
-        task_retry_count=join(path, "taskRetryCount"),
-        docker_image=join(path, "dockerImage"),
-        data=join(path, "data"),
-        script=join(path, "script"),
-        output=join(path, "output"),
-        prerequisites=join(path, "prerequisites"),
+        instances=f"{path}.instances",
+        cpu=f"{res_path}.cpu",
+        memory_mb=f"{res_path}.memoryMB",
+        gpu=f"{res_path}.gpu",
+        shm_mb=f"{path}.extraContainerOptions.shmMB",
+        min_failed=f"{completion_path}.minFailedInstances",
+        min_succeeded=f"{completion_path}.minSucceededInstances",
+        task_retry_count=f"{path}.taskRetryCount",
+        docker_image=f"{path}.dockerImage",
+        data=f"{path}.data",
+        script=f"{path}.script",
+        output=f"{path}.output",
+        prerequisites=f"{path}.prerequisites",
     )
 
 
@@ -459,7 +466,7 @@ def _resources(p: Place) -> dict[str, Any] | None:
     res_path = p.at("resourcePerInstance")
     res = p.f.as_mapping(p.obj["resourcePerInstance"], res_path)
     if res is not None:
-        read_table(_RESOURCE, p.f, res, res_path, p.values)
+        within(p, res, res_path, _RESOURCE)
     return res
 
 
@@ -472,10 +479,10 @@ def _min_succeeded(p: Place) -> int | None:
 _RESOURCE: Table = (
     required("cpu", "memoryMB", "gpu"),
     known(_RESOURCE_KEYS, hints={"shmMB": "protocol v2 puts it under extraContainerOptions.shmMB"}),
-    Step("cpu", integer("cpu")),
-    Step("memory", integer("memoryMB")),
-    Step("gpu", integer("gpu")),
-    Step(
+    step("cpu", integer("cpu")),
+    step("memory", integer("memoryMB")),
+    step("gpu", integer("gpu")),
+    step(
         "ports",
         lambda p: _read_ports(p.obj, p.path, p.f, p.values["paths"], p.values["begin_at"]) or [],
     ),
@@ -484,35 +491,35 @@ _ROLE: Table = (
     required("resourcePerInstance"),
     known(_ROLE_KEYS, hints=_ROLE_HINTS),
     protocol_version_2(detail=False),
-    Step("instances", integer("instances", default=1)),
-    Step("retry", integer("taskRetryCount", default=0)),
-    Step("docker_image", text("dockerImage", required=True)),
-    Step("data", text("data")),
-    Step("script", text("script")),
-    Step("output", text("output")),
-    Step("prerequisites", strings("prerequisites")),
-    Step("commands", strings("commands", required=True, min_items=1)),
+    step("instances", integer("instances", default=1)),
+    step("retry", integer("taskRetryCount", default=0)),
+    step("docker_image", text("dockerImage", required=True)),
+    step("data", text("data")),
+    step("script", text("script")),
+    step("output", text("output")),
+    step("prerequisites", strings("prerequisites")),
+    step("commands", strings("commands", required=True, min_items=1)),
     nested(
         "completion",
         loose_mapping("completion"),
         (
             known(_COMPLETION_KEYS),
             # OpenPAI treats null as the default (1 failure; every instance succeeding).
-            Step("min_failed", integer("minFailedInstances", default=1, allow_null=True)),
-            Step("min_succeeded", _min_succeeded),
+            step("min_failed", integer("minFailedInstances", default=1, allow_null=True)),
+            step("min_succeeded", _min_succeeded),
         ),
     ),
     nested(
         "extraContainerOptions",
         loose_mapping("extraContainerOptions"),
         (
-            Step("shm", integer("shmMB")),
-            Step("infiniband", boolean("infiniband"), _infiniband_ignored),
+            step("shm", integer("shmMB")),
+            step("infiniband", boolean("infiniband"), _infiniband_ignored),
             check(_unknown_options),
         ),
         key="options",
     ),
-    Step("resources", _resources),
+    step("resources", _resources),
 )
 
 
@@ -551,31 +558,31 @@ _JOB: Table = (
     required("protocolVersion", "type", "taskRoles"),
     known(_TOP_KEYS, hints=_TOP_HINTS),
     protocol_version_2(),
-    Step("name", text("name", required=True, pattern=V2_NAME, rule=V2_NAME_RULE, max_length=255)),
+    step("name", text("name", required=True, pattern=V2_NAME, rule=V2_NAME_RULE, max_length=255)),
     JOB_TYPE,
-    Step("version", text("version", allow_number=True)),
-    Step("contributor", text("contributor")),
-    Step("description", text("description")),
-    Step("parameters", mapping("parameters")),
-    Step("secrets", _secrets),
-    Step("extras", mapping("extras"), _extras_warned),
-    Step("ours", lambda p: _dict_at(p.values["extras"], EXTRAS_KEY)),
-    Step("retry", integer("jobRetryCount", default=0), _retry),
-    Step("prerequisites", lambda p: _read_prerequisites(p.obj, p.f)),
-    Step("deployments", lambda p: read_deployments(p.obj, p.f)),
+    step("version", text("version", allow_number=True)),
+    step("contributor", text("contributor")),
+    step("description", text("description")),
+    step("parameters", mapping("parameters")),
+    step("secrets", _secrets),
+    step("extras", mapping("extras"), _extras_warned),
+    step("ours", lambda p: _dict_at(p.values["extras"], EXTRAS_KEY)),
+    step("retry", integer("jobRetryCount", default=0), _retry),
+    step("prerequisites", lambda p: _read_prerequisites(p.obj, p.f)),
+    step("deployments", lambda p: read_deployments(p.obj, p.f)),
     nested(
         "defaults",
         mapping("defaults"),
         (
             check(lambda p: unread_warnings(p.obj, p.path, _DEFAULTS_KEYS, p.issues)),
-            Step(
+            step(
                 "virtual_cluster",
                 lambda p: p.f.string(p.obj, "virtualCluster", p.path) or "default",
             ),
-            Step("default_deployment", text("deployment"), _known_deployment),
+            step("default_deployment", text("deployment"), _known_deployment),
         ),
     ),
-    Step("reference_names", lambda p: _reference_prerequisite_names(p.values["extras"], p.f)),
+    step("reference_names", lambda p: _reference_prerequisite_names(p.values["extras"], p.f)),
 )
 
 

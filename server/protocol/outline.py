@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from server.protocol.fields import Fields, describe
@@ -46,11 +47,14 @@ Reader = Callable[[Place], Any]
 Rule = Callable[[Any, Place], Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    key: str | None  # where the value is kept in `Place.values`; None: a check only
-    read: Reader
-    rule: Rule | None = None  # checks the value read; returns the value kept
+# A step: where its value is kept in `Place.values` (None: a check only), how it is read, and
+# the rule that checks the value read and returns the value kept (None: kept as read). A plain
+# tuple, the cheapest thing for the loop to unpack.
+Step = tuple[str | None, Reader, Rule | None]
+
+
+def step(key: str | None, read: Reader, rule: Rule | None = None) -> Step:
+    return (key, read, rule)
 
 
 Table = Sequence[Step]
@@ -61,18 +65,36 @@ def read_table(
 ) -> dict[str, Any]:
     """Apply `table` to `obj` at `path`; the values read, by key (added to `values` if given)."""
     place = Place(f, obj, path, {} if values is None else values)
-    for step in table:
-        value = step.read(place)
-        if step.rule is not None:
-            value = step.rule(value, place)
-        if step.key is not None:
-            place.values[step.key] = value
+    run(table, place)
     return place.values
+
+
+def run(table: Table, place: Place) -> None:
+    """Apply `table` to the place, keeping the values it reads in `place.values`."""
+    kept = place.values
+    for key, read, rule in table:
+        value = read(place)
+        if rule is not None:
+            value = rule(value, place)
+        if key is not None:
+            kept[key] = value
+
+
+def within(place: Place, obj: dict[str, Any], path: str, table: Table) -> None:
+    """Apply `table` to a mapping inside the place (at `path`), its values joining the
+    place's; the place is lent for it rather than a new one made (one less object per
+    mapping read keeps the garbage collector out of the way)."""
+    outer_obj, outer_path = place.obj, place.path
+    place.obj, place.path = obj, path
+    try:
+        run(table, place)
+    finally:
+        place.obj, place.path = outer_obj, outer_path
 
 
 def check(read: Reader) -> Step:
     """A step that only reports (its value is not kept)."""
-    return Step(None, read)
+    return step(None, read)
 
 
 def nested(field: str, read_mapping: Reader, table: Table, *, key: str | None = None) -> Step:
@@ -81,33 +103,78 @@ def nested(field: str, read_mapping: Reader, table: Table, *, key: str | None = 
 
     def read(place: Place) -> Any:
         obj = read_mapping(place)
-        read_table(table, place.f, obj, place.at(field), place.values)
+        within(place, obj, place.at(field), table)
         return obj
 
-    return Step(field if key is None else key, read)
+    return step(field if key is None else key, read)
 
 
 # -- readers -------------------------------------------------------------------------------
 
 
+# The readers below answer the common cases (a value of the right type, an optional field left
+# out) themselves, as the Fields method would, and call it for everything else: most fields of
+# most documents then cost one call, not two.
+_ABSENT = object()
+
+
 def text(key: str, **options: Any) -> Reader:
-    return lambda p: p.f.string(p.obj, key, p.path, **options)
+    if options.get("pattern") is not None or options.get("max_length") is not None:
+        return lambda p: p.f.string(p.obj, key, p.path, **options)
+    optional = not options.get("required", False)
+
+    def read(p: Place) -> Any:
+        value = p.obj.get(key)
+        if value.__class__ is str or (value is None and optional):
+            return value
+        return p.f.string(p.obj, key, p.path, **options)
+
+    return read
 
 
 def integer(key: str, **options: Any) -> Reader:
-    return lambda p: p.f.integer(p.obj, key, p.path, **options)
+    optional = not options.get("required", False)
+    default = options.get("default")
+
+    def read(p: Place) -> Any:
+        value = p.obj.get(key, _ABSENT)
+        if value.__class__ is int:
+            return value
+        if value is _ABSENT and optional:
+            return default
+        return p.f.integer(p.obj, key, p.path, **options)
+
+    return read
 
 
 def boolean(key: str) -> Reader:
-    return lambda p: p.f.boolean(p.obj, key, p.path)
+    def read(p: Place) -> Any:
+        value = p.obj.get(key)
+        if value is None or value.__class__ is bool:
+            return value
+        return p.f.boolean(p.obj, key, p.path)
+
+    return read
 
 
 def strings(key: str, **options: Any) -> Reader:
-    return lambda p: p.f.string_list(p.obj, key, p.path, **options)
+    optional = not options.get("required", False)
+
+    def read(p: Place) -> Any:
+        if optional and p.obj.get(key) is None:
+            return None
+        return p.f.string_list(p.obj, key, p.path, **options)
+
+    return read
 
 
 def string_map(key: str) -> Reader:
-    return lambda p: p.f.string_map(p.obj, key, p.path)
+    def read(p: Place) -> Any:
+        if p.obj.get(key) is None:
+            return {}
+        return p.f.string_map(p.obj, key, p.path)
+
+    return read
 
 
 def mapping(key: str) -> Callable[[Place], dict[str, Any]]:
@@ -134,11 +201,24 @@ def loose_mapping(key: str) -> Callable[[Place], dict[str, Any]]:
 
 
 def required(*keys: str) -> Step:
-    return check(lambda p: p.f.required(p.obj, p.path, keys))
+    def read(p: Place) -> None:
+        obj = p.obj
+        for key in keys:
+            if key not in obj:  # only then spell out the paths
+                p.f.required(obj, p.path, keys)
+                return
+
+    return check(read)
 
 
 def known(allowed: Collection[str], hints: dict[str, str] | None = None) -> Step:
-    return check(lambda p: p.f.known_keys(p.obj, p.path, allowed, hints=hints))
+    members = frozenset(allowed)
+
+    def read(p: Place) -> None:
+        if not members.issuperset(p.obj):  # only then look for the keys to report
+            p.f.known_keys(p.obj, p.path, allowed, hints=hints)
+
+    return check(read)
 
 
 # -- steps and rules several dialects share ------------------------------------------------
@@ -235,3 +315,9 @@ def null_means(key: str, meaning: Any) -> Rule:
         return value
 
     return rule
+
+
+def all_read(*keys: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether none of `keys` read as None (a field that could not be read)."""
+    values_of = itemgetter(*keys)
+    return lambda values: None not in values_of(values)

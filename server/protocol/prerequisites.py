@@ -29,14 +29,14 @@ from server.protocol.model import (
 )
 from server.protocol.outline import (
     Place,
-    Step,
     Table,
     check,
     image_name,
     known,
     mapping,
     protocol_version_2,
-    read_table,
+    run,
+    step,
     text,
 )
 from server.protocol.privileges import check_options
@@ -101,6 +101,10 @@ _TYPES_BY_DIALECT: dict[Dialect, tuple[PrerequisiteType, ...]] = {
     ),
 }
 COMPONENT_TYPES = frozenset(t.value for t in _TYPES_BY_DIALECT[Dialect.DRAFT])
+# The types a dialect allows, by how they are written (looked up once per prerequisite).
+_TYPE_BY_VALUE = {
+    dialect: {t.value: t for t in types} for dialect, types in _TYPES_BY_DIALECT.items()
+}
 
 
 def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prerequisite | None:
@@ -108,10 +112,13 @@ def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prere
     if obj is None:
         return None
     tables = _TABLES[dialect]
-    values = read_table(tables.head, f, obj, path)
-    if values["type"] is PrerequisiteType.DOCKERIMAGE:
-        return _dockerimage(read_table(tables.dockerimage, f, obj, path, values))
-    return _with_plugin(obj, path, f, read_table(tables.with_plugin, f, obj, path, values))
+    place = Place(f, obj, path, {})
+    run(tables.head, place)
+    if place.values["type"] is PrerequisiteType.DOCKERIMAGE:
+        run(tables.dockerimage, place)
+        return _dockerimage(place.values)
+    run(tables.with_plugin, place)
+    return _with_plugin(obj, path, f, place.values)
 
 
 def _dockerimage(values: dict[str, Any]) -> Prerequisite | None:
@@ -197,7 +204,7 @@ class _Tables:
 def _tables(dialect: Dialect) -> _Tables:
     v2 = dialect is Dialect.V2
     head = (
-        Step(
+        step(
             "name",
             text(
                 "name",
@@ -207,11 +214,11 @@ def _tables(dialect: Dialect) -> _Tables:
                 max_length=255,
             ),
         ),
-        Step("type", lambda p: _read_type(p.obj, p.path, p.f, dialect)),
+        step("type", lambda p: _read_type(p.obj, p.path, p.f, dialect)),
         *((protocol_version_2(),) if v2 else ()),
-        Step("version", text("version", allow_number=True)),
-        Step("contributor", text("contributor")),
-        Step("description", text("description")),
+        step("version", text("version", allow_number=True)),
+        step("contributor", text("contributor")),
+        step("description", text("description")),
     )
     dockerimage = (
         known(
@@ -220,19 +227,19 @@ def _tables(dialect: Dialect) -> _Tables:
                 _PLUGIN_KEYS, "a dockerimage prerequisite takes no plugin settings"
             ),
         ),
-        Step("image", text("uri", required=True), image_name("uri")),
-        Step("auth", lambda p: _read_auth(p.obj, p.path, p.f)),
+        step("image", text("uri", required=True), image_name("uri")),
+        step("auth", lambda p: _read_auth(p.obj, p.path, p.f)),
     )
     with_plugin = (
-        Step("uri", lambda p: _read_uri(p.obj, p.path, p.f, dialect, p.values["type"])),
-        Step("plugin", text("plugin")),
-        Step("params", mapping("plugin_params")),
-        Step("callbacks", lambda p: _read_callbacks(p.obj, p.values["params"], p.path, p.f)),
-        Step("require", lambda p: _read_require(p.obj, p.path, p.f)),
-        Step("storages", _storages),
-        Step("template_variables", lambda p: _read_template_variables(p.obj, p.path, p.f)),
+        step("uri", lambda p: _read_uri(p.obj, p.path, p.f, dialect, p.values["type"])),
+        step("plugin", text("plugin")),
+        step("params", mapping("plugin_params")),
+        step("callbacks", lambda p: _read_callbacks(p.obj, p.values["params"], p.path, p.f)),
+        step("require", lambda p: _read_require(p.obj, p.path, p.f)),
+        step("storages", _storages),
+        step("template_variables", lambda p: _read_template_variables(p.obj, p.path, p.f)),
         check(_privileges),
-        Step("failure", _failure_policy),
+        step("failure", _failure_policy),
     )
     return _Tables(head, dockerimage, with_plugin)
 
@@ -266,9 +273,10 @@ def _read_type(
             return PrerequisiteType.PLUGIN
         f.issues.error(join(path, "type"), "required", "`type` is required")
         return None
+    by_value = _TYPE_BY_VALUE[dialect]
+    if isinstance(raw, str) and raw in by_value:
+        return by_value[raw]
     allowed = _TYPES_BY_DIALECT[dialect]
-    if isinstance(raw, str) and raw in {t.value for t in allowed}:
-        return PrerequisiteType(raw)
     choices = ", ".join(t.value for t in allowed)
     hint = " (a prerequisite cannot be a job)" if raw == "job" else ""
     f.issues.error(
