@@ -1,7 +1,8 @@
 """Job protocol engine: three dialects in, one canonical JobSpec out.
 
 Parse (`loader`) -> detect the dialect (`engine.detect`) -> read and validate
-(`dialect_draft`, `dialect_v2`, `dialect_v1`, shared `rules`) -> render (`render`) ->
+(`dialect_draft`, `dialect_v2`, `dialect_v1`, each tables of
+steps run by `outline`; shared `rules`) -> render (`render`) ->
 write back as v2 (`writer`).
 """
 

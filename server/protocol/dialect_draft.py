@@ -17,15 +17,38 @@ from server.protocol.model import (
     Completion,
     Dialect,
     JobSpec,
+    Prerequisite,
     PrerequisiteType,
     Resources,
     TaskRole,
+)
+from server.protocol.outline import (
+    JOB_TYPE,
+    KILL_ALL_OBSOLETE,
+    Place,
+    RoleRead,
+    Table,
+    all_read,
+    check,
+    integer,
+    known,
+    loose_mapping,
+    null_means,
+    read_roles,
+    read_table,
+    required,
+    retry_range,
+    run,
+    step,
+    string_map,
+    strings,
+    text,
+    within,
 )
 from server.protocol.port_list import PORT_KEYS, read_port_list
 from server.protocol.prerequisites import DRAFT_NAME, DRAFT_NAME_RULE, read_prerequisite_list
 from server.protocol.prerequisites import FIELDS as PREREQUISITE_FIELDS
 from server.protocol.rules import (
-    MAX_RETRIES,
     RolePaths,
     add_default_ports,
     check_job_instances,
@@ -79,95 +102,104 @@ def read_draft(
     doc: dict[str, Any], issues: Issues, source: str, overrides: dict[str, Any]
 ) -> JobSpec | None:
     f = Fields(issues)
-    job, base = doc, ""
-    prerequisites_raw: list[tuple[Any, str]] = []
+    job, base, outer = _unwrap(doc, f)
+    values = read_table(_JOB, f, job, base, {"overrides": overrides})
+    prerequisites = _read_prerequisites(job, base, outer + values["own_prerequisites"], f)
+    images = [p.name for p in prerequisites if p.type is PrerequisiteType.DOCKERIMAGE]
+    names: list[tuple[str, str]] = []
+
+    def accept(role: TaskRole, paths: RolePaths, shm_defaulted: bool) -> TaskRole:
+        names.append((role.name, paths.name))
+        check_role(role, paths, issues, shm_defaulted=shm_defaulted)
+        check_role_references(role, paths, prerequisites, issues)
+        return role
+
+    tasks_path = join(base, "tasks")
+    roles = read_roles(
+        _task_entries(job, tasks_path, f),
+        lambda _index, path, raw: _read_task(path, raw, f, values["parameters"], images),
+        accept,
+        issues,
+        "this task",
+    )
+    check_job_instances(roles, tasks_path, issues)
+    check_unique(names, issues, "task role name")
+    if issues.has_errors() or values["name"] is None:
+        return None
+    return JobSpec(
+        dialect=Dialect.DRAFT,
+        name=values["name"],
+        version=values["version"],
+        contributor=values["contributor"],
+        description=values["description"],
+        virtual_cluster=values["virtual_cluster"],
+        retry_count=values["retry"] or 0,
+        parameters=values["parameters"],
+        prerequisites=prerequisites,
+        task_roles=roles,
+        source=mask_secrets(source, doc),
+    )
+
+
+def _unwrap(doc: dict[str, Any], f: Fields) -> tuple[dict[str, Any], str, list[tuple[Any, str]]]:
+    """The job, its path, and the prerequisites listed beside it when it is nested under
+    `job:`."""
     if "job" in doc and "tasks" not in doc:
         f.known_keys(doc, "", _WRAPPER_KEYS)
         job = f.as_mapping(doc["job"], "job") or {}
-        base = "job"
-        prerequisites_raw += _raw_list(doc, "prerequisites", "", f)
-    prerequisites_raw += _raw_list(job, "prerequisites", base, f)
-    f.known_keys(
-        job,
-        base,
+        return job, "job", _raw_list(doc, "prerequisites", "", f)
+    return doc, "", []
+
+
+def _read_prerequisites(
+    job: dict[str, Any], base: str, raw: list[tuple[Any, str]], f: Fields
+) -> list[Prerequisite]:
+    prerequisites = read_prerequisite_list(raw, f, Dialect.DRAFT)
+    if not raw and "prerequisites" not in job:
+        f.issues.error(
+            join(base, "prerequisites"),
+            "required",
+            "`prerequisites` is required: list at least the dockerimage the tasks run in",
+        )
+    return prerequisites
+
+
+def _task_entries(job: dict[str, Any], tasks_path: str, f: Fields) -> list[tuple[int, str, Any]]:
+    """The `tasks` list's items as (index, path, raw); none when it is not a list, is empty,
+    or has too many tasks to read."""
+    tasks = f.as_list(job["tasks"], tasks_path, min_items=1) if "tasks" in job else None
+    if tasks and too_many_roles(tasks, tasks_path, f.issues):
+        tasks = None
+    return [(i, join(tasks_path, i), raw) for i, raw in enumerate(tasks or [])]
+
+
+def _with_overrides(parameters: dict[str, Any], p: Place) -> dict[str, Any]:
+    return {**parameters, **p.values["overrides"]}
+
+
+_JOB: Table = (
+    step("own_prerequisites", lambda p: _raw_list(p.obj, "prerequisites", p.path, p.f)),
+    known(
         _JOB_KEYS,
         hints={
             "taskRoles": "the draft dialect lists roles under `tasks`",
             "protocolVersion": "the draft dialect spells it `protocol_version`",
         },
-    )
-    f.required(job, base, ("type", "tasks"))
-    name = f.string(
-        job, "name", base, required=True, pattern=DRAFT_NAME, rule=DRAFT_NAME_RULE, max_length=255
-    )
-    if "type" in job and job["type"] != "job":
-        issues.error(join(base, "type"), "enum", f"must be 'job', got {describe(job['type'])}")
-    version = f.string(job, "version", base, allow_number=True)
-    contributor = f.string(job, "contributor", base)
-    description = f.string(job, "description", base)
-    virtual_cluster = f.string(job, "virtualCluster", base) or "default"
-    retry = f.integer(job, "retryCount", base, default=0)
-    if retry is not None and not -2 <= retry <= MAX_RETRIES:
-        issues.error(
-            join(base, "retryCount"),
-            "range",
-            f"must be -2 (always retry), -1 (retry failures without limit) or 0 to "
-            f"{MAX_RETRIES}, got {retry}",
-        )
-    if "killAllOnCompletedTaskNumber" in job:
-        issues.warn(
-            join(base, "killAllOnCompletedTaskNumber"),
-            "obsolete",
-            "killAllOnCompletedTaskNumber is obsolete and ignored; use minSucceededTaskCount",
-        )
-    parameters = job.get("parameters") or {}
-    if f.as_mapping(parameters, join(base, "parameters")) is None:
-        parameters = {}
-    parameters = {**parameters, **overrides}
-
-    prerequisites = read_prerequisite_list(prerequisites_raw, f, Dialect.DRAFT)
-    images = [p.name for p in prerequisites if p.type is PrerequisiteType.DOCKERIMAGE]
-    if not prerequisites_raw and "prerequisites" not in job:
-        issues.error(
-            join(base, "prerequisites"),
-            "required",
-            "`prerequisites` is required: list at least the dockerimage the tasks run in",
-        )
-
-    roles: list[TaskRole] = []
-    names: list[tuple[str, str]] = []
-    tasks_path = join(base, "tasks")
-    tasks = f.as_list(job["tasks"], tasks_path, min_items=1) if "tasks" in job else None
-    if tasks and too_many_roles(tasks, tasks_path, issues):
-        tasks = None
-    for i, raw in enumerate(tasks or []):
-        before = issues.error_count()
-        read = _read_task(join(tasks_path, i), raw, f, parameters, images)
-        if read is None:
-            issues.ensure_error(before, join(tasks_path, i), "this task")
-            continue
-        role, paths, shm_defaulted = read
-        names.append((role.name, paths.name))
-        roles.append(role)
-        check_role(role, paths, issues, shm_defaulted=shm_defaulted)
-        check_role_references(role, paths, prerequisites, issues)
-    check_job_instances(roles, tasks_path, issues)
-    check_unique(names, issues, "task role name")
-    if issues.has_errors() or name is None:
-        return None
-    return JobSpec(
-        dialect=Dialect.DRAFT,
-        name=name,
-        version=version,
-        contributor=contributor,
-        description=description,
-        virtual_cluster=virtual_cluster,
-        retry_count=retry or 0,
-        parameters=parameters,
-        prerequisites=prerequisites,
-        task_roles=roles,
-        source=mask_secrets(source, doc),
-    )
+    ),
+    required("type", "tasks"),
+    step(
+        "name",
+        text("name", required=True, pattern=DRAFT_NAME, rule=DRAFT_NAME_RULE, max_length=255),
+    ),
+    JOB_TYPE,
+    step("version", text("version", allow_number=True)),
+    step("contributor", text("contributor")),
+    step("description", text("description")),
+    step("virtual_cluster", lambda p: p.f.string(p.obj, "virtualCluster", p.path) or "default"),
+    step("retry", integer("retryCount", default=0), retry_range),
+    KILL_ALL_OBSOLETE,
+    step("parameters", loose_mapping("parameters"), _with_overrides),
+)
 
 
 def _fields() -> dict[str, frozenset[str]]:
@@ -193,126 +225,185 @@ def _raw_list(obj: dict[str, Any], key: str, base: str, f: Fields) -> list[tuple
 
 def _read_task(
     path: str, raw: Any, f: Fields, parameters: dict[str, Any], images: list[str]
-) -> tuple[TaskRole, RolePaths, bool] | None:
+) -> RoleRead | None:
     obj = f.as_mapping(raw, path)
     if obj is None:
         return None
-    for key in START_ORDER_FIELDS:
-        if key in obj:
-            f.issues.warn(join(path, key), IGNORED, start_order_elsewhere(key))
-    f.known_keys(
-        {k: v for k, v in obj.items() if k not in START_ORDER_FIELDS},
+    place = Place(
+        f,
+        obj,
         path,
-        _TASK_KEYS,
-        hints={"commands": "the draft dialect uses `command`"},
+        {
+            "job_parameters": parameters,
+            "images": images,
+            "role_key": "role" if "role" in obj or "name" not in obj else "name",
+            "output_key": "output" if "output" in obj else "storage",
+        },
     )
-    role_key = "role" if "role" in obj or "name" not in obj else "name"
-    if "role" in obj and "name" in obj:
-        f.issues.error(join(path, "name"), "conflict", "give the task's role name once, as `role`")
-    name = f.string(obj, role_key, path, required=True, pattern=ROLE_NAME, rule=ROLE_NAME_RULE)
-    if "storage" in obj and "output" in obj:
-        f.issues.error(
-            join(path, "output"), "conflict", "name either a `storage` or an `output`, not both"
-        )
-    output_key = "output" if "output" in obj else "storage"
-    output = f.string(obj, output_key, path)
-    script = f.string(obj, "script", path)
-    data_names = _name_list(obj, "data", path, f)
-    image = f.string(obj, "dockerimage", path)
-    if image is None and "dockerimage" not in obj:
-        if len(images) == 1:
-            image = images[0]
-        else:
-            f.issues.error(
-                join(path, "dockerimage"),
-                "required",
-                "`dockerimage` is required: name the dockerimage prerequisite this task runs in"
-                + (f" (one of: {', '.join(images)})" if images else ""),
-            )
-    command = f.string_list(obj, "command", path, required=True, min_items=1)
-    env = f.string_map(obj, "env", path)
-    task_parameters = obj.get("parameters") or {}
-    if f.as_mapping(task_parameters, join(path, "parameters")) is None:
-        task_parameters = {}
-    min_failed = f.integer(obj, "minFailedTaskCount", path, default=1, allow_null=True)
-    if "minFailedTaskCount" in obj and obj["minFailedTaskCount"] is None:
-        min_failed = -1
-    min_succeeded = f.integer(obj, "minSucceededTaskCount", path, default=-1, allow_null=True)
-
+    run(_TASK, place)
+    values = place.values
     res_path = join(path, "resource")
-    f.required(obj, path, ("resource",))
     res = f.as_mapping(obj["resource"], res_path) if "resource" in obj else None
-    per_path = join(res_path, "resourcePerInstance")
-    paths = RolePaths(
-        name=join(path, role_key),
-        instances=join(res_path, "instances"),
-        cpu=join(per_path, "cpu"),
-        memory_mb=join(per_path, "memoryMB"),
-        gpu=join(per_path, "gpu"),
-        shm_mb=join(per_path, "shmMB"),
-        min_failed=join(path, "minFailedTaskCount"),
-        min_succeeded=join(path, "minSucceededTaskCount"),
-        task_retry_count=path,
-        docker_image=join(path, "dockerimage"),
-        data=join(path, "data"),
-        script=join(path, "script"),
-        output=join(path, output_key),
-        prerequisites=join(path, "data"),
-    )
+    paths = _task_paths(path, values["role_key"], values["output_key"])
     if res is None:
         return None
-    f.known_keys(res, res_path, _RESOURCE_KEYS)
-    instances = _instances(res, res_path, f, parameters)
-    f.required(res, res_path, ("resourcePerInstance",))
+    within(place, res, res_path, _RESOURCE)
+    per_path = join(res_path, "resourcePerInstance")
     per = (
         f.as_mapping(res["resourcePerInstance"], per_path) if "resourcePerInstance" in res else None
     )
     if per is None:
         return None
-    f.known_keys(per, per_path, _PER_INSTANCE_KEYS)
-    f.required(per, per_path, ("cpu", "memoryMB", "gpu"))
-    cpu, memory, gpu = (f.integer(per, k, per_path) for k in ("cpu", "memoryMB", "gpu"))
-    shm = f.integer(per, "shmMB", per_path)
-    ports = read_port_list(res, res_path, f, paths, count_required=True)
-    values = (
-        name,
-        image,
-        command,
-        env,
-        data_names,
-        instances,
-        cpu,
-        memory,
-        gpu,
-        min_failed,
-        min_succeeded,
-        ports,
-    )
-    if any(v is None for v in values) or (shm is None and per.get("shmMB") is not None):
+    within(place, per, per_path, _PER_INSTANCE)
+    values["ports"] = read_port_list(res, res_path, f, paths, count_required=True)
+    if not _all_read(values) or (values["shm"] is None and per.get("shmMB") is not None):
         return None
-    assert name is not None and image is not None and command is not None and memory is not None
-    assert data_names is not None and ports is not None
-    role = TaskRole(
-        name=name,
-        instances=instances or 0,
-        docker_image=image,
+    return _task_role(values), paths, values["shm"] is None
+
+
+# Whether a task has what it needs to become a role (the shm size may be left out).
+_all_read = all_read(
+    "name",
+    "image",
+    "command",
+    "env",
+    "data",
+    "instances",
+    "cpu",
+    "memory",
+    "gpu",
+    "min_failed",
+    "min_succeeded",
+    "ports",
+)
+
+
+def _task_role(values: dict[str, Any]) -> TaskRole:
+    memory, shm, data_names = values["memory"], values["shm"], values["data"]
+    return TaskRole(
+        name=values["name"],
+        instances=values["instances"] or 0,
+        docker_image=values["image"],
         data=data_names[0] if data_names else None,
-        script=script,
-        output=output,
+        script=values["script"],
+        output=values["output"],
         prerequisites=data_names[1:],
-        env=env or {},
-        parameters=task_parameters,
+        env=values["env"] or {},
+        parameters=values["parameters"],
         resources=Resources(
-            cpu=cpu or 0,
+            cpu=values["cpu"] or 0,
             memory_mb=memory,
-            gpu=gpu or 0,
+            gpu=values["gpu"] or 0,
             shm_mb=min(DEFAULT_SHM_MB, memory) if shm is None else shm,
-            ports=add_default_ports(ports),
+            ports=add_default_ports(values["ports"]),
         ),
-        completion=Completion(min_failed=min_failed or 0, min_succeeded=min_succeeded or 0),
-        commands=command,
+        completion=Completion(
+            min_failed=values["min_failed"] or 0, min_succeeded=values["min_succeeded"] or 0
+        ),
+        commands=values["command"],
     )
-    return role, paths, shm is None
+
+
+def _task_paths(path: str, role_key: str, output_key: str) -> RolePaths:
+    res_path = f"{path}.resource"
+    per_path = f"{res_path}.resourcePerInstance"
+    return RolePaths(
+        name=f"{path}.{role_key}",
+        instances=f"{res_path}.instances",
+        cpu=f"{per_path}.cpu",
+        memory_mb=f"{per_path}.memoryMB",
+        gpu=f"{per_path}.gpu",
+        shm_mb=f"{per_path}.shmMB",
+        min_failed=f"{path}.minFailedTaskCount",
+        min_succeeded=f"{path}.minSucceededTaskCount",
+        task_retry_count=path,
+        docker_image=f"{path}.dockerimage",
+        data=f"{path}.data",
+        script=f"{path}.script",
+        output=f"{path}.{output_key}",
+        prerequisites=f"{path}.data",
+    )
+
+
+def _start_order_elsewhere(p: Place) -> None:
+    for key in START_ORDER_FIELDS:
+        if key in p.obj:
+            p.issues.warn(p.at(key), IGNORED, start_order_elsewhere(key))
+
+
+def _known_task_keys(p: Place) -> None:
+    p.f.known_keys(
+        {k: v for k, v in p.obj.items() if k not in START_ORDER_FIELDS},
+        p.path,
+        _TASK_KEYS,
+        hints={"commands": "the draft dialect uses `command`"},
+    )
+
+
+def _role_name(p: Place) -> str | None:
+    if "role" in p.obj and "name" in p.obj:
+        p.issues.error(p.at("name"), "conflict", "give the task's role name once, as `role`")
+    key = p.values["role_key"]
+    return p.f.string(p.obj, key, p.path, required=True, pattern=ROLE_NAME, rule=ROLE_NAME_RULE)
+
+
+def _output(p: Place) -> str | None:
+    if "storage" in p.obj and "output" in p.obj:
+        p.issues.error(
+            p.at("output"), "conflict", "name either a `storage` or an `output`, not both"
+        )
+    return p.f.string(p.obj, p.values["output_key"], p.path)
+
+
+def _image(p: Place) -> str | None:
+    """The task's `dockerimage`; left out, the job's one dockerimage prerequisite."""
+    image = p.f.string(p.obj, "dockerimage", p.path)
+    if image is not None or "dockerimage" in p.obj:
+        return image
+    images: list[str] = p.values["images"]
+    if len(images) == 1:
+        return images[0]
+    p.issues.error(
+        p.at("dockerimage"),
+        "required",
+        "`dockerimage` is required: name the dockerimage prerequisite this task runs in"
+        + (f" (one of: {', '.join(images)})" if images else ""),
+    )
+    return None
+
+
+_TASK: Table = (
+    check(_start_order_elsewhere),
+    check(_known_task_keys),
+    step("name", _role_name),
+    step("output", _output),
+    step("script", text("script")),
+    step("data", lambda p: _name_list(p.obj, "data", p.path, p.f)),
+    step("image", _image),
+    step("command", strings("command", required=True, min_items=1)),
+    step("env", string_map("env")),
+    step("parameters", loose_mapping("parameters")),
+    step(
+        "min_failed",
+        integer("minFailedTaskCount", default=1, allow_null=True),
+        null_means("minFailedTaskCount", -1),
+    ),
+    step("min_succeeded", integer("minSucceededTaskCount", default=-1, allow_null=True)),
+    required("resource"),
+)
+_RESOURCE: Table = (
+    known(_RESOURCE_KEYS),
+    step("instances", lambda p: _instances(p.obj, p.path, p.f, p.values["job_parameters"])),
+    required("resourcePerInstance"),
+)
+_PER_INSTANCE: Table = (
+    known(_PER_INSTANCE_KEYS),
+    required("cpu", "memoryMB", "gpu"),
+    step("cpu", integer("cpu")),
+    step("memory", integer("memoryMB")),
+    step("gpu", integer("gpu")),
+    step("shm", integer("shmMB")),
+)
 
 
 def _name_list(obj: dict[str, Any], key: str, path: str, f: Fields) -> list[str] | None:

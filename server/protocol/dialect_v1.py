@@ -14,7 +14,6 @@ from typing import Any
 from server.protocol.fields import Fields
 from server.protocol.ignored import ANY_OTHER, EXTRAS_FIELDS, IGNORED, extras_warnings
 from server.protocol.issues import Issues, join
-from server.protocol.launch_checks import image_issues
 from server.protocol.model import (
     Completion,
     Dialect,
@@ -24,9 +23,28 @@ from server.protocol.model import (
     Resources,
     TaskRole,
 )
+from server.protocol.outline import (
+    KILL_ALL_OBSOLETE,
+    Place,
+    RoleRead,
+    Table,
+    all_read,
+    check,
+    image_name,
+    integer,
+    known,
+    mapping,
+    null_means,
+    read_roles,
+    read_table,
+    required,
+    retry_range,
+    step,
+    string_map,
+    text,
+)
 from server.protocol.port_list import PORT_KEYS, read_port_list
 from server.protocol.rules import (
-    MAX_RETRIES,
     RolePaths,
     add_default_ports,
     check_job_instances,
@@ -72,6 +90,8 @@ _ROLE_KEYS = (
     "minFailedTaskCount",
     "minSucceededTaskCount",
 )
+# The role's numbers and their defaults.
+_NUMBERS = {"taskNumber": 1, "cpuNumber": 1, "memoryMB": 100, "gpuNumber": 0}
 _DIR_VARIABLES = (
     ("dataDir", "PAI_DATA_DIR", PrerequisiteType.DATA),
     ("outputDir", "PAI_OUTPUT_DIR", PrerequisiteType.OUTPUT),
@@ -81,52 +101,93 @@ _DIR_VARIABLES = (
 
 def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     f = _V1Fields(issues)
-    f.required(doc, "", ("taskRoles",))
-    f.known_keys(doc, "", _TOP_KEYS)
-    name = f.string(
-        doc, "jobName", "", required=True, pattern=JOB_NAME, rule=JOB_NAME_RULE, max_length=255
+    job = read_table(_JOB, f, doc, "")
+    prerequisites, job_env = _prerequisites_and_env(doc, job["image"], job["env"])
+    names: list[tuple[str, str]] = []
+
+    def accept(role: TaskRole, paths: RolePaths, shm_defaulted: bool) -> TaskRole:
+        names.append((role.name, paths.name))
+        check_role(
+            role, paths, issues, shm_defaulted=shm_defaulted, completion_rule=MIN_COUNT_MESSAGE
+        )
+        return role
+
+    roles = read_roles(
+        _role_entries(doc, f),
+        lambda _index, path, raw: _read_role(path, raw, f, prerequisites),
+        accept,
+        issues,
+        "this task role",
     )
-    image = f.string(doc, "image", "", required=True)
-    if image is not None and not image.strip():
-        issues.error("image", "empty", "the image name must not be empty")
-    elif image is not None:
-        issues.items.extend(image_issues(image, "image"))
-    for key in ("authFile", "gpuType", "virtualCluster", *(d[0] for d in _DIR_VARIABLES)):
-        f.string(doc, key, "")
-    if "killAllOnCompletedTaskNumber" in doc:
-        issues.warn(
-            "killAllOnCompletedTaskNumber",
-            "obsolete",
-            "killAllOnCompletedTaskNumber is obsolete and ignored; use minSucceededTaskCount",
-        )
-    retry = f.integer(doc, "retryCount", "", default=0, numeric_strings=True)
-    if retry is not None and not -2 <= retry <= MAX_RETRIES:
-        issues.error(
-            "retryCount",
-            "range",
-            f"must be -2 (always retry), -1 (retry failures without limit) or 0 to "
-            f"{MAX_RETRIES}, got {retry}",
-        )
-    if isinstance(doc.get("gpuType"), str) and doc["gpuType"]:
-        issues.warn(
+    check_job_instances(roles, "taskRoles", issues)
+    check_unique(names, issues, "task role name")
+    if issues.has_errors() or job["name"] is None:
+        return None
+    return JobSpec(
+        dialect=Dialect.V1,
+        name=job["name"],
+        virtual_cluster=doc.get("virtualCluster") or "default",
+        retry_count=job["retry"] or 0,
+        gpu_type=doc.get("gpuType") or None,
+        auth_file=doc.get("authFile") or None,
+        parameters=dict(job["env"] or {}),
+        prerequisites=prerequisites,
+        task_roles=roles,
+        env=job_env,
+        extras=job["extras"],
+        source=mask_secrets(source, doc),
+    )
+
+
+def _gpu_type_ignored(p: Place) -> None:
+    if isinstance(p.obj.get("gpuType"), str) and p.obj["gpuType"]:
+        p.issues.warn(
             "gpuType",
             IGNORED,
             "`gpuType` picks a GPU model on OpenPAI; paigraph's nodes have no GPU models, so the "
             "job is placed on any node with enough GPUs",
         )
-    env = f.string_map(doc, "jobEnvs", "")
+
+
+def _rdma_ignored(env: dict[str, str] | None, p: Place) -> dict[str, str] | None:
     if env and "paiAzRDMA" in env:
-        issues.warn(
+        p.issues.warn(
             "jobEnvs.paiAzRDMA",
             IGNORED,
             "`paiAzRDMA` gave the container Azure's RDMA devices on OpenPAI; paigraph gives none "
             "(the variable is still exported as written)",
         )
-    extras = doc.get("extras")
-    if extras is not None and f.as_mapping(extras, "extras") is None:
-        extras = None
-    extras_warnings(extras or {}, issues, v1=True)
+    return env
 
+
+def _extras_warned(extras: dict[str, Any], p: Place) -> dict[str, Any]:
+    extras_warnings(extras, p.issues, v1=True)
+    return extras
+
+
+_JOB: Table = (
+    required("taskRoles"),
+    known(_TOP_KEYS),
+    step(
+        "name",
+        text("jobName", required=True, pattern=JOB_NAME, rule=JOB_NAME_RULE, max_length=255),
+    ),
+    step("image", text("image", required=True), image_name("image")),
+    *(check(text(key)) for key in ("authFile", "gpuType", "virtualCluster")),
+    *(check(text(key)) for key, _, _ in _DIR_VARIABLES),
+    KILL_ALL_OBSOLETE,
+    step("retry", integer("retryCount", default=0, numeric_strings=True), retry_range),
+    check(_gpu_type_ignored),
+    step("env", string_map("jobEnvs"), _rdma_ignored),
+    step("extras", mapping("extras"), _extras_warned),
+)
+
+
+def _prerequisites_and_env(
+    doc: dict[str, Any], image: str | None, env: dict[str, str] | None
+) -> tuple[list[Prerequisite], dict[str, str]]:
+    """The image and the directories as prerequisites named `default`, and the job's
+    environment with each directory's variable, as OpenPAI's converter made them."""
     prerequisites: list[Prerequisite] = []
     if image:
         prerequisites.append(
@@ -138,43 +199,16 @@ def read_v1(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
         if isinstance(value, str) and value:
             prerequisites.append(Prerequisite(name="default", type=type_, uri=[value]))
             job_env[variable] = value
+    return prerequisites, job_env
 
-    roles: list[TaskRole] = []
-    raw_roles = doc.get("taskRoles")
-    items = f.as_list(raw_roles, "taskRoles", min_items=1) if "taskRoles" in doc else None
-    if items and too_many_roles(items, "taskRoles", issues):
+
+def _role_entries(doc: dict[str, Any], f: Fields) -> list[tuple[int, str, Any]]:
+    """The `taskRoles` list's items as (index, path, raw); none when it is not a list, is
+    empty, or has too many roles to read."""
+    items = f.as_list(doc["taskRoles"], "taskRoles", min_items=1) if "taskRoles" in doc else None
+    if items and too_many_roles(items, "taskRoles", f.issues):
         items = None
-    names: list[tuple[str, str]] = []
-    for i, raw in enumerate(items or []):
-        before = issues.error_count()
-        read = _read_role(i, raw, f, prerequisites)
-        if read is None:
-            issues.ensure_error(before, f"taskRoles[{i}]", "this task role")
-            continue
-        role, paths, shm_defaulted = read
-        names.append((role.name, paths.name))
-        roles.append(role)
-        check_role(
-            role, paths, issues, shm_defaulted=shm_defaulted, completion_rule=MIN_COUNT_MESSAGE
-        )
-    check_job_instances(roles, "taskRoles", issues)
-    check_unique(names, issues, "task role name")
-    if issues.has_errors() or name is None:
-        return None
-    return JobSpec(
-        dialect=Dialect.V1,
-        name=name,
-        virtual_cluster=doc.get("virtualCluster") or "default",
-        retry_count=retry or 0,
-        gpu_type=doc.get("gpuType") or None,
-        auth_file=doc.get("authFile") or None,
-        parameters=dict(env or {}),
-        prerequisites=prerequisites,
-        task_roles=roles,
-        env=job_env,
-        extras=extras or {},
-        source=mask_secrets(source, doc),
-    )
+    return [(i, join("taskRoles", i), raw) for i, raw in enumerate(items or [])]
 
 
 def _fields() -> dict[str, frozenset[str]]:
@@ -209,76 +243,95 @@ class _V1Fields(Fields):
 
 
 def _read_role(
-    index: int, raw: Any, f: Fields, prerequisites: list[Prerequisite]
-) -> tuple[TaskRole, RolePaths, bool] | None:
-    path = f"taskRoles[{index}]"
+    path: str, raw: Any, f: Fields, prerequisites: list[Prerequisite]
+) -> RoleRead | None:
     obj = f.as_mapping(raw, path)
     if obj is None:
         return None
-    f.known_keys(obj, path, _ROLE_KEYS)
-    name = f.string(obj, "name", path, required=True, pattern=ROLE_NAME, rule=ROLE_NAME_RULE)
-    number = {
-        key: f.integer(obj, key, path, default=default, numeric_strings=True)
-        for key, default in (
-            ("taskNumber", 1),
-            ("cpuNumber", 1),
-            ("memoryMB", 100),
-            ("gpuNumber", 0),
-        )
-    }
-    shm = f.integer(obj, "shmMB", path, numeric_strings=True)
-    # v1 semantics: an explicit null disables the rule; minSucceeded is off by default.
-    min_failed = f.integer(
-        obj, "minFailedTaskCount", path, default=1, allow_null=True, numeric_strings=True
-    )
-    if "minFailedTaskCount" in obj and obj["minFailedTaskCount"] is None:
-        min_failed = -1
-    min_succeeded = f.integer(
-        obj, "minSucceededTaskCount", path, default=-1, allow_null=True, numeric_strings=True
-    )
-    command = f.string(obj, "command", path, required=True)
-    if command is not None and not command.strip():
-        f.issues.error(join(path, "command"), "empty", "command must not be empty")
-    paths = RolePaths(
-        name=join(path, "name"),
-        instances=join(path, "taskNumber"),
-        cpu=join(path, "cpuNumber"),
-        memory_mb=join(path, "memoryMB"),
-        gpu=join(path, "gpuNumber"),
-        shm_mb=join(path, "shmMB"),
-        min_failed=join(path, "minFailedTaskCount"),
-        min_succeeded=join(path, "minSucceededTaskCount"),
-        task_retry_count=path,
-    )
-    ports = read_port_list(obj, path, f, paths, count_required=False, numeric_strings=True)
-    if None in (name, command, ports, min_failed, min_succeeded, *number.values()) or (
-        shm is None and obj.get("shmMB") is not None
-    ):
+    paths = _role_paths(path)
+    values = read_table(_ROLE, f, obj, path, {"paths": paths})
+    if not _all_read(values) or (values["shm"] is None and obj.get("shmMB") is not None):
         return None
-    memory = number["memoryMB"]
-    assert name is not None and command is not None and ports is not None and memory is not None
-    role = TaskRole(
-        name=name,
-        instances=number["taskNumber"] or 0,
+    return _role(values, prerequisites), paths, values["shm"] is None
+
+
+# Whether a role has what it needs to be one (the shm size may be left out).
+_all_read = all_read("name", "command", "ports", "min_failed", "min_succeeded", *_NUMBERS)
+
+
+def _role(values: dict[str, Any], prerequisites: list[Prerequisite]) -> TaskRole:
+    memory, shm = values["memoryMB"], values["shm"]
+    return TaskRole(
+        name=values["name"],
+        instances=values["taskNumber"] or 0,
         docker_image="default",
         data="default" if _has(prerequisites, PrerequisiteType.DATA) else None,
         script="default" if _has(prerequisites, PrerequisiteType.SCRIPT) else None,
         output="default" if _has(prerequisites, PrerequisiteType.OUTPUT) else None,
         resources=Resources(
-            cpu=number["cpuNumber"] or 0,
+            cpu=values["cpuNumber"] or 0,
             memory_mb=memory,
-            gpu=number["gpuNumber"] or 0,
+            gpu=values["gpuNumber"] or 0,
             shm_mb=min(DEFAULT_SHM_MB, memory) if shm is None else shm,
-            ports=add_default_ports(ports),
+            ports=add_default_ports(values["ports"]),
         ),
-        completion=Completion(min_failed=min_failed or 0, min_succeeded=min_succeeded or 0),
-        commands=[command],
+        completion=Completion(
+            min_failed=values["min_failed"] or 0, min_succeeded=values["min_succeeded"] or 0
+        ),
+        commands=[values["command"]],
     )
-    return role, paths, shm is None
+
+
+def _role_paths(path: str) -> RolePaths:
+    return RolePaths(
+        name=f"{path}.name",
+        instances=f"{path}.taskNumber",
+        cpu=f"{path}.cpuNumber",
+        memory_mb=f"{path}.memoryMB",
+        gpu=f"{path}.gpuNumber",
+        shm_mb=f"{path}.shmMB",
+        min_failed=f"{path}.minFailedTaskCount",
+        min_succeeded=f"{path}.minSucceededTaskCount",
+        task_retry_count=path,
+    )
+
+
+def _command_not_blank(command: str | None, p: Place) -> str | None:
+    if command is not None and not command.strip():
+        p.issues.error(p.at("command"), "empty", "command must not be empty")
+    return command
 
 
 def _has(prerequisites: list[Prerequisite], type_: PrerequisiteType) -> bool:
     return any(p.type == type_ for p in prerequisites)
+
+
+_ROLE: Table = (
+    known(_ROLE_KEYS),
+    step("name", text("name", required=True, pattern=ROLE_NAME, rule=ROLE_NAME_RULE)),
+    *(
+        step(key, integer(key, default=default, numeric_strings=True))
+        for key, default in _NUMBERS.items()
+    ),
+    step("shm", integer("shmMB", numeric_strings=True)),
+    # v1 semantics: an explicit null disables the rule; minSucceeded is off by default.
+    step(
+        "min_failed",
+        integer("minFailedTaskCount", default=1, allow_null=True, numeric_strings=True),
+        null_means("minFailedTaskCount", -1),
+    ),
+    step(
+        "min_succeeded",
+        integer("minSucceededTaskCount", default=-1, allow_null=True, numeric_strings=True),
+    ),
+    step("command", text("command", required=True), _command_not_blank),
+    step(
+        "ports",
+        lambda p: read_port_list(
+            p.obj, p.path, p.f, p.values["paths"], count_required=False, numeric_strings=True
+        ),
+    ),
+)
 
 
 FIELDS = _fields()

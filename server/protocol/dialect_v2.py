@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from server.protocol.fields import Fields, describe
+from server.protocol.fields import Fields
 from server.protocol.ignored import (
     ANY_OTHER,
     EXTRAS_FIELDS,
@@ -21,13 +21,34 @@ from server.protocol.issues import Issues, join
 from server.protocol.layout import misplaced_fields, misplaced_message, owner_role
 from server.protocol.model import (
     Completion,
-    Deployment,
     Dialect,
     JobSpec,
     PortRequest,
     Prerequisite,
     Resources,
     TaskRole,
+)
+from server.protocol.outline import (
+    JOB_TYPE,
+    Place,
+    RoleRead,
+    Table,
+    all_read,
+    boolean,
+    check,
+    integer,
+    known,
+    loose_mapping,
+    mapping,
+    nested,
+    protocol_version_2,
+    read_roles,
+    read_table,
+    required,
+    step,
+    strings,
+    text,
+    within,
 )
 from server.protocol.prerequisites import FIELDS as PREREQUISITE_FIELDS
 from server.protocol.prerequisites import read_prerequisite_list
@@ -43,6 +64,12 @@ from server.protocol.rules import (
 )
 from server.protocol.secrets import MASK, mask_secrets
 from server.protocol.start_order import read_start_order
+from server.protocol.v2_deployments import (
+    DEPLOYMENT_KEYS,
+    DEPLOYMENT_ROLE_KEYS,
+    check_deployment_roles,
+    read_deployments,
+)
 from server.protocol.v2_names import V2_NAME, V2_NAME_RULE, original_name, rename_references
 
 ROLE_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -91,117 +118,126 @@ _RESOURCE_KEYS = ("cpu", "memoryMB", "gpu", "ports")
 _COMPLETION_KEYS = ("minFailedInstances", "minSucceededInstances")
 _OPTION_KEYS = ("shmMB", "infiniband")
 _DEFAULTS_KEYS = ("virtualCluster", "deployment")
-_DEPLOYMENT_KEYS = ("name", "taskRoles")
-_DEPLOYMENT_ROLE_KEYS = ("preCommands", "postCommands")
 
 
 def read_v2(doc: dict[str, Any], issues: Issues, source: str) -> JobSpec | None:
     f = Fields(issues)
-    f.required(doc, "", ("protocolVersion", "type", "taskRoles"))
-    f.known_keys(doc, "", _TOP_KEYS, hints=_TOP_HINTS)
-    if "protocolVersion" in doc and doc["protocolVersion"] not in (2, "2"):
-        issues.error(
-            "protocolVersion", "enum", f"must be 2, got {describe(doc['protocolVersion'])}"
-        )
-    name = f.string(
-        doc, "name", "", required=True, pattern=V2_NAME, rule=V2_NAME_RULE, max_length=255
+    values = read_table(_JOB, f, doc, "")
+    ours = values["ours"]
+    raw_roles = doc.get("taskRoles")
+    roles = _read_roles(raw_roles, f, values) if "taskRoles" in doc else []
+    role_names = {str(k) for k in raw_roles} if isinstance(raw_roles, dict) else set()
+    roles = read_start_order(ours, roles, issues, declared=role_names)
+    if raw_roles is not None:
+        check_deployment_roles(values["deployments"], role_names, issues)
+    if issues.has_errors() or values["name"] is None:
+        return None
+    prerequisites, roles = _original_prerequisite_names(values["prerequisites"], roles, ours)
+    extras = values["extras"]
+    return JobSpec(
+        dialect=Dialect.V2,
+        name=original_name(values["name"], ours.get("displayName")) or values["name"],
+        version=values["version"],
+        contributor=values["contributor"],
+        description=values["description"],
+        virtual_cluster=values["virtual_cluster"],
+        retry_count=values["retry"] or 0,
+        parameters=values["parameters"],
+        secrets=values["secrets"],
+        prerequisites=prerequisites,
+        task_roles=roles,
+        deployments=values["deployments"],
+        default_deployment=values["default_deployment"],
+        extras={k: v for k, v in extras.items() if k != EXTRAS_KEY},
+        source=mask_secrets(source, _without_masked_secrets(doc)),
     )
-    if "type" in doc and doc["type"] != "job":
-        issues.error("type", "enum", f"must be 'job', got {describe(doc['type'])}")
-    version = f.string(doc, "version", "", allow_number=True)
-    contributor = f.string(doc, "contributor", "")
-    description = f.string(doc, "description", "")
-    parameters = _mapping(doc, "parameters", f)
-    if doc.get("secrets") == MASK:
-        issues.error(
+
+
+def _read_roles(raw_roles: Any, f: Fields, values: dict[str, Any]) -> list[TaskRole]:
+    """The `taskRoles` map: each role read, checked and given its recorded parameters."""
+    issues = f.issues
+    mapping = f.as_mapping(raw_roles, "taskRoles", "a mapping of role names to roles")
+    if mapping is not None and not mapping:
+        issues.error("taskRoles", "min-items", "must define at least one task role")
+    if mapping and too_many_roles(mapping, "taskRoles", issues):
+        mapping = None
+    misplaced = _misplaced_role_fields(mapping or {}, issues)
+    begin_at = _dict_at(values["ours"], "portBeginAt")
+    role_parameters = _dict_at(values["ours"], "roleParameters")
+
+    def read(role_name: Any, path: str, raw: Any) -> RoleRead | None:
+        start = len(issues.items)
+        found = _read_role(str(role_name), raw, f, begin_at.get(role_name) or {})
+        if role_name in misplaced:
+            issues.forget_required(start, path, misplaced[role_name])
+        return found
+
+    def accept(role: TaskRole, paths: RolePaths, shm_defaulted: bool) -> TaskRole:
+        if isinstance(role_parameters.get(role.name), dict):
+            role = role.model_copy(update={"parameters": role_parameters[role.name]})
+        check_role(role, paths, issues, shm_defaulted=shm_defaulted)
+        check_role_references(
+            role, paths, values["prerequisites"], issues, extra_names=values["reference_names"]
+        )
+        return role
+
+    entries = [
+        (role_name, f"taskRoles.{role_name}", raw)
+        for role_name, raw in (mapping or {}).items()
+        if role_name not in misplaced
+    ]
+    roles = read_roles(entries, read, accept, issues, "this task role")
+    check_job_instances(roles, "taskRoles", issues)
+    return roles
+
+
+def _secrets(p: Place) -> dict[str, Any]:
+    if p.obj.get("secrets") == MASK:
+        p.issues.error(
             "secrets",
             "masked-secrets",
             "the secrets were masked when this config was stored or shown; "
             "put the real values back before submitting it",
         )
-        doc = {k: v for k, v in doc.items() if k != "secrets"}
-    secrets = _mapping(doc, "secrets", f)
-    extras = _mapping(doc, "extras", f)
-    extras_warnings(extras, issues)
-    ours = _dict_at(extras, EXTRAS_KEY)
-    retry = f.integer(doc, "jobRetryCount", "", default=0)
-    if retry is not None and "jobRetryCount" in doc and not 0 <= retry <= MAX_RETRIES:
-        issues.error("jobRetryCount", "range", f"must be between 0 and {MAX_RETRIES}, got {retry}")
-    if isinstance(ours.get("jobRetryCount"), int) and ours["jobRetryCount"] in (-1, -2):
-        retry = ours["jobRetryCount"]
+        return {}
+    return _SECRETS(p)
 
-    prerequisites = _read_prerequisites(doc, f)
-    deployments = _read_deployments(doc, f)
-    defaults = _mapping(doc, "defaults", f)
-    unread_warnings(defaults, "defaults", _DEFAULTS_KEYS, issues)
-    virtual_cluster = f.string(defaults, "virtualCluster", "defaults") or "default"
-    default_deployment = f.string(defaults, "deployment", "defaults")
-    if default_deployment is not None and default_deployment not in {d.name for d in deployments}:
-        issues.error(
+
+_SECRETS = mapping("secrets")
+
+
+def _without_masked_secrets(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document as masked when kept: masked secrets are none (the error says so)."""
+    if doc.get("secrets") == MASK:
+        return {k: v for k, v in doc.items() if k != "secrets"}
+    return doc
+
+
+def _extras_warned(extras: dict[str, Any], p: Place) -> dict[str, Any]:
+    extras_warnings(extras, p.issues)
+    return extras
+
+
+def _retry(retry: int | None, p: Place) -> int | None:
+    """`jobRetryCount` in range, unless `extras.paigraph` kept a v1 count v2 cannot say."""
+    if retry is not None and "jobRetryCount" in p.obj and not 0 <= retry <= MAX_RETRIES:
+        p.issues.error(
+            "jobRetryCount", "range", f"must be between 0 and {MAX_RETRIES}, got {retry}"
+        )
+    ours = p.values["ours"]
+    if isinstance(ours.get("jobRetryCount"), int) and ours["jobRetryCount"] in (-1, -2):
+        return ours["jobRetryCount"]  # type: ignore[no-any-return]
+    return retry
+
+
+def _known_deployment(name: str | None, p: Place) -> str | None:
+    if name is not None and name not in {d.name for d in p.values["deployments"]}:
+        p.issues.error(
             "defaults.deployment",
             "unknown-deployment",
-            f"Default deployment {default_deployment} does not exist.",
+            f"Default deployment {name} does not exist.",
         )
-    reference_names = _reference_prerequisite_names(extras, f)
-    begin_at = _dict_at(ours, "portBeginAt")
-    role_parameters = _dict_at(ours, "roleParameters")
-
-    roles: list[TaskRole] = []
-    raw_roles = doc.get("taskRoles")
-    if "taskRoles" in doc:
-        mapping = f.as_mapping(raw_roles, "taskRoles", "a mapping of role names to roles")
-        if mapping is not None and not mapping:
-            issues.error("taskRoles", "min-items", "must define at least one task role")
-        if mapping and too_many_roles(mapping, "taskRoles", issues):
-            mapping = None
-        misplaced = _misplaced_role_fields(mapping or {}, issues)
-        for role_name, raw in (mapping or {}).items():
-            if role_name in misplaced:
-                continue
-            before, start = issues.error_count(), len(issues.items)
-            read = _read_role(str(role_name), raw, f, begin_at.get(role_name) or {})
-            issues.forget_required(start, f"taskRoles.{role_name}", misplaced.get(role_name, []))
-            if read is None:
-                issues.ensure_error(before, f"taskRoles.{role_name}", "this task role")
-                continue
-            role, paths, shm_defaulted = read
-            if isinstance(role_parameters.get(role.name), dict):
-                role = role.model_copy(update={"parameters": role_parameters[role.name]})
-            roles.append(role)
-            check_role(role, paths, issues, shm_defaulted=shm_defaulted)
-            check_role_references(role, paths, prerequisites, issues, extra_names=reference_names)
-        check_job_instances(roles, "taskRoles", issues)
-    role_names = {str(k) for k in raw_roles} if isinstance(raw_roles, dict) else set()
-    roles = read_start_order(ours, roles, issues, declared=role_names)
-    for d_index, deployment in enumerate(deployments):
-        for role_name in {*deployment.pre_commands, *deployment.post_commands}:
-            if role_name not in role_names and raw_roles is not None:
-                issues.error(
-                    f"deployments[{d_index}].taskRoles.{role_name}",
-                    "unknown-role",
-                    f"deployment {deployment.name!r} names task role {role_name!r}, which the job "
-                    "does not have",
-                )
-    if issues.has_errors() or name is None:
-        return None
-    prerequisites, roles = _original_prerequisite_names(prerequisites, roles, ours)
-    return JobSpec(
-        dialect=Dialect.V2,
-        name=original_name(name, ours.get("displayName")) or name,
-        version=version,
-        contributor=contributor,
-        description=description,
-        virtual_cluster=virtual_cluster,
-        retry_count=retry or 0,
-        parameters=parameters,
-        secrets=secrets,
-        prerequisites=prerequisites,
-        task_roles=roles,
-        deployments=deployments,
-        default_deployment=default_deployment,
-        extras={k: v for k, v in extras.items() if k != EXTRAS_KEY},
-        source=mask_secrets(source, doc),
-    )
+    return name
 
 
 def _fields() -> dict[str, frozenset[str]]:
@@ -210,8 +246,8 @@ def _fields() -> dict[str, frozenset[str]]:
         "": _TOP_KEYS,
         "defaults": (*_DEFAULTS_KEYS, ANY_OTHER),
         "extras": (*EXTRAS_FIELDS, ANY_OTHER),
-        "deployments[]": (*_DEPLOYMENT_KEYS, ANY_OTHER),
-        "deployments[].taskRoles.*": _DEPLOYMENT_ROLE_KEYS,
+        "deployments[]": (*DEPLOYMENT_KEYS, ANY_OTHER),
+        "deployments[].taskRoles.*": DEPLOYMENT_ROLE_KEYS,
         "taskRoles.*": _ROLE_KEYS,
         "taskRoles.*.completion": _COMPLETION_KEYS,
         "taskRoles.*.extraContainerOptions": (*_OPTION_KEYS, ANY_OTHER),
@@ -266,50 +302,6 @@ def _read_prerequisites(doc: dict[str, Any], f: Fields) -> list[Prerequisite]:
     )
 
 
-def _read_deployments(doc: dict[str, Any], f: Fields) -> list[Deployment]:
-    raw = doc.get("deployments")
-    if raw is None:
-        return []
-    out: list[Deployment] = []
-    names: set[str] = set()
-    for i, item in enumerate(f.as_list(raw, "deployments", min_items=1) or []):
-        path = f"deployments[{i}]"
-        obj = f.as_mapping(item, path)
-        if obj is None:
-            continue
-        unread_warnings(obj, path, _DEPLOYMENT_KEYS, f.issues)
-        name = f.string(
-            obj, "name", path, required=True, pattern=V2_NAME, rule=V2_NAME_RULE, max_length=255
-        )
-        pre: dict[str, list[str]] = {}
-        post: dict[str, list[str]] = {}
-        roles_path = join(path, "taskRoles")
-        f.required(obj, path, ("taskRoles",))
-        roles = f.as_mapping(obj["taskRoles"], roles_path) if "taskRoles" in obj else None
-        if roles is not None and not roles:
-            f.issues.error(roles_path, "min-items", "must name at least one task role")
-        for role_name, entry in (roles or {}).items():
-            entry_path = join(roles_path, str(role_name))
-            entry_obj = f.as_mapping(entry, entry_path)
-            if entry_obj is None:
-                continue
-            f.known_keys(entry_obj, entry_path, _DEPLOYMENT_ROLE_KEYS)
-            before = f.string_list(entry_obj, "preCommands", entry_path, min_items=1)
-            after = f.string_list(entry_obj, "postCommands", entry_path, min_items=1)
-            if before:
-                pre[str(role_name)] = before
-            if after:
-                post[str(role_name)] = after
-        if name is None:
-            continue
-        if name in names:
-            f.issues.error(f"{path}.name", "duplicate", f"Duplicate deployments {name}.")
-            continue
-        names.add(name)
-        out.append(Deployment(name=name, pre_commands=pre, post_commands=post))
-    return out
-
-
 def _reference_prerequisite_names(extras: dict[str, Any], f: Fields) -> set[str]:
     """Names declared in seed 004's `extras.reference_prerequisites` (resolved later)."""
     raw = extras.get("reference_prerequisites")
@@ -358,141 +350,177 @@ _ROLE_HINTS = {
 }
 
 
-def _read_role(
-    name: str, raw: Any, f: Fields, begin_at: dict[str, Any]
-) -> tuple[TaskRole, RolePaths, bool] | None:
+def _read_role(name: str, raw: Any, f: Fields, begin_at: dict[str, Any]) -> RoleRead | None:
     path = f"taskRoles.{name}"
     obj = f.as_mapping(raw, path)
     if not ROLE_NAME.fullmatch(name):
         f.issues.error(path, "pattern", f"task role name {name!r} {ROLE_NAME_RULE}")
     if obj is None:
         return None
-    f.required(obj, path, ("resourcePerInstance",))
-    f.known_keys(
-        obj,
-        path,
-        _ROLE_KEYS,
-        hints=_ROLE_HINTS,
+    paths = _role_paths(path)
+    values = read_table(
+        _ROLE, f, obj, path, {**_NO_RESOURCES, "paths": paths, "begin_at": begin_at}
     )
-    if "protocolVersion" in obj and obj["protocolVersion"] not in (2, "2"):
-        f.issues.error(join(path, "protocolVersion"), "enum", "must be 2")
-    instances = f.integer(obj, "instances", path, default=1)
-    retry = f.integer(obj, "taskRetryCount", path, default=0)
-    docker_image = f.string(obj, "dockerImage", path, required=True)
-    data = f.string(obj, "data", path)
-    script = f.string(obj, "script", path)
-    output = f.string(obj, "output", path)
-    prerequisites = f.string_list(obj, "prerequisites", path)
-    commands = f.string_list(obj, "commands", path, required=True, min_items=1)
+    options = values["options"]
+    if not _all_read(values) or any(
+        options.get(key) is not None and values[value] is None
+        for key, value in (("shmMB", "shm"), ("infiniband", "infiniband"))
+    ):
+        return None
+    return _role(name, values), paths, values["shm"] is None
 
-    completion_path = join(path, "completion")
-    completion_obj = obj.get("completion") or {}
-    if f.as_mapping(completion_obj, completion_path) is None:
-        completion_obj = {}
-    f.known_keys(completion_obj, completion_path, _COMPLETION_KEYS)
-    # OpenPAI treats null as the default (1 failure; every instance succeeding).
-    min_failed = f.integer(
-        completion_obj, "minFailedInstances", completion_path, default=1, allow_null=True
+
+# Whether a role has what it needs (its resources among them) to be one.
+# What a role without a readable resourcePerInstance has of it.
+_NO_RESOURCES: dict[str, Any] = {"cpu": None, "memory": None, "gpu": None, "ports": []}
+_all_read = all_read(
+    "instances",
+    "retry",
+    "docker_image",
+    "commands",
+    "cpu",
+    "memory",
+    "gpu",
+    "min_failed",
+    "min_succeeded",
+)
+
+
+def _role(name: str, values: dict[str, Any]) -> TaskRole:
+    memory, shm, infiniband = values["memory"], values["shm"], values["infiniband"]
+    resources = Resources(
+        cpu=values["cpu"],
+        memory_mb=memory,
+        gpu=values["gpu"],
+        shm_mb=min(DEFAULT_SHM_MB, memory) if shm is None else shm,
+        ports=add_default_ports(values["ports"]),
+        infiniband=bool(infiniband),
     )
-    min_succeeded = f.integer(
-        completion_obj,
-        "minSucceededInstances",
-        completion_path,
-        default=instances or 1,
-        allow_null=True,
+    return TaskRole(
+        name=name,
+        instances=values["instances"],
+        docker_image=values["docker_image"] or "",
+        data=values["data"],
+        script=values["script"],
+        output=values["output"],
+        prerequisites=values["prerequisites"] or [],
+        resources=resources,
+        completion=Completion(
+            min_failed=values["min_failed"], min_succeeded=values["min_succeeded"]
+        ),
+        task_retry_count=values["retry"],
+        commands=values["commands"] or [],
+        extra_container_options={
+            k: v for k, v in values["options"].items() if k not in ("shmMB", "infiniband")
+        },
     )
 
-    options_path = join(path, "extraContainerOptions")
-    options = obj.get("extraContainerOptions") or {}
-    if f.as_mapping(options, options_path) is None:
-        options = {}
-    shm = f.integer(options, "shmMB", options_path)
-    infiniband = f.boolean(options, "infiniband", options_path)
+
+def _role_paths(path: str) -> RolePaths:
+    res_path = f"{path}.resourcePerInstance"
+    completion_path = f"{path}.completion"
+    return RolePaths(
+        name=path,
+        instances=f"{path}.instances",
+        cpu=f"{res_path}.cpu",
+        memory_mb=f"{res_path}.memoryMB",
+        gpu=f"{res_path}.gpu",
+        shm_mb=f"{path}.extraContainerOptions.shmMB",
+        min_failed=f"{completion_path}.minFailedInstances",
+        min_succeeded=f"{completion_path}.minSucceededInstances",
+        task_retry_count=f"{path}.taskRetryCount",
+        docker_image=f"{path}.dockerImage",
+        data=f"{path}.data",
+        script=f"{path}.script",
+        output=f"{path}.output",
+        prerequisites=f"{path}.prerequisites",
+    )
+
+
+def _infiniband_ignored(infiniband: bool | None, p: Place) -> bool | None:
     if infiniband:
-        f.issues.warn(
-            join(options_path, "infiniband"),
+        p.issues.warn(
+            p.at("infiniband"),
             IGNORED,
             "`infiniband: true` asks OpenPAI for an InfiniBand device (rdma/hca) in each "
             "container; paigraph's backends give none, so the instances run without one",
         )
-    refused = check_options(options, options_path, f.issues)
-    for key in options:
+    return infiniband
+
+
+def _unknown_options(p: Place) -> None:
+    refused = check_options(p.obj, p.path, p.issues)
+    for key in p.obj:
         if key not in _OPTION_KEYS and key not in refused:
-            f.issues.warn(
-                join(options_path, str(key)),
+            p.issues.warn(
+                p.at(str(key)),
                 IGNORED,
                 f"extraContainerOptions.{key} is not a known option and is ignored",
             )
 
-    res_path = join(path, "resourcePerInstance")
-    res = obj.get("resourcePerInstance")
-    res_obj = f.as_mapping(res, res_path) if "resourcePerInstance" in obj else None
-    ports: list[PortRequest] = []
-    paths = RolePaths(
-        name=path,
-        instances=join(path, "instances"),
-        cpu=join(res_path, "cpu"),
-        memory_mb=join(res_path, "memoryMB"),
-        gpu=join(res_path, "gpu"),
-        shm_mb=join(options_path, "shmMB"),
-        min_failed=join(completion_path, "minFailedInstances"),
-        min_succeeded=join(completion_path, "minSucceededInstances"),
-        task_retry_count=join(path, "taskRetryCount"),
-        docker_image=join(path, "dockerImage"),
-        data=join(path, "data"),
-        script=join(path, "script"),
-        output=join(path, "output"),
-        prerequisites=join(path, "prerequisites"),
-    )
-    cpu = memory = gpu = None
-    if res_obj is not None:
-        f.required(res_obj, res_path, ("cpu", "memoryMB", "gpu"))
-        f.known_keys(
-            res_obj,
-            res_path,
-            _RESOURCE_KEYS,
-            hints={
-                "shmMB": "protocol v2 puts it under extraContainerOptions.shmMB",
-            },
-        )
-        cpu = f.integer(res_obj, "cpu", res_path)
-        memory = f.integer(res_obj, "memoryMB", res_path)
-        gpu = f.integer(res_obj, "gpu", res_path)
-        ports = _read_ports(res_obj, res_path, f, paths, begin_at) or []
-    values = (instances, retry, docker_image, commands, cpu, memory, gpu, min_failed, min_succeeded)
-    if any(v is None for v in values) or any(
-        options.get(key) is not None and value is None
-        for key, value in (("shmMB", shm), ("infiniband", infiniband))
-    ):
+
+def _resources(p: Place) -> dict[str, Any] | None:
+    """`resourcePerInstance`, read into the role's values (its cpu, memory, gpu, ports)."""
+    if "resourcePerInstance" not in p.obj:
         return None
-    assert instances is not None and cpu is not None and memory is not None and gpu is not None
-    assert min_failed is not None and min_succeeded is not None and retry is not None
-    shm_defaulted = shm is None
-    resources = Resources(
-        cpu=cpu,
-        memory_mb=memory,
-        gpu=gpu,
-        shm_mb=min(DEFAULT_SHM_MB, memory) if shm is None else shm,
-        ports=add_default_ports(ports),
-        infiniband=bool(infiniband),
-    )
-    role = TaskRole(
-        name=name,
-        instances=instances,
-        docker_image=docker_image or "",
-        data=data,
-        script=script,
-        output=output,
-        prerequisites=prerequisites or [],
-        resources=resources,
-        completion=Completion(min_failed=min_failed, min_succeeded=min_succeeded),
-        task_retry_count=retry,
-        commands=commands or [],
-        extra_container_options={
-            k: v for k, v in options.items() if k not in ("shmMB", "infiniband")
-        },
-    )
-    return role, paths, shm_defaulted
+    res_path = p.at("resourcePerInstance")
+    res = p.f.as_mapping(p.obj["resourcePerInstance"], res_path)
+    if res is not None:
+        within(p, res, res_path, _RESOURCE)
+    return res
+
+
+def _min_succeeded(p: Place) -> int | None:
+    """Every instance succeeding by default."""
+    default = p.values["instances"] or 1
+    return p.f.integer(p.obj, "minSucceededInstances", p.path, default=default, allow_null=True)
+
+
+_RESOURCE: Table = (
+    required("cpu", "memoryMB", "gpu"),
+    known(_RESOURCE_KEYS, hints={"shmMB": "protocol v2 puts it under extraContainerOptions.shmMB"}),
+    step("cpu", integer("cpu")),
+    step("memory", integer("memoryMB")),
+    step("gpu", integer("gpu")),
+    step(
+        "ports",
+        lambda p: _read_ports(p.obj, p.path, p.f, p.values["paths"], p.values["begin_at"]) or [],
+    ),
+)
+_ROLE: Table = (
+    required("resourcePerInstance"),
+    known(_ROLE_KEYS, hints=_ROLE_HINTS),
+    protocol_version_2(detail=False),
+    step("instances", integer("instances", default=1)),
+    step("retry", integer("taskRetryCount", default=0)),
+    step("docker_image", text("dockerImage", required=True)),
+    step("data", text("data")),
+    step("script", text("script")),
+    step("output", text("output")),
+    step("prerequisites", strings("prerequisites")),
+    step("commands", strings("commands", required=True, min_items=1)),
+    nested(
+        "completion",
+        loose_mapping("completion"),
+        (
+            known(_COMPLETION_KEYS),
+            # OpenPAI treats null as the default (1 failure; every instance succeeding).
+            step("min_failed", integer("minFailedInstances", default=1, allow_null=True)),
+            step("min_succeeded", _min_succeeded),
+        ),
+    ),
+    nested(
+        "extraContainerOptions",
+        loose_mapping("extraContainerOptions"),
+        (
+            step("shm", integer("shmMB")),
+            step("infiniband", boolean("infiniband"), _infiniband_ignored),
+            check(_unknown_options),
+        ),
+        key="options",
+    ),
+    step("resources", _resources),
+)
 
 
 def _read_ports(
@@ -524,6 +552,38 @@ def _read_ports(
                 )
             )
     return out
+
+
+_JOB: Table = (
+    required("protocolVersion", "type", "taskRoles"),
+    known(_TOP_KEYS, hints=_TOP_HINTS),
+    protocol_version_2(),
+    step("name", text("name", required=True, pattern=V2_NAME, rule=V2_NAME_RULE, max_length=255)),
+    JOB_TYPE,
+    step("version", text("version", allow_number=True)),
+    step("contributor", text("contributor")),
+    step("description", text("description")),
+    step("parameters", mapping("parameters")),
+    step("secrets", _secrets),
+    step("extras", mapping("extras"), _extras_warned),
+    step("ours", lambda p: _dict_at(p.values["extras"], EXTRAS_KEY)),
+    step("retry", integer("jobRetryCount", default=0), _retry),
+    step("prerequisites", lambda p: _read_prerequisites(p.obj, p.f)),
+    step("deployments", lambda p: read_deployments(p.obj, p.f)),
+    nested(
+        "defaults",
+        mapping("defaults"),
+        (
+            check(lambda p: unread_warnings(p.obj, p.path, _DEFAULTS_KEYS, p.issues)),
+            step(
+                "virtual_cluster",
+                lambda p: p.f.string(p.obj, "virtualCluster", p.path) or "default",
+            ),
+            step("default_deployment", text("deployment"), _known_deployment),
+        ),
+    ),
+    step("reference_names", lambda p: _reference_prerequisite_names(p.values["extras"], p.f)),
+)
 
 
 FIELDS = _fields()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from server.protocol.credentials import lift_credentials, with_masked_secrets
+from server.protocol.credentials import Lifted, lift_credentials, with_masked_secrets
 from server.protocol.dialect_draft import read_draft
 from server.protocol.dialect_v1 import read_v1
 from server.protocol.dialect_v2 import read_v2
@@ -100,43 +100,76 @@ def parse_document(
         result.issues = issues.items
         return result
     result.kind, result.dialect = detected
-    if result.kind is Kind.JOB and isinstance(doc.get("extras"), dict):
-        check_tree(doc["extras"], "extras", issues)
-    component = result.kind is Kind.COMPONENT
-    declared = doc.get("secrets") if result.dialect is Dialect.V2 and not component else None
-    taken = {str(k) for k in declared} if isinstance(declared, dict) else set()
-    lifted = lift_credentials(doc, source, issues, component=component, taken=taken)
-    doc, source = lifted.doc, lifted.text
-    if component:
-        result.component = read_prerequisite(doc, "", Fields(issues), result.dialect)
-        result.source = source
-    elif result.dialect is Dialect.V2:
-        result.spec = read_v2(doc, issues, source)
-    elif result.dialect is Dialect.V1:
-        result.spec = read_v1(doc, issues, source)
-    else:
-        result.spec = read_draft(doc, issues, source, dict(parameters or {}))
-    if result.spec is not None and lifted.credentials:
-        kept = result.spec.source
-        if result.dialect is Dialect.V2 and "secrets" not in doc:
-            kept = with_masked_secrets(kept)
-        result.spec = result.spec.model_copy(
-            update={"secrets": {**lifted.secrets, **result.spec.secrets}, "source": kept}
-        )
-    if result.spec is not None and parameters:
-        result.spec = result.spec.model_copy(
-            update={"parameters": {**result.spec.parameters, **parameters}}
-        )
-    if result.spec is not None:
-        result.spec = apply_runtime_plugins(result.spec, issues)
-    if result.spec is None and result.component is None:
-        issues.ensure_error(0, "", "this document")
-    if result.spec is not None:
-        result.source = result.spec.source
+    _read(result, result.dialect, doc, source, issues, parameters)
     result.issues = issues.items
     if issues.has_errors():
         result.spec = result.component = None
     return result
+
+
+def _read(
+    result: ParseResult,
+    dialect: Dialect,
+    doc: dict[str, Any],
+    source: str,
+    issues: Issues,
+    parameters: dict[str, Any] | None,
+) -> None:
+    """Read a document whose kind and dialect `result` holds: its credentials lifted into
+    secrets first, then the component or the job (given the parameters and runtime plugins)."""
+    if result.kind is Kind.JOB and isinstance(doc.get("extras"), dict):
+        check_tree(doc["extras"], "extras", issues)
+    component = result.kind is Kind.COMPONENT
+    declared = doc.get("secrets") if dialect is Dialect.V2 and not component else None
+    taken = {str(k) for k in declared} if isinstance(declared, dict) else set()
+    lifted = lift_credentials(doc, source, issues, component=component, taken=taken)
+    doc, source = lifted.doc, lifted.text
+    if component:
+        result.component = read_prerequisite(doc, "", Fields(issues), dialect)
+        result.source = source
+    else:
+        result.spec = _read_job(doc, issues, source, dialect, parameters)
+    if result.spec is not None:
+        result.spec = _finish_job(result.spec, doc, lifted, issues, parameters)
+    if result.spec is None and result.component is None:
+        issues.ensure_error(0, "", "this document")
+    if result.spec is not None:
+        result.source = result.spec.source
+
+
+def _read_job(
+    doc: dict[str, Any],
+    issues: Issues,
+    source: str,
+    dialect: Dialect,
+    parameters: dict[str, Any] | None,
+) -> JobSpec | None:
+    if dialect is Dialect.V2:
+        return read_v2(doc, issues, source)
+    if dialect is Dialect.V1:
+        return read_v1(doc, issues, source)
+    return read_draft(doc, issues, source, dict(parameters or {}))
+
+
+def _finish_job(
+    spec: JobSpec,
+    doc: dict[str, Any],
+    lifted: Lifted,
+    issues: Issues,
+    parameters: dict[str, Any] | None,
+) -> JobSpec:
+    """The job with the secrets lifted out of its text, the parameters given over its own,
+    and its runtime plugins applied."""
+    if lifted.credentials:
+        kept = spec.source
+        if spec.dialect is Dialect.V2 and "secrets" not in doc:
+            kept = with_masked_secrets(kept)
+        spec = spec.model_copy(
+            update={"secrets": {**lifted.secrets, **spec.secrets}, "source": kept}
+        )
+    if parameters:
+        spec = spec.model_copy(update={"parameters": {**spec.parameters, **parameters}})
+    return apply_runtime_plugins(spec, issues)
 
 
 def parse_job(

@@ -7,6 +7,7 @@ components published to the marketplace.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from server.protocol.fields import Fields, describe
@@ -16,7 +17,6 @@ from server.protocol.ignored import (
     prerequisite_warnings,
 )
 from server.protocol.issues import join
-from server.protocol.launch_checks import image_issues
 from server.protocol.model import (
     Callback,
     CallbackEvent,
@@ -26,6 +26,18 @@ from server.protocol.model import (
     PrerequisiteType,
     Requirement,
     StorageRequest,
+)
+from server.protocol.outline import (
+    Place,
+    Table,
+    check,
+    image_name,
+    known,
+    mapping,
+    protocol_version_2,
+    run,
+    step,
+    text,
 )
 from server.protocol.privileges import check_options
 from server.protocol.v2_names import V2_NAME, V2_NAME_RULE
@@ -89,104 +101,147 @@ _TYPES_BY_DIALECT: dict[Dialect, tuple[PrerequisiteType, ...]] = {
     ),
 }
 COMPONENT_TYPES = frozenset(t.value for t in _TYPES_BY_DIALECT[Dialect.DRAFT])
+# The types a dialect allows, by how they are written (looked up once per prerequisite).
+_TYPE_BY_VALUE = {
+    dialect: {t.value: t for t in types} for dialect, types in _TYPES_BY_DIALECT.items()
+}
 
 
 def read_prerequisite(raw: Any, path: str, f: Fields, dialect: Dialect) -> Prerequisite | None:
     obj = f.as_mapping(raw, path)
     if obj is None:
         return None
-    v2 = dialect is Dialect.V2
-    name = f.string(
-        obj,
-        "name",
-        path,
-        required=True,
-        pattern=V2_NAME if v2 else DRAFT_NAME,
-        rule=V2_NAME_RULE if v2 else DRAFT_NAME_RULE,
-        max_length=255,
+    tables = _TABLES[dialect]
+    place = Place(f, obj, path, {})
+    run(tables.head, place)
+    if place.values["type"] is PrerequisiteType.DOCKERIMAGE:
+        run(tables.dockerimage, place)
+        return _dockerimage(place.values)
+    run(tables.with_plugin, place)
+    return _with_plugin(obj, path, f, place.values)
+
+
+def _dockerimage(values: dict[str, Any]) -> Prerequisite | None:
+    if values["name"] is None or values["image"] is None:
+        return None
+    return Prerequisite(
+        name=values["name"],
+        type=values["type"],
+        uri=[values["image"]],
+        version=values["version"],
+        contributor=values["contributor"],
+        description=values["description"],
+        auth=values["auth"],
     )
-    type_ = _read_type(obj, path, f, dialect)
-    if v2:
-        _check_protocol_version(obj, path, f)
-    version = f.string(obj, "version", path, allow_number=True)
-    contributor = f.string(obj, "contributor", path)
-    description = f.string(obj, "description", path)
-    if type_ is PrerequisiteType.DOCKERIMAGE:
-        allowed = _DOCKERIMAGE_KEYS if not v2 else _DOCKERIMAGE_KEYS - {"protocol_version"}
-        f.known_keys(
-            obj,
-            path,
-            allowed,
-            hints=dict.fromkeys(
-                _PLUGIN_KEYS, "a dockerimage prerequisite takes no plugin settings"
-            ),
-        )
-        image = f.string(obj, "uri", path, required=True)
-        if image is not None and not image.strip():
-            f.issues.error(join(path, "uri"), "empty", "the image name must not be empty")
-        elif image is not None:
-            f.issues.items.extend(image_issues(image, join(path, "uri")))
-        auth = _read_auth(obj, path, f)
-        if name is None or image is None:
-            return None
-        return Prerequisite(
-            name=name,
-            type=type_,
-            uri=[image],
-            version=version,
-            contributor=contributor,
-            description=description,
-            auth=auth,
-        )
-    uri = _read_uri(obj, path, f, dialect, type_)
-    plugin = f.string(obj, "plugin", path)
-    params = obj.get("plugin_params")
-    if params is not None and f.as_mapping(params, join(path, "plugin_params")) is None:
-        params = None
-    params = params or {}
-    callbacks = _read_callbacks(obj, params, path, f)
-    require = _read_require(obj, path, f)
-    if plugin == PVC_STORAGE and "requireStorages" not in obj:
-        storages = _read_pvc_storage(params, path, f)
-        params = {k: v for k, v in params.items() if k not in ("name", "mountPath")}
-    else:
-        storages = _read_storages(obj if "requireStorages" in obj else params, path, f)
-    variables, defaults = _read_template_variables(obj, path, f)
-    check_options(
-        {k: v for k, v in obj.items() if k not in _COMMON_KEYS | _PLUGIN_KEYS}, path, f.issues
-    )
-    check_options(params, join(path, "plugin_params"), f.issues)
-    failure = obj.get("failurePolicy")
-    if failure is not None and failure not in ("fail", "ignore"):
-        f.issues.error(
-            join(path, "failurePolicy"),
-            "enum",
-            f"must be 'fail' or 'ignore', got {describe(failure)}",
-        )
-        failure = None
+
+
+def _with_plugin(
+    obj: dict[str, Any], path: str, f: Fields, values: dict[str, Any]
+) -> Prerequisite | None:
+    name, type_, uri = values["name"], values["type"], values["uri"]
     if name is None or type_ is None or uri is None:
         return None
+    plugin, params, failure = values["plugin"], values["params"], values["failure"]
     leftovers = {k: v for k, v in obj.items() if k not in _COMMON_KEYS | _PLUGIN_KEYS}
     prerequisite_warnings(plugin, leftovers, failure, path, f.issues)
     leftovers.update({k: v for k, v in params.items() if k not in ("callbacks", "requireStorages")})
+    variables, defaults = values["template_variables"]
     return Prerequisite(
         name=name,
         type=type_,
         uri=uri,
         # only a script's list changes where it lands (<name>/<repository name>)
         uri_list=type_ is PrerequisiteType.SCRIPT and isinstance(obj.get("uri"), list),
-        version=version,
-        contributor=contributor,
-        description=description,
+        version=values["version"],
+        contributor=values["contributor"],
+        description=values["description"],
         plugin=plugin,
-        require=require or [],
-        callbacks=callbacks or [],
-        require_storages=storages or [],
+        require=values["require"] or [],
+        callbacks=values["callbacks"] or [],
+        require_storages=values["storages"] or [],
         template_variables=variables or [],
         variable_defaults=defaults,
         failure_policy=failure,
         plugin_parameters=leftovers,
     )
+
+
+def _storages(p: Place) -> list[StorageRequest] | None:
+    """`requireStorages`, or a pvc_storage item's `plugin_params: {name, mountPath}` (which
+    then leave the plugin parameters)."""
+    params = p.values["params"]
+    if p.values["plugin"] == PVC_STORAGE and "requireStorages" not in p.obj:
+        p.values["params"] = {k: v for k, v in params.items() if k not in ("name", "mountPath")}
+        return _read_pvc_storage(params, p.path, p.f)
+    return _read_storages(p.obj if "requireStorages" in p.obj else params, p.path, p.f)
+
+
+def _privileges(p: Place) -> None:
+    own = {k: v for k, v in p.obj.items() if k not in _COMMON_KEYS | _PLUGIN_KEYS}
+    check_options(own, p.path, p.issues)
+    check_options(p.values["params"], p.at("plugin_params"), p.issues)
+
+
+def _failure_policy(p: Place) -> str | None:
+    failure = p.obj.get("failurePolicy")
+    if failure is not None and failure not in ("fail", "ignore"):
+        p.issues.error(
+            p.at("failurePolicy"),
+            "enum",
+            f"must be 'fail' or 'ignore', got {describe(failure)}",
+        )
+        return None
+    return failure
+
+
+@dataclass(frozen=True)
+class _Tables:
+    head: Table  # every prerequisite
+    dockerimage: Table  # then a dockerimage's
+    with_plugin: Table  # or any other type's
+
+
+def _tables(dialect: Dialect) -> _Tables:
+    v2 = dialect is Dialect.V2
+    head = (
+        step(
+            "name",
+            text(
+                "name",
+                required=True,
+                pattern=V2_NAME if v2 else DRAFT_NAME,
+                rule=V2_NAME_RULE if v2 else DRAFT_NAME_RULE,
+                max_length=255,
+            ),
+        ),
+        step("type", lambda p: _read_type(p.obj, p.path, p.f, dialect)),
+        *((protocol_version_2(),) if v2 else ()),
+        step("version", text("version", allow_number=True)),
+        step("contributor", text("contributor")),
+        step("description", text("description")),
+    )
+    dockerimage = (
+        known(
+            _DOCKERIMAGE_KEYS if not v2 else _DOCKERIMAGE_KEYS - {"protocol_version"},
+            hints=dict.fromkeys(
+                _PLUGIN_KEYS, "a dockerimage prerequisite takes no plugin settings"
+            ),
+        ),
+        step("image", text("uri", required=True), image_name("uri")),
+        step("auth", lambda p: _read_auth(p.obj, p.path, p.f)),
+    )
+    with_plugin = (
+        step("uri", lambda p: _read_uri(p.obj, p.path, p.f, dialect, p.values["type"])),
+        step("plugin", text("plugin")),
+        step("params", mapping("plugin_params")),
+        step("callbacks", lambda p: _read_callbacks(p.obj, p.values["params"], p.path, p.f)),
+        step("require", lambda p: _read_require(p.obj, p.path, p.f)),
+        step("storages", _storages),
+        step("template_variables", lambda p: _read_template_variables(p.obj, p.path, p.f)),
+        check(_privileges),
+        step("failure", _failure_policy),
+    )
+    return _Tables(head, dockerimage, with_plugin)
 
 
 def read_prerequisite_list(
@@ -218,24 +273,16 @@ def _read_type(
             return PrerequisiteType.PLUGIN
         f.issues.error(join(path, "type"), "required", "`type` is required")
         return None
+    by_value = _TYPE_BY_VALUE[dialect]
+    if isinstance(raw, str) and raw in by_value:
+        return by_value[raw]
     allowed = _TYPES_BY_DIALECT[dialect]
-    if isinstance(raw, str) and raw in {t.value for t in allowed}:
-        return PrerequisiteType(raw)
     choices = ", ".join(t.value for t in allowed)
     hint = " (a prerequisite cannot be a job)" if raw == "job" else ""
     f.issues.error(
         join(path, "type"), "enum", f"must be one of {choices}; got {describe(raw)}{hint}"
     )
     return None
-
-
-def _check_protocol_version(obj: dict[str, Any], path: str, f: Fields) -> None:
-    if "protocolVersion" in obj and obj["protocolVersion"] not in (2, "2"):
-        f.issues.error(
-            join(path, "protocolVersion"),
-            "enum",
-            f"must be 2, got {describe(obj['protocolVersion'])}",
-        )
 
 
 def _read_uri(
@@ -435,3 +482,6 @@ def _scalar_text(value: str | int | float | bool) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+_TABLES = {dialect: _tables(dialect) for dialect in _TYPES_BY_DIALECT}

@@ -222,8 +222,13 @@ def check_role_references(
             issues.error(path, "unknown-prerequisite", f"Prerequisite {name} does not exist.")
 
 
+# The ports every instance gets unless the config asks otherwise; models are frozen, so every
+# role shares these two instead of validating two new ones.
+_DEFAULT_PORTS = tuple(PortRequest(label=label) for label in ("ssh", "http"))
+
+
 def add_default_ports(ports: list[PortRequest]) -> list[PortRequest]:
     """Every instance gets one `ssh` and one `http` port unless the config asks otherwise."""
     labels = {p.label for p in ports}
-    extra = [PortRequest(label=label) for label in ("ssh", "http") if label not in labels]
+    extra = [port for port in _DEFAULT_PORTS if port.label not in labels]
     return [*ports, *extra]

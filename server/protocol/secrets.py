@@ -22,7 +22,10 @@ def mask_secrets(text: str, doc: dict[str, Any] | None = None) -> str:
     elsewhere) and the parsed `doc` is given, the document is written out again with the
     secrets masked: formatting is lost, secrets are never kept.
     """
-    masked = _TOP_LEVEL_SECRETS.sub(lambda m: f'secrets: "{MASK}"\n', text)
+    # Most texts have no `secrets` at all: a substring test says so faster than the pattern.
+    masked = text
+    if "secrets" in text:
+        masked = _TOP_LEVEL_SECRETS.sub(lambda m: f'secrets: "{MASK}"\n', text)
     if not doc or "secrets" not in doc:
         return masked
     leftovers = [v for v in _scalars(doc["secrets"]) if len(v) >= 3 and v in masked]

@@ -75,43 +75,61 @@ def read_start_order(
         obj = f.as_mapping(entry, role_path)
         if obj is None:
             continue
-        f.known_keys(obj, role_path, _ROLE_KEYS)
-        update: dict[str, Any] = {}
-        if "readiness" in obj:
-            readiness = _read_readiness(obj["readiness"], join(role_path, "readiness"), f)
-            if readiness is not None:
-                port_ok = readiness.port is None or by_name[str(name)].resources.port(
-                    readiness.port
-                )
-                if not port_ok:
-                    labels = ", ".join(p.label for p in by_name[str(name)].resources.ports)
-                    issues.error(
-                        join(role_path, "readiness.port"),
-                        "unknown-port",
-                        f"task role {name!r} has no port label {readiness.port!r} "
-                        f"(its labels: {labels or 'none'})",
-                    )
-                update["readiness"] = readiness
-        if "dependsOn" in obj:
-            dep_paths[str(name)] = join(role_path, "dependsOn")
-            update["depends_on"] = _read_dependencies(
-                obj["dependsOn"], dep_paths[str(name)], f, by_name, declared
-            )
-        timeout = f.integer(
-            obj, "dependencyTimeoutSeconds", role_path, default=DEFAULT_DEPENDENCY_TIMEOUT_SECONDS
-        )
-        if timeout is not None and not 1 <= timeout <= MAX_TIMEOUT_SECONDS:
-            issues.error(
-                join(role_path, "dependencyTimeoutSeconds"),
-                "range",
-                f"must be between 1 and {MAX_TIMEOUT_SECONDS} seconds, got {timeout}",
-            )
-        elif timeout is not None:
-            update["dependency_timeout_seconds"] = timeout
-        updates[str(name)] = update
+        updates[str(name)] = _read_entry(name, obj, role_path, f, by_name, declared, dep_paths)
     out = [role.model_copy(update=updates.get(role.name, {})) for role in roles]
     _check_dependencies(out, dep_paths, issues, role_base=base)
     return out
+
+
+def _read_entry(
+    name: Any,
+    obj: dict[str, Any],
+    role_path: str,
+    f: Fields,
+    by_name: dict[str, TaskRole],
+    declared: set[str],
+    dep_paths: dict[str, str],
+) -> dict[str, Any]:
+    """One role's start order: the fields of its TaskRole to update (recording where its
+    `dependsOn` was in `dep_paths`)."""
+    f.known_keys(obj, role_path, _ROLE_KEYS)
+    update: dict[str, Any] = {}
+    if "readiness" in obj:
+        readiness = _read_readiness(obj["readiness"], join(role_path, "readiness"), f)
+        if readiness is not None:
+            _check_readiness_port(name, readiness, by_name[str(name)], role_path, f.issues)
+            update["readiness"] = readiness
+    if "dependsOn" in obj:
+        dep_paths[str(name)] = join(role_path, "dependsOn")
+        update["depends_on"] = _read_dependencies(
+            obj["dependsOn"], dep_paths[str(name)], f, by_name, declared
+        )
+    timeout = f.integer(
+        obj, "dependencyTimeoutSeconds", role_path, default=DEFAULT_DEPENDENCY_TIMEOUT_SECONDS
+    )
+    if timeout is not None and not 1 <= timeout <= MAX_TIMEOUT_SECONDS:
+        f.issues.error(
+            join(role_path, "dependencyTimeoutSeconds"),
+            "range",
+            f"must be between 1 and {MAX_TIMEOUT_SECONDS} seconds, got {timeout}",
+        )
+    elif timeout is not None:
+        update["dependency_timeout_seconds"] = timeout
+    return update
+
+
+def _check_readiness_port(
+    name: Any, readiness: Readiness, role: TaskRole, role_path: str, issues: Issues
+) -> None:
+    """A readiness port must be one of the role's port labels."""
+    if readiness.port is None or role.resources.port(readiness.port):
+        return
+    labels = ", ".join(p.label for p in role.resources.ports)
+    issues.error(
+        join(role_path, "readiness.port"),
+        "unknown-port",
+        f"task role {name!r} has no port label {readiness.port!r} (its labels: {labels or 'none'})",
+    )
 
 
 def _read_readiness(raw: Any, path: str, f: Fields) -> Readiness | None:

@@ -8,6 +8,7 @@ own v2 reader understands, so the output reads back to the same job. Secrets are
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from server.protocol.dialect_v2 import DEFAULT_SHM_MB, EXTRAS_KEY
@@ -69,40 +70,83 @@ def prerequisite_dict(p: Prerequisite) -> dict[str, Any]:
     out: dict[str, Any] = {"name": p.name}
     if p.type is not PrerequisiteType.PLUGIN:
         out["type"] = p.type.value
-    for key in ("version", "contributor", "description", "plugin", "failure_policy"):
-        value = getattr(p, key)
+    for key, field in _PREREQUISITE_SCALARS:
+        value = getattr(p, field)
         if value is not None:
-            out["failurePolicy" if key == "failure_policy" else key] = value
-    if p.uri:
-        listed = p.type in (PrerequisiteType.DATA, PrerequisiteType.STORAGE) or (
-            p.type is PrerequisiteType.SCRIPT and p.uri_list
-        )
-        out["uri"] = list(p.uri) if listed else p.uri[0]
-    if p.auth is not None:
-        out["auth"] = p.auth.model_dump(exclude_none=True)
-    if p.require:
-        out["require"] = [
-            {"name": r.name, "template_variables": r.template_variables}
-            if r.template_variables
-            else r.name
-            for r in p.require
-        ]
-    if p.callbacks:
-        out["callbacks"] = [
-            {"event": c.event.value, "commands": list(c.commands)} for c in p.callbacks
-        ]
-    if p.require_storages:
-        out["requireStorages"] = [
-            {"name": s.name, **({"mountPath": s.mount_path} if s.mount_path else {})}
-            for s in p.require_storages
-        ]
-    if p.template_variables:
-        out["template_variables"] = [
-            {"name": n, **({"default": p.variable_defaults[n]} if n in p.variable_defaults else {})}
-            for n in p.template_variables
-        ]
+            out[key] = value
+    for key, write in _PREREQUISITE_PARTS:
+        value = write(p)
+        if value is not None:
+            out[key] = value
     out.update(p.plugin_parameters)
     return out
+
+
+def _uri(p: Prerequisite) -> Any:
+    if not p.uri:
+        return None
+    listed = p.type in (PrerequisiteType.DATA, PrerequisiteType.STORAGE) or (
+        p.type is PrerequisiteType.SCRIPT and p.uri_list
+    )
+    return list(p.uri) if listed else p.uri[0]
+
+
+def _auth(p: Prerequisite) -> Any:
+    return None if p.auth is None else p.auth.model_dump(exclude_none=True)
+
+
+def _require(p: Prerequisite) -> Any:
+    if not p.require:
+        return None
+    return [
+        {"name": r.name, "template_variables": r.template_variables}
+        if r.template_variables
+        else r.name
+        for r in p.require
+    ]
+
+
+def _callbacks(p: Prerequisite) -> Any:
+    if not p.callbacks:
+        return None
+    return [{"event": c.event.value, "commands": list(c.commands)} for c in p.callbacks]
+
+
+def _storages(p: Prerequisite) -> Any:
+    if not p.require_storages:
+        return None
+    return [
+        {"name": s.name, **({"mountPath": s.mount_path} if s.mount_path else {})}
+        for s in p.require_storages
+    ]
+
+
+def _template_variables(p: Prerequisite) -> Any:
+    if not p.template_variables:
+        return None
+    return [
+        {"name": n, **({"default": p.variable_defaults[n]} if n in p.variable_defaults else {})}
+        for n in p.template_variables
+    ]
+
+
+# A prerequisite's fields in the order v2 writes them: (key, attribute) of the scalars written
+# when set, then (key, writer) of the parts, each writer giving None when there is nothing.
+_PREREQUISITE_SCALARS = (
+    ("version", "version"),
+    ("contributor", "contributor"),
+    ("description", "description"),
+    ("plugin", "plugin"),
+    ("failurePolicy", "failure_policy"),
+)
+_PREREQUISITE_PARTS: tuple[tuple[str, Callable[[Prerequisite], Any]], ...] = (
+    ("uri", _uri),
+    ("auth", _auth),
+    ("require", _require),
+    ("callbacks", _callbacks),
+    ("requireStorages", _storages),
+    ("template_variables", _template_variables),
+)
 
 
 def _v2_prerequisite_names(spec: JobSpec) -> dict[str, str]:
