@@ -121,7 +121,15 @@ from simulator.prereqs import (
     UnservableMaterial,
     check_storage,
 )
-from simulator.scheduler import GangAsk, Scheduler, SoloAsk
+from simulator.scheduler import (
+    DropInstance,
+    GangAsk,
+    RefuseGang,
+    Scheduler,
+    SoloAsk,
+    WaitGang,
+    WaitInstance,
+)
 from simulator.settings import SimulatorSettings, load_settings
 from simulator.state_lock import StateDirInUse, StateLock, hold_state_dir
 
@@ -207,9 +215,7 @@ class DockerBackend(ThreadedBackend):
         self._host = HostLimits(self.host_cpus, self.host_memory_mb, self.settings.pids_limit)
         self._lock = threading.RLock()
         self._attempts: dict[str, Attempt] = {}
-        self._scheduler: Scheduler[Attempt, Instance] = Scheduler(
-            self.cluster, self.ports, _Placing(self), self._lock
-        )
+        self._scheduler: Scheduler[Instance] = Scheduler(self.cluster, self.ports, self._lock)
         self._by_container: dict[str, Instance] = {}
         # control work (placing, finishing) and Docker calls get separate pools, so a task of
         # the first never waits for a worker of its own pool
@@ -474,9 +480,6 @@ class DockerBackend(ThreadedBackend):
     def _auth_file(self, location: str) -> str:
         """A v1 authFile, read only under the allowed file roots as local prerequisites are."""
         return self.materials.read_local_text("authFile", location)
-
-    def _schedule(self) -> None:
-        self._scheduler.schedule()
 
     def _wait(self, attempt: Attempt, reason: str) -> None:
         if attempt.waiting_reason == reason:
@@ -1686,32 +1689,51 @@ class DockerBackend(ThreadedBackend):
                     )
         return reports
 
-    # --- small parts -------------------------------------------------------------------------
+    # --- placing -----------------------------------------------------------------------------
 
-    def _instance_dir(self, key: InstanceKey) -> Path:
-        directory = records.attempt_dir(self.attempts_dir, key.job_id, key.attempt)
-        return records.instance_dir(directory, key.role, key.index)
+    def _schedule(self) -> None:
+        """Place everything queued that fits now, in the scheduler's order, and carry out
+        each of its decisions; again while anything was placed."""
+        scheduler = self._scheduler
+        with scheduler.round():
+            while True:
+                relaunches, queued = scheduler.turns()
+                placed_any = False
+                for instance in relaunches:
+                    placed_any |= self._place_relaunch(instance)
+                for queued_id in queued:
+                    placed_any |= self._place_queued(queued_id)
+                if not placed_any:
+                    return
 
-
-class _Placing:
-    """The simulator backend's answers to the scheduler: what its attempts and instances ask
-    of the cluster, and what placing them leads to (starting their containers)."""
-
-    def __init__(self, backend: DockerBackend) -> None:
-        self._backend = backend
-
-    def queued_attempt(self, attempt_id: str) -> Attempt | None:
-        attempt = self._backend._attempts.get(attempt_id)
-        return None if attempt is None or attempt.stopping else attempt
-
-    def outage(self) -> str | None:
-        return self._backend._outage()
-
-    def ready(self, attempt: Attempt) -> bool:
+    def _place_queued(self, queued_id: str) -> bool:
+        """Ask the scheduler about one queued attempt and carry out its decision; whether it
+        was placed."""
+        attempt = self._attempts.get(queued_id)
+        if attempt is None or attempt.stopping:
+            return False
+        outage = self._outage()
         # not checked yet after `_images_ready`: the engine stopped answering meanwhile
-        return self._backend._images_ready(attempt) and attempt.images_checked
+        if outage is None and not (self._images_ready(attempt) and attempt.images_checked):
+            return False
+        decision = self._scheduler.decide_gang(self._gang_ask(attempt), outage)
+        if isinstance(decision, WaitGang):
+            self._wait(attempt, decision.reason)
+            return False
+        if isinstance(decision, RefuseGang):
+            self._end_all(attempt, EventKind.START_FAILED, decision.reason)
+            return False
+        with self._lock:
+            self._scheduler.take_gang(decision)
+            attempt.placed = True
+            attempt.waiting_reason = None
+        order = gang_order(attempt.request)
+        slots = {(role.name, index): decision.slots[n] for n, (role, index) in enumerate(order)}
+        ports = {(role.name, index): decision.ports[n] for n, (role, index) in enumerate(order)}
+        self._background(self._start_attempt, attempt, slots, ports)
+        return True
 
-    def gang_ask(self, attempt: Attempt) -> GangAsk:
+    def _gang_ask(self, attempt: Attempt) -> GangAsk:
         order = gang_order(attempt.request)
         return GangAsk(
             attempt_id=attempt.id,
@@ -1723,31 +1745,35 @@ class _Placing:
             ],
         )
 
-    def wait(self, attempt: Attempt, reason: str) -> None:
-        self._backend._wait(attempt, reason)
+    def _place_relaunch(self, instance: Instance) -> bool:
+        """Ask the scheduler about one instance waiting to start again and carry out its
+        decision; whether it was placed."""
+        with self._lock:
+            attempt = self._attempts.get(instance.attempt_id)
+            if attempt is None or attempt.stopping or instance.ended:
+                self._scheduler.remove_relaunch(instance)  # it no longer waits
+                return False
+        ask = self._solo_ask(attempt, instance)
+        decision = self._scheduler.decide_instance(instance, ask, self._outage())
+        if isinstance(decision, WaitInstance):
+            self._wait_instance(instance, decision.reason)
+            return False
+        if isinstance(decision, DropInstance):
+            self._end(attempt, instance, EventKind.START_FAILED, reason=decision.reason)
+            self._cleanup_if_done(attempt)
+            return False
+        with self._lock:
+            taken = self._scheduler.take_instance(instance, stopping=attempt.stopping)
+            if taken:
+                instance.waiting_reason = None
+        if not taken:  # a stop took it off the queue meanwhile; it ends as stopped
+            self._scheduler.give_back(decision)
+            return False
+        self._background(self._start_relaunch, attempt, instance, decision.placed, decision.ports)
+        return True
 
-    def never_fits(self, attempt: Attempt, reason: str) -> None:
-        self._backend._end_all(attempt, EventKind.START_FAILED, reason)
-
-    def placed(self, attempt: Attempt) -> None:
-        attempt.placed = True
-        attempt.waiting_reason = None
-
-    def start(
-        self, attempt: Attempt, slots: Sequence[Slot], ports: Sequence[dict[str, list[int]]]
-    ) -> None:
-        order = gang_order(attempt.request)
-        slot_of = {(role.name, index): slots[n] for n, (role, index) in enumerate(order)}
-        ports_of = {(role.name, index): ports[n] for n, (role, index) in enumerate(order)}
-        self._backend._background(self._backend._start_attempt, attempt, slot_of, ports_of)
-
-    def relaunch_attempt(self, instance: Instance) -> Attempt | None:
-        attempt = self._backend._attempts.get(instance.attempt_id)
-        if attempt is None or attempt.stopping or instance.ended:
-            return None
-        return attempt
-
-    def solo_ask(self, attempt: Attempt, instance: Instance) -> SoloAsk | str:
+    def _solo_ask(self, attempt: Attempt, instance: Instance) -> SoloAsk | str:
+        """What starting the instance again asks for, or why it never can on its own."""
         if any(i.placement is None for i in attempt.instances.values()):
             return (
                 "cannot run on its own: its attempt was never placed, so its peers have no "
@@ -1769,23 +1795,11 @@ class _Placing:
             same_ports=same_ports(asks, previous),
         )
 
-    def stopping(self, attempt: Attempt) -> bool:
-        return attempt.stopping
+    # --- small parts -------------------------------------------------------------------------
 
-    def wait_instance(self, instance: Instance, reason: str) -> None:
-        self._backend._wait_instance(instance, reason)
-
-    def drop_relaunch(self, attempt: Attempt, instance: Instance, reason: str) -> None:
-        self._backend._end(attempt, instance, EventKind.START_FAILED, reason=reason)
-        self._backend._cleanup_if_done(attempt)
-
-    def relaunch_placed(self, instance: Instance) -> None:
-        instance.waiting_reason = None
-
-    def start_relaunch(
-        self, attempt: Attempt, instance: Instance, placed: Placed, ports: dict[str, list[int]]
-    ) -> None:
-        self._backend._background(self._backend._start_relaunch, attempt, instance, placed, ports)
+    def _instance_dir(self, key: InstanceKey) -> Path:
+        directory = records.attempt_dir(self.attempts_dir, key.job_id, key.attempt)
+        return records.instance_dir(directory, key.role, key.index)
 
 
 def skipped_note(material: Material, error: Exception) -> str:
