@@ -1,24 +1,24 @@
 """The Backend on the local cluster simulator: one Docker container per task instance.
 
-Placement, ports and prerequisites come from `simulator/`; this module turns a LaunchRequest
+Placement, ports and prerequisites come from `simulator/`; the backend turns a LaunchRequest
 into containers on a network of the attempt, watches Docker's event stream, and reports facts
 as InstanceEvents. Everything an attempt needs to be found again after a restart lives under
 the state directory (`attempts/<owner>/<job>/<attempt>/`, laid out in docker_records).
 Containers and networks are removed as soon as they are no longer needed; logs and exit
 records stay until the attempt is forgotten.
 
-Without gang allocation one ended instance can be started again on its own (`relaunch`): it is
-placed alone, keeps its address (and its ports when they are free) so the environment its
-peers started with stays true, and each run's container carries its run number, so events of
-an earlier run are never taken for the current one.
+`DockerBackend` is made of one class per part, each in its own module:
 
-Docker publishes a container's ports only when it starts it, and another program (another
-paigraph with its own port table, a test run beside this one) may take a port after the
-allocator found it free. The gang's containers therefore wait at a gate (docker_specs.GATE)
-until every one of them has started: when a port was lost, the whole gang is started again
-with fresh ports for the instances that lost one, so every peer's environment names the ports
-each really has and no command ran twice. The alternative, starting only the one container
-again, would leave its peers with an environment naming a port it does not have.
+- docker_core: the backend's state and the steps every part takes (ending an instance once,
+  removing a container, background work);
+- docker_placing: asking simulator/scheduler.py what to place, and carrying out its decisions;
+- docker_gang: starting a placed gang (images, prerequisites and mounts, network, containers,
+  ports lost to another program);
+- docker_start_order: letting started containers run their commands, in start order;
+- docker_relaunch: starting one ended instance again on its own;
+- docker_adopt: taking back containers after a restart, catching up after an engine outage;
+- docker_access: logs, exec and usage of running instances;
+- this module: launching, stopping and forgetting attempts, and Docker's events.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from backends.base import (
 from backends.docker_access import DockerAccess
 from backends.docker_adopt import Adopting
 from backends.docker_attempts import Attempt, demand, gang_order
-from backends.docker_core import _FETCH_KIND
+from backends.docker_core import FETCH_KIND
 from backends.docker_placing import Placing
 from backends.docker_specs import RUN, run_owner
 from simulator.containers import OWNER, ContainerEvent
@@ -91,7 +91,7 @@ class DockerBackend(Placing, Adopting, DockerAccess):
             for material in role.materials:
                 if material.name in notes:
                     continue
-                kinds = self.materials.simulated(_FETCH_KIND[material.kind], material.uris)
+                kinds = self.materials.simulated(FETCH_KIND[material.kind], material.uris)
                 if kinds:
                     notes[material.name] = LaunchNote(
                         material=material.name,
@@ -131,7 +131,7 @@ class DockerBackend(Placing, Adopting, DockerAccess):
                 try:
                     self.materials.check(
                         material.name,
-                        _FETCH_KIND[material.kind],
+                        FETCH_KIND[material.kind],
                         material.uris,
                         owner=request.user,
                         per_repository=material.per_repository,

@@ -30,7 +30,7 @@ from simulator.state_lock import StateDirInUse, StateLock, hold_state_dir
 
 log = logging.getLogger(__name__)
 
-_FETCH_KIND = {
+FETCH_KIND = {
     Fetch.DOWNLOAD: MaterialKind.DOWNLOAD,
     Fetch.CLONE: MaterialKind.CLONE,
     Fetch.MOUNT: MaterialKind.MOUNT,

@@ -1,6 +1,13 @@
 """Starting a placed gang: its images, prerequisites and mounts, its network, each instance's
-runtime files and container, and starting the whole gang again when another program took
-a port (see backends/docker.py).
+runtime files and container.
+
+Docker publishes a container's ports only when it starts it, and another program (another
+paigraph with its own port table, a test run beside this one) may take a port after the
+allocator found it free. The gang's containers therefore wait at a gate (docker_specs.GATE)
+until every one of them has started: when a port was lost, the whole gang is started again
+with fresh ports for the instances that lost one, so every peer's environment names the ports
+each really has and no command ran twice. The alternative, starting only the one container
+again, would leave its peers with an environment naming a port it does not have.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from backends import docker_pull, start_gate
 from backends import docker_records as records
 from backends.base import EventKind, Fetch, LaunchRequest, Material, Placement, RoleLaunch
 from backends.docker_attempts import Attempt, Instance, gang_order, port_asks
-from backends.docker_core import _FETCH_KIND
+from backends.docker_core import FETCH_KIND
 from backends.docker_specs import (
     attempt_labels,
     container_spec,
@@ -41,7 +48,7 @@ from simulator.prereqs import MaterialError, Mount
 
 log = logging.getLogger(__name__)
 
-_PORT_TRIES = 3  # starts of a gang (or a relaunch) whose ports other programs keep taking
+PORT_TRIES = 3  # starts of a gang (or a relaunch) whose ports other programs keep taking
 
 
 class GangStart(StartOrder):
@@ -118,7 +125,7 @@ class GangStart(StartOrder):
         with self._lock:
             for instance in attempt.instances.values():
                 instance.gated = True
-        for tries_left in range(_PORT_TRIES - 1, -1, -1):
+        for tries_left in range(PORT_TRIES - 1, -1, -1):
             placements = {
                 (role.name, index): Placement(
                     node=slots[(role.name, index)].node,
@@ -389,7 +396,7 @@ class GangStart(StartOrder):
                 try:
                     mount = self.materials.materialize(
                         material.name,
-                        _FETCH_KIND[material.kind],
+                        FETCH_KIND[material.kind],
                         material.uris,
                         owner=request.user,
                         read_only=material.read_only,

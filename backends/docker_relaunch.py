@@ -1,5 +1,8 @@
-"""Starting one ended instance again on its own (a task retry without gang allocation): on
-the attempt's network at its old address, with its old ports when they are free.
+"""Starting one ended instance again on its own (a task retry without gang allocation).
+
+It is placed alone, keeps its address (and its ports when they are free) so the environment
+its peers started with stays true, and each run's container carries its run number, so events
+of an earlier run are never taken for the current one.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import threading
 from backends import docker_records as records
 from backends.base import BackendError, EventKind, InstanceKey, Placement, UnknownInstance
 from backends.docker_attempts import Attempt, Instance, attempt_id, gang_order, gang_position
-from backends.docker_gang import _PORT_TRIES, GangStart
+from backends.docker_gang import PORT_TRIES, GangStart
 from simulator.cluster import Placed
 from simulator.containers import EngineError, EngineUnreachable
 from simulator.ports import PortError
@@ -81,7 +84,7 @@ class Relaunching(GangStart):
             self._end(attempt, instance, EventKind.START_FAILED, reason=str(exc))
             self._cleanup_if_done(attempt)
             return
-        for tries_left in range(_PORT_TRIES - 1, -1, -1):
+        for tries_left in range(PORT_TRIES - 1, -1, -1):
             instance.placement = Placement(node=slot.node, host_ip=address, ports=ports)
             placements = {
                 name: peer.placement
