@@ -5,27 +5,28 @@ resources from the cluster, then its ports. Instances to start again on their ow
 retry without gang allocation) come first: their attempts already run, and a peer waiting for
 them holds resources that a new attempt would only wait for as well.
 
-The scheduler knows nothing of containers or job requests. What an attempt or an instance is,
-what it asks for, and what placing it leads to (starting its containers) are left to the
-backend through `Placer`; the scheduler only decides when something fits and in which order.
-It shares the backend's lock, so a queue change and the backend's own bookkeeping of the same
-attempt happen as one step.
+The scheduler knows nothing of containers or job requests, and calls nothing of the backend.
+The backend asks it about one attempt (a `GangAsk`) or one instance (a `SoloAsk`) at a time,
+in the order `turns()` gives, and gets a decision back as a value: placed here with these
+ports (`PlaceGang`, `PlaceInstance`; what they hold is held from then on), wait and why
+(`WaitGang`, `WaitInstance`), or never, and why (`RefuseGang`, `DropInstance`). Carrying a
+decision out (starting containers, telling the job) is the backend's. The scheduler shares
+the backend's lock, so the backend takes a placed attempt off the queue (`take_gang`) and
+records it placed as one step.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from simulator.cluster import Cluster, Demand, NeverFits, Placed, Shortage, Slot
 from simulator.ports import PortAllocator, PortAsk, PortError
 
-A = TypeVar("A")  # the backend's attempt
 I = TypeVar("I")  # the backend's instance  # noqa: E741
-I_in = TypeVar("I_in", contravariant=True)  # the same, as the placer takes it
 
 PortsByLabel = dict[str, list[int]]
 
@@ -54,81 +55,69 @@ class SoloAsk:
     same_ports: Sequence[PortAsk] | None  # exactly the ports it had, when they can be asked
 
 
-class Placer(Protocol[A, I_in]):
-    """What the scheduler asks of the backend whose attempts and instances it places.
+@dataclass(frozen=True)
+class PlaceGang:
+    """Start the attempt: a slot and the ports of each instance, in the gang's order. Both
+    are held for it from now on; it is still queued until the backend takes it."""
 
-    `placed` and `relaunch_placed` are called with the shared lock held, so the backend's
-    record of the attempt changes together with the queue."""
-
-    def queued_attempt(self, attempt_id: str) -> A | None:
-        """The queued attempt, or None when it was forgotten or is being stopped."""
-        ...
-
-    def outage(self) -> str | None:
-        """Why nothing can be placed now (the engine is away); None when it can."""
-        ...
-
-    def ready(self, attempt: A) -> bool:
-        """Whether the attempt may be placed now (its images are here)."""
-        ...
-
-    def gang_ask(self, attempt: A) -> GangAsk: ...
-
-    def wait(self, attempt: A, reason: str) -> None:
-        """The attempt does not fit now: tell why."""
-        ...
-
-    def never_fits(self, attempt: A, reason: str) -> None:
-        """The attempt can never be placed: end it."""
-        ...
-
-    def placed(self, attempt: A) -> None: ...
-
-    def start(self, attempt: A, slots: Sequence[Slot], ports: Sequence[PortsByLabel]) -> None:
-        """Start the placed attempt (in the background): slots and ports in the gang's order."""
-        ...
-
-    def relaunch_attempt(self, instance: I_in) -> A | None:
-        """The attempt of an instance waiting to start again; None when the instance no longer
-        waits (its attempt forgotten or being stopped, or the instance ended meanwhile)."""
-        ...
-
-    def solo_ask(self, attempt: A, instance: I_in) -> SoloAsk | str:
-        """What starting the instance again asks for, or why it never can on its own."""
-        ...
-
-    def stopping(self, attempt: A) -> bool: ...
-
-    def wait_instance(self, instance: I_in, reason: str) -> None:
-        """The instance does not fit now: tell why."""
-        ...
-
-    def drop_relaunch(self, attempt: A, instance: I_in, reason: str) -> None:
-        """The instance can never start again on its own: end it."""
-        ...
-
-    def relaunch_placed(self, instance: I_in) -> None: ...
-
-    def start_relaunch(
-        self, attempt: A, instance: I_in, placed: Placed, ports: PortsByLabel
-    ) -> None:
-        """Start the placed instance again (in the background)."""
-        ...
+    attempt_id: str
+    slots: tuple[Slot, ...]
+    ports: tuple[PortsByLabel, ...]
 
 
-class Scheduler(Generic[A, I]):
+@dataclass(frozen=True)
+class WaitGang:
+    """The attempt does not fit now; it stays queued, and `reason` says for what it waits."""
+
+    attempt_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RefuseGang:
+    """The attempt can never be placed, for `reason`; it is off the queue."""
+
+    attempt_id: str
+    reason: str
+
+
+GangDecision = PlaceGang | WaitGang | RefuseGang
+
+
+@dataclass(frozen=True)
+class PlaceInstance:
+    """Start the instance again: its slot (and node) and ports, held for it from now on."""
+
+    attempt_id: str
+    position: int
+    port_owner: str
+    placed: Placed
+    ports: PortsByLabel
+
+
+@dataclass(frozen=True)
+class WaitInstance:
+    """The instance does not fit now; it stays queued, and `reason` says for what it waits."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class DropInstance:
+    """The instance can never start again on its own, for `reason`; it is off the queue."""
+
+    reason: str
+
+
+InstanceDecision = PlaceInstance | WaitInstance | DropInstance
+
+
+class Scheduler(Generic[I]):
     """The queue of attempts (by id) and of instances to start again, and their placement."""
 
-    def __init__(
-        self,
-        cluster: Cluster,
-        ports: PortAllocator,
-        placer: Placer[A, I],
-        lock: threading.RLock,
-    ) -> None:
+    def __init__(self, cluster: Cluster, ports: PortAllocator, lock: threading.RLock) -> None:
         self._cluster = cluster
         self._ports = ports
-        self._placer = placer
         self._lock = lock
         self._queue: list[str] = []  # attempt ids waiting for capacity, in arrival order
         self._relaunches: list[I] = []  # instances to start again, in arrival order
@@ -162,9 +151,13 @@ class Scheduler(Generic[A, I]):
         with self._lock:
             self._relaunches.insert(0, instance)
 
-    def remove_relaunch(self, instance: I) -> None:
-        with self._lock, contextlib.suppress(ValueError):
+    def remove_relaunch(self, instance: I) -> bool:
+        """Take the instance off the relaunch queue; whether it was on it."""
+        with self._lock:
+            if instance not in self._relaunches:
+                return False
             self._relaunches.remove(instance)
+            return True
 
     def remove_relaunches(self, which: Callable[[I], bool]) -> list[I]:
         """Take the instances `which` picks off the relaunch queue; those taken, in order."""
@@ -188,76 +181,54 @@ class Scheduler(Generic[A, I]):
 
     # --- placing ---------------------------------------------------------------------------------
 
-    def schedule(self) -> None:
-        """Place everything queued that fits now: instances to start again first, then
-        attempts in arrival order; again while anything was placed."""
+    @contextlib.contextmanager
+    def round(self) -> Iterator[None]:
+        """One placing round at a time: decisions of two rounds never interleave."""
         with self._scheduling:
-            while True:
-                placed_any = False
-                with self._lock:
-                    relaunches = list(self._relaunches)
-                    queued = list(self._queue)
-                for instance in relaunches:
-                    if self._try_relaunch(instance):
-                        placed_any = True
-                for queued_id in queued:
-                    attempt = self._placer.queued_attempt(queued_id)
-                    if attempt is None:
-                        continue
-                    if self._try_place(attempt):
-                        placed_any = True
-                if not placed_any:
-                    return
+            yield
 
-    def _try_place(self, attempt: A) -> bool:
-        placer = self._placer
-        outage = placer.outage()
+    def turns(self) -> tuple[list[I], list[str]]:
+        """What a round tries, in order: the instances to start again, then the queued
+        attempts in arrival order. A round is tried again while anything was placed."""
+        with self._lock:
+            return list(self._relaunches), list(self._queue)
+
+    def decide_gang(self, ask: GangAsk, outage: str | None = None) -> GangDecision:
+        """Place the whole attempt now, or say why it waits or never fits. `outage` says why
+        nothing can be placed now (the engine is away); None when it can."""
         if outage is not None:
-            placer.wait(attempt, outage)
-            return False
-        if not placer.ready(attempt):
-            return False
-        ask = placer.gang_ask(attempt)
+            return WaitGang(ask.attempt_id, outage)
         try:
             result = self._cluster.place(ask.attempt_id, ask.virtual_cluster, ask.demands)
         except NeverFits as exc:
-            with self._lock:
-                self._queue.remove(ask.attempt_id)
-            placer.never_fits(attempt, exc.reason)
-            return False
+            self.remove(ask.attempt_id)
+            return RefuseGang(ask.attempt_id, exc.reason)
         if isinstance(result, Shortage):
-            placer.wait(attempt, result.reason)
-            return False
+            return WaitGang(ask.attempt_id, result.reason)
         try:
             allocated = self._ports.allocate_many(ask.port_asks)
         except PortError as exc:
             self._cluster.release(ask.attempt_id)
-            placer.wait(attempt, f"waiting for ports: {exc}")
-            return False
-        with self._lock:
-            self._queue.remove(ask.attempt_id)
-            placer.placed(attempt)
-        placer.start(attempt, result.slots, allocated)
-        return True
+            return WaitGang(ask.attempt_id, f"waiting for ports: {exc}")
+        return PlaceGang(ask.attempt_id, tuple(result.slots), tuple(allocated))
 
-    def _try_relaunch(self, instance: I) -> bool:
-        """Place one instance to start again, alone; False while it does not fit."""
-        placer = self._placer
+    def take_gang(self, placed: PlaceGang) -> None:
+        """Take a placed attempt off the queue; called with the shared lock held, so the
+        backend records it placed in the same step."""
         with self._lock:
-            attempt = placer.relaunch_attempt(instance)
-            if attempt is None:
-                with contextlib.suppress(ValueError):
-                    self._relaunches.remove(instance)
-                return False
-        outage = placer.outage()
+            self._queue.remove(placed.attempt_id)
+
+    def decide_instance(
+        self, instance: I, ask: SoloAsk | str, outage: str | None = None
+    ) -> InstanceDecision:
+        """Place one instance to start again, alone (preferring the node it ran on, and its
+        old ports), or say why it waits or never can. `ask` is a reason instead when its
+        backend knows it never can on its own; `outage` as for `decide_gang`."""
         if outage is not None:
-            placer.wait_instance(instance, outage)
-            return False
-        ask = placer.solo_ask(attempt, instance)
+            return WaitInstance(outage)
         if isinstance(ask, str):
             self.remove_relaunch(instance)
-            placer.drop_relaunch(attempt, instance, ask)
-            return False
+            return DropInstance(ask)
         try:
             result = self._cluster.place_one(
                 ask.attempt_id,
@@ -268,28 +239,28 @@ class Scheduler(Generic[A, I]):
             )
         except NeverFits as exc:  # the settings changed since the attempt was placed
             self.remove_relaunch(instance)
-            placer.drop_relaunch(attempt, instance, exc.reason)
-            return False
+            return DropInstance(exc.reason)
         if isinstance(result, Shortage):
-            placer.wait_instance(instance, result.reason)
-            return False
+            return WaitInstance(result.reason)
         try:
             ports = self._ports_again(ask)
         except PortError as exc:
             self._cluster.release_one(ask.attempt_id, ask.position)
-            placer.wait_instance(instance, f"waiting for ports: {exc}")
-            return False
+            return WaitInstance(f"waiting for ports: {exc}")
+        return PlaceInstance(ask.attempt_id, ask.position, ask.port_owner, result, ports)
+
+    def take_instance(self, instance: I, *, stopping: bool) -> bool:
+        """Take a placed instance off the queue; called with the shared lock held, so the
+        backend records it placed in the same step. False when its attempt is `stopping` or
+        a stop took it off the queue meanwhile: it is not to start (it ends as stopped), and
+        what was held for it goes back with `give_back`."""
         with self._lock:
-            stopped = placer.stopping(attempt) or instance not in self._relaunches
-            if not stopped:
-                self._relaunches.remove(instance)
-                placer.relaunch_placed(instance)
-        if stopped:  # a stop took it off the queue meanwhile; it ends as stopped
-            self._ports.release(ask.port_owner)
-            self._cluster.release_one(ask.attempt_id, ask.position)
-            return False
-        placer.start_relaunch(attempt, instance, result, ports)
-        return True
+            return not stopping and self.remove_relaunch(instance)
+
+    def give_back(self, placed: PlaceInstance) -> None:
+        """Release what a placed instance that is not to start holds."""
+        self._ports.release(placed.port_owner)
+        self._cluster.release_one(placed.attempt_id, placed.position)
 
     def _ports_again(self, ask: SoloAsk) -> PortsByLabel:
         """The ports the instance had, when each label's ports are a free run; else new ones."""

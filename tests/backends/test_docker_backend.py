@@ -763,7 +763,7 @@ async def test_a_port_taken_before_docker_publishes_it_is_replaced_before_any_co
 async def test_a_port_lost_on_every_try_fails_the_start_naming_the_port(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("backends.docker._PORT_TRIES", 1)
+    monkeypatch.setattr("backends.docker_gang.PORT_TRIES", 1)
     request = job(role("web", ["true"]))
     async with backend(tmp_path) as sim:
         events = Collector(sim)
