@@ -20,7 +20,7 @@ from simulator.scheduler import (
     WaitInstance,
 )
 from simulator.settings import settings_from_yaml
-from tests.test_ports import free_window
+from tests.simulator.test_ports import free_window
 
 TWO_NODES = "node_count: 2\nnode: {cpu: 4, memory_mb: 4096}"
 
