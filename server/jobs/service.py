@@ -2,9 +2,9 @@
 
 Each job has a JobRunner (`runner.py`); one task reads the backend's event stream and hands
 each event to the runner of its job. Every change of a job goes through the job's `Journal`
-(`journal.py`) to the service, which writes it to the store (job row, instance rows and event
-rows in one transaction, `save_changes`) before it publishes a `JobNotice` (`announce`), so a
-subscriber that reads the event log on a notice always finds what the notice announced.
+(`journal.py`) to the service's `JobRecorder` (`recorder.py`), which writes it to the store
+(job row, instance rows and event rows in one transaction) before it publishes a `JobNotice`, so
+a subscriber that reads the event log on a notice always finds what the notice announced.
 
 On `start()` the service reconciles (`server.jobs.reconcile`): each unfinished job's machine is
 rebuilt from the store, brought in line with what the backend reports, and its runner resumes.
@@ -21,7 +21,7 @@ import contextlib
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -37,13 +37,14 @@ from backends.base import (
     UnknownInstance,
     utcnow,
 )
-from server.events import BusClosedError, BusUnavailableError, EventBus, JobNotice
+from server.events import EventBus
 from server.jobs.journal import Journal
 from server.jobs.launch import NotRunnable, default_fs_of, launch_request
 from server.jobs.machine import JobMachine, MachineSnapshot
-from server.jobs.observer import JobObserver, NoObserver
+from server.jobs.observer import JobObserver, tell
 from server.jobs.policy import job_policy
 from server.jobs.reconcile import Resumption, plan_resumption, stale_attempts
+from server.jobs.recorder import JobRecorder
 from server.jobs.refusals import refusal_issues, virtual_cluster_path
 from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.service_machine import BackendOutage, ServiceMachine, stuck_in_starting
@@ -52,17 +53,12 @@ from server.marketplace.lookup import Viewer
 from server.marketplace.references import ANONYMOUS, ReferenceResolver
 from server.protocol import Issue, JobSpec, resolve_job
 from server.protocol.issues import WithIssues
-from server.shapes.job_states import JobState, Transition
-from server.store import Event, Job, JobExists, JobWarning, NameInUse, NewEvent, Store, User
-from server.store.availability import database_unavailable
-from simulator.backoff import Backoff
+from server.store import Job, JobExists, JobWarning, NameInUse, Store, User
 
 log = logging.getLogger(__name__)
 
 STOP_WAIT_SECONDS = 5.0  # how long `stop` waits for the stop to be on record before it answers
 HEALTH_INTERVAL = 0.25  # how often the backend's health is looked at (a cheap in-memory read)
-SAVE_RETRY_FIRST = 0.2  # seconds before a write the database refused is made again; doubled
-SAVE_RETRY_MAX = 5.0  # ... up to this
 _ID_TRIES = 5
 
 
@@ -128,13 +124,21 @@ class JobService:
         self.references = references if references is not None else ReferenceResolver()
         self._live: dict[str, _Live] = {}
         self._background: list[asyncio.Task[None]] = []
-        self._writes: set[asyncio.Future[list[Event]]] = set()
         self._started = False
         self._reconciled = False  # every unfinished job this process can drive has its runner
         self._taking_over = asyncio.Lock()
         self._health = BackendHealth()  # as last told to the jobs
         self._healthy_since = float("-inf")  # loop time the backend last answered again
-        self.observer: JobObserver = NoObserver()  # told of stored changes (server.metrics)
+        self.recorder = JobRecorder(store, bus)  # every job's Journal saves and announces here
+
+    @property
+    def observer(self) -> JobObserver:
+        """Told of stored changes and of the backend's health (server.metrics)."""
+        return self.recorder.observer
+
+    @observer.setter
+    def observer(self, observer: JobObserver) -> None:
+        self.recorder.observer = observer
 
     # --- lifecycle ---
 
@@ -162,8 +166,7 @@ class JobService:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._writes:
-            await asyncio.gather(*list(self._writes), return_exceptions=True)
+        await self.recorder.finish()
         await self.backend.close()
 
     # --- resolve, submit, stop, logs ---
@@ -316,7 +319,7 @@ class JobService:
             break
         else:
             raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
-        await self.announce(job.id, events, machine.state)
+        await self.recorder.announce(job.id, events, machine.state)
         self._run(spec, machine, user.name, Resumption(machine, fresh=True), request)
         return SubmitOutcome(job=job, issues=job_warnings, item_ids=outcome.item_ids)
 
@@ -373,8 +376,8 @@ class JobService:
                 await release_attempt(self.backend, job.id, machine.attempt, grace)
                 machine.abandon("no runner drove the job any more; its attempt was released")
             changes = machine.transitions[saved:]
-            events = await self.save_changes(job.id, machine.snapshot(), changes)
-            await self.announce(job.id, events, machine.state)
+            events = await self.recorder.save_changes(job.id, machine.snapshot(), changes)
+            await self.recorder.announce(job.id, events, machine.state)
         return StopOutcome(job=await asyncio.to_thread(self.store.get_job, job.id), errors=[])
 
     async def logs(
@@ -408,7 +411,7 @@ class JobService:
     ) -> None:
         """Register the job's runner (before anything it launches can report) and drive it;
         `request` is the current attempt's LaunchRequest when it was built already."""
-        journal = Journal(self, machine.job_id, machine)
+        journal = Journal(self.recorder, machine.job_id, machine)
         runner = JobRunner(
             spec,
             self.backend,
@@ -485,7 +488,7 @@ class JobService:
             else:
                 log.warning("%s (%s)", health.reason, health.detail)
             self._health = health
-            self._tell(self.observer.backend_health, health)
+            tell(self.observer.backend_health, health)
             for live in list(self._live.values()):
                 live.runner.feed(_outage_event(live.runner.job_id, health))
 
@@ -540,66 +543,6 @@ class JobService:
             except Exception:
                 log.exception("job %s cannot be resumed; stopping it ends it", job.id)
         self._reconciled = True
-
-    # --- storing and announcing (the Recorder every job's Journal writes through) ---
-
-    async def save_changes(
-        self, job_id: str, snapshot: MachineSnapshot, changes: Sequence[Transition | NewEvent]
-    ) -> list[Event]:
-        """Write the job's machine and its new events in one transaction (`Store.save_machine`),
-        in a thread; a write under way finishes even when its runner is cancelled (`close`
-        waits for it), so what was written and what the runner saw never part.
-
-        While the database cannot be used (restarting, unreachable, its disk full) the write is
-        made again with back-off until it can: the runner waits, and the backend's events queue
-        up meanwhile, so nothing is lost and nothing is decided twice."""
-        backoff, failing_since = Backoff(SAVE_RETRY_FIRST, SAVE_RETRY_MAX), None
-        while True:
-            write = asyncio.ensure_future(
-                asyncio.to_thread(self.store.save_machine, job_id, snapshot, list(changes))
-            )
-            self._writes.add(write)
-            write.add_done_callback(self._writes.discard)
-            try:
-                events = await asyncio.shield(write)
-            except Exception as exc:
-                if not database_unavailable(exc):
-                    raise
-                if failing_since is None:
-                    failing_since = asyncio.get_running_loop().time()
-                    log.warning(
-                        "job %s: the database cannot take its changes (%s); "
-                        "writing them again until it can",
-                        job_id,
-                        str(exc).splitlines()[0],
-                    )
-                await asyncio.sleep(backoff.next_delay())
-                continue
-            if failing_since is not None:
-                took = asyncio.get_running_loop().time() - failing_since
-                log.warning("job %s: its changes are written, after %.1f s", job_id, took)
-            self._tell(self.observer.saved, snapshot, changes)
-            return events
-
-    async def announce(self, job_id: str, events: Sequence[Event], state: JobState) -> None:
-        """Publish a notice of the job's stored `events` on the bus; a bus that cannot take it
-        is logged (subscribers catch up from the store)."""
-        if not events:
-            return
-        notice = JobNotice(job_id=job_id, sequence=events[-1].sequence, state=state.value)
-        try:
-            await self.bus.publish(notice)
-        except (BusClosedError, BusUnavailableError) as exc:
-            # the event log has the change; subscribers catch up on their next notice or resync
-            log.warning("job %s: notice not published: %s", job_id, exc)
-
-    @staticmethod
-    def _tell(call: Callable[..., None], *args: object) -> None:
-        """Call an observer's hook; its failure is logged, never the job's."""
-        try:
-            call(*args)
-        except Exception:
-            log.exception("the job service's observer failed")
 
     def _unknown_vc(self, vc: str, path: str) -> Issue | None:
         """A virtual cluster this cluster does not have, said the same way by the dry run and
