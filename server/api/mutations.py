@@ -24,7 +24,7 @@ from server.protocol import ParseResult, resolve_job
 from server.protocol.convert import convert_to_v2
 
 if TYPE_CHECKING:
-    from server.jobs.service import ResolveOutcome
+    from server.jobs.submission import ResolveOutcome
 
 
 @strawberry.input
@@ -118,8 +118,11 @@ class Mutation:
         service = info.context.runtime.service
         outcome: ResolveOutcome | ParseResult
         if service is not None:  # references resolved too, and judged by the backend
-            as_seen_by = await asyncio.to_thread(service.viewer_of, viewer)
-            outcome = await asyncio.to_thread(service.resolve, input.config, parameters, as_seen_by)
+            submissions = service.submissions
+            as_seen_by = await asyncio.to_thread(submissions.viewer_of, viewer)
+            outcome = await asyncio.to_thread(
+                submissions.resolve, input.config, parameters, as_seen_by
+            )
         else:  # no backend: the protocol engine alone, which is what a dry run needs
             outcome = await asyncio.to_thread(resolve_job, input.config, parameters)
         spec = outcome.spec

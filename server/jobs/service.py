@@ -10,6 +10,9 @@ On `start()` the service reconciles (`server.jobs.reconcile`): each unfinished j
 rebuilt from the store, brought in line with what the backend reports, and its runner resumes.
 Attempts the backend still holds for jobs that ended are released.
 
+A new job comes in through `submission.py` (resolved, checked, stored), which hands it here to
+run.
+
 Secrets are kept in memory only (the store never sees them): a job resumed after a restart, and
 any retry of it, runs without its secrets.
 """
@@ -19,17 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from backends.base import (
     Backend,
     BackendHealth,
-    ChecksLaunches,
     InstanceKey,
     LaunchRequest,
     LogChunk,
@@ -39,44 +38,25 @@ from backends.base import (
 )
 from server.events import EventBus
 from server.jobs.journal import Journal
-from server.jobs.launch import NotRunnable, default_fs_of, launch_request
 from server.jobs.machine import JobMachine, MachineSnapshot
 from server.jobs.observer import JobObserver, tell
-from server.jobs.policy import job_policy
 from server.jobs.reconcile import Resumption, plan_resumption, stale_attempts
 from server.jobs.recorder import JobRecorder
-from server.jobs.refusals import refusal_issues, virtual_cluster_path
 from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.service_machine import BackendOutage, ServiceMachine, stuck_in_starting
-from server.jobs.simulated import simulation_warnings
+from server.jobs.submission import Submissions, SubmitOutcome
 from server.marketplace.lookup import Viewer
-from server.marketplace.references import ANONYMOUS, ReferenceResolver
-from server.protocol import Issue, JobSpec, resolve_job
-from server.protocol.issues import WithIssues
-from server.store import Job, JobExists, JobWarning, NameInUse, Store, User
+from server.marketplace.references import ReferenceResolver
+from server.protocol import Issue, JobSpec
+from server.store import Job, Store, User
 
 log = logging.getLogger(__name__)
 
 STOP_WAIT_SECONDS = 5.0  # how long `stop` waits for the stop to be on record before it answers
 HEALTH_INTERVAL = 0.25  # how often the backend's health is looked at (a cheap in-memory read)
-_ID_TRIES = 5
 
 
 # --- what the API gets back --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ResolveOutcome(WithIssues):
-    spec: JobSpec | None  # references resolved, rendered; its secrets are kept in memory only
-    issues: list[Issue]
-    item_ids: frozenset[str] = frozenset()  # the marketplace items the job uses
-
-
-@dataclass(frozen=True)
-class SubmitOutcome(WithIssues):
-    job: Job | None  # as stored: WAITING right after the submission
-    issues: list[Issue]  # its warnings are kept with the job too
-    item_ids: frozenset[str] = frozenset()  # the marketplace items the job uses
 
 
 @dataclass(frozen=True)
@@ -130,6 +110,9 @@ class JobService:
         self._health = BackendHealth()  # as last told to the jobs
         self._healthy_since = float("-inf")  # loop time the backend last answered again
         self.recorder = JobRecorder(store, bus)  # every job's Journal saves and announces here
+        self.submissions = Submissions(
+            store, backend, self.references, self.recorder, start=self._start_submitted
+        )
 
     @property
     def observer(self) -> JobObserver:
@@ -169,77 +152,7 @@ class JobService:
         await self.recorder.finish()
         await self.backend.close()
 
-    # --- resolve, submit, stop, logs ---
-
-    def viewer_of(self, user: User) -> Viewer:
-        """Who `user` is to the marketplace: their groups are their virtual clusters."""
-        groups = frozenset(self.store.user_vcs(user.id))
-        return Viewer(name=user.name, admin=user.admin, groups=groups)
-
-    def resolve(
-        self,
-        config: str,
-        parameters: dict[str, Any] | None = None,
-        viewer: Viewer | None = None,
-        virtual_cluster: str | None = None,
-        *,
-        check_runnable: bool = True,
-    ) -> ResolveOutcome:
-        """The dry run: protocol errors and warnings, or the spec with its references resolved
-        (as `viewer` sees the marketplace; anonymous by default) and rendered. A valid job that
-        cannot run as it is (NotRunnable) is an error too, with code `not-runnable`, and so is
-        one the backend can never run (`refused`), judged in `virtual_cluster` when given;
-        `check_runnable=False` leaves both to the caller (`submit` checks them on the request
-        it launches). Blocks (downloads, store reads): async callers run it in a thread."""
-        item_ids: frozenset[str] = frozenset()
-
-        def replace_references(spec: JobSpec) -> tuple[JobSpec | None, list[Issue]]:
-            nonlocal item_ids
-            resolved = self.references.resolve(spec, viewer or ANONYMOUS)
-            item_ids = resolved.item_ids
-            return resolved.spec, resolved.issues
-
-        result = resolve_job(config, parameters or {}, references=replace_references)
-        spec, issues = result.spec, result.issues
-        if spec is not None and virtual_cluster and virtual_cluster != spec.virtual_cluster:
-            spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
-        if spec is not None and check_runnable:
-            user = viewer.name if viewer is not None else "default"
-            problems, simulated = self._unrunnable(spec, user=user)
-            issues += simulated
-            unknown = self._unknown_vc(spec.virtual_cluster, virtual_cluster_path(spec))
-            if unknown is not None:  # said as submission says it, in place of the backend's
-                problems = [unknown, *(p for p in problems if p.path != unknown.path)]
-            if problems:
-                issues.extend(problems)
-                spec = None
-        return ResolveOutcome(spec=spec, issues=issues, item_ids=item_ids)
-
-    def _unrunnable(self, spec: JobSpec, *, user: str) -> tuple[list[Issue], list[Issue]]:
-        """Why the job cannot run as it is, or every reason it can never run on this backend,
-        judged on a request of a job that is not stored; and what the backend would simulate."""
-        built = self._first_request(spec, job_id="dry-run", user=user)
-        if isinstance(built, Issue):
-            return [built], []
-        return self._refusals(built, spec), simulation_warnings(spec, built, self.backend)
-
-    def _first_request(self, spec: JobSpec, *, job_id: str, user: str) -> LaunchRequest | Issue:
-        """The job's first attempt as the backend is to launch it, or why the job cannot run as
-        it is (`not-runnable`); as `user` would run it (a v1 codeDir may name `$PAI_USER_NAME`).
-        At submission the request built here is the one the first attempt launches."""
-        try:
-            return launch_request(
-                spec, job_id=job_id, user=user, default_fs=default_fs_of(self.backend)
-            )
-        except NotRunnable as exc:
-            return Issue(exc.path, "not-runnable", exc.message)
-
-    def _refusals(self, request: LaunchRequest, spec: JobSpec) -> list[Issue]:
-        """Every reason the backend can never run the request (`refused`: bigger than any
-        node, data it cannot fetch...), each at its field, if it says so."""
-        if isinstance(self.backend, ChecksLaunches):
-            return refusal_issues(self.backend.refusal, request, spec)
-        return []
+    # --- submit, stop, logs ---
 
     async def submit(
         self,
@@ -249,79 +162,10 @@ class JobService:
         virtual_cluster: str | None = None,
         viewer: Viewer | None = None,
     ) -> SubmitOutcome:
-        """Store the job (WAITING) and start running it.
-
-        References are resolved as `viewer` sees the marketplace (default: `user`'s view).
-        Errors: the protocol's and the references' (with their paths), `not-runnable`,
-        `virtualCluster` / `forbidden` when the user may not use the virtual cluster,
-        `name` / `name-in-use` when the user has an unfinished job of that name, `refused` when
-        the backend can never run it. A backend that refuses it only at launch (LaunchRefused)
-        ends it FAILED with its reason.
-        """
+        """Store the job (WAITING) and start running it (`Submissions.submit`)."""
         if not self._started:
             raise RuntimeError("start the job service before submitting jobs")
-
-        def resolve_as_seen() -> tuple[ResolveOutcome, LaunchRequest | Issue | None]:
-            """One thread for all three: who the user is to the marketplace, resolving, and
-            the first attempt's request (or why the job cannot run as it is)."""
-            seen_by = viewer if viewer is not None else self.viewer_of(user)
-            resolved = self.resolve(
-                config, parameters, seen_by, virtual_cluster, check_runnable=False
-            )
-            if resolved.spec is None:
-                return resolved, None
-            job_id = new_job_id(resolved.spec.name)
-            return resolved, self._first_request(resolved.spec, job_id=job_id, user=user.name)
-
-        outcome, built = await asyncio.to_thread(resolve_as_seen)
-        spec = outcome.spec
-        if spec is None or built is None:
-            return SubmitOutcome(job=None, issues=outcome.issues)
-        if isinstance(built, Issue):
-            return SubmitOutcome(job=None, issues=[*outcome.warnings, built])
-        vc = spec.virtual_cluster
-        problem = self._unknown_vc(vc, "virtualCluster") or await self._check_vc(user, vc)
-        problems = [problem] if problem is not None else []
-        if not problems:
-            problems = await asyncio.to_thread(self._refusals, built, spec)
-        if problems:
-            return SubmitOutcome(job=None, issues=[*outcome.warnings, *problems])
-        request = built
-        policy = job_policy(spec)
-        simulated = await asyncio.to_thread(simulation_warnings, spec, request, self.backend)
-        job_warnings = [*outcome.warnings, *simulated]
-        warnings = [JobWarning(w.segments, w.code, w.message) for w in job_warnings]
-        for tries in range(1, _ID_TRIES + 1):
-            machine = ServiceMachine(policy, request.job_id)
-            try:
-                job, events = await asyncio.to_thread(
-                    self.store.create_job,
-                    spec,
-                    machine.snapshot(),
-                    owner_id=user.id,
-                    virtual_cluster=vc,
-                    warnings=warnings,
-                )
-            except NameInUse as exc:
-                return SubmitOutcome(job=None, issues=[Issue("name", "name-in-use", str(exc))])
-            except JobExists:
-                if tries < _ID_TRIES:  # the id is in the request: build it for the next id
-                    request = await asyncio.to_thread(
-                        partial(
-                            launch_request,
-                            spec,
-                            job_id=new_job_id(spec.name),
-                            user=user.name,
-                            default_fs=default_fs_of(self.backend),
-                        )
-                    )
-                continue
-            break
-        else:
-            raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
-        await self.recorder.announce(job.id, events, machine.state)
-        self._run(spec, machine, user.name, Resumption(machine, fresh=True), request)
-        return SubmitOutcome(job=job, issues=job_warnings, item_ids=outcome.item_ids)
+        return await self.submissions.submit(user, config, parameters, virtual_cluster, viewer)
 
     async def stop(self, user: User, job_id: str) -> StopOutcome:
         """Ask the job to stop; answers once the stop is on record (or after a few seconds).
@@ -400,6 +244,12 @@ class JobService:
             yield chunk
 
     # --- running jobs ---
+
+    def _start_submitted(
+        self, spec: JobSpec, machine: ServiceMachine, user: str, request: LaunchRequest
+    ) -> None:
+        """Run a job just stored by `submit`, with the first attempt's request built there."""
+        self._run(spec, machine, user, Resumption(machine, fresh=True), request)
 
     def _run(
         self,
@@ -543,43 +393,6 @@ class JobService:
             except Exception:
                 log.exception("job %s cannot be resumed; stopping it ends it", job.id)
         self._reconciled = True
-
-    def _unknown_vc(self, vc: str, path: str) -> Issue | None:
-        """A virtual cluster this cluster does not have, said the same way by the dry run and
-        by submission, when the backend names its virtual clusters."""
-        known = getattr(getattr(self.backend, "cluster", None), "vc_names", None)
-        if not isinstance(known, tuple) or vc in known:
-            return None
-        return Issue(
-            path,
-            "unknown-virtual-cluster",
-            f"unknown virtual cluster {vc!r}; known: {', '.join(known) or 'none'}",
-        )
-
-    async def _check_vc(self, user: User, vc: str) -> Issue | None:
-        """Admins (the local admin too) may use any virtual cluster; everyone may use
-        `default` (as in OpenPAI, where it is every user's); others need a membership."""
-        if user.admin or vc == OPEN_VIRTUAL_CLUSTER:
-            return None
-        allowed = await asyncio.to_thread(self.store.user_vcs, user.id)
-        if vc in allowed:
-            return None
-        mine = ", ".join([OPEN_VIRTUAL_CLUSTER, *allowed])
-        return Issue(
-            "virtualCluster",
-            "forbidden",
-            f"user {user.name} may not submit to virtual cluster {vc!r} "
-            f"(their virtual clusters: {mine})",
-        )
-
-
-OPEN_VIRTUAL_CLUSTER = "default"
-
-
-def new_job_id(name: str) -> str:
-    """The job's name made safe for labels and paths, and a random suffix."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", name)[:40].strip("-.") or "job"
-    return f"{stem}-{secrets.token_hex(4)}"
 
 
 def _outage_event(job_id: str, health: BackendHealth) -> BackendOutage:
