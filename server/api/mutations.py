@@ -19,7 +19,6 @@ from server.api.mutation_field import mutation
 from server.api.resolved import ResolvedJob, resolved_job
 from server.api.types import Job, UserError, json_object
 from server.jobs.launch import default_fs_of
-from server.marketplace.service import MarketplaceService
 from server.protocol import ParseResult, resolve_job
 from server.protocol.convert import convert_to_v2
 
@@ -155,19 +154,13 @@ class Mutation:
         parameters = json_object(input.parameters, "parameters")
         if isinstance(parameters, UserError):
             return SubmitJobPayload(job=None, errors=[parameters], warnings=[])
-        outcome = await info.context.service.submit(
-            info.context.viewer, input.config, parameters, input.virtual_cluster
+        outcome = await info.context.service.submit(  # the items it uses count a submit too
+            info.context.viewer,
+            input.config,
+            parameters,
+            input.virtual_cluster,
+            made_from=[str(i) for i in input.from_items or []],
         )
-        if outcome.job is not None:  # the items it uses or was made from count a submit
-            market = MarketplaceService(info.context.store)
-            made_from = [str(i) for i in input.from_items or []]
-            await asyncio.to_thread(
-                market.count_job_submit,
-                info.context.viewer,
-                outcome.item_ids,
-                made_from,
-                input.config,
-            )
         return SubmitJobPayload(
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
             errors=[UserError.from_issue(i) for i in outcome.errors],

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,6 @@ from server.jobs.recorder import JobRecorder
 from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.service_machine import BackendOutage, ServiceMachine, stuck_in_starting
 from server.jobs.submission import Submissions, SubmitOutcome
-from server.marketplace.lookup import Viewer
 from server.marketplace.references import ReferenceResolver
 from server.protocol import Issue, JobSpec
 from server.store import Job, Store, User
@@ -160,12 +159,17 @@ class JobService:
         config: str,
         parameters: dict[str, Any] | None = None,
         virtual_cluster: str | None = None,
-        viewer: Viewer | None = None,
+        *,
+        made_from: Iterable[str] = (),
+        used: Iterable[str] = (),
     ) -> SubmitOutcome:
-        """Store the job (WAITING) and start running it (`Submissions.submit`)."""
+        """Store the job (WAITING), count its marketplace submits and start running it
+        (`Submissions.submit`)."""
         if not self._started:
             raise RuntimeError("start the job service before submitting jobs")
-        return await self.submissions.submit(user, config, parameters, virtual_cluster, viewer)
+        return await self.submissions.submit(
+            user, config, parameters, virtual_cluster, made_from=made_from, used=used
+        )
 
     async def stop(self, user: User, job_id: str) -> StopOutcome:
         """Ask the job to stop; answers once the stop is on record (or after a few seconds).

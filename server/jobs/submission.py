@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -25,9 +25,10 @@ from server.jobs.service_machine import ServiceMachine
 from server.jobs.simulated import simulation_warnings
 from server.marketplace.lookup import Viewer
 from server.marketplace.references import ANONYMOUS, ReferenceResolver
+from server.marketplace.service import MarketplaceService
 from server.protocol import Issue, JobSpec, resolve_job
 from server.protocol.issues import WithIssues
-from server.store import Job, JobExists, JobWarning, NameInUse, Store, User
+from server.store import Event, Job, JobExists, JobWarning, NameInUse, Store, User
 
 _ID_TRIES = 5
 
@@ -143,58 +144,34 @@ class Submissions:
         config: str,
         parameters: dict[str, Any] | None = None,
         virtual_cluster: str | None = None,
-        viewer: Viewer | None = None,
+        *,
+        made_from: Iterable[str] = (),
+        used: Iterable[str] = (),
     ) -> SubmitOutcome:
-        """Store the job (WAITING) and start running it.
+        """Store the job (WAITING), count its marketplace submits and start running it.
 
-        References are resolved as `viewer` sees the marketplace (default: `user`'s view).
-        Errors: the protocol's and the references' (with their paths), `not-runnable`,
-        `virtualCluster` / `forbidden` when the user may not use the virtual cluster,
-        `name` / `name-in-use` when the user has an unfinished job of that name, `refused` when
-        the backend can never run it. A backend that refuses it only at launch (LaunchRefused)
-        ends it FAILED with its reason.
+        References are resolved as `user` sees the marketplace. Errors: the protocol's and the
+        references' (with their paths), `not-runnable`, `virtualCluster` / `forbidden` when the
+        user may not use the virtual cluster, `name` / `name-in-use` when the user has an
+        unfinished job of that name, `refused` when the backend can never run it. A backend
+        that refuses it only at launch (LaunchRefused) ends it FAILED with its reason.
+
+        A stored job counts a submit of each item its references took in and of each of `used`
+        (keys or API IDs), and of each item of `made_from` (API IDs) it really holds
+        (`MarketplaceService.count_job_submit`).
         """
-
-        def resolve_as_seen() -> tuple[ResolveOutcome, LaunchRequest | Issue | None]:
-            """One thread for all three: who the user is to the marketplace, resolving, and
-            the first attempt's request (or why the job cannot run as it is)."""
-            seen_by = viewer if viewer is not None else self.viewer_of(user)
-            resolved = self.resolve(
-                config, parameters, seen_by, virtual_cluster, check_runnable=False
-            )
-            if resolved.spec is None:
-                return resolved, None
-            job_id = new_job_id(resolved.spec.name)
-            return resolved, self._first_request(resolved.spec, job_id=job_id, user=user.name)
-
-        outcome, built = await asyncio.to_thread(resolve_as_seen)
-        spec = outcome.spec
-        if spec is None or built is None:
-            return SubmitOutcome(job=None, issues=outcome.issues)
-        if isinstance(built, Issue):
-            return SubmitOutcome(job=None, issues=[*outcome.warnings, built])
-        vc = spec.virtual_cluster
-        problem = self._unknown_vc(vc, "virtualCluster") or await self._check_vc(user, vc)
-        problems = [problem] if problem is not None else []
-        if not problems:
-            problems = await asyncio.to_thread(self._refusals, built, spec)
-        if problems:
-            return SubmitOutcome(job=None, issues=[*outcome.warnings, *problems])
-        request = built
+        checked = await asyncio.to_thread(self._check, user, config, parameters, virtual_cluster)
+        if not isinstance(checked, _Checked):
+            return SubmitOutcome(job=None, issues=checked)
+        spec, request = checked.spec, checked.request
         policy = job_policy(spec)
-        simulated = await asyncio.to_thread(simulation_warnings, spec, request, self.backend)
-        job_warnings = [*outcome.warnings, *simulated]
-        warnings = [JobWarning(w.segments, w.code, w.message) for w in job_warnings]
+        warnings = [JobWarning(w.segments, w.code, w.message) for w in checked.warnings]
+        counted = _Count(user, frozenset({*used, *checked.item_ids}), tuple(made_from), config)
         for tries in range(1, _ID_TRIES + 1):
             machine = ServiceMachine(policy, request.job_id)
             try:
-                job, events = await asyncio.to_thread(
-                    self.store.create_job,
-                    spec,
-                    machine.snapshot(),
-                    owner_id=user.id,
-                    virtual_cluster=vc,
-                    warnings=warnings,
+                job, events, count_failed = await asyncio.to_thread(
+                    self._store, spec, machine, user, warnings, counted
                 )
             except NameInUse as exc:
                 return SubmitOutcome(job=None, issues=[Issue("name", "name-in-use", str(exc))])
@@ -215,7 +192,62 @@ class Submissions:
             raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
         await self.recorder.announce(job.id, events, machine.state)
         self.start(spec, machine, user.name, request)
-        return SubmitOutcome(job=job, issues=job_warnings, item_ids=outcome.item_ids)
+        if count_failed is not None:  # the job runs; the caller still hears the count failed
+            raise count_failed
+        return SubmitOutcome(job=job, issues=checked.warnings, item_ids=checked.item_ids)
+
+    def _check(
+        self,
+        user: User,
+        config: str,
+        parameters: dict[str, Any] | None,
+        virtual_cluster: str | None,
+    ) -> _Checked | list[Issue]:
+        """Everything before storing, in one thread: who the user is (their virtual clusters,
+        read once for the marketplace and for the virtual cluster check), resolving, the first
+        attempt's request, the virtual cluster, the backend's refusals and what it simulates.
+        The job ready to store, or why it cannot be (with the warnings found before)."""
+        memberships = self.store.user_vcs(user.id)
+        viewer = Viewer(name=user.name, admin=user.admin, groups=frozenset(memberships))
+        outcome = self.resolve(config, parameters, viewer, virtual_cluster, check_runnable=False)
+        spec = outcome.spec
+        if spec is None:
+            return outcome.issues
+        built = self._first_request(spec, job_id=new_job_id(spec.name), user=user.name)
+        if isinstance(built, Issue):
+            return [*outcome.warnings, built]
+        vc = spec.virtual_cluster
+        problem = self._unknown_vc(vc, "virtualCluster") or vc_forbidden(user, vc, memberships)
+        problems = [problem] if problem is not None else self._refusals(built, spec)
+        if problems:
+            return [*outcome.warnings, *problems]
+        simulated = simulation_warnings(spec, built, self.backend)
+        return _Checked(spec, built, [*outcome.warnings, *simulated], outcome.item_ids)
+
+    def _store(
+        self,
+        spec: JobSpec,
+        machine: ServiceMachine,
+        user: User,
+        warnings: list[JobWarning],
+        counted: _Count,
+    ) -> tuple[Job, list[Event], Exception | None]:
+        """Store the job, then count its marketplace submits in the same thread; a count that
+        fails is handed back, since the job is stored and must run all the same."""
+        job, events = self.store.create_job(
+            spec,
+            machine.snapshot(),
+            owner_id=user.id,
+            virtual_cluster=spec.virtual_cluster,
+            warnings=warnings,
+        )
+        try:
+            MarketplaceService(self.store).count_job_submit(
+                counted.viewer, counted.used, counted.made_from, counted.config
+            )
+        except Exception as exc:
+            return job, events, exc
+        return job, events, None
 
     def _unknown_vc(self, vc: str, path: str) -> Issue | None:
         """A virtual cluster this cluster does not have, said the same way by the dry run and
@@ -229,24 +261,42 @@ class Submissions:
             f"unknown virtual cluster {vc!r}; known: {', '.join(known) or 'none'}",
         )
 
-    async def _check_vc(self, user: User, vc: str) -> Issue | None:
-        """Admins (the local admin too) may use any virtual cluster; everyone may use
-        `default` (as in OpenPAI, where it is every user's); others need a membership."""
-        if user.admin or vc == OPEN_VIRTUAL_CLUSTER:
-            return None
-        allowed = await asyncio.to_thread(self.store.user_vcs, user.id)
-        if vc in allowed:
-            return None
-        mine = ", ".join([OPEN_VIRTUAL_CLUSTER, *allowed])
-        return Issue(
-            "virtualCluster",
-            "forbidden",
-            f"user {user.name} may not submit to virtual cluster {vc!r} "
-            f"(their virtual clusters: {mine})",
-        )
-
 
 OPEN_VIRTUAL_CLUSTER = "default"
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A job that passed every check before it is stored."""
+
+    spec: JobSpec
+    request: LaunchRequest  # its first attempt's, under the id it is to be stored with
+    warnings: list[Issue]
+    item_ids: frozenset[str]  # the marketplace items its references took in
+
+
+@dataclass(frozen=True)
+class _Count:
+    """What a stored job counts as marketplace submits (`count_job_submit`'s arguments)."""
+
+    viewer: User
+    used: frozenset[str]
+    made_from: tuple[str, ...]
+    config: str
+
+
+def vc_forbidden(user: User, vc: str, memberships: Sequence[str]) -> Issue | None:
+    """Admins (the local admin too) may use any virtual cluster; everyone may use
+    `default` (as in OpenPAI, where it is every user's); others need a membership."""
+    if user.admin or vc == OPEN_VIRTUAL_CLUSTER or vc in memberships:
+        return None
+    mine = ", ".join([OPEN_VIRTUAL_CLUSTER, *memberships])
+    return Issue(
+        "virtualCluster",
+        "forbidden",
+        f"user {user.name} may not submit to virtual cluster {vc!r} "
+        f"(their virtual clusters: {mine})",
+    )
 
 
 def new_job_id(name: str) -> str:
