@@ -287,7 +287,7 @@ class JobService:
         runner = live.runner
         try:
             if plan.fresh:
-                await runner.run(read_backend_events=False)
+                await runner.run()
             else:
                 await runner.resume(plan.pending)
         except asyncio.CancelledError:
