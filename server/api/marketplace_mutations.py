@@ -330,15 +330,13 @@ class Mutation(JobMutation):
             return UseMarketplaceItemPayload(
                 item=item, config=outcome.config, job=None, errors=_errors(outcome.errors)
             )
-        submitted = await info.context.service.submit(
-            viewer, outcome.config, None, input.virtual_cluster
+        submitted = await info.context.service.submit(  # the item used counts a submit
+            viewer, outcome.config, None, input.virtual_cluster, used=[key]
         )
         errors = [UserError.from_issue(issue.within("config")) for issue in submitted.errors]
         job = None
         if submitted.job is not None:
             job = Job.from_value(submitted.job)
-            # the item used, and every item the job's references took in, count once each
-            await asyncio.to_thread(service.count_job_submit, viewer, {key, *submitted.item_ids})
             found = await asyncio.to_thread(service.visible, viewer, key)
             item = MarketplaceItem.from_value(found) if found is not None else item
         return UseMarketplaceItemPayload(item=item, config=outcome.config, job=job, errors=errors)

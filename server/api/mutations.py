@@ -19,12 +19,11 @@ from server.api.mutation_field import mutation
 from server.api.resolved import ResolvedJob, resolved_job
 from server.api.types import Job, UserError, json_object
 from server.jobs.launch import default_fs_of
-from server.marketplace.service import MarketplaceService
 from server.protocol import ParseResult, resolve_job
 from server.protocol.convert import convert_to_v2
 
 if TYPE_CHECKING:
-    from server.jobs.service import ResolveOutcome
+    from server.jobs.submission import ResolveOutcome
 
 
 @strawberry.input
@@ -118,8 +117,11 @@ class Mutation:
         service = info.context.runtime.service
         outcome: ResolveOutcome | ParseResult
         if service is not None:  # references resolved too, and judged by the backend
-            as_seen_by = await asyncio.to_thread(service.viewer_of, viewer)
-            outcome = await asyncio.to_thread(service.resolve, input.config, parameters, as_seen_by)
+            submissions = service.submissions
+            as_seen_by = await asyncio.to_thread(submissions.viewer_of, viewer)
+            outcome = await asyncio.to_thread(
+                submissions.resolve, input.config, parameters, as_seen_by
+            )
         else:  # no backend: the protocol engine alone, which is what a dry run needs
             outcome = await asyncio.to_thread(resolve_job, input.config, parameters)
         spec = outcome.spec
@@ -152,19 +154,13 @@ class Mutation:
         parameters = json_object(input.parameters, "parameters")
         if isinstance(parameters, UserError):
             return SubmitJobPayload(job=None, errors=[parameters], warnings=[])
-        outcome = await info.context.service.submit(
-            info.context.viewer, input.config, parameters, input.virtual_cluster
+        outcome = await info.context.service.submit(  # the items it uses count a submit too
+            info.context.viewer,
+            input.config,
+            parameters,
+            input.virtual_cluster,
+            made_from=[str(i) for i in input.from_items or []],
         )
-        if outcome.job is not None:  # the items it uses or was made from count a submit
-            market = MarketplaceService(info.context.store)
-            made_from = [str(i) for i in input.from_items or []]
-            await asyncio.to_thread(
-                market.count_job_submit,
-                info.context.viewer,
-                outcome.item_ids,
-                made_from,
-                input.config,
-            )
         return SubmitJobPayload(
             job=Job.from_value(outcome.job) if outcome.job is not None else None,
             errors=[UserError.from_issue(i) for i in outcome.errors],

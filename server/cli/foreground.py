@@ -11,6 +11,7 @@ attempt folders), but the logs of the job's last attempt, which `run_logs` keeps
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import signal
 import uuid
@@ -78,16 +79,23 @@ async def _run(spec: JobSpec, console: Console, config: Path | None, quiet: bool
         where = warning.path or "(document)"
         console.print(f"[yellow]warning[/yellow] {escape(where)}: {escape(warning.message)}")
     interrupted = _on_interrupt(runner, console)
+    reading: asyncio.Task[None] | None = None
     try:
         await backend.start()
+        reading = asyncio.create_task(_feed_events(backend, runner), name="job events")
         with view:
             record = await runner.run()
+            reading.cancel()
             if output is not None:
                 await output.finish()
         if output is None:
             await _show_failed_logs(backend, runner.machine, console)
         await _keep_logs(backend, runner.machine, spec.name, settings.state_dir, console)
     finally:
+        if reading is not None:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
         await backend.close()
         shutil.rmtree(backend.attempts_dir, ignore_errors=True)
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -115,6 +123,12 @@ async def _keep_logs(
         f"[dim]logs kept: paigraph logs --local {escape(name)} {escape(first.role)} "
         f"{first.index}[/dim]"
     )
+
+
+async def _feed_events(backend: DockerBackend, runner: JobRunner) -> None:
+    """Hand the runner the backend's events while it runs (it reads no stream of its own)."""
+    async for event in backend.events():
+        runner.feed(event)
 
 
 def _on_interrupt(runner: JobRunner, console: Console) -> list[int]:

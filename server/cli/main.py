@@ -205,7 +205,7 @@ def _manifests(spec: JobSpec) -> str:
     from backends.kubernetes_manifests import manifest_stream
     from backends.kubernetes_settings import SettingsError, load_settings
     from server.jobs.launch import NotRunnable, launch_request
-    from server.jobs.service import new_job_id
+    from server.jobs.submission import new_job_id
 
     try:
         settings = load_settings()

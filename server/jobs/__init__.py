@@ -3,9 +3,9 @@ policy, and the state machine that turns backend facts into a job's state.
 
 The machine and its rules are pure logic (`machine.py`, `service_machine.py`, `policy.py`,
 `exit_codes.py`, `launch.py`, `reconcile.py`), so `paigraph run` and the GraphQL service drive
-the same machine. Three modules do I/O: `runner.py` carries the machine's actions out on a
-Backend, `journal.py` hands each change to be saved and announced, and `service.py` stores,
-announces and runs the jobs of the API.
+the same machine. These modules do I/O: `runner.py` carries the machine's actions out on a
+Backend, `journal.py` hands each change to be saved and announced, `recorder.py` saves and
+announces it, and `service.py` runs the jobs of the API.
 """
 
 from server.jobs.exit_codes import Behaviour, ExitInfo, ExitSpec, Reaction, classify, spec_for

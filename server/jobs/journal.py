@@ -4,8 +4,9 @@ A `Journal` is the runner's change hook (`JobRunner(on_change=...)`) in the serv
 change it takes what is new since the last save (the machine's transitions and a
 `ServiceMachine`'s notes, in the order they were made) and hands it with the machine's snapshot
 to a `Recorder`, which writes it in one transaction; then it has the stored events announced.
-The service is the recorder: the store keeps the change and the bus announces it, in that order,
-so a subscriber woken by a notice always finds the events it announced.
+In the service the recorder is a `JobRecorder` (`recorder.py`): the store keeps the change and
+the bus announces it, in that order, so a subscriber woken by a notice always finds the events
+it announced.
 """
 
 from __future__ import annotations

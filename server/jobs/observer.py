@@ -4,13 +4,16 @@ what is done with it; an onlooker that fails is logged and the job goes on."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from backends.base import BackendHealth
 from server.jobs.machine import MachineSnapshot
 from server.shapes.job_states import Transition
 from server.store import NewEvent
+
+log = logging.getLogger(__name__)
 
 
 class JobObserver(Protocol):
@@ -29,3 +32,11 @@ class NoObserver:
 
     def backend_health(self, health: BackendHealth) -> None:
         return None
+
+
+def tell(call: Callable[..., None], *args: object) -> None:
+    """Call an observer's hook; its failure is logged, never the job's."""
+    try:
+        call(*args)
+    except Exception:
+        log.exception("the job service's observer failed")

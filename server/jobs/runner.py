@@ -1,12 +1,13 @@
 """Drive one job to its end: the state machine decides, the runner carries it out on the backend.
 
-`JobRunner` owns no policy. It feeds backend events to the machine (`JobMachine`, or the
-service's `ServiceMachine`) and carries out the actions the machine returns (launch, stop,
-relaunch an instance, release), in order, calling its change hook after every change.
-`paigraph run` (`server/cli/foreground.py`) runs one in the foreground: it reads the backend's
-events itself and its hook redraws the table. The service (`service.py`) runs one per live job: it
-feeds each runner its job's events, its hook is the job's `Journal` (`journal.py`, which saves
-and announces), and after a restart the runner `resume`s what the restart interrupted.
+`JobRunner` owns no policy. It applies the backend events it is handed (`feed`, the one way in)
+to the machine (`JobMachine`, or the service's `ServiceMachine`) and carries out the actions the
+machine returns (launch, stop, relaunch an instance, release), in order, calling its change hook
+after every change. Whoever reads the backend's event stream feeds the runner: `paigraph run`
+(`server/cli/foreground.py`) runs one in the foreground, reads the stream for it and redraws the
+table in its hook. The service (`service.py`) runs one per live job: it feeds each runner its
+job's events, its hook is the job's `Journal` (`journal.py`, which has them saved and
+announced), and after a restart the runner `resume`s what the restart interrupted.
 """
 
 from __future__ import annotations
@@ -98,44 +99,31 @@ class JobRunner:
         self._wake.set()
 
     def feed(self, event: InstanceEvent) -> None:
-        """Hand the runner one backend event (when someone else reads the backend's stream)."""
+        """Hand the runner one backend event; events of other jobs are ignored."""
         if event.job_id == self.job_id:
             self._events.put_nowait(event)
             self._wake.set()
 
-    async def run(
-        self,
-        *,
-        read_backend_events: bool = True,
-        resume: bool = False,
-        pending: Sequence[Action] = (),
-    ) -> JobRecord:
-        """Run until the job is final. With `read_backend_events=False` events come by `feed`;
-        with `resume=True` the machine was restored and is not started again, and `pending`
-        (what a restart interrupted) is carried out first.
+    async def run(self, *, resume: bool = False, pending: Sequence[Action] = ()) -> JobRecord:
+        """Run until the job is final, the backend's events coming by `feed`. With
+        `resume=True` the machine was restored and is not started again, and `pending` (what a
+        restart interrupted) is carried out first.
 
         An unexpected error (the backend raised, a bug) does not leave the job live with no one
         to drive it: the job ends (`JobMachine.abandon`) with the error in its reason, and the
         backend is asked to stop and forget the attempt."""
-        pump = asyncio.create_task(self._pump()) if read_backend_events else None
         try:
-            try:
-                await self._carry_out(list(pending) if resume else self.machine.start())
-                while not self.machine.is_final:
-                    await self._next()
-            except Exception as exc:
-                await self._abandon(exc)
-        finally:
-            if pump is not None:
-                pump.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pump
+            await self._carry_out(list(pending) if resume else self.machine.start())
+            while not self.machine.is_final:
+                await self._next()
+        except Exception as exc:
+            await self._abandon(exc)
         return self.machine.record
 
     async def resume(self, pending: Sequence[Action]) -> JobRecord:
         """Go on with a restored machine, events coming by `feed`: first carry out `pending`,
         what a restart interrupted (`server.jobs.reconcile.plan_resumption`)."""
-        return await self.run(read_backend_events=False, resume=True, pending=pending)
+        return await self.run(resume=True, pending=pending)
 
     # --- when the runner itself fails ---------------------------------------------------------
 
@@ -153,10 +141,6 @@ class JobRunner:
             )
 
     # --- the loop --------------------------------------------------------------------------
-
-    async def _pump(self) -> None:
-        async for event in self.backend.events():
-            self.feed(event)
 
     async def _changed(self) -> None:
         result = self.on_change(self.machine)

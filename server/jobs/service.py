@@ -2,13 +2,16 @@
 
 Each job has a JobRunner (`runner.py`); one task reads the backend's event stream and hands
 each event to the runner of its job. Every change of a job goes through the job's `Journal`
-(`journal.py`) to the service, which writes it to the store (job row, instance rows and event
-rows in one transaction, `save_changes`) before it publishes a `JobNotice` (`announce`), so a
-subscriber that reads the event log on a notice always finds what the notice announced.
+(`journal.py`) to the service's `JobRecorder` (`recorder.py`), which writes it to the store
+(job row, instance rows and event rows in one transaction) before it publishes a `JobNotice`, so
+a subscriber that reads the event log on a notice always finds what the notice announced.
 
 On `start()` the service reconciles (`server.jobs.reconcile`): each unfinished job's machine is
 rebuilt from the store, brought in line with what the backend reports, and its runner resumes.
 Attempts the backend still holds for jobs that ended are released.
+
+A new job comes in through `submission.py` (resolved, checked, stored), which hands it here to
+run.
 
 Secrets are kept in memory only (the store never sees them): a job resumed after a restart, and
 any retry of it, runs without its secrets.
@@ -19,17 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-import secrets
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from backends.base import (
     Backend,
     BackendHealth,
-    ChecksLaunches,
     InstanceKey,
     LaunchRequest,
     LogChunk,
@@ -37,50 +36,26 @@ from backends.base import (
     UnknownInstance,
     utcnow,
 )
-from server.events import BusClosedError, BusUnavailableError, EventBus, JobNotice
+from server.events import EventBus
 from server.jobs.journal import Journal
-from server.jobs.launch import NotRunnable, default_fs_of, launch_request
 from server.jobs.machine import JobMachine, MachineSnapshot
-from server.jobs.observer import JobObserver, NoObserver
-from server.jobs.policy import job_policy
+from server.jobs.observer import JobObserver, tell
 from server.jobs.reconcile import Resumption, plan_resumption, stale_attempts
-from server.jobs.refusals import refusal_issues, virtual_cluster_path
+from server.jobs.recorder import JobRecorder
 from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.service_machine import BackendOutage, ServiceMachine, stuck_in_starting
-from server.jobs.simulated import simulation_warnings
-from server.marketplace.lookup import Viewer
-from server.marketplace.references import ANONYMOUS, ReferenceResolver
-from server.protocol import Issue, JobSpec, resolve_job
-from server.protocol.issues import WithIssues
-from server.shapes.job_states import JobState, Transition
-from server.store import Event, Job, JobExists, JobWarning, NameInUse, NewEvent, Store, User
-from server.store.availability import database_unavailable
-from simulator.backoff import Backoff
+from server.jobs.submission import Submissions, SubmitOutcome
+from server.marketplace.references import ReferenceResolver
+from server.protocol import Issue, JobSpec
+from server.store import Job, Store, User
 
 log = logging.getLogger(__name__)
 
 STOP_WAIT_SECONDS = 5.0  # how long `stop` waits for the stop to be on record before it answers
 HEALTH_INTERVAL = 0.25  # how often the backend's health is looked at (a cheap in-memory read)
-SAVE_RETRY_FIRST = 0.2  # seconds before a write the database refused is made again; doubled
-SAVE_RETRY_MAX = 5.0  # ... up to this
-_ID_TRIES = 5
 
 
 # --- what the API gets back --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ResolveOutcome(WithIssues):
-    spec: JobSpec | None  # references resolved, rendered; its secrets are kept in memory only
-    issues: list[Issue]
-    item_ids: frozenset[str] = frozenset()  # the marketplace items the job uses
-
-
-@dataclass(frozen=True)
-class SubmitOutcome(WithIssues):
-    job: Job | None  # as stored: WAITING right after the submission
-    issues: list[Issue]  # its warnings are kept with the job too
-    item_ids: frozenset[str] = frozenset()  # the marketplace items the job uses
 
 
 @dataclass(frozen=True)
@@ -128,13 +103,24 @@ class JobService:
         self.references = references if references is not None else ReferenceResolver()
         self._live: dict[str, _Live] = {}
         self._background: list[asyncio.Task[None]] = []
-        self._writes: set[asyncio.Future[list[Event]]] = set()
         self._started = False
         self._reconciled = False  # every unfinished job this process can drive has its runner
         self._taking_over = asyncio.Lock()
         self._health = BackendHealth()  # as last told to the jobs
         self._healthy_since = float("-inf")  # loop time the backend last answered again
-        self.observer: JobObserver = NoObserver()  # told of stored changes (server.metrics)
+        self.recorder = JobRecorder(store, bus)  # every job's Journal saves and announces here
+        self.submissions = Submissions(
+            store, backend, self.references, self.recorder, start=self._start_submitted
+        )
+
+    @property
+    def observer(self) -> JobObserver:
+        """Told of stored changes and of the backend's health (server.metrics)."""
+        return self.recorder.observer
+
+    @observer.setter
+    def observer(self, observer: JobObserver) -> None:
+        self.recorder.observer = observer
 
     # --- lifecycle ---
 
@@ -162,81 +148,10 @@ class JobService:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._writes:
-            await asyncio.gather(*list(self._writes), return_exceptions=True)
+        await self.recorder.finish()
         await self.backend.close()
 
-    # --- resolve, submit, stop, logs ---
-
-    def viewer_of(self, user: User) -> Viewer:
-        """Who `user` is to the marketplace: their groups are their virtual clusters."""
-        groups = frozenset(self.store.user_vcs(user.id))
-        return Viewer(name=user.name, admin=user.admin, groups=groups)
-
-    def resolve(
-        self,
-        config: str,
-        parameters: dict[str, Any] | None = None,
-        viewer: Viewer | None = None,
-        virtual_cluster: str | None = None,
-        *,
-        check_runnable: bool = True,
-    ) -> ResolveOutcome:
-        """The dry run: protocol errors and warnings, or the spec with its references resolved
-        (as `viewer` sees the marketplace; anonymous by default) and rendered. A valid job that
-        cannot run as it is (NotRunnable) is an error too, with code `not-runnable`, and so is
-        one the backend can never run (`refused`), judged in `virtual_cluster` when given;
-        `check_runnable=False` leaves both to the caller (`submit` checks them on the request
-        it launches). Blocks (downloads, store reads): async callers run it in a thread."""
-        item_ids: frozenset[str] = frozenset()
-
-        def replace_references(spec: JobSpec) -> tuple[JobSpec | None, list[Issue]]:
-            nonlocal item_ids
-            resolved = self.references.resolve(spec, viewer or ANONYMOUS)
-            item_ids = resolved.item_ids
-            return resolved.spec, resolved.issues
-
-        result = resolve_job(config, parameters or {}, references=replace_references)
-        spec, issues = result.spec, result.issues
-        if spec is not None and virtual_cluster and virtual_cluster != spec.virtual_cluster:
-            spec = spec.model_copy(update={"virtual_cluster": virtual_cluster})
-        if spec is not None and check_runnable:
-            user = viewer.name if viewer is not None else "default"
-            problems, simulated = self._unrunnable(spec, user=user)
-            issues += simulated
-            unknown = self._unknown_vc(spec.virtual_cluster, virtual_cluster_path(spec))
-            if unknown is not None:  # said as submission says it, in place of the backend's
-                problems = [unknown, *(p for p in problems if p.path != unknown.path)]
-            if problems:
-                issues.extend(problems)
-                spec = None
-        return ResolveOutcome(spec=spec, issues=issues, item_ids=item_ids)
-
-    def _unrunnable(self, spec: JobSpec, *, user: str) -> tuple[list[Issue], list[Issue]]:
-        """Why the job cannot run as it is, or every reason it can never run on this backend,
-        judged on a request of a job that is not stored; and what the backend would simulate."""
-        built = self._first_request(spec, job_id="dry-run", user=user)
-        if isinstance(built, Issue):
-            return [built], []
-        return self._refusals(built, spec), simulation_warnings(spec, built, self.backend)
-
-    def _first_request(self, spec: JobSpec, *, job_id: str, user: str) -> LaunchRequest | Issue:
-        """The job's first attempt as the backend is to launch it, or why the job cannot run as
-        it is (`not-runnable`); as `user` would run it (a v1 codeDir may name `$PAI_USER_NAME`).
-        At submission the request built here is the one the first attempt launches."""
-        try:
-            return launch_request(
-                spec, job_id=job_id, user=user, default_fs=default_fs_of(self.backend)
-            )
-        except NotRunnable as exc:
-            return Issue(exc.path, "not-runnable", exc.message)
-
-    def _refusals(self, request: LaunchRequest, spec: JobSpec) -> list[Issue]:
-        """Every reason the backend can never run the request (`refused`: bigger than any
-        node, data it cannot fetch...), each at its field, if it says so."""
-        if isinstance(self.backend, ChecksLaunches):
-            return refusal_issues(self.backend.refusal, request, spec)
-        return []
+    # --- submit, stop, logs ---
 
     async def submit(
         self,
@@ -244,81 +159,17 @@ class JobService:
         config: str,
         parameters: dict[str, Any] | None = None,
         virtual_cluster: str | None = None,
-        viewer: Viewer | None = None,
+        *,
+        made_from: Iterable[str] = (),
+        used: Iterable[str] = (),
     ) -> SubmitOutcome:
-        """Store the job (WAITING) and start running it.
-
-        References are resolved as `viewer` sees the marketplace (default: `user`'s view).
-        Errors: the protocol's and the references' (with their paths), `not-runnable`,
-        `virtualCluster` / `forbidden` when the user may not use the virtual cluster,
-        `name` / `name-in-use` when the user has an unfinished job of that name, `refused` when
-        the backend can never run it. A backend that refuses it only at launch (LaunchRefused)
-        ends it FAILED with its reason.
-        """
+        """Store the job (WAITING), count its marketplace submits and start running it
+        (`Submissions.submit`)."""
         if not self._started:
             raise RuntimeError("start the job service before submitting jobs")
-
-        def resolve_as_seen() -> tuple[ResolveOutcome, LaunchRequest | Issue | None]:
-            """One thread for all three: who the user is to the marketplace, resolving, and
-            the first attempt's request (or why the job cannot run as it is)."""
-            seen_by = viewer if viewer is not None else self.viewer_of(user)
-            resolved = self.resolve(
-                config, parameters, seen_by, virtual_cluster, check_runnable=False
-            )
-            if resolved.spec is None:
-                return resolved, None
-            job_id = new_job_id(resolved.spec.name)
-            return resolved, self._first_request(resolved.spec, job_id=job_id, user=user.name)
-
-        outcome, built = await asyncio.to_thread(resolve_as_seen)
-        spec = outcome.spec
-        if spec is None or built is None:
-            return SubmitOutcome(job=None, issues=outcome.issues)
-        if isinstance(built, Issue):
-            return SubmitOutcome(job=None, issues=[*outcome.warnings, built])
-        vc = spec.virtual_cluster
-        problem = self._unknown_vc(vc, "virtualCluster") or await self._check_vc(user, vc)
-        problems = [problem] if problem is not None else []
-        if not problems:
-            problems = await asyncio.to_thread(self._refusals, built, spec)
-        if problems:
-            return SubmitOutcome(job=None, issues=[*outcome.warnings, *problems])
-        request = built
-        policy = job_policy(spec)
-        simulated = await asyncio.to_thread(simulation_warnings, spec, request, self.backend)
-        job_warnings = [*outcome.warnings, *simulated]
-        warnings = [JobWarning(w.segments, w.code, w.message) for w in job_warnings]
-        for tries in range(1, _ID_TRIES + 1):
-            machine = ServiceMachine(policy, request.job_id)
-            try:
-                job, events = await asyncio.to_thread(
-                    self.store.create_job,
-                    spec,
-                    machine.snapshot(),
-                    owner_id=user.id,
-                    virtual_cluster=vc,
-                    warnings=warnings,
-                )
-            except NameInUse as exc:
-                return SubmitOutcome(job=None, issues=[Issue("name", "name-in-use", str(exc))])
-            except JobExists:
-                if tries < _ID_TRIES:  # the id is in the request: build it for the next id
-                    request = await asyncio.to_thread(
-                        partial(
-                            launch_request,
-                            spec,
-                            job_id=new_job_id(spec.name),
-                            user=user.name,
-                            default_fs=default_fs_of(self.backend),
-                        )
-                    )
-                continue
-            break
-        else:
-            raise RuntimeError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
-        await self.announce(job.id, events, machine.state)
-        self._run(spec, machine, user.name, Resumption(machine, fresh=True), request)
-        return SubmitOutcome(job=job, issues=job_warnings, item_ids=outcome.item_ids)
+        return await self.submissions.submit(
+            user, config, parameters, virtual_cluster, made_from=made_from, used=used
+        )
 
     async def stop(self, user: User, job_id: str) -> StopOutcome:
         """Ask the job to stop; answers once the stop is on record (or after a few seconds).
@@ -373,8 +224,8 @@ class JobService:
                 await release_attempt(self.backend, job.id, machine.attempt, grace)
                 machine.abandon("no runner drove the job any more; its attempt was released")
             changes = machine.transitions[saved:]
-            events = await self.save_changes(job.id, machine.snapshot(), changes)
-            await self.announce(job.id, events, machine.state)
+            events = await self.recorder.save_changes(job.id, machine.snapshot(), changes)
+            await self.recorder.announce(job.id, events, machine.state)
         return StopOutcome(job=await asyncio.to_thread(self.store.get_job, job.id), errors=[])
 
     async def logs(
@@ -398,6 +249,12 @@ class JobService:
 
     # --- running jobs ---
 
+    def _start_submitted(
+        self, spec: JobSpec, machine: ServiceMachine, user: str, request: LaunchRequest
+    ) -> None:
+        """Run a job just stored by `submit`, with the first attempt's request built there."""
+        self._run(spec, machine, user, Resumption(machine, fresh=True), request)
+
     def _run(
         self,
         spec: JobSpec,
@@ -408,7 +265,7 @@ class JobService:
     ) -> None:
         """Register the job's runner (before anything it launches can report) and drive it;
         `request` is the current attempt's LaunchRequest when it was built already."""
-        journal = Journal(self, machine.job_id, machine)
+        journal = Journal(self.recorder, machine.job_id, machine)
         runner = JobRunner(
             spec,
             self.backend,
@@ -430,7 +287,7 @@ class JobService:
         runner = live.runner
         try:
             if plan.fresh:
-                await runner.run(read_backend_events=False)
+                await runner.run()
             else:
                 await runner.resume(plan.pending)
         except asyncio.CancelledError:
@@ -485,7 +342,7 @@ class JobService:
             else:
                 log.warning("%s (%s)", health.reason, health.detail)
             self._health = health
-            self._tell(self.observer.backend_health, health)
+            tell(self.observer.backend_health, health)
             for live in list(self._live.values()):
                 live.runner.feed(_outage_event(live.runner.job_id, health))
 
@@ -540,103 +397,6 @@ class JobService:
             except Exception:
                 log.exception("job %s cannot be resumed; stopping it ends it", job.id)
         self._reconciled = True
-
-    # --- storing and announcing (the Recorder every job's Journal writes through) ---
-
-    async def save_changes(
-        self, job_id: str, snapshot: MachineSnapshot, changes: Sequence[Transition | NewEvent]
-    ) -> list[Event]:
-        """Write the job's machine and its new events in one transaction (`Store.save_machine`),
-        in a thread; a write under way finishes even when its runner is cancelled (`close`
-        waits for it), so what was written and what the runner saw never part.
-
-        While the database cannot be used (restarting, unreachable, its disk full) the write is
-        made again with back-off until it can: the runner waits, and the backend's events queue
-        up meanwhile, so nothing is lost and nothing is decided twice."""
-        backoff, failing_since = Backoff(SAVE_RETRY_FIRST, SAVE_RETRY_MAX), None
-        while True:
-            write = asyncio.ensure_future(
-                asyncio.to_thread(self.store.save_machine, job_id, snapshot, list(changes))
-            )
-            self._writes.add(write)
-            write.add_done_callback(self._writes.discard)
-            try:
-                events = await asyncio.shield(write)
-            except Exception as exc:
-                if not database_unavailable(exc):
-                    raise
-                if failing_since is None:
-                    failing_since = asyncio.get_running_loop().time()
-                    log.warning(
-                        "job %s: the database cannot take its changes (%s); "
-                        "writing them again until it can",
-                        job_id,
-                        str(exc).splitlines()[0],
-                    )
-                await asyncio.sleep(backoff.next_delay())
-                continue
-            if failing_since is not None:
-                took = asyncio.get_running_loop().time() - failing_since
-                log.warning("job %s: its changes are written, after %.1f s", job_id, took)
-            self._tell(self.observer.saved, snapshot, changes)
-            return events
-
-    async def announce(self, job_id: str, events: Sequence[Event], state: JobState) -> None:
-        """Publish a notice of the job's stored `events` on the bus; a bus that cannot take it
-        is logged (subscribers catch up from the store)."""
-        if not events:
-            return
-        notice = JobNotice(job_id=job_id, sequence=events[-1].sequence, state=state.value)
-        try:
-            await self.bus.publish(notice)
-        except (BusClosedError, BusUnavailableError) as exc:
-            # the event log has the change; subscribers catch up on their next notice or resync
-            log.warning("job %s: notice not published: %s", job_id, exc)
-
-    @staticmethod
-    def _tell(call: Callable[..., None], *args: object) -> None:
-        """Call an observer's hook; its failure is logged, never the job's."""
-        try:
-            call(*args)
-        except Exception:
-            log.exception("the job service's observer failed")
-
-    def _unknown_vc(self, vc: str, path: str) -> Issue | None:
-        """A virtual cluster this cluster does not have, said the same way by the dry run and
-        by submission, when the backend names its virtual clusters."""
-        known = getattr(getattr(self.backend, "cluster", None), "vc_names", None)
-        if not isinstance(known, tuple) or vc in known:
-            return None
-        return Issue(
-            path,
-            "unknown-virtual-cluster",
-            f"unknown virtual cluster {vc!r}; known: {', '.join(known) or 'none'}",
-        )
-
-    async def _check_vc(self, user: User, vc: str) -> Issue | None:
-        """Admins (the local admin too) may use any virtual cluster; everyone may use
-        `default` (as in OpenPAI, where it is every user's); others need a membership."""
-        if user.admin or vc == OPEN_VIRTUAL_CLUSTER:
-            return None
-        allowed = await asyncio.to_thread(self.store.user_vcs, user.id)
-        if vc in allowed:
-            return None
-        mine = ", ".join([OPEN_VIRTUAL_CLUSTER, *allowed])
-        return Issue(
-            "virtualCluster",
-            "forbidden",
-            f"user {user.name} may not submit to virtual cluster {vc!r} "
-            f"(their virtual clusters: {mine})",
-        )
-
-
-OPEN_VIRTUAL_CLUSTER = "default"
-
-
-def new_job_id(name: str) -> str:
-    """The job's name made safe for labels and paths, and a random suffix."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", name)[:40].strip("-.") or "job"
-    return f"{stem}-{secrets.token_hex(4)}"
 
 
 def _outage_event(job_id: str, health: BackendHealth) -> BackendOutage:

@@ -264,7 +264,9 @@ async def test_virtual_clusters_are_for_their_members_and_admins(
             said = [(p.path_parts(), p.code, p.message) for p in outcome.errors]
             unknown = "unknown virtual cluster 'gpu'; known: default, research"
             assert said == [(["virtualCluster"], "unknown-virtual-cluster", unknown)]
-            dry = service.resolve(quick, virtual_cluster="gpu", viewer=viewer_for(store, who))
+            dry = service.submissions.resolve(
+                quick, virtual_cluster="gpu", viewer=viewer_for(store, who)
+            )
             assert [(p.path_parts(), p.message) for p in dry.errors] == [
                 (["defaults", "virtualCluster"], unknown)
             ]
@@ -392,7 +394,7 @@ async def test_the_first_attempt_launches_the_request_checked_at_submission(
         assert request.attempt == 1 and request.user == "ann"
 
         ids = iter([first.id, "second-0a1b2c3d"])
-        monkeypatch.setattr("server.jobs.service.new_job_id", lambda name: next(ids))
+        monkeypatch.setattr("server.jobs.submission.new_job_id", lambda name: next(ids))
         backend.judged.clear()
         backend.launched.clear()
         text = job_config({"main": {"commands": ["true"]}}, name="second")
