@@ -28,14 +28,18 @@ from tests.seed_images import seed_images_in_use
 from tests.simulated import remove_leftovers
 from tests.store_support import KINDS, fresh_database
 from tests.worker_support import unique_name
+from tests.xdist_groups import add_group_suffixes
 
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Skip the tests whose ../shared folder is missing, saying which (not under CI)."""
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own group suffixes
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep each xdist_group on one worker (tests/xdist_groups.py), and skip the tests whose
+    ../shared folder is missing, saying which (not under CI)."""
+    add_group_suffixes(config, items)
     if in_ci():
         return
     for item in items:
