@@ -24,17 +24,22 @@ import pytest
 from server.store import Store, open_store
 from tests.browser_support import Site, chromium, site_on
 from tests.corpus import missing
+from tests.seed_images import seed_images_in_use
 from tests.simulated import remove_leftovers
 from tests.store_support import KINDS, fresh_database
 from tests.worker_support import unique_name
+from tests.xdist_groups import add_group_suffixes
 
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Skip the tests whose ../shared folder is missing, saying which (not under CI)."""
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own group suffixes
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep each xdist_group on one worker (tests/xdist_groups.py), and skip the tests whose
+    ../shared folder is missing, saying which (not under CI)."""
+    add_group_suffixes(config, items)
     if in_ci():
         return
     for item in items:
@@ -70,6 +75,15 @@ def _alone_when_marked(
     finally:
         os.close(lock)  # closing releases the lock
         os.close(turnstile)
+
+
+@pytest.fixture(scope="session")
+def seed_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The seeds' images (tests/seed_images.py), built once for the session and removed at its
+    end unless another session on this machine (the other worker, another run) still uses
+    them."""
+    with seed_images_in_use(tmp_path_factory.mktemp("seed-image")):
+        yield
 
 
 @pytest.fixture

@@ -49,9 +49,31 @@ def _no_state_override(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(STATE_ENV, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def no_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The URL the doctor asks for a server's health: a port of this worker's held bound but
+    never listening, so no server answers there. Without it the doctor would ask
+    127.0.0.1:8000, and whatever runs there (./scripts/serve, its engine away) would decide
+    the tests."""
+    for port in SPARE_PORTS:
+        with socket.socket() as held:
+            try:
+                held.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            url = f"http://127.0.0.1:{port}"
+            monkeypatch.setenv("PAIGRAPH_URL", url)
+            yield url
+            return
+    pytest.fail(f"no free port in {SPARE_PORTS}")
+
+
 def doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`paigraph doctor` as a user runs it, on a terminal wide enough for whole sentences."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("PAIGRAPH_")}
+    """`paigraph doctor` as a user runs it, on a terminal wide enough for whole sentences; it
+    asks the server at `no_server`'s URL."""
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith("PAIGRAPH_") or k == "PAIGRAPH_URL"
+    }
     return subprocess.run(
         [sys.executable, "-m", "server.cli", "doctor", *args],
         cwd=ROOT,
@@ -110,7 +132,7 @@ def migrated(url: str) -> str:
 
 
 @pytest.mark.docker
-def test_a_healthy_machine_passes_every_check(db_url: str, tmp_path: Path) -> None:
+def test_a_healthy_machine_passes_every_check(db_url: str, tmp_path: Path, no_server: str) -> None:
     with held_ports(8) as sockets:
         start = sockets[0].getsockname()[1]  # eight ports free once the sockets are closed
     config = settings_file(tmp_path, start, start + 8)
@@ -126,6 +148,7 @@ def test_a_healthy_machine_passes_every_check(db_url: str, tmp_path: Path) -> No
     assert f"{tmp_path / 'state'} will be created on first use" in state
     assert f"schema up to date (revision {head_revision()})" in row(done.stdout, "Database")
     assert "present" in row(done.stdout, f"Image {TEST_IMAGE}")
+    assert f"no paigraph server answers at {no_server}" in row(done.stdout, "Server")
 
 
 def test_a_database_not_created_yet_is_fine_for_a_first_start(tmp_path: Path) -> None:

@@ -3,11 +3,11 @@ from ../shared/seeds at test time) to a real `paigraph serve` with the default s
 cluster: placed, given GPUs, their prerequisites in place and their commands started.
 
 Only what this machine cannot reach is replaced, outside the job: the seeds' images are a local
-image tagged under their names (the test image plus stand-ins for `pip`, `python` and
-`tensorflow_model_server` that report what they were given, since TensorFlow is not there), and
-their downloads come from local copies through the operator's `fetch_mirrors` setting: the data
-from an HTTP server on loopback (allowed by `allowed_fetch_networks`), the pinned script
-repository from a local git repository.
+image tagged under their names (tests/seed_images.py: the test image plus stand-ins for `pip`,
+`python` and `tensorflow_model_server` that report what they were given, since TensorFlow is not
+there), and their downloads come from local copies through the operator's `fetch_mirrors`
+setting: the data from an HTTP server on loopback (allowed by `allowed_fetch_networks`), the
+pinned script repository from a local git repository.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import http.server
 import io
-import subprocess
 import tarfile
 import threading
 import time
@@ -28,62 +27,11 @@ from tests.corpus import seed_job
 from tests.e2e.test_seed_examples import git, logs, paigraph
 from tests.servers import Server, served
 
-# one worker for the module: its images carry the seeds' fixed names and are removed at its end
-pytestmark = [
-    pytest.mark.docker,
-    pytest.mark.shared("seeds"),
-    pytest.mark.xdist_group("seed-images"),
-]
+pytestmark = [pytest.mark.docker, pytest.mark.shared("seeds")]
 
-BASE = "paigraph/busybox:test"
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/"
 BENCHMARKS = "https://github.com/MaggieQi/benchmarks@84820935288cab696c9c2ac409cbd46a1f24723d"
 STORAGE = "hdfs://10.151.40.179:9000/core/cifar10_model"
-
-# Stand-ins on the image's PATH: each says what it was asked, and `python` writes a model into
-# its --train_dir as the benchmark would.
-SHIMS = {
-    "pip": 'echo "pip stand-in: $*"\n',
-    "python": (
-        'echo "python stand-in: $*"\n'
-        '[ -f "$1" ] && echo "script found: $1"\n'
-        'echo "sees NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES-unset}"\n'
-        'echo "sees PAI_CURRENT_TASK_ROLE_NAME=$PAI_CURRENT_TASK_ROLE_NAME"\n'
-        'ls inputdata | sed "s/^/input: /"\n'
-        'for arg in "$@"; do case "$arg" in --train_dir=*) train="${arg#--train_dir=}";; esac;'
-        " done\n"
-        'model="checkpoint-$PAI_CURRENT_TASK_ROLE_NAME-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"\n'
-        'echo "model from $PAI_CURRENT_TASK_ROLE_NAME" > "/tmp/$model"\n'
-        'case "$train" in\n'
-        '  hdfs://*) hdfs dfs -mkdir -p "$train" && hdfs dfs -put "/tmp/$model" "$train/";;\n'
-        '  *) mkdir -p "$train" && cp "/tmp/$model" "$train/";;\n'
-        "esac\n"
-    ),
-    "tensorflow_model_server": 'echo "model server stand-in: $*"\nexec sleep 600\n',
-}
-TAGS = (
-    "openpai/pai.example.tensorflow",
-    "openpai/pai.example.tensorflow-serving",
-    "your_docker_registry/pai.run.tensorflow",
-)
-
-
-@pytest.fixture(scope="module")
-def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The seeds' image names, built locally from the test image (nothing is pulled)."""
-    context = tmp_path_factory.mktemp("seed-image")
-    for name, text in SHIMS.items():
-        (context / name).write_text("#!/bin/sh\n" + text)
-        (context / name).chmod(0o755)
-    (context / "Dockerfile").write_text(f"FROM {BASE}\nCOPY {' '.join(SHIMS)} /usr/bin/\n")
-    built = subprocess.run(
-        ["docker", "build", "--pull=false", "-q", *[a for t in TAGS for a in ("-t", t)],
-         str(context)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert built.returncode == 0, built.stderr
-    yield
-    subprocess.run(["docker", "rmi", *TAGS], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +68,7 @@ def benchmarks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, images: None, cifar_site: str, benchmarks: Path
+    tmp_path_factory: pytest.TempPathFactory, seed_images: None, cifar_site: str, benchmarks: Path
 ) -> Iterator[Server]:
     """`paigraph serve` on the default cluster; the settings only say where downloads are."""
     state = tmp_path_factory.mktemp("seeds-as-written")

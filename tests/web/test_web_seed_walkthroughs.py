@@ -8,7 +8,8 @@ build/screenshots/walkthrough-<seed>/.
 
 Only what this machine cannot reach is replaced, outside the jobs, as in
 tests/e2e/test_seeds_as_written.py: the seeds' images are the test image tagged under their names
-(with stand-ins for the programs they would hold), their downloads come from local copies.
+(with stand-ins for the programs they would hold; tests/seed_images.py), their downloads come
+from local copies.
 """
 
 from __future__ import annotations
@@ -40,30 +41,23 @@ from tests.browser_support import (
     submit_and_reach,
 )
 from tests.corpus import SEEDS, seed_job
-from tests.e2e.test_seeds_as_written import (  # noqa: F401 - the seeds' stand-ins, shared fixtures
-    BASE,
+from tests.e2e.test_seeds_as_written import (  # noqa: F401 - the seeds' downloads, shared fixtures
     BENCHMARKS,
     CIFAR_URL,
     benchmarks,
     cifar_site,
-    images,
 )
+from tests.seed_images import build
 from tests.servers import served
+from tests.shared_images import images_in_use
 
-# the seeds' images have fixed names and test_seeds_as_written removes them when its module
-# ends: both modules run on one worker
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.docker,
-    pytest.mark.shared("seeds"),
-    pytest.mark.xdist_group("seed-images"),
-]
+pytestmark = [pytest.mark.browser, pytest.mark.docker, pytest.mark.shared("seeds")]
 
 
 @pytest.fixture(scope="module")
 def site(
     tmp_path_factory: pytest.TempPathFactory,
-    images: None,  # noqa: F811
+    seed_images: None,
     cifar_site: str,  # noqa: F811
     benchmarks: Path,  # noqa: F811
 ) -> Iterator[Site]:
@@ -409,23 +403,17 @@ DEBIAN_BASE = "paigraph/debian-base:local"
 
 @pytest.fixture(scope="module")
 def seed_004_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Seed 004's image name, built locally from the Debian base image and the stand-ins."""
+    """Seed 004's image name, built locally from the Debian base image and the stand-ins; a
+    fixed name, so kept while another session uses it too (tests/shared_images.py)."""
     if subprocess.run(["docker", "image", "inspect", DEBIAN_BASE], capture_output=True).returncode:
         pytest.skip(f"needs {DEBIAN_BASE}: build it with ./scripts/build-base-image")
     context = tmp_path_factory.mktemp("seed-004-image")
-    for name, text in SEED_004_SHIMS.items():
-        (context / name).write_text("#!/bin/sh\n" + text)
-        (context / name).chmod(0o755)
-    names = " ".join(SEED_004_SHIMS)
-    (context / "Dockerfile").write_text(f"FROM {DEBIAN_BASE}\nCOPY {names} /usr/local/bin/\n")
-    built = subprocess.run(
-        ["docker", "build", "--pull=false", "-q", "-t", SEED_004_IMAGE, str(context)],
-        capture_output=True,
-        text=True,
-    )
-    assert built.returncode == 0, built.stderr
-    yield SEED_004_IMAGE
-    subprocess.run(["docker", "rmi", SEED_004_IMAGE], capture_output=True, check=False)
+    with images_in_use(
+        "seed-004",
+        [SEED_004_IMAGE],
+        lambda: build(context, DEBIAN_BASE, SEED_004_SHIMS, "/usr/local/bin", [SEED_004_IMAGE]),
+    ):
+        yield SEED_004_IMAGE
 
 
 def seed_004_job_runs(page: Any, steps: Steps, name: str) -> None:

@@ -325,7 +325,7 @@ def test_a_prerequisite_from_the_marketplace_links_to_its_item(
         assert page.locator("h1 .kind").inner_text() == "docker image"
         assert page.get_by_test_id("owner").inner_text() == "alice"
         assert "uri: paigraph/busybox:test" in page.get_by_test_id("content").inner_text()
-        screenshot(page, "marketplace-item")
+        screenshot(page, "marketplace-item-of-a-job")
 
 
 def test_every_user_switches_the_list_to_everyones_jobs_and_new_ones_arrive_live(
