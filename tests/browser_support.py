@@ -82,17 +82,24 @@ class Watch:
         return [p for p in self.problems if not any(e.search(p) for e in self.expected)]
 
 
+# Chromium cancels the requests under way when the host's interfaces change, as they do each
+# time Docker makes or removes a job's network or a container's veth (other tests' jobs, on the
+# other worker, do so all the time): that says nothing of the page. A request the page needed
+# and lost that way shows in what the test then asserts.
+HOST_NETWORK_CHANGED = "ERR_NETWORK_CHANGED"
+
+
 def watch(page: Any, watched: Watch) -> None:
     """Record the page's console errors, exceptions, failed requests and error answers."""
 
     def console(message: Any) -> None:
-        if message.type == "error":
+        if message.type == "error" and HOST_NETWORK_CHANGED not in message.text:
             watched.add(f"console error: {message.text} at {message.location.get('url', '')}")
 
     def failed(request: Any) -> None:
         reason = request.failure or ""
         # a download or a page left while a request runs cancels it: that is no failure
-        if "ERR_ABORTED" not in reason:
+        if "ERR_ABORTED" not in reason and HOST_NETWORK_CHANGED not in reason:
             watched.add(f"request failed: {request.method} {request.url}: {reason}")
 
     def answered(response: Any) -> None:
