@@ -7,7 +7,6 @@ of an earlier run are never taken for the current one.
 
 from __future__ import annotations
 
-import logging
 import threading
 
 from backends import docker_records as records
@@ -18,8 +17,6 @@ from simulator.cluster import Placed
 from simulator.containers import EngineError, EngineUnreachable
 from simulator.ports import PortError
 from simulator.prereqs import MaterialError
-
-log = logging.getLogger(__name__)
 
 
 class Relaunching(GangStart):
