@@ -213,10 +213,9 @@ class DockerBackend(Placing, Adopting, DockerAccess):
 
     def _stop(self, stopped_id: str, grace: float) -> None:
         with self._lock:
-            attempt = self._attempts.get(stopped_id)
+            attempt = self._mark_stopping(stopped_id)
             if attempt is None:
                 return
-            attempt.stopping = True
             queued = self._scheduler.remove(stopped_id)
             relaunching = self._scheduler.remove_relaunches(lambda i: i.attempt_id == stopped_id)
             running = [i.container_id for i in attempt.instances.values() if i.container_id]
@@ -232,10 +231,9 @@ class DockerBackend(Placing, Adopting, DockerAccess):
         """Remove whatever the attempt still has (containers, network, held capacity and
         ports) at once; its logs and exit records stay on disk."""
         with self._lock:
-            attempt = self._attempts.pop(forgotten_id, None)
+            attempt = self._pop_forgotten(forgotten_id)
             if attempt is None:
                 return
-            attempt.forgotten = True
             self._scheduler.remove(forgotten_id)
             self._scheduler.remove_relaunches(lambda i: i.attempt_id == forgotten_id)
             network, attempt.network = attempt.network, None

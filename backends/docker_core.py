@@ -17,6 +17,7 @@ from backends.base import BackendError, BackendHealth, EventKind, Fetch, Instanc
 from backends.docker_attempts import Attempt, Instance, gang_position
 from backends.docker_specs import ATTEMPT, INDEX, JOB, ROLE, HostLimits, safe
 from backends.docker_usage import DockerUsage, usage_method
+from backends.ledger import Ledger
 from backends.threaded import ThreadedBackend
 from simulator.cluster import Cluster
 from simulator.containers import Engine, EngineError, EngineUnreachable
@@ -38,7 +39,7 @@ FETCH_KIND = {
 _PARALLEL_STARTS = 16
 
 
-class DockerCore(ThreadedBackend):
+class DockerCore(ThreadedBackend, Ledger[Attempt, Instance]):
     """The simulator backend's state and shared steps; `DockerBackend` is made of this and
     the parts that build on it."""
 
@@ -106,7 +107,7 @@ class DockerCore(ThreadedBackend):
         self.host_cpus, self.host_memory_mb = self.engine.host_capacity()
         self._host = HostLimits(self.host_cpus, self.host_memory_mb, self.settings.pids_limit)
         self._lock = threading.RLock()
-        self._attempts: dict[str, Attempt] = {}
+        self._attempts = {}
         self._scheduler: Scheduler[Instance] = Scheduler(self.cluster, self.ports, self._lock)
         self._by_container: dict[str, Instance] = {}
         # control work (placing, finishing) and Docker calls get separate pools, so a task of
@@ -227,9 +228,10 @@ class DockerCore(ThreadedBackend):
         """Record an instance's end once: exit record on disk, resources back, event out;
         with `run`, only while that run is the instance's current one."""
         with self._lock:
-            if instance.ended or attempt.forgotten or run not in (None, instance.run):
+            if attempt.forgotten or run not in (None, instance.run):
                 return
-            instance.ended = True
+            if not self._mark_ended(instance):
+                return
             instance.exit_code = exit_code
         event = self._event(
             instance,

@@ -7,19 +7,16 @@ of an earlier run are never taken for the current one.
 
 from __future__ import annotations
 
-import logging
 import threading
 
 from backends import docker_records as records
-from backends.base import BackendError, EventKind, InstanceKey, Placement, UnknownInstance
-from backends.docker_attempts import Attempt, Instance, attempt_id, gang_order, gang_position
+from backends.base import EventKind, InstanceKey, Placement
+from backends.docker_attempts import Attempt, Instance, gang_order, gang_position
 from backends.docker_gang import PORT_TRIES, GangStart
 from simulator.cluster import Placed
 from simulator.containers import EngineError, EngineUnreachable
 from simulator.ports import PortError
 from simulator.prereqs import MaterialError
-
-log = logging.getLogger(__name__)
 
 
 class Relaunching(GangStart):
@@ -28,20 +25,12 @@ class Relaunching(GangStart):
     def _relaunch(self, key: InstanceKey, run: int | None) -> None:
         """Queue an ended instance to run again as task attempt `run`; its events start over
         from PLACED. A run that was started already is not started again."""
-        where = f"{key.role}-{key.index} of attempt {key.attempt} of job {key.job_id}"
         with self._lock:
-            attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
-            instance = attempt.instances.get((key.role, key.index)) if attempt else None
-            if attempt is None or instance is None:
-                raise UnknownInstance(f"no instance {where}")
-            if run is not None and run <= instance.task_attempt:
-                log.debug("%s: run %s was started already; not again", instance.key, run)
+            # the exit record is written after `ended` is set: its end needs both
+            found = self._rerun(key, run, settled=lambda i: records.has_exit(i.dir))
+            if found is None:
                 return
-            # the exit record is written after `ended` is set: wait for both
-            if not (instance.ended and records.has_exit(instance.dir)):
-                raise BackendError(f"{where} has not ended; only an ended instance runs again")
-            if attempt.stopping:
-                raise BackendError(f"attempt {key.attempt} of job {key.job_id} is being stopped")
+            _, instance, next_one = found
             records.remove_exit(instance.dir)
             instance.ended = False
             instance.exit_code = None
@@ -51,7 +40,7 @@ class Relaunching(GangStart):
             instance.started_at = None
             instance.waiting_reason = None
             instance.run += 1
-            instance.task_attempt = run if run is not None else instance.task_attempt + 1
+            instance.task_attempt = next_one
             old, instance.container_id = instance.container_id, None
             if old:
                 self._by_container.pop(old, None)

@@ -66,7 +66,7 @@ from backends.kubernetes_logs import hang_up
 from backends.kubernetes_names import MAIN_CONTAINER
 from backends.kubernetes_stop import Stopping
 from backends.kubernetes_watch import PodWatch
-from backends.threaded import LogSource, attempt_id
+from backends.threaded import LogSource
 from backends.usage import UsageSample
 
 __all__ = ["KubernetesBackend", "api_client"]
@@ -204,8 +204,7 @@ class KubernetesBackend(Launching, PodWatch, GangClock, Stopping, Adopting):
     def exec_session(self, key: InstanceKey, request: ExecRequest) -> KubernetesExecSession:
         """Run a command in the instance's main container (`paigraph exec` and `shell`)."""
         with self._lock:
-            attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
-            instance = attempt.instances.get((key.role, key.index)) if attempt else None
+            attempt, instance = self._find(key)
             if attempt is None or instance is None:
                 raise UnknownInstance(f"instance {key.role}-{key.index} has no pod")
             if instance.ended or not instance.started:

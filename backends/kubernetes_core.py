@@ -46,6 +46,7 @@ from backends.kubernetes_reach import Reachability
 from backends.kubernetes_settings import KubernetesSettings, load_settings
 from backends.kubernetes_start_order import order_config_map_name
 from backends.kubernetes_usage import PodMetricsReader
+from backends.ledger import Ledger
 from backends.threaded import ThreadedBackend, attempt_id
 
 log = logging.getLogger("backends.kubernetes")  # one logger for the whole backend
@@ -111,7 +112,7 @@ class Attempt:
         return [i for i in self.instances.values() if not i.ended]
 
 
-class KubernetesCore(ThreadedBackend):
+class KubernetesCore(ThreadedBackend, Ledger[Attempt, Instance]):
     """The state every part of the backend reads and the calls they all make."""
 
     def __init__(
@@ -135,7 +136,7 @@ class KubernetesCore(ThreadedBackend):
         )
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._attempts: dict[str, Attempt] = {}
+        self._attempts = {}
         self._pool = ThreadPoolExecutor(max_workers=_PARALLEL, thread_name_prefix="k8s")
         self._closed = threading.Event()
         self._listed = threading.Event()
@@ -283,8 +284,7 @@ class KubernetesCore(ThreadedBackend):
     def _live(self, key: InstanceKey) -> bool:
         """Whether the instance may still write to its log."""
         with self._lock:
-            attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
-            instance = attempt.instances.get((key.role, key.index)) if attempt else None
+            _, instance = self._find(key)
             if instance is None:
                 return False
             return not instance.ended or self.logbook.following(key)

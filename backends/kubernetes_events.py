@@ -192,9 +192,8 @@ class PodEvents(KubernetesCore):
 
     def _end(self, attempt: Attempt, instance: Instance, kind: EventKind, **fields: Any) -> None:
         with self._lock:
-            if instance.ended:
+            if not self._mark_ended(instance):
                 return
-            instance.ended = True
             instance.finishing = False
             event = self._event(
                 instance, kind, placement=self._placement(attempt, instance), **fields

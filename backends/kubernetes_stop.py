@@ -13,7 +13,6 @@ from backends.kubernetes_api import api_message
 from backends.kubernetes_events import PodEvents
 from backends.kubernetes_manifests import with_owner
 from backends.kubernetes_start_order import WAIT, order_key
-from backends.threaded import attempt_id, next_run
 
 _STOP_EXTRA_SECONDS = 15.0  # a stop waits this long past the grace period for the pods' ends
 
@@ -23,10 +22,9 @@ class Stopping(PodEvents):
 
     def _stop(self, stopped_id: str, grace: float) -> None:
         with self._lock:
-            attempt = self._attempts.get(stopped_id)
+            attempt = self._mark_stopping(stopped_id)
             if attempt is None:
                 return
-            attempt.stopping = True
             live = attempt.live()
             never = [i for i in live if i.created_at is None]
             for instance in never:
@@ -54,12 +52,10 @@ class Stopping(PodEvents):
         """A new pod for the ended instance, run `run` (named and labelled with it); a run
         that was started already is not started again."""
         with self._lock:
-            attempt = self._attempts.get(attempt_id(key.job_id, key.attempt))
-            instance = attempt.instances.get((key.role, key.index)) if attempt else None
-            next_one = next_run(key, attempt, instance, run)
-            if next_one is None:
+            found = self._rerun(key, run)
+            if found is None:
                 return
-            assert attempt is not None and instance is not None  # next_run says so
+            attempt, instance, next_one = found
             old = instance.pod
             instance.run = next_one
             instance.pod = attempt.builder.pod_name(key.role, key.index, instance.run)
@@ -98,10 +94,9 @@ class Stopping(PodEvents):
 
     def _forget(self, forgotten_id: str) -> None:
         with self._lock:
-            attempt = self._attempts.pop(forgotten_id, None)
+            attempt = self._pop_forgotten(forgotten_id)
             if attempt is None:
                 return
-            attempt.forgotten = True
             self._changed.notify_all()
         for instance in attempt.instances.values():
             self.logbook.forget_run(instance.key)

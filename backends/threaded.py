@@ -8,32 +8,29 @@ worker thread (`asyncio.to_thread`), `logs()` streams what `_log_source` says ho
 `call_soon_threadsafe` (so the events of one thread keep their order).
 
 A subclass calls `super().__init__()`, calls `_open_events()` first thing in its `start()`
-(on the loop), and implements the abstract methods below.
+(on the loop), and implements the abstract methods below. The bookkeeping around them that
+both backends share (their attempts under a lock, the relaunch checks, stopping, forgetting,
+ending an instance once) is `backends.ledger.Ledger`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple, Protocol
 
 from backends.base import (
-    BackendError,
     EventKind,
     InstanceEvent,
     InstanceKey,
     InstanceReport,
     LaunchRequest,
     LogChunk,
-    UnknownInstance,
     utcnow,
 )
 from backends.log_stream import stream_log
-
-log = logging.getLogger(__name__)
 
 
 def attempt_id(job_id: str, attempt: int) -> str:
@@ -59,52 +56,6 @@ class Keyed(Protocol):
     def task_attempt(self) -> int:
         """The run its events are about (InstanceEvent.run)."""
         ...
-
-
-class Ending(Keyed, Protocol):
-    """A backend's record of an instance, as far as running it again goes."""
-
-    @property
-    def ended(self) -> bool:
-        """Its current run's end was told."""
-        ...
-
-
-class Stoppable(Protocol):
-    """A backend's record of an attempt, as far as running an instance again goes."""
-
-    @property
-    def stopping(self) -> bool:
-        """A stop of the attempt is under way."""
-        ...
-
-
-def next_run(
-    key: InstanceKey,
-    attempt: Stoppable | None,
-    instance: Ending | None,
-    run: int | None,
-    settled: Callable[[], bool] | None = None,
-) -> int | None:
-    """The run an ended instance runs again as (`Backend.relaunch`): `run`, else the one after
-    its current run. None when run `run` was started already: a relaunch told twice (the job
-    engine retrying a call that timed out) starts one run. Raises UnknownInstance when there
-    is no such instance, BackendError while it has not ended (`settled`: what else its end
-    needs, written records say) or while its attempt is being stopped.
-
-    The checks every backend's `_relaunch` makes first, under its lock, before it resets the
-    instance's per-run state and makes the new run."""
-    where = f"{key.role}-{key.index} of attempt {key.attempt} of job {key.job_id}"
-    if attempt is None or instance is None:
-        raise UnknownInstance(f"no instance {where}")
-    if run is not None and run <= instance.task_attempt:
-        log.debug("%s: run %s was started already; not again", key, run)
-        return None
-    if not (instance.ended and (settled is None or settled())):
-        raise BackendError(f"{where} has not ended; only an ended instance runs again")
-    if attempt.stopping:
-        raise BackendError(f"attempt {key.attempt} of job {key.job_id} is being stopped")
-    return run if run is not None else instance.task_attempt + 1
 
 
 class ThreadedBackend(ABC):

@@ -5,6 +5,7 @@ cannot drift between the two. Where the backends legitimately differ, the test s
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,16 +13,18 @@ from pathlib import Path
 import pytest
 
 from backends.base import (
+    BackendError,
     EventKind,
     InstanceKey,
     LaunchRefused,
     LaunchRequest,
     ReadinessCheck,
     StartDependency,
+    UnknownInstance,
 )
 from backends.runtime_env import runtime_env
 from tests.backend_drivers import NODE_CPU, Driver, docker_driver, kubernetes_driver
-from tests.simulated import job, role
+from tests.simulated import ENDED, job, role
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -267,6 +270,95 @@ async def test_a_relaunched_instance_runs_again_as_its_next_run_with_the_same_en
     assert second[0].exit_code == 7
     assert "index=0" in await driver.log(flaky)
     await driver.backend.stop(request.job_id, request.attempt, grace_seconds=1)
+
+
+async def test_a_relaunch_is_refused_alike_while_running_when_stopping_and_when_unknown(
+    driver: Driver,
+) -> None:
+    request = job(
+        role("done", ["exit 3"]), role("busy", ["sleep 600"]), job_id=f"refuse-{driver.kind[:4]}"
+    )
+    job_id = request.job_id
+    await driver.backend.launch(request)
+    await driver.events.until(
+        lambda: (
+            driver.events.of(request, EventKind.EXITED)
+            and [e for e in driver.events.of(request, EventKind.STARTED) if e.role == "busy"]
+        ),
+        "done ending while busy runs",
+    )
+
+    with pytest.raises(BackendError) as running:
+        await driver.backend.relaunch(key(request, "busy"), run=2)
+    assert str(running.value) == (
+        f"busy-0 of attempt 1 of job {job_id} has not ended; only an ended instance runs again"
+    )
+    with pytest.raises(UnknownInstance) as no_index:
+        await driver.backend.relaunch(key(request, "busy", 1), run=2)
+    assert str(no_index.value) == f"no instance busy-1 of attempt 1 of job {job_id}"
+    never = InstanceKey(job_id=f"never-{driver.kind[:4]}", attempt=1, role="done", index=0)
+    with pytest.raises(UnknownInstance) as no_job:
+        await driver.backend.relaunch(never, run=2)
+    assert str(no_job.value) == f"no instance done-0 of attempt 1 of job {never.job_id}"
+
+    await driver.backend.stop(job_id, request.attempt, grace_seconds=1)
+    await driver.events.all_ended(request)
+    # "done" ended before the stop, yet its attempt is being stopped: it runs no more
+    with pytest.raises(BackendError) as stopping:
+        await driver.backend.relaunch(key(request, "done"), run=2)
+    assert str(stopping.value) == f"attempt 1 of job {job_id} is being stopped"
+
+    await driver.backend.forget(job_id, request.attempt)
+    with pytest.raises(UnknownInstance) as forgotten:
+        await driver.backend.relaunch(key(request, "done"), run=2)
+    assert str(forgotten.value) == f"no instance done-0 of attempt 1 of job {job_id}"
+    assert not [e for e in driver.events.of(request) if e.run == 2]
+
+
+async def test_a_relaunch_told_twice_starts_one_run(driver: Driver) -> None:
+    request = job(role("flaky", ["exit 7"]), job_id=f"twice-{driver.kind[:4]}")
+    await driver.backend.launch(request)
+    await driver.events.all_ended(request)
+
+    # the job engine retrying a call that timed out: the same run asked for again
+    await driver.backend.relaunch(key(request, "flaky"), run=2)
+    await driver.backend.relaunch(key(request, "flaky"), run=2)
+    await driver.events.until(
+        lambda: [e for e in driver.events.of(request, *ENDED) if e.run == 2], "run 2 ending"
+    )
+    placed = [e.run for e in driver.events.of(request, EventKind.PLACED)]
+    assert placed.count(2) == 1
+    assert [e.run for e in driver.events.of(request, *ENDED)] == [1, 2]
+
+
+async def test_an_instance_end_is_told_once_when_its_attempt_is_stopped_twice(
+    driver: Driver,
+) -> None:
+    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=f"hold-{driver.kind[:4]}")
+    await driver.backend.launch(holder)
+    await driver.events.until(lambda: driver.events.of(holder, EventKind.STARTED), "the holder")
+    gang = job(
+        role("big", ["echo never"], instances=2, cpu=NODE_CPU), job_id=f"once-{driver.kind[:4]}"
+    )
+    await driver.backend.launch(gang)
+    await driver.events.until(lambda: driver.events.of(gang, EventKind.WAITING), "the gang waiting")
+
+    # two stops at once (each ends every instance still waiting), then one more
+    await asyncio.gather(
+        driver.backend.stop(gang.job_id, gang.attempt, grace_seconds=1),
+        driver.backend.stop(gang.job_id, gang.attempt, grace_seconds=1),
+    )
+    await driver.backend.stop(gang.job_id, gang.attempt, grace_seconds=1)
+    await driver.events.all_ended(gang)
+    # every end of the gang's stops was told before these returned; the holder's end comes
+    # after them, so once it is seen no end of the gang is still on its way
+    await driver.backend.stop(holder.job_id, holder.attempt, grace_seconds=1)
+    await driver.events.all_ended(holder)
+    ends = driver.events.of(gang, *ENDED)
+    assert sorted((e.role, e.index, e.kind) for e in ends) == [
+        ("big", 0, EventKind.STOPPED),
+        ("big", 1, EventKind.STOPPED),
+    ]
 
 
 # --- restart adoption ----------------------------------------------------------------------------
