@@ -139,7 +139,7 @@ class Client:
             " warnings { path code message } } }",
             {"config": config, "parameters": parameters},
         )
-        return _object(data, "submitJob")
+        return answer_object(data, "submitJob")
 
     def job(self, reference: str) -> dict[str, Any]:
         by = "id" if _is_job_id(reference) else "name"
@@ -150,7 +150,7 @@ class Client:
         )
         if data.get("job") is None:
             raise RemoteError(f"no job {reference!r}")
-        return _object(data, "job")
+        return answer_object(data, "job")
 
     def stop(self, job_id: str) -> dict[str, Any]:
         data = self.execute(
@@ -158,11 +158,11 @@ class Client:
             f" job {{ {JOB_FIELDS} }} errors {{ path code message }} }} }}",
             {"id": job_id},
         )
-        return _object(data, "stopJob")
+        return answer_object(data, "stopJob")
 
     def viewer(self) -> dict[str, Any]:
         """Who the token is: `name` and `admin`."""
-        return _object(self.execute("{ viewer { name admin } }"), "viewer")
+        return answer_object(self.execute("{ viewer { name admin } }"), "viewer")
 
     def live_jobs(self, owner: str | None) -> list[dict[str, Any]]:
         """Every job not ended yet (`owner`'s, or everyone's the viewer may see), newest first."""
@@ -210,7 +210,7 @@ class Client:
             yield data["taskLogs"]["data"]
 
 
-def _object(data: dict[str, Any], field: str) -> dict[str, Any]:
+def answer_object(data: dict[str, Any], field: str) -> dict[str, Any]:
     """`data[field]`, which the schema makes a JSON object; anything else is a server that does
     not speak this client's API, said as such rather than as a crash further on."""
     value = data.get(field)
