@@ -15,7 +15,7 @@ from pathlib import Path
 from backends import docker_records as records
 from backends.base import BackendError, BackendHealth, EventKind, Fetch, InstanceEvent, InstanceKey
 from backends.docker_attempts import Attempt, Instance, gang_position
-from backends.docker_specs import ATTEMPT, INDEX, JOB, ROLE, HostLimits, safe
+from backends.docker_specs import ATTEMPT, INDEX, JOB, ROLE, HostLimits
 from backends.docker_usage import DockerUsage, usage_method
 from backends.ledger import Ledger
 from backends.threaded import ThreadedBackend
@@ -23,6 +23,7 @@ from simulator.cluster import Cluster
 from simulator.containers import Engine, EngineError, EngineUnreachable
 from simulator.dfs import FileSystems, authority_of
 from simulator.engine_watch import EngineWatch
+from simulator.names import safe
 from simulator.ports import PortAllocator
 from simulator.prereqs import MaterialKind, MaterialStore
 from simulator.scheduler import Scheduler

@@ -34,11 +34,11 @@ from pydantic import ValidationError
 
 from backends import host_files
 from backends.base import InstanceEvent, LaunchRequest, Placement, RoleLaunch
-from backends.docker_specs import safe
 from backends.entrypoint import MARKER, entrypoint_script
 from backends.log_files import LogFile
 from backends.runtime_env import shell_env_file
 from backends.secrets_env import kept_request
+from simulator.names import safe
 
 log = logging.getLogger(__name__)
 

@@ -65,7 +65,7 @@ def _cores(stats: dict[str, Any], usage: int) -> float | None:
     read, preread = docker_time(stats.get("read")), docker_time(stats.get("preread"))
     if not before or read is None or preread is None or read <= preread:
         return None
-    return max(usage - before, 0) / 1e9 / (read - preread).total_seconds()
+    return max(usage - int(before), 0) / 1e9 / (read - preread).total_seconds()
 
 
 def docker_time(value: object) -> datetime | None:

@@ -42,10 +42,14 @@ def api_client(settings: KubernetesSettings) -> k8s.ApiClient:
     return k8s.ApiClient(configuration)
 
 
-def response_body(response: Any) -> Any:
+def response_body(response: Any) -> dict[str, Any]:
     """The JSON body of a response asked for with `_preload_content=False`: a raw urllib3
-    response, which the client's annotations do not know of."""
-    return json.loads(response.data)
+    response, which the client's annotations do not know of. The API server answers objects
+    (resources, lists, Status); anything else is refused as bad JSON is, with a ValueError."""
+    body = json.loads(response.data)
+    if not isinstance(body, dict):
+        raise ValueError(f"the API server answered JSON that is not an object: {body!r:.200}")
+    return body
 
 
 def quota_not_counted(exc: ApiException) -> bool:

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -50,6 +50,7 @@ from backends.ledger import Ledger
 from backends.threaded import ThreadedBackend, attempt_id
 
 log = logging.getLogger("backends.kubernetes")  # one logger for the whole backend
+_T = TypeVar("_T")
 
 _PARALLEL = 8
 _CREATE_TRIES = 5  # a create answered 429 or 5xx is tried this many times in all
@@ -188,7 +189,7 @@ class KubernetesCore(ThreadedBackend, Ledger[Attempt, Instance]):
         namespace = body["metadata"]["namespace"]
         return self._retried(lambda: response_body(call(namespace, body, _preload_content=False)))
 
-    def _retried(self, call: Callable[[], Any]) -> Any:
+    def _retried(self, call: Callable[[], _T]) -> _T:
         """Make a call, again with back-off while the API server answers 429 (too many
         requests: after its Retry-After), a 5xx, or a quota whose usage the quota controller
         has not counted yet (403 "status unknown for quota", right after the quota is made),

@@ -326,5 +326,6 @@ class GangClock(PodEvents):
                 e for e in response_body(response).get("items") or [] if e.get("type") == "Warning"
             ]
             if warnings:
-                return warnings[-1].get("message")
+                message = warnings[-1].get("message")
+                return message if isinstance(message, str) else None
         return None

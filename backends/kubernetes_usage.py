@@ -13,7 +13,7 @@ from typing import Any
 
 import urllib3
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 GROUP, VERSION = "metrics.k8s.io", "v1beta1"
 SOURCE = "metrics.k8s.io (the cluster's metrics API): CPU and memory, no network or GPU figures"

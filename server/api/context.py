@@ -58,6 +58,12 @@ class RuntimeSlot:
         return self.current
 
 
+# server.api.lookahead's answers for one execution: by the operation's id, the field's response
+# path and the path asked about, the operation and variables each was found for, and the answer
+LookaheadKey = tuple[int, tuple[tuple[str, str | None], ...], tuple[str, ...]]
+LookaheadMemo = dict[LookaheadKey, tuple[object, object, bool]]
+
+
 @dataclass
 class Context:
     request: Request | WebSocket
@@ -66,7 +72,7 @@ class Context:
     loaders: Loaders
     user: User | None = None
     connection_params: dict[str, Any] | None = field(default=None)
-    lookahead: dict[Any, Any] = field(default_factory=dict)  # see server.api.lookahead
+    lookahead: LookaheadMemo = field(default_factory=dict)
     # the cursor of the newest event a subscription of this context yielded: where a group of
     # subscribers alike stands, for newcomers to join it there (server.api.broadcast)
     position: str | None = None

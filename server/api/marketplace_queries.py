@@ -24,6 +24,7 @@ from server.api.marketplace_types import (
     marketplace_loaders,
 )
 from server.api.queries import Query as JobQuery
+from server.api.queries import job_or_user
 from server.api.types import Node, PageInfo
 from server.marketplace.items import API_TYPE
 from server.shapes.item_kind import ItemKind
@@ -80,7 +81,7 @@ class Query(JobQuery):
         type_name, key = parse_global_id(id)
         if type_name == API_TYPE:
             return await marketplace_loaders(info).visible(key)
-        return await JobQuery.node(self, info, id)
+        return await job_or_user(info, id)
 
     @strawberry.field(
         description="A marketplace item the viewer may see, at its latest version or at "

@@ -15,6 +15,7 @@ from typing import Any
 
 import strawberry
 from strawberry.extensions.field_extension import AsyncExtensionResolver, FieldExtension
+from strawberry.types.field import StrawberryField
 
 from server.api.context import Info
 
@@ -29,6 +30,10 @@ class FreshLoaders(FieldExtension):
         return await next_(source, info, **kwargs)
 
 
-def mutation(*, description: str) -> Callable[[Callable[..., Awaitable[Any]]], Any]:
+def mutation(*, description: str) -> Callable[[Callable[..., Awaitable[Any]]], StrawberryField]:
     """`strawberry.mutation` whose field resolves with fresh loaders (FreshLoaders)."""
-    return strawberry.mutation(description=description, extensions=[FreshLoaders()])
+
+    def decorate(resolver: Callable[..., Awaitable[Any]]) -> StrawberryField:
+        return strawberry.mutation(resolver, description=description, extensions=[FreshLoaders()])
+
+    return decorate

@@ -85,6 +85,19 @@ async def _job_by_name(info: Info, name: str) -> Job | None:
     return Job.from_value(found) if found is not None else None
 
 
+async def job_or_user(info: Info, id: strawberry.ID) -> Node | None:
+    """The Job or User with this global ID, if the viewer may see it: what `node` answers."""
+    type_name, key = parse_global_id(id)
+    loaders = info.context.loaders
+    if type_name == "Job":
+        job = info.context.readable(await loaders.job.load(key))
+        return Job.from_value(job) if job is not None else None
+    if type_name == "User" and key.isdigit():
+        user = await loaders.user.load(int(key))
+        return User.from_value(user) if user is not None else None
+    return None
+
+
 @strawberry.type
 class Query:
     @strawberry.field(description="The running paigraph version.")
@@ -93,15 +106,7 @@ class Query:
 
     @strawberry.field(description="The object with this global ID (a Job or a User), if any.")
     async def node(self, info: Info, id: strawberry.ID) -> Node | None:
-        type_name, key = parse_global_id(id)
-        loaders = info.context.loaders
-        if type_name == "Job":
-            job = info.context.readable(await loaders.job.load(key))
-            return Job.from_value(job) if job is not None else None
-        if type_name == "User" and key.isdigit():
-            user = await loaders.user.load(int(key))
-            return User.from_value(user) if user is not None else None
-        return None
+        return await job_or_user(info, id)
 
     @strawberry.field(description="Who is asking.")
     def viewer(self, info: Info) -> User:

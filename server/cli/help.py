@@ -15,12 +15,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
+
+
+class _Param(Protocol):
+    """What the help reads and sets on a parameter of either click (see the module's note)."""
+
+    name: str | None
+    metavar: str | None
+    opts: list[str]
+    display_type_rich: Callable[..., str | None]
 
 
 def unwrapped(text: str | None) -> str | None:
@@ -32,11 +41,11 @@ def unwrapped(text: str | None) -> str | None:
     return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
 
 
-def _is_argument(param: Any) -> bool:
+def _is_argument(param: object) -> bool:
     return getattr(param, "param_type_name", "") == "argument"
 
 
-def _label(param: Any) -> str | None:
+def _label(param: _Param) -> str | None:
     """What the help shows after the parameter's name: None for a flag and for an argument
     (whose name is shown already), else its metavar."""
     if _is_argument(param) or getattr(param, "is_flag", False) or getattr(param, "count", False):
@@ -47,14 +56,14 @@ def _label(param: Any) -> str | None:
     return long[0].lstrip("-").replace("-", "_").upper()
 
 
-def plain(param: Any) -> None:
+def plain(param: _Param) -> None:
     """Make `param` show a metavar instead of a type, whichever typer formats the help."""
     label = _label(param)
     if _is_argument(param):
         param.metavar = param.metavar or (param.name or "").upper()
     elif label is not None:
         param.metavar = label
-    param.display_type_rich = lambda ctx=None, **_: label  # type: ignore[method-assign]
+    param.display_type_rich = lambda ctx=None, **_: label
 
 
 class _PlainHelp:

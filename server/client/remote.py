@@ -62,9 +62,14 @@ class Client:
             raise RemoteError(
                 f"the server at {self.url} answered {response.status_code} without JSON"
             ) from None
+        if not isinstance(body, dict):
+            raise RemoteError(f"the server at {self.url} answered JSON that is not an object")
         if body.get("errors"):
             raise RemoteError("; ".join(e.get("message", "error") for e in body["errors"]))
-        return body["data"]
+        data = body.get("data")
+        if not isinstance(data, dict):
+            raise RemoteError(f"the server at {self.url} answered neither data nor errors")
+        return data
 
     def unauthorized(self) -> str:
         """Why the server said 401: the token given is wrong, or none was given. The server
@@ -134,7 +139,7 @@ class Client:
             " warnings { path code message } } }",
             {"config": config, "parameters": parameters},
         )
-        return data["submitJob"]
+        return answer_object(data, "submitJob")
 
     def job(self, reference: str) -> dict[str, Any]:
         by = "id" if _is_job_id(reference) else "name"
@@ -145,7 +150,7 @@ class Client:
         )
         if data.get("job") is None:
             raise RemoteError(f"no job {reference!r}")
-        return data["job"]
+        return answer_object(data, "job")
 
     def stop(self, job_id: str) -> dict[str, Any]:
         data = self.execute(
@@ -153,11 +158,11 @@ class Client:
             f" job {{ {JOB_FIELDS} }} errors {{ path code message }} }} }}",
             {"id": job_id},
         )
-        return data["stopJob"]
+        return answer_object(data, "stopJob")
 
     def viewer(self) -> dict[str, Any]:
         """Who the token is: `name` and `admin`."""
-        return self.execute("{ viewer { name admin } }")["viewer"]
+        return answer_object(self.execute("{ viewer { name admin } }"), "viewer")
 
     def live_jobs(self, owner: str | None) -> list[dict[str, Any]]:
         """Every job not ended yet (`owner`'s, or everyone's the viewer may see), newest first."""
@@ -203,6 +208,15 @@ class Client:
         variables = {"id": job_id, "role": role, "index": index, "follow": follow}
         for data in self.subscribe(query, variables):
             yield data["taskLogs"]["data"]
+
+
+def answer_object(data: dict[str, Any], field: str) -> dict[str, Any]:
+    """`data[field]`, which the schema makes a JSON object; anything else is a server that does
+    not speak this client's API, said as such rather than as a crash further on."""
+    value = data.get(field)
+    if not isinstance(value, dict):
+        raise RemoteError(f"the server's answer has no {field} object")
+    return value
 
 
 def _is_job_id(reference: str) -> bool:

@@ -22,7 +22,7 @@ _TIME = sa.DateTime(timezone=True)
 _KEY = sa.String(32)
 
 
-def _item_key(constraint: str) -> sa.Column:
+def _item_key(constraint: str) -> sa.Column[str]:
     """An item key column that belongs to the item: deleting the item deletes the row."""
     return sa.Column(
         "item_id",
