@@ -121,6 +121,29 @@ class GangClock(PodEvents):
         """Lift the gates of the oldest queued attempt when the whole of it fits; one attempt
         at a time, so two gangs never hold halves of the same room. An admitted attempt whose
         pods are not all bound within `gang_bind_seconds` is taken back and queued again."""
+        admitted, oldest = self._admission()
+        if admitted is not None:
+            assert admitted.admitted_at is not None
+            if time.monotonic() - admitted.admitted_at > self.settings.gang_bind_seconds:
+                self._take_back(admitted)
+            return
+        if oldest is None:
+            return
+        pods = self._demand_worth_a_look(oldest)
+        if pods is None:
+            return
+        view = self._cluster_view(oldest)
+        if view is None:
+            return
+        fits, why = view.fits(pods)
+        if not fits:
+            self._tell_waiting(oldest, f"waiting for room in the cluster: {why}")
+            return
+        self._lift_gates(oldest)
+
+    def _admission(self) -> tuple[Attempt | None, Attempt | None]:
+        """The attempt admitted but not yet bound whole, and the oldest queued attempt whose
+        pods are all made (None for either when there is none)."""
         with self._lock:
             active = [a for a in self._attempts.values() if a.live() and not a.stopping]
             admitted = [a for a in active if a.admitted_at is not None and not a.gang_complete]
@@ -132,15 +155,11 @@ class GangClock(PodEvents):
                 ),
                 key=lambda a: a.since,
             )
-        if admitted:
-            attempt = admitted[0]
-            assert attempt.admitted_at is not None
-            if time.monotonic() - attempt.admitted_at > self.settings.gang_bind_seconds:
-                self._take_back(attempt)
-            return
-        if not queue:
-            return
-        attempt = queue[0]
+        return (admitted[0] if admitted else None), (queue[0] if queue else None)
+
+    def _demand_worth_a_look(self, attempt: Attempt) -> list[dict[str, Any]] | None:
+        """The pods `attempt` needs room for, when the cluster is worth reading for it now;
+        None while it was looked at lately and nothing of ours freed room since."""
         with self._lock:
             head, since = self._looked
             if (
@@ -148,16 +167,20 @@ class GangClock(PodEvents):
                 and not self._room_changed
                 and time.monotonic() - since < _LOOK_EVERY
             ):
-                return  # nothing of ours freed room: the cluster is read again later
+                return None  # nothing of ours freed room: the cluster is read again later
             self._looked = (attempt.id, time.monotonic())
             self._room_changed = False
             if attempt.demand is None:  # the barrier's requests count too
                 attempt.demand = [
                     attempt.builder.pod(i.key.role, i.key.index) for i in attempt.live()
                 ]
-            pods = attempt.demand
+            return attempt.demand
+
+    def _cluster_view(self, attempt: Attempt) -> ClusterView | None:
+        """The cluster's free room; None (the waiting attempt told why) when it cannot be
+        listed."""
         try:
-            view = ClusterView.of(
+            return ClusterView.of(
                 self._list_all(self.core.list_node),
                 self._list_all(self.core.list_pod_for_all_namespaces),
                 self.settings.node_selector,
@@ -169,11 +192,10 @@ class GangClock(PodEvents):
                 "paigraph-gang in deploy/kubernetes)"
             )
             self._tell_waiting(attempt, why)
-            return
-        fits, why = view.fits(pods)
-        if not fits:
-            self._tell_waiting(attempt, f"waiting for room in the cluster: {why}")
-            return
+            return None
+
+    def _lift_gates(self, attempt: Attempt) -> None:
+        """Admit `attempt`: the gates of its live pods are lifted, unless it stops meanwhile."""
         with self._lock:
             if attempt.stopping or attempt.forgotten:
                 return

@@ -18,7 +18,7 @@ from backends.kubernetes_core import Attempt, Instance
 from backends.kubernetes_events import PodEvents
 from backends.kubernetes_gang import POD_GROUP_API
 from backends.kubernetes_isolation import pod_security_refusal
-from backends.kubernetes_manifests import with_owner
+from backends.kubernetes_manifests import AttemptBuilder, AttemptObjects, with_owner
 from backends.kubernetes_names import INDEX, ROLE_ANNOTATION
 from backends.kubernetes_quota import QUOTA_NAME, hard_patch, quota_object
 
@@ -33,28 +33,42 @@ class Launching(PodEvents):
     def _launch(self, request: LaunchRequest) -> None:
         builder = self._builder(request)  # LaunchRefused
         objects = builder.objects()
-        if not self._reach.reachable:
-            log.info("job %s waits for the Kubernetes API server to answer", request.job_id)
-            if not self._reach.wait(self._closed):
-                return
+        if not self._api_answers(request):
+            return
         vc = request.virtual_cluster
         if vc in self.settings.virtual_cluster_quota and vc not in self._quotas_kept:
             self._keep_quota(vc)
-        attempt = Attempt(request=request, builder=builder)
-        for role in request.roles:
-            for index in range(role.instances):
-                key = InstanceKey(
-                    job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
-                )
-                attempt.instances[(role.name, index)] = Instance(
-                    key=key, pod=builder.pod_name(role.name, index)
-                )
+        attempt = _attempt_of(request, builder)
+        self._register(attempt)
+        if not self._create_service(attempt, objects):
+            return
+        if not self._create_owned(attempt, objects):
+            return
+        if not self._create_pods(attempt, objects):
+            return
+        with self._lock:
+            self._changed.notify_all()  # the gang thread looks at the queue
+
+    def _api_answers(self, request: LaunchRequest) -> bool:
+        """Whether the API server answers, waiting while it does not; False once closed."""
+        if self._reach.reachable:
+            return True
+        log.info("job %s waits for the Kubernetes API server to answer", request.job_id)
+        return self._reach.wait(self._closed)
+
+    def _register(self, attempt: Attempt) -> None:
+        """Make `attempt` one of the backend's, and begin its instances' logs."""
+        request = attempt.request
         with self._lock:
             if attempt.id in self._attempts:
                 raise LaunchRefused(f"attempt {request.attempt} of job {request.job_id} exists")
             self._attempts[attempt.id] = attempt
         for instance in attempt.instances.values():
             self.logbook.begin(instance.key, 1)
+
+    def _create_service(self, attempt: Attempt, objects: AttemptObjects) -> bool:
+        """Create the attempt's Service, which owns the rest; False (the attempt forgotten and
+        its instances ended) when it cannot be made, LaunchRefused when it never can."""
         try:
             service = self._create("Service", objects.service)
         except UNREACHABLE as exc:
@@ -63,31 +77,38 @@ class Launching(PodEvents):
             self._end_all(
                 attempt, EventKind.START_FAILED, f"cannot reach the Kubernetes API server: {exc}"
             )
-            return
+            return False
         except ApiException as exc:
             with self._lock:
                 self._attempts.pop(attempt.id, None)
-            if exc.status in (409, 422):
-                raise LaunchRefused(
-                    f"the cluster refuses the attempt: {api_message(exc)}"
-                ) from None
-            if exc.status == 404 and self.per_virtual_cluster:
-                raise LaunchRefused(
-                    f"virtual cluster {request.virtual_cluster!r} has no namespace "
-                    f"{builder.namespace!r} on this cluster (namespace_per_virtual_cluster: "
-                    "the cluster's administrator creates one per virtual cluster): "
-                    f"{api_message(exc)}"
-                ) from None
+            refusal = self._service_refusal(attempt, exc)
+            if refusal is not None:
+                raise refusal from None
             self._end_all(
                 attempt, EventKind.START_FAILED, f"cannot create the Service: {api_message(exc)}"
             )
-            return
+            return False
         attempt.service_uid = service["metadata"]["uid"]
+        return True
+
+    def _service_refusal(self, attempt: Attempt, exc: ApiException) -> LaunchRefused | None:
+        """The refusal a failed Service creation means, when the attempt can never run."""
+        if exc.status in (409, 422):
+            return LaunchRefused(f"the cluster refuses the attempt: {api_message(exc)}")
+        if exc.status == 404 and self.per_virtual_cluster:
+            return LaunchRefused(
+                f"virtual cluster {attempt.request.virtual_cluster!r} has no namespace "
+                f"{attempt.builder.namespace!r} on this cluster (namespace_per_virtual_cluster: "
+                "the cluster's administrator creates one per virtual cluster): "
+                f"{api_message(exc)}"
+            )
+        return None
+
+    def _create_owned(self, attempt: Attempt, objects: AttemptObjects) -> bool:
+        """Create the objects the Service owns besides the pods; False (the launch undone and
+        the instances ended) when they cannot be made, LaunchRefused when they never can."""
         try:
-            policy = [objects.network_policy] if objects.network_policy else []
-            maps = [objects.config_map, *objects.extra_config_maps]
-            maps += [objects.start_order] if objects.start_order else []
-            for obj in [*maps, *objects.secrets, *policy]:
+            for obj in _owned_objects(objects):
                 self._create(obj["kind"], with_owner(obj, attempt.service_uid))
             if objects.pod_group is not None:
                 self._create_pod_group(with_owner(objects.pod_group, attempt.service_uid))
@@ -96,7 +117,7 @@ class Launching(PodEvents):
             self._end_all(
                 attempt, EventKind.START_FAILED, f"cannot reach the Kubernetes API server: {exc}"
             )
-            return
+            return False
         except ApiException as exc:
             self._drop(attempt)
             if exc.status == 422:
@@ -106,35 +127,47 @@ class Launching(PodEvents):
             self._end_all(
                 attempt, EventKind.START_FAILED, f"cannot create the attempt: {api_message(exc)}"
             )
-            return
+            return False
+        return True
+
+    def _create_pods(self, attempt: Attempt, objects: AttemptObjects) -> bool:
+        """Create the pods in parallel; False (the launch undone and the instances ended) when
+        some cannot be made, LaunchRefused when they never can."""
         pods = [with_owner(pod, attempt.service_uid) for pod in objects.pods]
         attempt.queued = self.settings.gang_scheduler == "gates"
         problems = [
             p for p in self._pool.map(lambda pod: self._create_pod(attempt, pod), pods) if p
         ]
-        if problems:
-            self._drop(attempt)
-            refused = [p for p in problems if pod_security_refusal(*p)]
-            if refused:  # the namespace's Pod Security level: the same pods would be refused
-                raise LaunchRefused(
-                    f"the cluster's Pod Security admission refuses the pods: {refused[0][1]} "
-                    f"(pods are made for the {self.settings.pod_security!r} profile: set "
-                    "pod_security to the level the jobs' namespace enforces)"
-                )
-            if all(status == 422 for status, _ in problems):
-                raise LaunchRefused(f"the cluster refuses the attempt: {problems[0][1]}")
-            status, message = problems[0]
-            reason = f"cannot create the pods: {message}"
-            if status == 403:
-                reason += (
-                    " (refused by the cluster's policy, e.g. a ResourceQuota or Pod Security "
-                    "admission; not retried: change the job or ask the cluster's administrator)"
-                )
-            code = _CREATE_CODES.get(status, -120 if status >= 500 else None)
-            self._end_all(attempt, EventKind.START_FAILED, reason, completion_code=code)
-            return
-        with self._lock:
-            self._changed.notify_all()  # the gang thread looks at the queue
+        if not problems:
+            return True
+        self._drop(attempt)
+        refusal = self._pods_refusal(problems)
+        if refusal is not None:
+            raise refusal
+        status, message = problems[0]
+        reason = f"cannot create the pods: {message}"
+        if status == 403:
+            reason += (
+                " (refused by the cluster's policy, e.g. a ResourceQuota or Pod Security "
+                "admission; not retried: change the job or ask the cluster's administrator)"
+            )
+        code = _CREATE_CODES.get(status, -120 if status >= 500 else None)
+        self._end_all(attempt, EventKind.START_FAILED, reason, completion_code=code)
+        return False
+
+    def _pods_refusal(self, problems: list[tuple[int, str]]) -> LaunchRefused | None:
+        """The refusal the pods' creation failures mean, when the same pods would always be
+        refused."""
+        refused = [p for p in problems if pod_security_refusal(*p)]
+        if refused:  # the namespace's Pod Security level: the same pods would be refused
+            return LaunchRefused(
+                f"the cluster's Pod Security admission refuses the pods: {refused[0][1]} "
+                f"(pods are made for the {self.settings.pod_security!r} profile: set "
+                "pod_security to the level the jobs' namespace enforces)"
+            )
+        if all(status == 422 for status, _ in problems):
+            return LaunchRefused(f"the cluster refuses the attempt: {problems[0][1]}")
+        return None
 
     def _create_pod(self, attempt: Attempt, pod: dict[str, Any]) -> tuple[int, str] | None:
         if attempt.stopping:
@@ -228,3 +261,26 @@ class Launching(PodEvents):
             self._attempts.pop(attempt.id, None)
             attempt.forgotten = True
         self._delete_attempt_objects(attempt)
+
+
+def _attempt_of(request: LaunchRequest, builder: AttemptBuilder) -> Attempt:
+    """The attempt `request` launches, with an instance for each of its roles' pods."""
+    attempt = Attempt(request=request, builder=builder)
+    for role in request.roles:
+        for index in range(role.instances):
+            key = InstanceKey(
+                job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
+            )
+            attempt.instances[(role.name, index)] = Instance(
+                key=key, pod=builder.pod_name(role.name, index)
+            )
+    return attempt
+
+
+def _owned_objects(objects: AttemptObjects) -> list[dict[str, Any]]:
+    """The objects the Service owns other than the pods and the pod group, in creation order:
+    config maps, secrets, then the network policy."""
+    policy = [objects.network_policy] if objects.network_policy else []
+    maps = [objects.config_map, *objects.extra_config_maps]
+    maps += [objects.start_order] if objects.start_order else []
+    return [*maps, *objects.secrets, *policy]

@@ -13,10 +13,10 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from backends.kubernetes_api import LIST_TIMEOUT, api_message, response_body
-from backends.kubernetes_core import Instance
+from backends.kubernetes_core import Attempt, Instance
 from backends.kubernetes_events import PodEvents
 from backends.kubernetes_names import ATTEMPT, INDEX, JOB_ID_ANNOTATION, ROLE_ANNOTATION, RUN
-from backends.kubernetes_pods import pod_facts
+from backends.kubernetes_pods import PodFacts, pod_facts
 from backends.threaded import attempt_id
 
 log = logging.getLogger("backends.kubernetes")  # one logger for the whole backend
@@ -121,60 +121,90 @@ class PodWatch(PodEvents):
         return listing.get("metadata", {}).get("resourceVersion") or ""
 
     def _on_pod(self, pod: dict[str, Any], *, deleted: bool, now: bool = False) -> None:
-        meta = pod.get("metadata") or {}
-        labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-        try:
-            wanted = attempt_id(notes[JOB_ID_ANNOTATION], int(labels[ATTEMPT]))
-            position = (notes[ROLE_ANNOTATION], int(labels[INDEX]))
-            run = int(labels.get(RUN, "1"))
-        except (KeyError, ValueError):
+        place = _pod_place(pod)
+        if place is None:
             return
         with self._lock:
-            attempt = self._attempts.get(wanted)
-            instance = attempt.instances.get(position) if attempt else None
-            if attempt is None or instance is None or run != instance.run:
+            found = self._instance_at(*place)
+            if found is None:
                 return
-            if instance.ended or instance.finishing:
-                return
+            attempt, instance = found
             facts = pod_facts(pod)
-            instance.facts = facts
-            instance.made = True
-            if instance.created_at is None:
-                instance.created_at = time.monotonic()
-            if facts.deleting and instance.deleting_since is None:
-                instance.deleting_since = time.monotonic()
-            if facts.pull_waiting is None:
-                instance.pull_since = None
-            elif instance.pull_since is None:
-                instance.pull_since = time.monotonic()
-            if deleted:
-                pass
-            elif facts.start_error:
-                self._fail_to_start(attempt, instance, facts.start_error)
-                return
-            else:
-                if facts.scheduled:
-                    instance.scheduled = True
-                if (
-                    facts.started_at
-                    and facts.terminated is None
-                    and not self.logbook.following(instance.key)
-                ):
-                    # copied while it runs, whatever is told (a stop may come before the gang
-                    # formed); a copy cut short resumes where it stood
-                    self.logbook.follow(instance.key, instance.run, instance.pod, attempt.namespace)
-                if not attempt.gang_complete:
-                    if facts.unschedulable:
-                        attempt.unschedulable = facts.unschedulable
-                    if facts.terminated is not None or facts.lost:
-                        # ended before its gang formed: its own end is told, not a timeout
-                        self._ended_early(attempt, instance, facts, now=now)
-                        return
-                    self._check_gang(attempt, now=now)
-                else:
-                    self._advance(attempt, instance, now=now)
+            _note(instance, facts)
+            if not deleted:
+                self._on_pod_version(attempt, instance, facts, now=now)
                 return
         self._gone(attempt, instance)
+
+    def _instance_at(
+        self, wanted: str, position: tuple[str, int], run: int
+    ) -> tuple[Attempt, Instance] | None:
+        """The unended instance whose current run a pod is (the lock held); None when the
+        pod is of another attempt, an earlier run, or an instance that ended or is ending."""
+        attempt = self._attempts.get(wanted)
+        instance = attempt.instances.get(position) if attempt else None
+        if attempt is None or instance is None or run != instance.run:
+            return None
+        if instance.ended or instance.finishing:
+            return None
+        return attempt, instance
+
+    def _on_pod_version(
+        self, attempt: Attempt, instance: Instance, facts: PodFacts, *, now: bool
+    ) -> None:
+        """Act on a new version of a live pod (the lock held)."""
+        if facts.start_error:
+            self._fail_to_start(attempt, instance, facts.start_error)
+            return
+        if facts.scheduled:
+            instance.scheduled = True
+        if (
+            facts.started_at
+            and facts.terminated is None
+            and not self.logbook.following(instance.key)
+        ):
+            # copied while it runs, whatever is told (a stop may come before the gang
+            # formed); a copy cut short resumes where it stood
+            self.logbook.follow(instance.key, instance.run, instance.pod, attempt.namespace)
+        if attempt.gang_complete:
+            self._advance(attempt, instance, now=now)
+            return
+        if facts.unschedulable:
+            attempt.unschedulable = facts.unschedulable
+        if facts.terminated is not None or facts.lost:
+            # ended before its gang formed: its own end is told, not a timeout
+            self._ended_early(attempt, instance, facts, now=now)
+            return
+        self._check_gang(attempt, now=now)
+
+
+def _pod_place(pod: dict[str, Any]) -> tuple[str, tuple[str, int], int] | None:
+    """The attempt id, (role, index) and run a pod's labels and annotations name; None for a
+    pod that does not name them all."""
+    meta = pod.get("metadata") or {}
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    try:
+        wanted = attempt_id(notes[JOB_ID_ANNOTATION], int(labels[ATTEMPT]))
+        position = (notes[ROLE_ANNOTATION], int(labels[INDEX]))
+        run = int(labels.get(RUN, "1"))
+    except (KeyError, ValueError):
+        return None
+    return wanted, position, run
+
+
+def _note(instance: Instance, facts: PodFacts) -> None:
+    """Keep what a pod's version tells about its instance: its facts, that it was made, and
+    since when it is being deleted or its image pull waits."""
+    instance.facts = facts
+    instance.made = True
+    if instance.created_at is None:
+        instance.created_at = time.monotonic()
+    if facts.deleting and instance.deleting_since is None:
+        instance.deleting_since = time.monotonic()
+    if facts.pull_waiting is None:
+        instance.pull_since = None
+    elif instance.pull_since is None:
+        instance.pull_since = time.monotonic()
 
 
 def _missing(instance: Instance, asked_at: float, listed_before: bool) -> bool:

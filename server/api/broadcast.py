@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 import orjson
 from graphql import (
+    DocumentNode,
     FieldNode,
     GraphQLError,
     OperationDefinitionNode,
@@ -370,25 +371,43 @@ def _root_field(query: str, operation_name: str | None) -> tuple[str, str | None
         document = parse(query)
     except (GraphQLSyntaxError, RecursionError):
         return None
+    operation = _the_subscription(document, operation_name)
+    field = _the_field(operation) if operation is not None else None
+    if operation is None or field is None:
+        return None
+    return field.name.value, _after_variable(operation, field)
+
+
+def _the_subscription(
+    document: DocumentNode, operation_name: str | None
+) -> OperationDefinitionNode | None:
+    """The one operation `operation_name` picks in `document`, when it is a subscription."""
     operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
     if operation_name is not None:
         operations = [o for o in operations if o.name and o.name.value == operation_name]
     if len(operations) != 1 or operations[0].operation is not OperationType.SUBSCRIPTION:
         return None
-    selections = operations[0].selection_set.selections
+    return operations[0]
+
+
+def _the_field(operation: OperationDefinitionNode) -> FieldNode | None:
+    """The operation's root field, when it selects exactly one and gives it no directives."""
+    selections = operation.selection_set.selections
     if len(selections) != 1 or not isinstance(selections[0], FieldNode):
         return None
     field = selections[0]
-    if field.directives:
-        return None
+    return None if field.directives else field
+
+
+def _after_variable(operation: OperationDefinitionNode, field: FieldNode) -> str | None:
+    """The variable that gives `field` its `after` argument; None when it is given inline or
+    the variable has a default (null and absent differ then)."""
     after = next((a.value for a in field.arguments or () if a.name.value == "after"), None)
     if not isinstance(after, VariableNode):
-        return field.name.value, None
+        return None
     defined = [
-        v
-        for v in operations[0].variable_definitions or ()
-        if v.variable.name.value == after.name.value
+        v for v in operation.variable_definitions or () if v.variable.name.value == after.name.value
     ]
-    if any(v.default_value is not None for v in defined):  # null and absent differ then
-        return field.name.value, None
-    return field.name.value, after.name.value
+    if any(v.default_value is not None for v in defined):
+        return None
+    return after.name.value

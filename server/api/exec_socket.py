@@ -16,7 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -236,6 +236,20 @@ def _address(scope: Any) -> str:
 
 def _start(text: str) -> _Start:
     """The start message's fields, checked; _Refused naming the field and the rule."""
+    message = _start_message(text)
+    job_id = _start_job(message)
+    role = _start_role(message)
+    index = _start_index(message)
+    command = _start_command(message)
+    tty = _start_tty(message)
+    size = _start_size(message)
+    token = _start_token(message)
+    request = ExecRequest(command=command, tty=tty, **size)
+    return _Start(job_id, role, index, request, token)
+
+
+def _start_message(text: str) -> dict[str, Any]:
+    """The parsed first message, which must be of type "start"."""
     try:
         message = frames.parse_control(text)
     except frames.FrameError as exc:
@@ -243,17 +257,40 @@ def _start(text: str) -> _Start:
     if message["type"] != "start":
         kind = message["type"]
         raise _Refused("bad-request", f'the first message must be of type "start", not {kind!r}')
-    job, role, index = message.get("job"), message.get("role"), message.get("index")
+    return message
+
+
+def _start_job(message: dict[str, Any]) -> str:
+    """The database ID of the job in start.job, a global Job ID."""
+    job = message.get("job")
     if not isinstance(job, str) or not job:
         raise _Refused("bad-request", "start.job: must be the job's ID")
     try:
-        job_id = expect_global_id(job, "Job", argument="start.job")
+        return expect_global_id(job, "Job", argument="start.job")
     except BadId as exc:
         raise _Refused("bad-request", str(exc)) from None
+
+
+def _start_role(message: dict[str, Any]) -> str:
+    role = message.get("role")
     if not isinstance(role, str) or not role:
         raise _Refused("bad-request", "start.role: must be the name of a task role")
-    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+    return role
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    """Whether `value` is an integer in JSON's sense (true and false are not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _start_index(message: dict[str, Any]) -> int:
+    index = message.get("index")
+    if not _is_int(index) or index < 0:
         raise _Refused("bad-request", "start.index: must be an instance index (an integer >= 0)")
+    return index
+
+
+def _start_command(message: dict[str, Any]) -> list[str]:
     command = message.get("command")
     if (
         not isinstance(command, list)
@@ -266,22 +303,37 @@ def _start(text: str) -> _Start:
             f"start.command: must be a list of 1 to {frames.MAX_COMMAND_ARGS} strings "
             "without NUL bytes",
         )
+    return command
+
+
+def _start_tty(message: dict[str, Any]) -> bool:
     tty = message.get("tty", False)
     if not isinstance(tty, bool):
         raise _Refused("bad-request", "start.tty: must be true or false")
+    return tty
+
+
+def _start_size(message: dict[str, Any]) -> dict[str, int]:
+    """The terminal's rows and columns, those the message gives."""
     size = {}
     for field in ("rows", "columns"):
         value = message.get(field)
         if value is None:
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000:
+        if not _is_int(value) or not 1 <= value <= 1000:
             raise _Refused("bad-request", f"start.{field}: must be an integer from 1 to 1000")
         size[field] = value
+    return size
+
+
+def _start_token(message: dict[str, Any]) -> str | None:
+    """The token in the message, stripped; None when it gives none."""
     token = message.get("token")
-    if token is not None and (not isinstance(token, str) or not token.strip()):
+    if token is None:
+        return None
+    if not isinstance(token, str) or not token.strip():
         raise _Refused("bad-request", "start.token: must be a non-empty string")
-    request = ExecRequest(command=command, tty=tty, **size)
-    return _Start(job_id, role, index, request, token.strip() if token else None)
+    return token.strip()
 
 
 class _Workers:

@@ -200,11 +200,30 @@ def _materials(spec: JobSpec, role: TaskRole, default_fs: str) -> list[Material]
     """
     if spec.dialect is Dialect.V1:
         return []
-    wanted = [
+    materials: list[Material] = []
+    mounted = {s.mount_path for s in role.storages}
+    for name, types in _wanted_materials(spec, role):
+        if any(m.name == name for m in materials):
+            continue
+        if types[0] is PrerequisiteType.OUTPUT and f"{WORK_DIR}/{name}" in mounted:
+            continue  # an output that names an admin-defined storage is mounted as one
+        material = _material(spec, name, types, default_fs)
+        if material is not None:
+            materials.append(material)
+    return materials
+
+
+def _wanted_materials(
+    spec: JobSpec, role: TaskRole
+) -> list[tuple[str, tuple[PrerequisiteType, ...]]]:
+    """The prerequisites the role names as data, script or output, with the types each may
+    have, followed by the data and scripts it lists among its prerequisites."""
+    named: list[tuple[str | None, tuple[PrerequisiteType, ...]]] = [
         (role.data, (PrerequisiteType.DATA,)),
         (role.script, (PrerequisiteType.SCRIPT,)),
         (role.output, (PrerequisiteType.OUTPUT, PrerequisiteType.STORAGE)),
     ]
+    wanted = [(name, types) for name, types in named if name is not None]
     # Data and scripts the role lists among its prerequisites (seed 004's form, and how a
     # marketplace item with template variables is used) are fetched too, unless a plugin
     # handles them: a plugin prerequisite's callbacks do their own fetching.
@@ -212,33 +231,29 @@ def _materials(spec: JobSpec, role: TaskRole, default_fs: str) -> list[Material]
         listed = spec.prerequisite(listed_name)
         if listed is not None and listed.plugin is None and listed.type in _LISTED_KINDS:
             wanted.append((listed_name, (listed.type,)))
-    materials: list[Material] = []
-    mounted = {s.mount_path for s in role.storages}
-    for name, types in wanted:
-        if name is None or any(m.name == name for m in materials):
-            continue
-        if types[0] is PrerequisiteType.OUTPUT and f"{WORK_DIR}/{name}" in mounted:
-            continue  # an output that names an admin-defined storage is mounted as one
-        found = next((p for t in types if (p := spec.prerequisite(name, t))), None)
-        if found is None:
-            continue
-        kind = _MATERIAL_KINDS[found.type]
-        variables = {DEFAULT_FS_VARIABLE: default_fs}
-        uris = [expand(u, variables) for u in found.uri if u.strip()]
-        if kind is not Fetch.MOUNT and not uris:
-            continue  # nothing to fetch: a prerequisite used only through its callbacks
-        optional = kind is not Fetch.MOUNT and found.failure_policy == "ignore"
-        per_repository = kind is Fetch.CLONE and found.uri_list
-        materials.append(
-            Material(
-                name=found.name,
-                kind=kind,
-                uris=uris,
-                optional=optional,
-                per_repository=per_repository,
-            )
-        )
-    return materials
+    return wanted
+
+
+def _material(
+    spec: JobSpec, name: str, types: tuple[PrerequisiteType, ...], default_fs: str
+) -> Material | None:
+    """The material for prerequisite `name` of the first of `types` it is declared as; None
+    when it is not declared or has nothing to fetch (used only through its callbacks)."""
+    found = next((p for t in types if (p := spec.prerequisite(name, t))), None)
+    if found is None:
+        return None
+    kind = _MATERIAL_KINDS[found.type]
+    variables = {DEFAULT_FS_VARIABLE: default_fs}
+    uris = [expand(u, variables) for u in found.uri if u.strip()]
+    if kind is not Fetch.MOUNT and not uris:
+        return None
+    return Material(
+        name=found.name,
+        kind=kind,
+        uris=uris,
+        optional=kind is not Fetch.MOUNT and found.failure_policy == "ignore",
+        per_repository=kind is Fetch.CLONE and found.uri_list,
+    )
 
 
 def _hooks(spec: JobSpec, role: TaskRole) -> Hooks:

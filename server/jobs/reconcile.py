@@ -62,52 +62,83 @@ def plan_resumption(snapshot: MachineSnapshot, reports: Iterable[InstanceReport]
         return Resumption(machine, fresh=True)
     if record.state.is_final:
         return Resumption(machine)
-    known = {
-        (r.key.role, r.key.index): r
-        for r in reports
-        if r.key.job_id == record.job_id and r.key.attempt == record.attempt
-    }
-    live = [view for view in record.instances if not view.ended]
-    if (
-        not known
-        and current.completion is None
-        and all(v.state is JobState.WAITING and v.task_attempt == 1 for v in record.instances)
-    ):
+    known = _reports_of_attempt(snapshot, reports)
+    if _never_reached_backend(snapshot, known):
         # saved, then the server stopped before the backend was asked: ask it now
         launch = LaunchAttempt(attempt=record.attempt, reason="launched after a server restart")
         return Resumption(machine, pending=[launch])
     plan = Resumption(machine)
+    live = [view for view in record.instances if not view.ended]
     for view in live:
         report = known.get((view.role, view.index))
         if report is None:
             plan.events.append(_lost(record.job_id, view, UNKNOWN_TO_BACKEND))
-        elif (
-            view.state is JobState.WAITING
-            and view.task_attempt > 1
-            and report.status is InstanceStatus.EXITED
-            and (report.run is None or report.run < view.task_attempt)
-            and not current.stop_issued
-        ):
-            # retried on its own; what the backend shows is the run before the retry (a run
-            # that ended while the server was down names itself, and its end is applied)
-            plan.pending.append(
-                RetryInstance(
-                    attempt=record.attempt,
-                    role=view.role,
-                    index=view.index,
-                    task_attempt=view.task_attempt,
-                    reason="started again after a server restart",
-                )
-            )
+        elif _retry_not_started(view, report, stop_issued=current.stop_issued):
+            plan.pending.append(_start_again(record.attempt, view))
         else:
             plan.events.extend(events_for_report(report))
     if current.stop_issued and live:
-        reason = current.completion.message if current.completion else "stopped"
-        grace = snapshot.policy.stop_grace_seconds
-        plan.pending.insert(
-            0, StopAttempt(attempt=record.attempt, reason=reason, grace_seconds=grace)
-        )
+        plan.pending.insert(0, _stop_again(snapshot))
     return plan
+
+
+def _reports_of_attempt(
+    snapshot: MachineSnapshot, reports: Iterable[InstanceReport]
+) -> dict[tuple[str, int], InstanceReport]:
+    """The reports of the saved job's current attempt, by (role, index)."""
+    record = snapshot.record
+    return {
+        (r.key.role, r.key.index): r
+        for r in reports
+        if r.key.job_id == record.job_id and r.key.attempt == record.attempt
+    }
+
+
+def _never_reached_backend(
+    snapshot: MachineSnapshot, known: dict[tuple[str, int], InstanceReport]
+) -> bool:
+    """Whether the current attempt was saved but the backend was never asked to launch it:
+    the backend knows none of it and every instance still waits for its first run."""
+    record = snapshot.record
+    current = record.current
+    return (
+        not known
+        and current is not None
+        and current.completion is None
+        and all(v.state is JobState.WAITING and v.task_attempt == 1 for v in record.instances)
+    )
+
+
+def _retry_not_started(view: InstanceView, report: InstanceReport, *, stop_issued: bool) -> bool:
+    """Whether the instance was retried on its own but the backend only shows the run before
+    the retry (a run that ended while the server was down names itself, and its end is
+    applied instead)."""
+    return (
+        view.state is JobState.WAITING
+        and view.task_attempt > 1
+        and report.status is InstanceStatus.EXITED
+        and (report.run is None or report.run < view.task_attempt)
+        and not stop_issued
+    )
+
+
+def _start_again(attempt: int, view: InstanceView) -> RetryInstance:
+    return RetryInstance(
+        attempt=attempt,
+        role=view.role,
+        index=view.index,
+        task_attempt=view.task_attempt,
+        reason="started again after a server restart",
+    )
+
+
+def _stop_again(snapshot: MachineSnapshot) -> StopAttempt:
+    """The stop that was issued before the server stopped (its instances may still run)."""
+    record = snapshot.record
+    completion = record.current.completion if record.current else None
+    reason = completion.message if completion else "stopped"
+    grace = snapshot.policy.stop_grace_seconds
+    return StopAttempt(attempt=record.attempt, reason=reason, grace_seconds=grace)
 
 
 def stale_attempts(
