@@ -14,6 +14,7 @@ import strawberry
 from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import global_id
+from server.api.resolver_field import resolver_field
 from server.protocol import Issue
 from server.store import User as StoredUser
 
@@ -67,7 +68,7 @@ class User(Node):
             user_id=user.id,
         )
 
-    @strawberry.field(description="The virtual clusters this user is a member of.")
+    @resolver_field(description="The virtual clusters this user is a member of.")
     async def virtual_clusters(self, info: Info) -> list[str]:
         return await info.context.loaders.memberships.load(self.user_id) or []
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import strawberry
 
 from server.api.context import Info
+from server.api.resolver_field import resolver_field
 from server.protocol.model import JobSpec, PrerequisiteType, Resources
 from server.protocol.model import Prerequisite as SpecPrerequisite
 from server.protocol.model import TaskRole as SpecTaskRole
@@ -90,7 +91,7 @@ class Prerequisite:
             origin_version=origin.item_version if origin is not None else None,
         )
 
-    @strawberry.field(
+    @resolver_field(
         description="The marketplace item it came from (the version it was resolved at), when "
         "there is one the viewer may see."
     )

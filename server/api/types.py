@@ -44,6 +44,7 @@ from server.api.prerequisite_types import (
     docker_image,
     role_prerequisites,
 )
+from server.api.resolver_field import resolver_field
 from server.api.shared_values import shared_value
 from server.protocol import Issue, Severity
 from server.protocol.model import JobSpec
@@ -117,7 +118,7 @@ class TaskInstance:
     finished_at: datetime | None
     value: strawberry.Private[Instance]
 
-    @strawberry.field(
+    @resolver_field(
         description="What the instance used over time, from `since` (all that is kept "
         "without), averaged over `step` seconds when given (as stored without: the sampling "
         "interval for the last hour, minute means before)."
@@ -186,7 +187,7 @@ class TaskRole:
     def resource_per_instance(self) -> Resource:
         return Resource.from_spec(self.role.resources)
 
-    @strawberry.field(
+    @resolver_field(
         description="The commands after parameter rendering (secrets are filled in only "
         "inside the container)."
     )
@@ -201,7 +202,7 @@ class TaskRole:
     def prerequisites(self) -> list[Prerequisite]:
         return role_prerequisites(self.spec, self.role)
 
-    @strawberry.field(description="The roles this role's instances wait for (start order).")
+    @resolver_field(description="The roles this role's instances wait for (start order).")
     def starts_after(self) -> list[StartDependency]:
         out = []
         for dep in self.role.depends_on:
@@ -327,14 +328,14 @@ class Job(Node):
             ],
         )
 
-    @strawberry.field(
+    @resolver_field(
         description="The cursor of the job's newest event: `jobEvents(after:)` with it "
         "delivers only what happens from now on (a list that shows the job as read here)."
     )
     def event_cursor(self) -> str:
         return event_cursor(self.last_sequence)
 
-    @strawberry.field(
+    @resolver_field(
         description="How many instances the current attempt has, and how many of them run."
     )
     async def instance_counts(self, info: Info) -> InstanceCounts:
@@ -346,18 +347,18 @@ class Job(Node):
         running = sum(1 for i in instances or () if i.state == JobState.RUNNING)
         return InstanceCounts(total=total, running=running)
 
-    @strawberry.field(description="Who submitted the job.")
+    @resolver_field(description="Who submitted the job.")
     async def user(self, info: Info) -> User:
         return await owner_of(info, self.owner_id, f"job {self.job_id}")
 
-    @strawberry.field(
+    @resolver_field(
         description="The config as submitted, with its secrets masked. Every user can read "
         "every job's config, as in OpenPAI; secrets are never stored in it."
     )
     async def config(self, info: Info) -> str:
         return await info.context.loaders.config.load(self.job_id) or ""
 
-    @strawberry.field(
+    @resolver_field(
         description="The job's task roles, in the order of its config.",
         graphql_type=list[TaskRole],
     )
@@ -393,7 +394,7 @@ class Job(Node):
         self.prebuilt_task_roles = self._task_roles(spec, instances)
         return self
 
-    @strawberry.field(
+    @resolver_field(
         description="What the current attempt's instances used over time, per task role: "
         "sums and the spread between instances (`since` and `step` as on TaskInstance.metrics)."
     )
@@ -407,7 +408,7 @@ class Job(Node):
         roles = spec.task_roles if spec is not None else []
         return job_metrics(info.context.runtime, points, every, roles)
 
-    @strawberry.field(description="The job's event log, oldest first.")
+    @resolver_field(description="The job's event log, oldest first.")
     async def events(
         self, info: Info, first: int | None = None, after: str | None = None
     ) -> JobEventConnection:
