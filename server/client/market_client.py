@@ -83,16 +83,26 @@ class MarketClient:
         found = self.client.execute(SHOW, {"id": self.item_id(reference), "version": version})
         if found["marketplaceItem"] is None:
             raise RemoteError(f"no marketplace item {reference!r} (or it is not shared with you)")
-        return found["marketplaceItem"]
+        return _object(found, "marketplaceItem")
 
     def publish(self, values: dict[str, Any]) -> dict[str, Any]:
-        return self.client.execute(PUBLISH, {"input": values})["publishMarketplaceItem"]
+        return _object(self.client.execute(PUBLISH, {"input": values}), "publishMarketplaceItem")
 
     def use(self, values: dict[str, Any]) -> dict[str, Any]:
-        return self.client.execute(USE, {"input": values})["useMarketplaceItem"]
+        return _object(self.client.execute(USE, {"input": values}), "useMarketplaceItem")
 
     def star(self, item_id: str, star: bool) -> dict[str, Any]:
-        return self.client.execute(STAR, {"id": item_id, "star": star})["starMarketplaceItem"]
+        found = self.client.execute(STAR, {"id": item_id, "star": star})
+        return _object(found, "starMarketplaceItem")
+
+
+def _object(data: dict[str, Any], field: str) -> dict[str, Any]:
+    """`data[field]`, which the schema makes a JSON object; anything else is a server that does
+    not speak this client's API, said as such rather than as a crash further on."""
+    value = data.get(field)
+    if not isinstance(value, dict):
+        raise RemoteError(f"the server's answer has no {field} object")
+    return value
 
 
 def _is_item_id(reference: str) -> bool:
