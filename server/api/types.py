@@ -1,4 +1,8 @@
-"""The job graph as clients see it: jobs, task roles, instances, events, users.
+"""The job graph as clients see it: jobs, task roles, instances, events.
+
+The types every part of the graph shares (`UserError`, `Node`, `PageInfo`, `User`) are in
+`graph_types.py`, a role's resources and prerequisites in `prerequisite_types.py`; this module
+re-exports them, so `server.api.types` still names every type a job's graph uses.
 
 Field names are the public API contract (`schema.graphql`, which a test keeps current).
 Types are built from the store's frozen values; linked fields (a job's user, its task roles'
