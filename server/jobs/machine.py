@@ -27,6 +27,7 @@ from typing import Self
 
 from backends.base import EventKind, InstanceEvent, utcnow
 from server.jobs import exit_codes
+from server.jobs.completion import completion_after
 from server.jobs.exit_codes import ExitInfo
 from server.jobs.machine_events import _classify, _other_run, _story, events_for_report
 from server.jobs.machine_values import (
@@ -365,29 +366,11 @@ class JobMachine:
 
     def _judge(self, view: InstanceView, outcome: Outcome) -> None:
         """Apply the completion rules after `view` ended; record the decision if one fires."""
-        record, current = self._record, self._record.current
-        assert current is not None and view.exit is not None
-        role = self._policy.role(view.role)
-        wanted = JobState.FAILED if outcome is Outcome.FAILED else JobState.SUCCEEDED
-        count = sum(1 for v in record.instances if v.role == view.role and v.state is wanted)
-        if role.reached(outcome, count):
-            current.completion = Completion(
-                message=f"{role.rule_message(outcome, count)} ({_story(view, view.exit)})",
-                exit=view.exit,
-                role=view.role,
-                index=view.index,
-            )
-        elif all(v.ended for v in record.instances):
-            total = len(record.instances)
-            failed = sum(1 for v in record.instances if v.state is JobState.FAILED)
-            message = (
-                f"CompletedTaskCount {total} has reached TotalTaskCount {total} "
-                "and no minFailed / minSucceeded rule fired"
-                + (f" ({failed} failed instance(s) were allowed)" if failed else "")
-            )
-            current.completion = Completion(
-                message=message, exit=exit_codes.info(exit_codes.SUCCEEDED, message)
-            )
+        current = self._record.current
+        assert current is not None
+        decided = completion_after(self._policy, self._record, view, outcome)
+        if decided is not None:
+            current.completion = decided
 
     def _after_end(self, at: datetime) -> list[Action]:
         record, current = self._record, self._record.current
