@@ -1,4 +1,8 @@
-"""The job graph as clients see it: jobs, task roles, instances, events, users.
+"""The job graph as clients see it: jobs, task roles, instances, events.
+
+The types every part of the graph shares (`UserError`, `Node`, `PageInfo`, `User`) are in
+`graph_types.py`, a role's resources and prerequisites in `prerequisite_types.py`; this module
+re-exports them, so `server.api.types` still names every type a job's graph uses.
 
 Field names are the public API contract (`schema.graphql`, which a test keeps current).
 Types are built from the store's frozen values; linked fields (a job's user, its task roles'
@@ -11,12 +15,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
 
 import strawberry
 
 from server.api.context import Info
-from server.api.errors import ApiError
+from server.api.graph_types import (
+    Node,
+    PageInfo,
+    User,
+    UserError,
+    json_object,
+    not_found,
+    owner_of,
+)
 from server.api.ids import BadId, cursor, global_id, parse_cursor
 from server.api.limits import page_size
 from server.api.loaders import ready
@@ -30,201 +41,56 @@ from server.api.metrics_types import (
     stored_points,
 )
 from server.api.prebuilt import prebuilt
+from server.api.prerequisite_types import (
+    PortRequest,
+    Prerequisite,
+    Resource,
+    docker_image,
+    role_prerequisites,
+)
+from server.api.resolver_field import resolver_field
 from server.api.shared_values import shared_value
 from server.protocol import Issue, Severity
-from server.protocol.model import JobSpec, PrerequisiteType, Resources
-from server.protocol.model import Prerequisite as SpecPrerequisite
+from server.protocol.model import JobSpec
 from server.protocol.model import TaskRole as SpecTaskRole
-from server.protocol.rules import is_reference
 from server.shapes.job_states import JobState
 from server.store import Event, Instance
 from server.store import Job as StoredJob
-from server.store import User as StoredUser
 
-if TYPE_CHECKING:
-    from server.api.marketplace_types import MarketplaceItem
+__all__ = [
+    "InstanceCounts",
+    "Job",
+    "JobChange",
+    "JobConnection",
+    "JobEdge",
+    "JobEvent",
+    "JobEventConnection",
+    "JobEventEdge",
+    "JobFilter",
+    "LogChunk",
+    "Node",
+    "PageInfo",
+    "PortAllocation",
+    "PortRequest",
+    "Prerequisite",
+    "Resource",
+    "StartDependency",
+    "TaskInstance",
+    "TaskRole",
+    "User",
+    "UserError",
+    "changes_cursor",
+    "docker_image",
+    "event_cursor",
+    "json_object",
+    "not_found",
+    "owner_of",
+    "parse_changes_cursor",
+    "parse_event_cursor",
+    "role_prerequisites",
+]
 
 strawberry.enum(JobState, name="JobState", description="The state of a job or task instance.")
-strawberry.enum(
-    PrerequisiteType, name="PrerequisiteType", description="What a prerequisite provides."
-)
-
-
-@strawberry.type(
-    description="A problem the user can fix: where it is, a stable code, and what to do."
-)
-class UserError:
-    """How the API shows an `Issue` (errors and warnings alike): its path as segments."""
-
-    path: list[str]
-    code: str
-    message: str
-
-    @classmethod
-    def from_issue(cls, issue: Issue) -> UserError:
-        return cls(path=issue.path_parts(), code=issue.code, message=issue.message)
-
-
-@strawberry.interface(description="An object with a global ID; `node(id:)` finds it again.")
-class Node:
-    id: strawberry.ID
-
-
-@strawberry.type
-class PageInfo:
-    has_next_page: bool
-    end_cursor: str | None
-
-
-@strawberry.type
-class User(Node):
-    id: strawberry.ID
-    name: str
-    admin: bool
-    created_at: datetime
-    removed_at: datetime | None = strawberry.field(
-        description="When the user was removed: their tokens no longer work; their jobs and "
-        "items keep their name."
-    )
-    user_id: strawberry.Private[int]  # the user's id in the store; `id` is the global ID
-
-    @classmethod
-    def from_value(cls, user: StoredUser) -> User:
-        return cls(
-            id=strawberry.ID(global_id("User", user.id)),
-            name=user.name,
-            admin=user.admin,
-            created_at=user.created_at,
-            removed_at=user.removed_at,
-            user_id=user.id,
-        )
-
-    @strawberry.field(description="The virtual clusters this user is a member of.")
-    async def virtual_clusters(self, info: Info) -> list[str]:
-        return await info.context.loaders.memberships.load(self.user_id) or []
-
-
-@strawberry.type
-class PortRequest:
-    label: str
-    count: int
-    begin_at: int = strawberry.field(description="The first port wanted (v1); 0: any.")
-
-
-@strawberry.type(description="What each instance of a task role gets.")
-class Resource:
-    cpu: int
-    memory_mb: int = strawberry.field(name="memoryMB")
-    gpu: int
-    shm_mb: int = strawberry.field(name="shmMB")
-    ports: list[PortRequest]
-
-    @classmethod
-    def from_spec(cls, res: Resources) -> Resource:
-        return cls(
-            cpu=res.cpu,
-            memory_mb=res.memory_mb,
-            gpu=res.gpu,
-            shm_mb=res.shm_mb,
-            ports=[
-                PortRequest(label=p.label, count=p.count, begin_at=p.begin_at) for p in res.ports
-            ],
-        )
-
-
-@strawberry.type(
-    description="Something a task role needs in place: its docker image, data, code, storage."
-)
-class Prerequisite:
-    name: str
-    type: PrerequisiteType | None = strawberry.field(
-        description="Null for a reference that is not resolved here."
-    )
-    uri: list[str]
-    version: str | None = None
-    contributor: str | None = None
-    description: str | None = None
-    plugin: str | None = None
-    reference: str | None = strawberry.field(
-        default=None,
-        description="The marketplace:// or http(s):// reference the role names, if it does.",
-    )
-    origin_item: strawberry.Private[str | None] = None  # the item resolution took it from
-    origin_version: strawberry.Private[str | None] = None
-
-    @classmethod
-    def from_spec(cls, p: SpecPrerequisite) -> Prerequisite:
-        origin = p.origin
-        return cls(
-            name=p.name,
-            type=p.type,
-            uri=list(p.uri),
-            version=p.version,
-            contributor=p.contributor,
-            description=p.description,
-            plugin=p.plugin,
-            reference=origin.reference if origin is not None else None,
-            origin_item=origin.item_id if origin is not None else None,
-            origin_version=origin.item_version if origin is not None else None,
-        )
-
-    @strawberry.field(
-        description="The marketplace item it came from (the version it was resolved at), when "
-        "there is one the viewer may see."
-    )
-    async def marketplace_item(
-        self, info: Info
-    ) -> Annotated[MarketplaceItem, strawberry.lazy("server.api.marketplace_types")] | None:
-        from server.api.marketplace_types import linked_item
-
-        return await linked_item(info, self.origin_item, self.reference, self.origin_version)
-
-
-def _prerequisite(spec: JobSpec, name: str, types: tuple[PrerequisiteType, ...]) -> Prerequisite:
-    """The prerequisite a role names, looked up among `types` (any type when empty)."""
-    for t in types or (None,):
-        found = spec.prerequisite(name, t)
-        if found is not None:
-            return Prerequisite.from_spec(found)
-    return Prerequisite(
-        name=name,
-        type=types[0] if len(types) == 1 else None,
-        uri=[],
-        reference=name if is_reference(name) else None,
-    )
-
-
-def docker_image(spec: JobSpec, role: SpecTaskRole) -> Prerequisite:
-    return _prerequisite(spec, role.docker_image, (PrerequisiteType.DOCKERIMAGE,))
-
-
-def role_prerequisites(spec: JobSpec, role: SpecTaskRole) -> list[Prerequisite]:
-    """Every prerequisite the role uses: docker image, data, script, output, then its list."""
-    named: list[tuple[str, tuple[PrerequisiteType, ...]]] = [
-        (role.docker_image, (PrerequisiteType.DOCKERIMAGE,))
-    ]
-    if role.data:
-        named.append((role.data, (PrerequisiteType.DATA,)))
-    if role.script:
-        named.append((role.script, (PrerequisiteType.SCRIPT,)))
-    if role.output:
-        named.append((role.output, (PrerequisiteType.OUTPUT, PrerequisiteType.STORAGE)))
-    named += [(name, ()) for name in role.prerequisites]
-    seen: set[str] = set()
-    result = []
-    for name, types in named:
-        if name not in seen:
-            seen.add(name)
-            result.append(_prerequisite(spec, name, types))
-    return result
-
-
-async def owner_of(info: Info, user_id: int, what: str) -> User:
-    """The user who owns `what` (a job, an item), through the request's loader."""
-    user = await info.context.loaders.user.load(user_id)
-    if user is None:  # a foreign key guarantees the row; a vanished one is our fault
-        raise RuntimeError(f"{what} has no owner row")
-    return User.from_value(user)
 
 
 @strawberry.type(description="A group of host ports an instance holds under one label.")
@@ -256,7 +122,7 @@ class TaskInstance:
     finished_at: datetime | None
     value: strawberry.Private[Instance]
 
-    @strawberry.field(
+    @resolver_field(
         description="What the instance used over time, from `since` (all that is kept "
         "without), averaged over `step` seconds when given (as stored without: the sampling "
         "interval for the last hour, minute means before)."
@@ -325,7 +191,7 @@ class TaskRole:
     def resource_per_instance(self) -> Resource:
         return Resource.from_spec(self.role.resources)
 
-    @strawberry.field(
+    @resolver_field(
         description="The commands after parameter rendering (secrets are filled in only "
         "inside the container)."
     )
@@ -340,7 +206,7 @@ class TaskRole:
     def prerequisites(self) -> list[Prerequisite]:
         return role_prerequisites(self.spec, self.role)
 
-    @strawberry.field(description="The roles this role's instances wait for (start order).")
+    @resolver_field(description="The roles this role's instances wait for (start order).")
     def starts_after(self) -> list[StartDependency]:
         out = []
         for dep in self.role.depends_on:
@@ -466,14 +332,14 @@ class Job(Node):
             ],
         )
 
-    @strawberry.field(
+    @resolver_field(
         description="The cursor of the job's newest event: `jobEvents(after:)` with it "
         "delivers only what happens from now on (a list that shows the job as read here)."
     )
     def event_cursor(self) -> str:
         return event_cursor(self.last_sequence)
 
-    @strawberry.field(
+    @resolver_field(
         description="How many instances the current attempt has, and how many of them run."
     )
     async def instance_counts(self, info: Info) -> InstanceCounts:
@@ -485,18 +351,18 @@ class Job(Node):
         running = sum(1 for i in instances or () if i.state == JobState.RUNNING)
         return InstanceCounts(total=total, running=running)
 
-    @strawberry.field(description="Who submitted the job.")
+    @resolver_field(description="Who submitted the job.")
     async def user(self, info: Info) -> User:
         return await owner_of(info, self.owner_id, f"job {self.job_id}")
 
-    @strawberry.field(
+    @resolver_field(
         description="The config as submitted, with its secrets masked. Every user can read "
         "every job's config, as in OpenPAI; secrets are never stored in it."
     )
     async def config(self, info: Info) -> str:
         return await info.context.loaders.config.load(self.job_id) or ""
 
-    @strawberry.field(
+    @resolver_field(
         description="The job's task roles, in the order of its config.",
         graphql_type=list[TaskRole],
     )
@@ -532,7 +398,7 @@ class Job(Node):
         self.prebuilt_task_roles = self._task_roles(spec, instances)
         return self
 
-    @strawberry.field(
+    @resolver_field(
         description="What the current attempt's instances used over time, per task role: "
         "sums and the spread between instances (`since` and `step` as on TaskInstance.metrics)."
     )
@@ -546,7 +412,7 @@ class Job(Node):
         roles = spec.task_roles if spec is not None else []
         return job_metrics(info.context.runtime, points, every, roles)
 
-    @strawberry.field(description="The job's event log, oldest first.")
+    @resolver_field(description="The job's event log, oldest first.")
     async def events(
         self, info: Info, first: int | None = None, after: str | None = None
     ) -> JobEventConnection:
@@ -627,16 +493,3 @@ class JobFilter:
 class LogChunk:
     offset: int = strawberry.field(description="Byte offset of `data` in the instance's log.")
     data: str
-
-
-def not_found(what: str, argument: str = "id") -> ApiError:
-    return ApiError(f"{argument}: no {what} has that ID", "NOT_FOUND")
-
-
-def json_object(value: Any, argument: str) -> dict[str, Any] | UserError:
-    """`value` when it is a JSON object (or null), else a UserError naming the argument."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        return UserError(path=[argument], code="type", message=f"{argument} must be a JSON object")
-    return value

@@ -7,9 +7,7 @@ public API a web frontend uses. Items are named by their ID or, where it is unam
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,13 +16,30 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from server.api.ids import BadId, parse_global_id
-from server.cli.args import open_store_or_exit, parse_params
+from server.cli.args import parse_params
 from server.cli.help import Typer
 from server.cli.output import console
+from server.client.market_client import MarketClient
+from server.client.market_import import (
+    ImportReport,
+    content_version,
+    derived_version,
+    import_files,
+)
 from server.client.remote import DEFAULT_URL, Client, RemoteError
 from server.client.remote_commands import TokenOption, UrlOption
-from server.marketplace.fixed_variables import fix_variables
+from server.client.storage_commands import storages_app
+
+__all__ = [
+    "ImportReport",
+    "MarketClient",
+    "content_version",
+    "derived_version",
+    "import_files",
+    "market_app",
+    "register",
+    "storages_app",
+]
 
 if TYPE_CHECKING:
     pass
@@ -36,95 +51,6 @@ TYPES = ("job_template", "dockerimage", "data", "script", "storage", "output", "
 SORTS = ("recent", "stars", "submits")
 VISIBILITIES = ("public", "private", "groups")
 IMPORTED_SUFFIXES = (".yaml", ".yml", ".json")
-
-ITEM_FIELDS = """
-  id name version latestVersion type summary description tags categories visibility groups
-  stars submits createdAt updatedAt viewerHasStarred owner { name }
-"""
-ERRORS = "errors { path code message }"
-LIST = f"""
-query($first: Int, $after: String, $filter: MarketplaceItemFilter, $sort: MarketplaceItemSort!) {{
-  marketplaceItems(first: $first, after: $after, filter: $filter, sort: $sort) {{
-    edges {{ node {{ {ITEM_FIELDS} }} }} pageInfo {{ hasNextPage endCursor }}
-  }}
-}}"""
-SHOW = f"""
-query($id: ID!, $version: String) {{
-  marketplaceItem(id: $id, version: $version) {{
-    {ITEM_FIELDS} content templateVariables parameters
-    versions {{ version createdAt latest }}
-    taskRoles {{ name instanceCount commands dockerImage {{ name uri }} }}
-  }}
-}}"""
-PUBLISH = f"""
-mutation($input: PublishMarketplaceItemInput!) {{
-  publishMarketplaceItem(input: $input) {{
-    outcome item {{ {ITEM_FIELDS} }} {ERRORS} warnings {{ path code message }}
-  }}
-}}"""
-USE = f"""
-mutation($input: UseMarketplaceItemInput!) {{
-  useMarketplaceItem(input: $input) {{
-    config job {{ id name state }} item {{ id name version submits }} {ERRORS}
-  }}
-}}"""
-STAR = f"""
-mutation($id: ID!, $star: Boolean!) {{
-  starMarketplaceItem(input: {{id: $id, star: $star}}) {{ item {{ {ITEM_FIELDS} }} {ERRORS} }}
-}}"""
-
-
-class MarketClient:
-    """The marketplace operations the commands use, on a `Client`."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    def items(
-        self, where: dict[str, Any], sort: str, *, page: int = 50
-    ) -> Iterator[tuple[dict[str, Any], bool]]:
-        """Every matching item, page after page; with each, whether more follow it."""
-        after = None
-        while True:
-            variables = {"first": page, "after": after, "filter": where, "sort": sort.upper()}
-            found = self.client.execute(LIST, variables)["marketplaceItems"]
-            edges = found["edges"]
-            for n, edge in enumerate(edges):
-                more = n < len(edges) - 1 or found["pageInfo"]["hasNextPage"]
-                yield edge["node"], more
-            if not found["pageInfo"]["hasNextPage"]:
-                return
-            after = found["pageInfo"]["endCursor"]
-
-    def item_id(self, reference: str) -> str:
-        """The ID of the item `reference` names: an item ID, or a name."""
-        if _is_item_id(reference):
-            return reference
-        for item, _ in self.items({"name": reference}, "recent", page=1):
-            return str(item["id"])
-        raise RemoteError(f"no marketplace item {reference!r} (or it is not shared with you)")
-
-    def item(self, reference: str, version: str | None = None) -> dict[str, Any]:
-        found = self.client.execute(SHOW, {"id": self.item_id(reference), "version": version})
-        if found["marketplaceItem"] is None:
-            raise RemoteError(f"no marketplace item {reference!r} (or it is not shared with you)")
-        return found["marketplaceItem"]
-
-    def publish(self, values: dict[str, Any]) -> dict[str, Any]:
-        return self.client.execute(PUBLISH, {"input": values})["publishMarketplaceItem"]
-
-    def use(self, values: dict[str, Any]) -> dict[str, Any]:
-        return self.client.execute(USE, {"input": values})["useMarketplaceItem"]
-
-    def star(self, item_id: str, star: bool) -> dict[str, Any]:
-        return self.client.execute(STAR, {"id": item_id, "star": star})["starMarketplaceItem"]
-
-
-def _is_item_id(reference: str) -> bool:
-    try:
-        return parse_global_id(reference)[0] == "MarketplaceItem"
-    except BadId:
-        return False
 
 
 def _call(action: Callable[[], Any]) -> Any:
@@ -213,92 +139,6 @@ def _publish_values(
     return {k: v for k, v in values.items() if v is not None}
 
 
-@dataclass
-class ImportReport:
-    new_items: int = 0
-    new_versions: int = 0
-    unchanged: int = 0
-    rejected: list[str] = field(default_factory=list)
-    variables_used: set[str] = field(default_factory=set)
-
-    @property
-    def published(self) -> int:
-        return self.new_items + self.new_versions
-
-
-def derived_version(version: str, content: str) -> str:
-    """A version for content whose own version is taken by other content: the same version
-    with the content's hash as build metadata, so importing it again finds it unchanged."""
-    return f"{version}+{hashlib.sha256(content.encode()).hexdigest()[:8]}"
-
-
-def import_files(
-    market: MarketClient,
-    files: list[Path],
-    base: dict[str, Any],
-    announce: Callable[[str], None],
-    step: Callable[[], None] = lambda: None,
-    variables: dict[str, str] | None = None,
-) -> ImportReport:
-    """Publish each file, with the template `variables` it declares filled in; report rejected
-    ones with their errors and go on."""
-    report = ImportReport()
-    for path in files:
-        escaped_path = escape(str(path))
-        try:
-            content = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            report.rejected.append(str(path))
-            announce(f"[red]REJECTED[/red]    {escaped_path}: cannot read it: {escape(str(exc))}")
-            step()
-            continue
-        fixed = fix_variables(content, variables or {})
-        content = fixed.content
-        report.variables_used |= fixed.used
-        result = market.publish({**base, "content": content})
-        if [e["code"] for e in result["errors"]] == ["version-exists"]:
-            version = content_version(content)
-            if version is not None:
-                retry = {**base, "content": content, "version": derived_version(version, content)}
-                result = market.publish(retry)
-        if result["errors"]:
-            report.rejected.append(str(path))
-            announce(f"[red]REJECTED[/red]    {escaped_path}")
-            for e in result["errors"]:
-                where = escape(".".join(e["path"]) or "(document)")
-                code = escape(f"[{e['code']}]")
-                announce(f"    {where}: {escape(e['message'])} [dim]{code}[/dim]")
-            step()
-            continue
-        item, outcome = result["item"], result["outcome"]
-        label = {
-            "NEW_ITEM": "[green]NEW ITEM[/green]   ",
-            "NEW_VERSION": "[green]NEW VERSION[/green]",
-            "UNCHANGED": "[dim]UNCHANGED[/dim]  ",
-        }[outcome]
-        if outcome == "NEW_ITEM":
-            report.new_items += 1
-        elif outcome == "NEW_VERSION":
-            report.new_versions += 1
-        else:
-            report.unchanged += 1
-        announce(
-            f"{label} {escape(item['name'])} {escape(item['version'])} "
-            f"[dim]{item['type'].lower()} {item['id']}[/dim]  {escaped_path}"
-        )
-        step()
-    return report
-
-
-def content_version(content: str) -> str | None:
-    """The version the content declares (as the protocol engine reads it)."""
-    from server.protocol import parse_document
-
-    result = parse_document(content)
-    found = result.spec or result.component
-    return str(found.version) if found is not None and found.version is not None else None
-
-
 def _variable_values(pairs: list[str]) -> dict[str, str]:
     """`--set NAME=VALUE` pairs as text (a template variable is filled in as written)."""
     values: dict[str, str] = {}
@@ -312,10 +152,6 @@ def _variable_values(pairs: list[str]) -> dict[str, str]:
 
 
 market_app = Typer(help="Share and reuse job templates and components.", no_args_is_help=True)
-storages_app = Typer(
-    help="Storages jobs may mount (an admin's job; works on the database directly).",
-    no_args_is_help=True,
-)
 
 
 def register(app: typer.Typer) -> None:
@@ -607,104 +443,3 @@ def market_import(
     )
     if report.rejected:
         raise typer.Exit(1)
-
-
-@storages_app.command("add")
-def storages_add(
-    name: Annotated[str, typer.Argument(help="The storage's name, as jobs refer to it.")],
-    path: Annotated[
-        Path | None, typer.Option("--path", help="A host directory (absolute).")
-    ] = None,
-    volume: Annotated[str | None, typer.Option("--volume", help="A Docker volume.")] = None,
-    read_only: Annotated[bool, typer.Option("--read-only", help="Mount it read-only.")] = False,
-    user: Annotated[
-        list[str] | None, typer.Option("--user", help="A user who may use it (repeatable).")
-    ] = None,
-    group: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--group",
-            help="A group (virtual cluster) whose members may use it; `default` is "
-            "everyone (repeatable).",
-        ),
-    ] = None,
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db", envvar="PAIGRAPH_DB", metavar="URL", help="Database URL (as for serve)."
-        ),
-    ] = None,
-) -> None:
-    """Define a storage: a host directory or a Docker volume, and who may use it (admins
-    always may)."""
-    from server.store import StoreError
-    from server.store.users import check_name
-
-    if (path is None) == (volume is None):
-        err.print("[red]error:[/red] give exactly one of --path and --volume")
-        raise typer.Exit(2)
-    if path is not None and not path.is_absolute():
-        err.print(f"[red]error:[/red] --path must be absolute, got {escape(str(path))}")
-        raise typer.Exit(2)
-    try:
-        check_name(name, "storage name")
-        if volume is not None:
-            check_name(volume, "volume name")
-        for g in group or []:
-            check_name(g, "group name")
-    except StoreError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
-    store = open_store_or_exit(db)
-    try:
-        unknown = [u for u in user or [] if store.user_named(u) is None]
-        if unknown:
-            err.print(f"[red]error:[/red] no user named {', '.join(map(repr, unknown))}")
-            raise typer.Exit(1)
-        added = store.add_storage(
-            name,
-            str(path) if path is not None else str(volume),
-            is_volume=volume is not None,
-            read_only=read_only,
-            users=user or [],
-            groups=group or [],
-        )
-    except StoreError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(1) from None
-    finally:
-        store.close()
-    if path is not None and not path.is_dir():
-        err.print(f"[yellow]warning:[/yellow] {escape(str(path))} is not a directory here yet")
-    out.print(_describe_storage(added))
-
-
-@storages_app.command("list")
-def storages_list(
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db", envvar="PAIGRAPH_DB", metavar="URL", help="Database URL (as for serve)."
-        ),
-    ] = None,
-) -> None:
-    """List the storages and who may use them."""
-    store = open_store_or_exit(db)
-    try:
-        found = store.list_storages()
-    finally:
-        store.close()
-    if not found:
-        out.print("no storages")
-    for storage in found:
-        out.print(_describe_storage(storage))
-
-
-def _describe_storage(storage: Any) -> str:
-    where = f"volume {storage.source}" if storage.is_volume else f"host directory {storage.source}"
-    mode = "read-only" if storage.read_only else "read-write"
-    who = [f"user {u}" for u in storage.users] + [f"group {g}" for g in storage.groups]
-    return (
-        f"{escape(storage.name)}: {escape(where)} ({mode}); may be used by "
-        f"{escape(', '.join(who) or 'admins only')}"
-    )

@@ -23,166 +23,49 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from backends.base import EventKind, InstanceEvent, InstanceReport, InstanceStatus, utcnow
+from backends.base import EventKind, InstanceEvent, utcnow
 from server.jobs import exit_codes
+from server.jobs.completion import completion_after
 from server.jobs.exit_codes import ExitInfo
+from server.jobs.machine_events import _classify, _other_run, _story, events_for_report
+from server.jobs.machine_values import (
+    Action,
+    AttemptRecord,
+    Completion,
+    Finish,
+    InstanceView,
+    JobRecord,
+    LaunchAttempt,
+    MachineSnapshot,
+    ReleaseAttempt,
+    RetryInstance,
+    StopAttempt,
+)
 from server.jobs.policy import JobPolicy, Outcome
 from server.shapes.job_states import JobState, Transition, check_transition
+
+__all__ = [
+    "Action",
+    "AttemptRecord",
+    "Completion",
+    "Finish",
+    "InstanceView",
+    "JobMachine",
+    "JobRecord",
+    "LaunchAttempt",
+    "MachineSnapshot",
+    "ReleaseAttempt",
+    "RetryInstance",
+    "StopAttempt",
+    "events_for_report",
+]
 
 log = logging.getLogger(__name__)
 
 _ENDING = frozenset({EventKind.EXITED, EventKind.START_FAILED, EventKind.STOPPED, EventKind.LOST})
 _PROGRESS = {JobState.WAITING: 0, JobState.STARTING: 1, JobState.RUNNING: 2}
-
-
-# --- actions ---------------------------------------------------------------------------------
-
-
-class _Action(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class LaunchAttempt(_Action):
-    kind: Literal["launch"] = "launch"
-    attempt: int
-    delay_seconds: float = 0.0  # wait this long first (a retry after a resource conflict)
-    reason: str = ""
-
-
-class StopAttempt(_Action):
-    kind: Literal["stop"] = "stop"
-    attempt: int
-    reason: str
-    grace_seconds: float
-
-
-class ReleaseAttempt(_Action):
-    kind: Literal["release"] = "release"
-    attempt: int
-
-
-class RetryInstance(_Action):
-    kind: Literal["retry_instance"] = "retry_instance"
-    attempt: int
-    role: str
-    index: int
-    task_attempt: int  # 2 for the first retry of this instance
-    delay_seconds: float = 0.0
-    reason: str = ""
-
-
-class Finish(_Action):
-    kind: Literal["finish"] = "finish"
-    state: JobState
-    reason: str
-    exit: ExitInfo | None = None
-
-
-Action = Annotated[
-    LaunchAttempt | StopAttempt | ReleaseAttempt | RetryInstance | Finish,
-    Field(discriminator="kind"),
-]
-
-
-# --- the record --------------------------------------------------------------------------------
-
-
-class InstanceView(BaseModel):
-    """One task instance of the current attempt, as a user sees it."""
-
-    role: str
-    index: int
-    attempt: int
-    # its current run: 1, then one more each time it is retried on its own; the backend is
-    # asked for that run by number and tells it on the run's events (InstanceEvent.run)
-    task_attempt: int = 1
-    task_retries: int = 0
-    task_accountable_retries: int = 0
-    state: JobState = JobState.WAITING
-    reason: str = "waiting to be placed"
-    exit_code: int | None = None  # what the container returned
-    exit: ExitInfo | None = None  # how it ended, classified
-    node: str | None = None
-    host_ip: str | None = None
-    ports: dict[str, list[int]] = Field(default_factory=dict)
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    retried_at: datetime | None = None  # when its latest run on its own was decided
-
-    @property
-    def name(self) -> str:
-        return f"{self.role}-{self.index}"
-
-    @property
-    def exit_reason(self) -> str | None:
-        return self.exit.reason if self.exit else None
-
-    @property
-    def ended(self) -> bool:
-        return self.state.is_final
-
-
-class Completion(BaseModel):
-    """How an attempt's outcome was decided, and which instance decided it."""
-
-    message: str
-    exit: ExitInfo
-    role: str | None = None  # the role and index whose end fired a rule; None otherwise
-    index: int | None = None
-    by_user: bool = False
-
-
-class AttemptRecord(BaseModel):
-    attempt: int
-    launched_at: datetime
-    completion: Completion | None = None  # set once the outcome is decided
-    stop_issued: bool = False
-    state: JobState | None = None  # SUCCEEDED / FAILED / STOPPED once every instance ended
-    finished_at: datetime | None = None
-
-
-class JobRecord(BaseModel):
-    """Everything the machine knows; each field maps to a stored column or row."""
-
-    job_id: str
-    state: JobState = JobState.WAITING
-    reason: str = "waiting: submitted"
-    attempt: int = 1
-    retries: int = 0  # every retry (OpenPAI's `retries`)
-    accountable_retries: int = 0  # those counted against the retry count
-    created_at: datetime
-    started_at: datetime | None = None  # when an instance first ran
-    completed_at: datetime | None = None
-    stop_reason: str | None = None  # set when a user asked to stop
-    exit: ExitInfo | None = None  # how the job ended (OpenPAI's appExitCode and spec)
-    instances: list[InstanceView] = Field(default_factory=list)  # the current attempt's
-    attempts: list[AttemptRecord] = Field(default_factory=list)
-    transitions: list[Transition] = Field(default_factory=list)  # job's and instances', in order
-
-    @property
-    def current(self) -> AttemptRecord | None:
-        return self.attempts[-1] if self.attempts else None
-
-    @property
-    def trigger(self) -> Completion | None:
-        """What decided the latest decided attempt (OpenPAI's appExitTrigger*)."""
-        for attempt in reversed(self.attempts):
-            if attempt.completion is not None:
-                return attempt.completion
-        return None
-
-    @property
-    def platform_retries(self) -> int:
-        return self.retries - self.accountable_retries
-
-
-class MachineSnapshot(BaseModel):
-    policy: JobPolicy
-    record: JobRecord
 
 
 # --- the machine -------------------------------------------------------------------------------
@@ -483,29 +366,11 @@ class JobMachine:
 
     def _judge(self, view: InstanceView, outcome: Outcome) -> None:
         """Apply the completion rules after `view` ended; record the decision if one fires."""
-        record, current = self._record, self._record.current
-        assert current is not None and view.exit is not None
-        role = self._policy.role(view.role)
-        wanted = JobState.FAILED if outcome is Outcome.FAILED else JobState.SUCCEEDED
-        count = sum(1 for v in record.instances if v.role == view.role and v.state is wanted)
-        if role.reached(outcome, count):
-            current.completion = Completion(
-                message=f"{role.rule_message(outcome, count)} ({_story(view, view.exit)})",
-                exit=view.exit,
-                role=view.role,
-                index=view.index,
-            )
-        elif all(v.ended for v in record.instances):
-            total = len(record.instances)
-            failed = sum(1 for v in record.instances if v.state is JobState.FAILED)
-            message = (
-                f"CompletedTaskCount {total} has reached TotalTaskCount {total} "
-                "and no minFailed / minSucceeded rule fired"
-                + (f" ({failed} failed instance(s) were allowed)" if failed else "")
-            )
-            current.completion = Completion(
-                message=message, exit=exit_codes.info(exit_codes.SUCCEEDED, message)
-            )
+        current = self._record.current
+        assert current is not None
+        decided = completion_after(self._policy, self._record, view, outcome)
+        if decided is not None:
+            current.completion = decided
 
     def _after_end(self, at: datetime) -> list[Action]:
         record, current = self._record, self._record.current
@@ -667,50 +532,6 @@ def _views(policy: JobPolicy, attempt: int) -> list[InstanceView]:
     ]
 
 
-def _other_run(view: InstanceView, event: InstanceEvent) -> str | None:
-    """Why the event is not about the instance's current run, or None when it is.
-
-    A backend may tell one end twice (its records at a restart, and its event stream), or late,
-    and by then the instance may run again on its own: a fact about an earlier run must not end
-    the run that replaced it, nor count as another death. The event names its run; an event
-    that does not (a record older than run numbers) is taken as the earlier run's when it is
-    dated no later than the retry, which is decided at the time of that end."""
-    if event.run is not None:
-        if event.run == view.task_attempt:
-            return None
-        return f"it is about run {event.run}; run {view.task_attempt} is current"
-    if view.retried_at is not None and event.at <= view.retried_at:
-        return "it happened before the instance was retried on its own"
-    return None
-
-
-def _classify(event: InstanceEvent, log_tail: str) -> ExitInfo:
-    if event.completion_code is not None and event.kind is not EventKind.STOPPED:
-        spec = exit_codes.spec_for(event.completion_code)
-        text = f"{event.reason}; {spec.description}" if event.reason else spec.description
-        return exit_codes.info(event.completion_code, text, exit_code=event.exit_code)
-    if event.kind is EventKind.START_FAILED:
-        return exit_codes.classify(event.exit_code, start_failed_reason=event.reason or "")
-    if event.kind is EventKind.LOST:
-        return exit_codes.vanished(event.reason)
-    if event.kind is EventKind.STOPPED and event.exit_code is None and not event.oom_killed:
-        return exit_codes.vanished(event.reason or "stopped from outside the job engine")
-    return exit_codes.classify(
-        event.exit_code,
-        oom_killed=event.oom_killed,
-        oom_reason=event.reason if event.oom_killed else None,
-        log_tail=log_tail,
-    )
-
-
-def _story(view: InstanceView, ended: ExitInfo) -> str:
-    """E.g. 'worker-0 exited with 1: the command failed and the cause was not recognised'."""
-    prefix = f"exit code {ended.exit_code}: "
-    if ended.exit_code is not None and ended.reason.startswith(prefix):
-        return f"{view.name} exited with {ended.exit_code}: {ended.reason[len(prefix) :]}"
-    return f"{view.name} {ended.reason}"
-
-
 def _decided_by(decided: Completion | None) -> str:
     if decided is None or decided.role is None:
         return "the outcome of its attempt was already decided"
@@ -729,43 +550,3 @@ def _waiting_text(reason: str | None) -> str:
     if not reason:
         return "waiting: not placed yet"
     return reason if reason.startswith("waiting") else f"waiting: {reason}"
-
-
-def events_for_report(report: InstanceReport) -> list[InstanceEvent]:
-    """The events that bring a machine up to date with an instance a backend found after a
-    restart (`Backend.reconcile`); facts the machine already has are ignored when applied."""
-    key = report.key
-    if report.status is InstanceStatus.PENDING and report.placement is None:
-        return []  # waiting to be placed (again): nothing has happened to it yet
-    base: dict[str, Any] = {
-        "job_id": key.job_id,
-        "attempt": key.attempt,
-        "role": key.role,
-        "index": key.index,
-        "run": report.run,
-    }
-    events = [
-        InstanceEvent(
-            kind=EventKind.PLACED,
-            placement=report.placement,
-            at=report.started_at or utcnow(),
-            **base,
-        )
-    ]
-    if report.status is InstanceStatus.PENDING:
-        return events
-    if report.started_at is not None or report.status is InstanceStatus.RUNNING:
-        events.append(
-            InstanceEvent(kind=EventKind.STARTED, at=report.started_at or utcnow(), **base)
-        )
-    if report.status is InstanceStatus.EXITED:
-        events.append(
-            InstanceEvent(
-                kind=EventKind.EXITED,
-                exit_code=report.exit_code,
-                oom_killed=report.oom_killed,
-                at=report.finished_at or utcnow(),
-                **base,
-            )
-        )
-    return events

@@ -17,17 +17,31 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from server.protocol.issues import Issue
+from server.protocol.json_loading import _duplicate_key, _DuplicateKey, _jsonc_hint, _unique_keys
+from server.protocol.load_limits import (
+    DEFAULT_MAX_BYTES,
+    MAX_DEPTH,
+    MAX_NODES,
+    MAX_VALUES,
+    LoadError,
+    _check_data_depth,
+    _check_encodable,
+    _huge_number,
+    _too_deep,
+    _too_many_values,
+)
 from server.protocol.placeholders import mask
 
-DEFAULT_MAX_BYTES = 1024 * 1024
-MAX_DEPTH = 64
-MAX_NODES = 200_000
-# Values a YAML document may hold as written (scalars, collections, aliases). Building them is
-# PyYAML's Python code, about a second per 100,000 on a busy machine; a real config holds a few
-# thousand. Counted before anything is built, so a 1 MiB list of one-letter items is refused
-# in a fraction of a second instead of taking seconds.
-MAX_VALUES = 25_000
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_VALUES",
+    "LoadError",
+    "Loaded",
+    "load_document",
+]
+
 # libyaml's composer recurses once per nesting level; this bound keeps it far from the C stack.
 _SAFE_COMPOSE_DEPTH = 5000
 
@@ -83,13 +97,6 @@ class Loaded:
     text: str  # the document as decoded (byte order mark removed)
 
 
-class LoadError(Exception):
-    def __init__(self, code: str, message: str, line: int | None = None) -> None:
-        super().__init__(message)
-        self.issue = Issue("", code, message)
-        self.line = line  # the line the YAML parser stopped at, when it says
-
-
 def load_document(
     raw: str | bytes,
     *,
@@ -134,31 +141,7 @@ def _decode(raw: str | bytes, max_bytes: int) -> str:
     return raw
 
 
-def _check_encodable(text: str) -> None:
-    """Text from an API may carry lone surrogates, which no UTF-8 consumer can take."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise LoadError(
-            "not-utf8",
-            f"the document holds an invalid character (a lone surrogate) at offset {exc.start}",
-        ) from None
-
-
 # ---------------------------------------------------------------------------- JSON
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object's pairs as a dict; _DuplicateKey when a key comes twice (json would keep the
-    last value silently, and the user's first one would be lost without a word)."""
-    data = dict(pairs)
-    if len(data) != len(pairs):
-        raise _DuplicateKey
-    return data
 
 
 def _load_json(text: str) -> Any:
@@ -185,85 +168,6 @@ def _load_json(text: str) -> Any:
     _check_data_depth(data)
     _check_encodable(json.dumps(data, ensure_ascii=False))  # "\ud800" escapes decode to surrogates
     return data
-
-
-_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],]')
-
-
-def _duplicate_key(text: str) -> LoadError:
-    """The error for the first key that comes twice in one object of `text` (valid JSON),
-    with its line and column."""
-    objects: list[set[str] | None] = []  # per open bracket: an object's keys, None for arrays
-    expect_key = False
-    for token in _JSON_TOKEN.finditer(text):
-        value = token.group()
-        if value == "{":
-            objects.append(set())
-            expect_key = True
-        elif value == "[":
-            objects.append(None)
-        elif value in "]}":
-            objects.pop()
-            expect_key = False
-        elif value == ",":
-            expect_key = bool(objects) and objects[-1] is not None
-        elif expect_key and objects and objects[-1] is not None:
-            key = json.loads(value)
-            if key in objects[-1]:
-                line = text.count("\n", 0, token.start()) + 1
-                column = token.start() - text.rfind("\n", 0, token.start())
-                return LoadError(
-                    "json-duplicate-key",
-                    f"invalid JSON at line {line}, column {column}: duplicate key {key!r} (an "
-                    "object may hold each key once)",
-                )
-            objects[-1].add(key)
-            expect_key = False
-    return LoadError("json-duplicate-key", "invalid JSON: an object holds a key twice")
-
-
-def _jsonc_hint(text: str) -> tuple[str, str] | None:
-    """Find the comment or trailing comma that made JSON invalid, outside string literals."""
-    line, col, i, n = 1, 1, 0, len(text)
-    in_string = False
-    last_significant = ""
-    last_pos = (1, 1)
-    while i < n:
-        ch = text[i]
-        if in_string:
-            if ch == "\\":
-                i += 2
-                col += 2
-                continue
-            if ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch == "/" and i + 1 < n and text[i + 1] in "/*":
-            kind = "//" if text[i + 1] == "/" else "/* */"
-            return (
-                "json-comment",
-                f"invalid JSON at line {line}, column {col}: JSON does not allow comments; "
-                f"remove the {kind} comment (OpenPAI's v1 docs show commented examples, but "
-                "the files themselves must be plain JSON)",
-            )
-        elif ch in "}]" and last_significant == ",":
-            return (
-                "json-trailing-comma",
-                f"invalid JSON at line {last_pos[0]}, column {last_pos[1]}: "
-                f"remove the trailing comma before '{ch}'",
-            )
-        if not in_string and not ch.isspace():
-            last_significant = ch
-            last_pos = (line, col)
-        elif in_string and ch != '"':
-            last_significant = '"'
-        if ch == "\n":
-            line, col = line + 1, 1
-        else:
-            col += 1
-        i += 1
-    return None
 
 
 # ---------------------------------------------------------------------------- YAML
@@ -594,23 +498,6 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
-def _check_data_depth(data: Any) -> None:
-    """Nesting and the number of values of parsed JSON, by the same limits as YAML's."""
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    count = 0
-    while stack:
-        value, depth = stack.pop()
-        count += 1
-        if count > MAX_VALUES:
-            raise _too_many_values()
-        if depth > MAX_DEPTH:
-            raise _too_deep()
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
-
-
 def _plain(value: Any) -> Any:
     """JSON-shaped data: string keys, dates as ISO text, so every later step can rely on it."""
     if isinstance(value, dict):
@@ -628,22 +515,3 @@ def _key(key: Any) -> str:
     if isinstance(key, bool):
         return "true" if key else "false"
     return "null" if key is None else str(key)
-
-
-def _huge_number() -> LoadError:
-    return LoadError("huge-number", "a number in the document has thousands of digits")
-
-
-def _too_many_values() -> LoadError:
-    return LoadError(
-        "too-many-values",
-        f"the document holds more than {MAX_VALUES} values (scalars, lists, mappings, "
-        "counted as written); a job config needs far fewer: is it data rather than a job?",
-    )
-
-
-def _too_deep() -> LoadError:
-    return LoadError(
-        "too-deep",
-        f"the document is nested more than {MAX_DEPTH} levels deep; job configs never need that",
-    )

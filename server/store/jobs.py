@@ -12,23 +12,38 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import orjson
-from sqlalchemy import Engine, Select, Text, cast, func, insert, select, tuple_, update
+from sqlalchemy import Engine, Select, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 from sqlmodel import col
 
 from backends.base import utcnow
-from server.jobs.machine import InstanceView, JobRecord, MachineSnapshot
+from server.jobs.machine import MachineSnapshot
 from server.protocol.model import JobSpec
 from server.shapes.job_states import JobState, Transition
 from server.store.db import Repository
 from server.store.errors import InvalidValue, JobExists, NameInUse, UnknownJob, UnknownUser
+from server.store.job_rows import (
+    _BRIEF_INSTANCE_COLUMNS,
+    _EVENT_COLUMNS,
+    _INSTANCE_COLUMNS,
+    _INSTANCE_ORDER,
+    _brief_instance,
+    _event,
+    _instance,
+    _job,
+    _jobs_query,
+)
+from server.store.job_writes import (
+    _append,
+    _end_earlier_attempts,
+    _job_values,
+    _lock,
+    _take_event_turn,
+    _write_instances,
+)
 from server.store.spec_cache import SpecCache
 from server.store.tables import EventRow, InstanceRow, JobRow, UserRow
 from server.store.values import (
-    INSTANCE_STATE,
-    JOB_STATE,
     Event,
     Instance,
     Job,
@@ -41,80 +56,8 @@ from server.store.values import (
 
 MAX_PAGE = 100
 _FINAL = [s.value for s in JobState if s.is_final]
-_JOB_COLUMNS = (
-    col(JobRow.id),
-    col(JobRow.name),
-    col(JobRow.owner_id),
-    col(UserRow.name),
-    col(JobRow.virtual_cluster),
-    col(JobRow.state),
-    col(JobRow.state_reason),
-    col(JobRow.submitted_at),
-    col(JobRow.started_at),
-    col(JobRow.completed_at),
-    col(JobRow.attempt),
-    col(JobRow.retries),
-    col(JobRow.last_sequence),
-    col(JobRow.warnings),
-)
-_INSTANCE_COLUMNS = (
-    col(InstanceRow.job_id),
-    col(InstanceRow.attempt),
-    col(InstanceRow.role),
-    col(InstanceRow.task_index),
-    col(InstanceRow.task_attempt),
-    col(InstanceRow.state),
-    col(InstanceRow.state_reason),
-    col(InstanceRow.exit_code),
-    col(InstanceRow.exit_reason),
-    col(InstanceRow.node),
-    col(InstanceRow.host_ip),
-    # As the JSON text, decoded by `_instance` with orjson: the JSON type's own decoding (the
-    # json module, behind two processor calls) was a third of reading a page's instances.
-    cast(col(InstanceRow.ports), Text),
-    col(InstanceRow.started_at),
-    col(InstanceRow.finished_at),
-)
-# What a list that shows only each instance's state and ports needs (`current_instances` brief).
-_BRIEF_INSTANCE_COLUMNS = (
-    col(InstanceRow.job_id),
-    col(InstanceRow.attempt),
-    col(InstanceRow.role),
-    col(InstanceRow.task_index),
-    col(InstanceRow.state),
-    cast(col(InstanceRow.ports), Text),
-)
-_INSTANCE_ORDER = (
-    col(InstanceRow.job_id),
-    col(InstanceRow.attempt),
-    col(InstanceRow.role),
-    col(InstanceRow.task_index),
-)
-_EVENT_COLUMNS = (
-    col(EventRow.job_id),
-    col(EventRow.sequence),
-    col(EventRow.at),
-    col(EventRow.type),
-    col(EventRow.message),
-    col(EventRow.state),
-    col(EventRow.attempt),
-    col(EventRow.task_role),
-    col(EventRow.task_index),
-)
 _NEWEST_FIRST = (col(JobRow.submitted_at).desc(), col(JobRow.id).desc())
 # The instance columns that a save compares to decide whether a row changed.
-_INSTANCE_FIELDS = (
-    "task_attempt",
-    "state",
-    "state_reason",
-    "exit_code",
-    "exit_reason",
-    "node",
-    "host_ip",
-    "ports",
-    "started_at",
-    "finished_at",
-)
 
 
 class JobStore(Repository):
@@ -446,299 +389,3 @@ def _matching(query: Select[Any], where: JobFilter) -> Select[Any]:
             func.lower(col(JobRow.name)).contains(where.name_contains.lower(), autoescape=True)
         )
     return query
-
-
-# --- writing helpers -------------------------------------------------------------------------
-
-
-def _lock(session: Session, job_id: str) -> int:
-    """Lock the job row for this transaction (FOR UPDATE; SQLite holds its write lock already)
-    and return the sequence of its newest event."""
-    last = session.scalar(
-        select(col(JobRow.last_sequence)).where(col(JobRow.id) == job_id).with_for_update()
-    )
-    if last is None:
-        raise UnknownJob(f"no job has id {job_id!r}")
-    return last
-
-
-def _job_values(record: JobRecord, snapshot: MachineSnapshot) -> dict[str, Any]:
-    return {
-        "state": record.state.value,
-        "state_reason": record.reason,
-        "started_at": record.started_at,
-        "completed_at": record.completed_at,
-        "attempt": record.attempt,
-        "retries": record.retries,
-        "machine": snapshot.model_dump_json(),
-    }
-
-
-def _instance_values(view: InstanceView) -> dict[str, Any]:
-    return {
-        "task_attempt": view.task_attempt,
-        "state": view.state.value,
-        "state_reason": view.reason,
-        "exit_code": view.exit_code,
-        "exit_reason": view.exit_reason,
-        "node": view.node,
-        "host_ip": view.host_ip,
-        "ports": {label: list(ports) for label, ports in view.ports.items()},
-        "started_at": view.started_at,
-        "finished_at": view.finished_at,
-    }
-
-
-def _write_instances(session: Session, record: JobRecord) -> None:
-    """Insert the current attempt's new instance rows and update those that changed."""
-    attempts = {view.attempt for view in record.instances}
-    stored: dict[tuple[int, str, int], tuple[int, dict[str, Any]]] = {}
-    if attempts:
-        columns = [getattr(InstanceRow, name) for name in _INSTANCE_FIELDS]
-        rows = session.execute(
-            select(
-                col(InstanceRow.id),
-                col(InstanceRow.attempt),
-                col(InstanceRow.role),
-                col(InstanceRow.task_index),
-                *columns,
-            ).where(
-                col(InstanceRow.job_id) == record.job_id,
-                col(InstanceRow.attempt).in_(attempts),
-            )
-        )
-        for row in rows:
-            stored[(row.attempt, row.role, row.task_index)] = (
-                row.id,
-                {name: getattr(row, name) for name in _INSTANCE_FIELDS},
-            )
-    inserts, updates = [], []
-    for view in record.instances:
-        values = _instance_values(view)
-        found = stored.get((view.attempt, view.role, view.index))
-        if found is None:
-            inserts.append(
-                {
-                    "job_id": record.job_id,
-                    "attempt": view.attempt,
-                    "role": view.role,
-                    "task_index": view.index,
-                    **values,
-                }
-            )
-        elif found[1] != values:
-            updates.append({"id": found[0], **values})
-    if inserts:
-        session.execute(insert(InstanceRow), inserts)
-    if updates:
-        session.execute(update(InstanceRow), updates)
-
-
-def _end_earlier_attempts(
-    session: Session, record: JobRecord, changes: Sequence[Transition | NewEvent]
-) -> None:
-    """Apply instance transitions of attempts the record no longer holds to their rows.
-
-    One input can end an attempt's last instances and start the next attempt; the snapshot then
-    shows only the new attempt, and these transitions are all that tells how the old rows ended
-    (state, reason and time; an exit code not saved before is not known here).
-    """
-    current = {(v.attempt, v.role, v.index) for v in record.instances}
-    for change in changes:
-        if not isinstance(change, Transition) or change.role is None or change.index is None:
-            continue
-        if (change.attempt, change.role, change.index) in current:
-            continue
-        values: dict[str, Any] = {"state": change.to_state.value, "state_reason": change.reason}
-        where = [
-            col(InstanceRow.job_id) == record.job_id,
-            col(InstanceRow.attempt) == change.attempt,
-            col(InstanceRow.role) == change.role,
-            col(InstanceRow.task_index) == change.index,
-        ]
-        session.execute(update(InstanceRow).where(*where).values(**values))
-        if change.to_state.is_final:
-            session.execute(
-                update(InstanceRow)
-                .where(*where, col(InstanceRow.finished_at).is_(None))
-                .values(finished_at=change.at)
-            )
-
-
-_EVENT_APPEND_LOCK = 0x7061_6967_6576  # "paigev": the advisory lock event appends take turns on
-
-
-def _take_event_turn(session: Session, changes: Sequence[object]) -> None:
-    """Wait for this transaction's turn to append events, before it locks any row.
-
-    Event ids must grow in commit order, so that a reader of every job's changes after an id
-    (`jobs_changed_after`) never skips a row committed late with a lower id: on PostgreSQL,
-    transactions that append take turns on an advisory lock until they end. It is taken first,
-    before the job's row, so that two of them can never each hold what the other waits for.
-    SQLite has one writer at a time anyway."""
-    if changes and session.get_bind().dialect.name == "postgresql":
-        session.execute(select(func.pg_advisory_xact_lock(_EVENT_APPEND_LOCK)))
-
-
-def _append(
-    session: Session, job_id: str, last: int, changes: Sequence[Transition | NewEvent]
-) -> list[Event]:
-    """Insert the events numbered from `last + 1` and move the job's counter on (after
-    `_take_event_turn` began the transaction)."""
-    events = [_new_event(job_id, last + n, change) for n, change in enumerate(changes, start=1)]
-    if not events:
-        return []
-    session.execute(
-        insert(EventRow),
-        [
-            {
-                "job_id": e.job_id,
-                "sequence": e.sequence,
-                "at": e.at,
-                "type": e.type,
-                "message": e.message,
-                "state": e.state.value if e.state is not None else None,
-                "attempt": e.attempt,
-                "task_role": e.role,
-                "task_index": e.index,
-            }
-            for e in events
-        ],
-    )
-    session.execute(
-        update(JobRow).where(col(JobRow.id) == job_id).values(last_sequence=events[-1].sequence)
-    )
-    return events
-
-
-def _new_event(job_id: str, sequence: int, change: Transition | NewEvent) -> Event:
-    if isinstance(change, Transition):
-        return Event(
-            job_id=job_id,
-            sequence=sequence,
-            at=change.at,
-            type=JOB_STATE if change.role is None else INSTANCE_STATE,
-            message=change.reason,
-            state=change.to_state,
-            attempt=change.attempt,
-            role=change.role,
-            index=change.index,
-        )
-    return Event(
-        job_id=job_id,
-        sequence=sequence,
-        at=change.at,
-        type=change.type,
-        message=change.message,
-        state=change.state,
-        attempt=change.attempt,
-        role=change.role,
-        index=change.index,
-    )
-
-
-# --- reading helpers -------------------------------------------------------------------------
-
-
-def _jobs_query() -> Select[*tuple[Any, ...]]:
-    return select(*_JOB_COLUMNS).join(UserRow, col(UserRow.id) == col(JobRow.owner_id))
-
-
-def _job(row: Sequence[Any]) -> Job:
-    (
-        job_id,
-        name,
-        owner_id,
-        owner,
-        vc,
-        state,
-        reason,
-        submitted,
-        started,
-        completed,
-        attempt,
-        retries,
-        last,
-        warnings,
-    ) = row
-    return Job(
-        id=job_id,
-        name=name,
-        owner_id=owner_id,
-        owner=owner,
-        virtual_cluster=vc,
-        state=JobState(state),
-        state_reason=reason,
-        submitted_at=submitted,
-        started_at=started,
-        completed_at=completed,
-        attempt=attempt,
-        retries=retries,
-        last_sequence=last,
-        warnings=tuple(
-            JobWarning(path=tuple(w["path"]), code=w["code"], message=w["message"])
-            for w in warnings or ()
-        ),
-    )
-
-
-def _brief_instance(row: Sequence[Any]) -> Instance:
-    """An instance of _BRIEF_INSTANCE_COLUMNS, the fields not read left empty."""
-    job_id, attempt, role, index, state, ports = row
-    return Instance(
-        job_id,
-        attempt,
-        role,
-        index,
-        0,
-        _STATES.get(state) or JobState(state),
-        "",
-        None,
-        None,
-        None,
-        None,
-        orjson.loads(ports),
-        None,
-        None,
-    )
-
-
-_STATES = {state.value: state for state in JobState}  # a dict lookup, not an enum call per row
-
-
-def _instance(row: Sequence[Any]) -> Instance:
-    """_INSTANCE_COLUMNS are Instance's fields in order; the state and the ports' JSON text
-    need converting."""
-    (job_id, attempt, role, index, task_attempt, state, reason, exit_code, exit_reason, node,
-     host_ip, ports, started, finished) = row  # fmt: skip
-    return Instance(
-        job_id,
-        attempt,
-        role,
-        index,
-        task_attempt,
-        _STATES.get(state) or JobState(state),
-        reason,
-        exit_code,
-        exit_reason,
-        node,
-        host_ip,
-        orjson.loads(ports),
-        started,
-        finished,
-    )
-
-
-def _event(row: Sequence[Any]) -> Event:
-    job_id, sequence, at, type_, message, state, attempt, role, index = row
-    return Event(
-        job_id=job_id,
-        sequence=sequence,
-        at=at,
-        type=type_,
-        message=message,
-        state=JobState(state) if state is not None else None,
-        attempt=attempt,
-        role=role,
-        index=index,
-    )
