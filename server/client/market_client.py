@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from server.api.ids import BadId, parse_global_id
-from server.client.remote import Client, RemoteError
+from server.client.remote import Client, RemoteError, answer_object
 
 ITEM_FIELDS = """
   id name version latestVersion type summary description tags categories visibility groups
@@ -83,26 +83,19 @@ class MarketClient:
         found = self.client.execute(SHOW, {"id": self.item_id(reference), "version": version})
         if found["marketplaceItem"] is None:
             raise RemoteError(f"no marketplace item {reference!r} (or it is not shared with you)")
-        return _object(found, "marketplaceItem")
+        return answer_object(found, "marketplaceItem")
 
     def publish(self, values: dict[str, Any]) -> dict[str, Any]:
-        return _object(self.client.execute(PUBLISH, {"input": values}), "publishMarketplaceItem")
+        return answer_object(
+            self.client.execute(PUBLISH, {"input": values}), "publishMarketplaceItem"
+        )
 
     def use(self, values: dict[str, Any]) -> dict[str, Any]:
-        return _object(self.client.execute(USE, {"input": values}), "useMarketplaceItem")
+        return answer_object(self.client.execute(USE, {"input": values}), "useMarketplaceItem")
 
     def star(self, item_id: str, star: bool) -> dict[str, Any]:
         found = self.client.execute(STAR, {"id": item_id, "star": star})
-        return _object(found, "starMarketplaceItem")
-
-
-def _object(data: dict[str, Any], field: str) -> dict[str, Any]:
-    """`data[field]`, which the schema makes a JSON object; anything else is a server that does
-    not speak this client's API, said as such rather than as a crash further on."""
-    value = data.get(field)
-    if not isinstance(value, dict):
-        raise RemoteError(f"the server's answer has no {field} object")
-    return value
+        return answer_object(found, "starMarketplaceItem")
 
 
 def _is_item_id(reference: str) -> bool:
