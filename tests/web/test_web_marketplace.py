@@ -36,9 +36,10 @@ def expect(locator: Any) -> Any:
 
 def card_names(page: Any) -> list[str]:
     """The names on the cards, once the list shows what the address asks for (not still the
-    previous list while the new one loads)."""
+    previous list while the new one loads). An empty list is loaded too, though not visible."""
     query = urlparse(page.url).query
-    page.wait_for_selector(f"[data-testid=items][aria-busy=false][data-query={query!r}]")
+    loaded = f"[data-testid=items][aria-busy=false][data-query={query!r}]"
+    page.wait_for_selector(loaded, state="attached")
     return page.locator("[data-testid=items] li[data-item]").evaluate_all(
         "cards => cards.map(card => card.dataset.item)"
     )
