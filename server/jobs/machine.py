@@ -169,43 +169,75 @@ class JobMachine:
         `log_tail` is the end of the instance's log, worth passing with a failed EXITED event:
         known failures in it ("command not found", an ImportError ...) are classified.
         """
-        record = self._record
-        if record.state.is_final or not record.attempts or event.job_id != record.job_id:
-            return []
-        if event.attempt != record.attempt:
+        if not self._concerns(event):
             return []
         if event.kind is EventKind.WAITING:
-            if record.state is JobState.WAITING and self._decided is None:
-                record.reason = _waiting_text(event.reason)
+            self._note_waiting(event)
             return []
-        key = event.key
-        view = self.instance(key.role, key.index) if key is not None else None
-        if view is None or view.ended:
-            return []
-        if (other := _other_run(view, event)) is not None:
-            log.debug(
-                "job %s: %s event of %s dropped: %s", record.job_id, event.kind, view.name, other
-            )
+        view = self._live_view(event)
+        if view is None:
             return []
         if event.placement is not None:
             view.node = event.placement.node
             view.host_ip = event.placement.host_ip
             view.ports = {k: list(v) for k, v in event.placement.ports.items()}
         if event.kind is EventKind.PLACED:
-            if view.state is JobState.WAITING:
-                placed = f"placed on {view.node or 'a node'}"
-                note = f"; {event.reason}" if event.reason else ""  # e.g. limits scaled
-                self._move(view, JobState.STARTING, event.at, placed + note)
-            return self._progress(event.at)
+            return self._placed(view, event)
         if event.kind is EventKind.STARTED:
-            view.started_at = view.started_at or event.at
-            record.started_at = record.started_at or event.at
-            if view.state in (JobState.WAITING, JobState.STARTING):
-                self._move(view, JobState.RUNNING, event.at, f"running on {view.node or 'a node'}")
-            return self._progress(event.at)
+            return self._started(view, event)
         if event.kind in _ENDING:
             return self._instance_ended(view, event, log_tail)
         return []
+
+    def _concerns(self, event: InstanceEvent) -> bool:
+        """Whether the event is about this job's current attempt while the job is not over."""
+        record = self._record
+        return (
+            not record.state.is_final
+            and bool(record.attempts)
+            and event.job_id == record.job_id
+            and event.attempt == record.attempt
+        )
+
+    def _note_waiting(self, event: InstanceEvent) -> None:
+        """A waiting attempt says what it waits for, until its outcome is decided."""
+        if self._record.state is JobState.WAITING and self._decided is None:
+            self._record.reason = _waiting_text(event.reason)
+
+    def _live_view(self, event: InstanceEvent) -> InstanceView | None:
+        """The instance the event is about, or None when it has ended or the event comes from
+        another run of it (a late event of a replaced container)."""
+        key = event.key
+        view = self.instance(key.role, key.index) if key is not None else None
+        if view is None or view.ended:
+            return None
+        if (other := _other_run(view, event)) is not None:
+            log.debug(
+                "job %s: %s event of %s dropped: %s",
+                self._record.job_id,
+                event.kind,
+                view.name,
+                other,
+            )
+            return None
+        return view
+
+    def _placed(self, view: InstanceView, event: InstanceEvent) -> list[Action]:
+        """The instance holds its resources: a waiting one is starting now."""
+        if view.state is JobState.WAITING:
+            placed = f"placed on {view.node or 'a node'}"
+            note = f"; {event.reason}" if event.reason else ""  # e.g. limits scaled
+            self._move(view, JobState.STARTING, event.at, placed + note)
+        return self._progress(event.at)
+
+    def _started(self, view: InstanceView, event: InstanceEvent) -> list[Action]:
+        """The instance runs the user's command; the first start is kept as the start time."""
+        record = self._record
+        view.started_at = view.started_at or event.at
+        record.started_at = record.started_at or event.at
+        if view.state in (JobState.WAITING, JobState.STARTING):
+            self._move(view, JobState.RUNNING, event.at, f"running on {view.node or 'a node'}")
+        return self._progress(event.at)
 
     def request_stop(
         self, reason: str = "stop requested by user", *, at: datetime | None = None

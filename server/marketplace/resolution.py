@@ -334,29 +334,8 @@ class _Resolution:
             return None
         where = _where(chain)
         given = values or {}
-        missing, unknown = variables_check(component, given)
-        if missing:
-            names = ", ".join(repr(v) for v in missing)
-            plural = "s" if len(missing) > 1 else ""
-            hint = (
-                "; a task role cannot give template variables: name it under "
-                "extras.reference_prerequisites with `require: [{name: <reference>, "
-                "template_variables: {...}}]` and list that name instead"
-                if values is None
-                else "; give it under `template_variables` of this require entry"
-            )
-            self._error(
-                path,
-                Code.MISSING_VARIABLE,
-                f"{where}{link.label} needs a value for template variable{plural} {names}{hint}",
-            )
+        if not self._variables_given(link, component, values, path, where):
             return None
-        for name in unknown:
-            self._warn(
-                path,
-                Code.UNKNOWN_VARIABLE,
-                f"{where}{link.label} declares no template variable {name!r}; the value is unused",
-            )
         declared = {k: v for k, v in given.items() if k in component.template_variables}
         made_key = (link.key, json.dumps(declared, sort_keys=True, default=str))
         if made_key in self.made:
@@ -365,21 +344,11 @@ class _Resolution:
         if not self._has_type(link.label, component, expect, path, where):
             return None
         filled = fill_variables(component, declared) if component.template_variables else component
-        for storage in filled.require_storages:
-            if storage.mount_path is not None and not storage.mount_path.startswith("/"):
-                self._error(
-                    path,
-                    Code.INVALID,
-                    f"{where}{link.label}: requireStorages {storage.name!r} has mountPath "
-                    f"{storage.mount_path!r}, which is not an absolute path",
-                )
-                return None
-        children: list[str] = []
-        for requirement in filled.require:
-            child = self._requirement(requirement, path, (*chain, link))
-            if child is None:
-                return None
-            children.append(child)
+        if not self._mounts_absolute(link, filled, path, where):
+            return None
+        children = self._children(filled, path, (*chain, link))
+        if children is None:
+            return None
         name = self._free_name(filled.name)
         made = filled.model_copy(
             update={
@@ -396,6 +365,68 @@ class _Resolution:
         self.needs[name] = children
         self.asked_at[name] = path
         return name
+
+    def _variables_given(
+        self,
+        link: _Link,
+        component: Prerequisite,
+        values: dict[str, Any] | None,
+        path: str,
+        where: str,
+    ) -> bool:
+        """Whether every template variable of the component has a value (an error names the
+        missing ones); values for variables it does not declare are warned about."""
+        missing, unknown = variables_check(component, values or {})
+        if missing:
+            names = ", ".join(repr(v) for v in missing)
+            plural = "s" if len(missing) > 1 else ""
+            hint = (
+                "; a task role cannot give template variables: name it under "
+                "extras.reference_prerequisites with `require: [{name: <reference>, "
+                "template_variables: {...}}]` and list that name instead"
+                if values is None
+                else "; give it under `template_variables` of this require entry"
+            )
+            self._error(
+                path,
+                Code.MISSING_VARIABLE,
+                f"{where}{link.label} needs a value for template variable{plural} {names}{hint}",
+            )
+            return False
+        for name in unknown:
+            self._warn(
+                path,
+                Code.UNKNOWN_VARIABLE,
+                f"{where}{link.label} declares no template variable {name!r}; the value is unused",
+            )
+        return True
+
+    def _mounts_absolute(self, link: _Link, filled: Prerequisite, path: str, where: str) -> bool:
+        """Whether every storage the filled component requires mounts at an absolute path (an
+        error names the first that does not)."""
+        for storage in filled.require_storages:
+            if storage.mount_path is not None and not storage.mount_path.startswith("/"):
+                self._error(
+                    path,
+                    Code.INVALID,
+                    f"{where}{link.label}: requireStorages {storage.name!r} has mountPath "
+                    f"{storage.mount_path!r}, which is not an absolute path",
+                )
+                return False
+        return True
+
+    def _children(
+        self, filled: Prerequisite, path: str, chain: tuple[_Link, ...]
+    ) -> list[str] | None:
+        """The names of what the filled component requires, each resolved (and added) in
+        turn; None once one of them cannot be."""
+        children: list[str] = []
+        for requirement in filled.require:
+            child = self._requirement(requirement, path, chain)
+            if child is None:
+                return None
+            children.append(child)
+        return children
 
     def _source(self, reference: str) -> Source:
         """The reference's text, loaded once per resolution and counted against the limits."""

@@ -359,6 +359,8 @@ def _check_tree(root: yaml.Node) -> tuple[bool, bool]:
     (an alias) hands the whole document to `_check_node_graph`. Returns what it returns, and
     whether a collection is shared (then PyYAML's constructor builds it once, for both places).
     """
+    if root.__class__ is yaml.ScalarNode:  # collections never push their scalars
+        return root.tag in _NON_JSON_TAGS, False
     needs_plain = False
     seen: set[int] = set()
     stack: list[tuple[yaml.Node, int]] = [(root, 1)]
@@ -386,7 +388,7 @@ def _check_tree(root: yaml.Node) -> tuple[bool, bool]:
                             needs_plain = True
                     else:
                         stack.append((part, depth + 1))
-        elif node.__class__ is yaml.SequenceNode:
+        else:  # a sequence
             for item in node.value:
                 if item.__class__ is yaml.ScalarNode:
                     leaves = True
@@ -394,8 +396,6 @@ def _check_tree(root: yaml.Node) -> tuple[bool, bool]:
                         needs_plain = True
                 else:
                     stack.append((item, depth + 1))
-        elif node.tag in _NON_JSON_TAGS:
-            needs_plain = True
         if leaves and depth + 1 > MAX_DEPTH:
             raise _too_deep()
     return needs_plain, False
