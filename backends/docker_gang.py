@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 from backends import docker_pull, start_gate
 from backends import docker_records as records
@@ -49,6 +50,17 @@ from simulator.prereqs import MaterialError, Mount
 log = logging.getLogger(__name__)
 
 PORT_TRIES = 3  # starts of a gang (or a relaunch) whose ports other programs keep taking
+
+
+class _GangSetup(NamedTuple):
+    """What a gang's containers are made with: the materials' mounts by (role, name), per role
+    the optional materials it starts without, and the gang's network with its addresses in
+    the gang's order."""
+
+    mounts: dict[tuple[str, str], BindMount]
+    skipped: dict[str, list[str]]
+    network: str
+    addresses: list[str]
 
 
 class GangStart(StartOrder):
@@ -108,56 +120,112 @@ class GangStart(StartOrder):
         ports: dict[tuple[str, int], dict[str, list[int]]],
     ) -> None:
         """Fetch prerequisites, make the network, then start every container in parallel."""
-        request = attempt.request
-        order = gang_order(request)
-        try:
-            mounts, skipped = self._materialize(request)
-            network_name, addresses = self._gang_network(attempt)
-        except EngineUnreachable as exc:
-            self._requeue(attempt, exc)
-            return
-        except (EngineError, MaterialError, OSError) as exc:
-            self._end_all(attempt, EventKind.START_FAILED, str(exc))
+        setup = self._set_up_gang(attempt)
+        if setup is None:
             return
         if attempt.forgotten:  # forgotten while its network was made: `_forget` missed it
-            self._remove_network(network_name)
+            self._remove_network(setup.network)
             return
+        self._gate_all(attempt)
+        started = self._start_containers(attempt, slots, ports, setup)
+        if started is None:
+            return
+        self._emit_gang_placed(attempt, slots, setup.skipped)
+        self._release_started(attempt, started)
+        # every container may have failed to start: then the network is not needed any more
+        self._cleanup_if_done(attempt)
+
+    def _set_up_gang(self, attempt: Attempt) -> _GangSetup | None:
+        """The gang's materials and network; None when they could not be had (the attempt is
+        then placed again once the engine answers, or has failed to start)."""
+        try:
+            mounts, skipped = self._materialize(attempt.request)
+            network, addresses = self._gang_network(attempt)
+        except EngineUnreachable as exc:
+            self._requeue(attempt, exc)
+            return None
+        except (EngineError, MaterialError, OSError) as exc:
+            self._end_all(attempt, EventKind.START_FAILED, str(exc))
+            return None
+        return _GangSetup(mounts, skipped, network, addresses)
+
+    def _gate_all(self, attempt: Attempt) -> None:
+        """Hold every instance at the gate until the whole gang has started."""
         with self._lock:
             for instance in attempt.instances.values():
                 instance.gated = True
+
+    def _start_containers(
+        self,
+        attempt: Attempt,
+        slots: dict[tuple[str, int], Slot],
+        ports: dict[tuple[str, int], dict[str, list[int]]],
+        setup: _GangSetup,
+    ) -> list[Instance] | None:
+        """Start the gang's containers, again with fresh ports while ports are lost to other
+        programs; the instances that started, or None when the attempt was queued again
+        because the engine went away."""
         for tries_left in range(PORT_TRIES - 1, -1, -1):
-            placements = {
-                (role.name, index): Placement(
-                    node=slots[(role.name, index)].node,
-                    host_ip=addresses[n],
-                    ports=ports[(role.name, index)],
-                )
-                for n, (role, index) in enumerate(order)
-            }
-            specs = []
-            for role, index in order:
-                instance = attempt.instances[(role.name, index)]
-                if instance.ended:  # failed to start for another reason, or stopped
-                    continue
-                instance.placement = placements[(role.name, index)]
-                slot = slots[(role.name, index)]
-                spec = self._prepare_run(attempt, instance, placements, network_name, mounts, slot)
-                records.create_log(instance.dir)
-                specs.append((instance, spec))
+            specs = self._gang_specs(attempt, slots, ports, setup)
             failed = self._run_gang(attempt, specs, retry_ports=tries_left > 0)
             unreached = [e for _, e in failed if isinstance(e, EngineUnreachable)]
             if unreached:
                 self._requeue(attempt, unreached[0])
-                return
+                return None
             lost = [(i, e) for i, e in failed if isinstance(e, PortTaken)]
             if not lost or not self._new_ports_for(attempt, lost, ports):
                 break
-        started = [i for i, _ in specs if not i.ended]
+        return [i for i, _ in specs if not i.ended]
+
+    def _gang_specs(
+        self,
+        attempt: Attempt,
+        slots: dict[tuple[str, int], Slot],
+        ports: dict[tuple[str, int], dict[str, list[int]]],
+        setup: _GangSetup,
+    ) -> list[tuple[Instance, ContainerSpec]]:
+        """One try's container of every instance still to start, its runtime files written and
+        its log created, with the placements (and so ports) the gang has now."""
+        order = gang_order(attempt.request)
+        placements = {
+            (role.name, index): Placement(
+                node=slots[(role.name, index)].node,
+                host_ip=setup.addresses[n],
+                ports=ports[(role.name, index)],
+            )
+            for n, (role, index) in enumerate(order)
+        }
+        specs = []
         for role, index in order:
+            instance = attempt.instances[(role.name, index)]
+            if instance.ended:  # failed to start for another reason, or stopped
+                continue
+            instance.placement = placements[(role.name, index)]
+            slot = slots[(role.name, index)]
+            spec = self._prepare_run(
+                attempt, instance, placements, setup.network, setup.mounts, slot
+            )
+            records.create_log(instance.dir)
+            specs.append((instance, spec))
+        return specs
+
+    def _emit_gang_placed(
+        self,
+        attempt: Attempt,
+        slots: dict[tuple[str, int], Slot],
+        skipped: dict[str, list[str]],
+    ) -> None:
+        """PLACED for every instance that has not ended, in the gang's order."""
+        for role, index in gang_order(attempt.request):
             instance = attempt.instances[(role.name, index)]
             if not instance.ended:
                 slot = slots[(role.name, index)]
                 self._emit_placed(attempt.request, instance, slot, skipped.get(role.name, []))
+
+    def _release_started(self, attempt: Attempt, started: list[Instance]) -> None:
+        """Open the gate of the started instances that depend on no other role; the others
+        wait, on a thread of their own, for the roles they depend on."""
+        request = attempt.request
         held = [i for i in started if request.role(i.key.role).depends_on]
         self._open_gates([i for i in started if i not in held])
         if held:
@@ -167,8 +235,6 @@ class GangStart(StartOrder):
                 name=f"start-order-{attempt.id}",
                 daemon=True,
             ).start()
-        # every container may have failed to start: then the network is not needed any more
-        self._cleanup_if_done(attempt)
 
     def _gang_network(self, attempt: Attempt) -> tuple[str, list[str]]:
         """The attempt's network and its addresses in the gang's order: the one it was given

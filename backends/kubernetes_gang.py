@@ -199,6 +199,44 @@ class _Node:
     ports: set[tuple[int, str]] = field(default_factory=set)
 
 
+def _is_schedulable(node: dict[str, Any]) -> bool:
+    """Whether new pods may land on the node: Ready, not cordoned, no NoSchedule/NoExecute
+    taint."""
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    is_ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
+    return is_ready and not tainted and not spec.get("unschedulable")
+
+
+def _matches_selector(node: dict[str, Any], wanted: dict[str, str]) -> bool:
+    """Whether the node carries every label of the node selector."""
+    labels = node["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in wanted.items())
+
+
+def _usable_node(node: dict[str, Any], wanted: dict[str, str]) -> _Node | None:
+    """The node with all its allocatable room free, or None when our pods cannot go there."""
+    if not _is_schedulable(node) or not _matches_selector(node, wanted):
+        return None
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    free: Counter[str] = Counter({k: parse_quantity(v) for k, v in allocatable.items()})
+    return _Node(node["metadata"]["name"], free)
+
+
+def _charge_pod(usable: dict[str, _Node], pod: dict[str, Any]) -> None:
+    """Take what a pod still running on a usable node holds (requests, host ports) from it."""
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    phase = (pod.get("status") or {}).get("phase")
+    if node_name not in usable or phase in _TERMINAL:
+        return
+    target = usable[node_name]
+    target.free.subtract(pod_requests(pod))
+    target.ports |= host_ports(pod)
+
+
 @dataclass
 class ClusterView:
     """The free room of every node a pod of this server could be bound to."""
@@ -216,33 +254,9 @@ class ClusterView:
         Nodes that are not Ready, cordoned, tainted NoSchedule/NoExecute or not matching the
         node selector are left out."""
         wanted = node_selector or {}
-        usable: dict[str, _Node] = {}
-        for node in nodes:
-            meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
-            labels = meta.get("labels") or {}
-            conditions = status.get("conditions") or []
-            is_ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
-            )
-            tainted = any(
-                t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []
-            )
-            if not is_ready or tainted or spec.get("unschedulable"):
-                continue
-            if any(labels.get(k) != v for k, v in wanted.items()):
-                continue
-            free: Counter[str] = Counter(
-                {k: parse_quantity(v) for k, v in (status.get("allocatable") or {}).items()}
-            )
-            usable[meta["name"]] = _Node(meta["name"], free)
+        usable = {n.name: n for n in (_usable_node(node, wanted) for node in nodes) if n}
         for pod in pods:
-            node_name = (pod.get("spec") or {}).get("nodeName")
-            phase = (pod.get("status") or {}).get("phase")
-            if node_name not in usable or phase in _TERMINAL:
-                continue
-            target = usable[node_name]
-            target.free.subtract(pod_requests(pod))
-            target.ports |= host_ports(pod)
+            _charge_pod(usable, pod)
         return cls(sorted(usable.values(), key=lambda n: n.name))
 
     def fits(self, pods: list[dict[str, Any]]) -> tuple[bool, str]:

@@ -226,20 +226,43 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         not a plain instance of the type, or the field asks for incremental delivery."""
         if any(d.node.directives for d in details):
             return SLOW
-        is_awaitable = self.is_awaitable
         is_type_of = shape.object_type.is_type_of
         if is_type_of is None and position_context is None:
             completed_at_once = self._complete_compiled(shape.object_type, details, items)
             if completed_at_once is not SLOW:
                 return completed_at_once
-        if is_type_of is not None and info is None:
+        if not self._plain_items(shape, info, items):
             return SLOW
+        return self._complete_each(shape, details, path, items, position_context)
+
+    def _plain_items(
+        self, shape: ObjectList, info: GraphQLResolveInfo[Any] | None, items: Sequence[Any]
+    ) -> bool:
+        """Whether every item is a value of the list's type as it is (no null, error or
+        awaitable, and accepted by the type's is_type_of when it has one)."""
+        is_awaitable = self.is_awaitable
+        is_type_of = shape.object_type.is_type_of
+        if is_type_of is not None and info is None:
+            return False
         type_info = cast("GraphQLResolveInfo[Any]", info)  # there is one when is_type_of is asked
         for item in items:
             if item is None or isinstance(item, Exception) or is_awaitable(item):
-                return SLOW
+                return False
             if is_type_of is not None and is_type_of(item, type_info) is not True:
-                return SLOW
+                return False
+        return True
+
+    def _complete_each(
+        self,
+        shape: ObjectList,
+        details: FieldDetailsList,
+        path: Path,
+        items: Sequence[Any],
+        position_context: Any,
+    ) -> Any:
+        """Each (plain) item completed into its sub-selection, an error at an item handled
+        there; the awaitable ones awaited together at the end."""
+        is_awaitable = self.is_awaitable
         object_type = shape.object_type
         fields, new_defer_usages, _ = self.collect_subfields(object_type, details)
         direct = position_context is None and not new_defer_usages
