@@ -13,9 +13,9 @@ from typing import Any, cast
 
 from kubernetes.client.exceptions import ApiException
 
-from backends.base import InstanceKey, InstanceReport, InstanceStatus, LaunchRequest
+from backends.base import InstanceReport, InstanceStatus, LaunchRequest
 from backends.kubernetes_api import response_body
-from backends.kubernetes_core import Attempt, Instance, KubernetesCore
+from backends.kubernetes_core import Attempt, KubernetesCore
 from backends.kubernetes_names import (
     ATTEMPT,
     CLAIMS_KEY,
@@ -88,18 +88,10 @@ class Adopting(KubernetesCore):
                 update={"ssh": request.ssh.model_copy(update={"job_private_key": job_key})}
             )
         builder = self._builder(request, claims, legacy, namespace)
-        attempt = Attempt(request=request, builder=builder, service_uid=service["metadata"]["uid"])
+        attempt = Attempt.of(request, builder, service_uid=service["metadata"]["uid"])
         # gated pods made before the restart wait for admission again (lifting gates already
         # lifted is harmless); the attempt leaves the queue once all its pods are scheduled
         attempt.queued = self.settings.gang_scheduler == "gates"
-        for role in request.roles:
-            for index in range(role.instances):
-                key = InstanceKey(
-                    job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
-                )
-                attempt.instances[(role.name, index)] = Instance(
-                    key=key, pod=builder.pod_name(role.name, index)
-                )
         pods = response_body(
             self.core.list_namespaced_pod(
                 namespace,

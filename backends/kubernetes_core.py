@@ -100,6 +100,21 @@ class Attempt:
     # what the start-order ConfigMap says (or is being told) per waiting instance's key
     order_said: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, request: LaunchRequest, builder: AttemptBuilder, service_uid: str = "") -> Attempt:
+        """The attempt `request` launches (or launched, when adopted after a restart), with an
+        instance for each of its roles' pods."""
+        attempt = cls(request=request, builder=builder, service_uid=service_uid)
+        for role in request.roles:
+            for index in range(role.instances):
+                key = InstanceKey(
+                    job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
+                )
+                attempt.instances[(role.name, index)] = Instance(
+                    key=key, pod=builder.pod_name(role.name, index)
+                )
+        return attempt
+
     @property
     def id(self) -> str:
         return attempt_id(self.request.job_id, self.request.attempt)

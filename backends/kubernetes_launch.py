@@ -12,13 +12,13 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from backends.base import EventKind, InstanceKey, LaunchRefused, LaunchRequest
+from backends.base import EventKind, LaunchRefused, LaunchRequest
 from backends.kubernetes_api import UNREACHABLE, api_message, response_body
-from backends.kubernetes_core import Attempt, Instance
+from backends.kubernetes_core import Attempt
 from backends.kubernetes_events import PodEvents
 from backends.kubernetes_gang import POD_GROUP_API
 from backends.kubernetes_isolation import pod_security_refusal
-from backends.kubernetes_manifests import AttemptBuilder, AttemptObjects, with_owner
+from backends.kubernetes_manifests import AttemptObjects, with_owner
 from backends.kubernetes_names import INDEX, ROLE_ANNOTATION
 from backends.kubernetes_quota import QUOTA_NAME, hard_patch, quota_object
 
@@ -38,7 +38,7 @@ class Launching(PodEvents):
         vc = request.virtual_cluster
         if vc in self.settings.virtual_cluster_quota and vc not in self._quotas_kept:
             self._keep_quota(vc)
-        attempt = _attempt_of(request, builder)
+        attempt = Attempt.of(request, builder)
         self._register(attempt)
         if not self._create_service(attempt, objects):
             return
@@ -261,20 +261,6 @@ class Launching(PodEvents):
             self._attempts.pop(attempt.id, None)
             attempt.forgotten = True
         self._delete_attempt_objects(attempt)
-
-
-def _attempt_of(request: LaunchRequest, builder: AttemptBuilder) -> Attempt:
-    """The attempt `request` launches, with an instance for each of its roles' pods."""
-    attempt = Attempt(request=request, builder=builder)
-    for role in request.roles:
-        for index in range(role.instances):
-            key = InstanceKey(
-                job_id=request.job_id, attempt=request.attempt, role=role.name, index=index
-            )
-            attempt.instances[(role.name, index)] = Instance(
-                key=key, pod=builder.pod_name(role.name, index)
-            )
-    return attempt
 
 
 def _owned_objects(objects: AttemptObjects) -> list[dict[str, Any]]:
