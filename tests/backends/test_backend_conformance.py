@@ -25,6 +25,7 @@ from backends.base import (
 from backends.runtime_env import runtime_env
 from tests.backend_drivers import NODE_CPU, Driver, docker_driver, kubernetes_driver
 from tests.simulated import ENDED, job, role
+from tests.worker_support import unique_name
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -157,20 +158,35 @@ async def test_an_ended_attempt_forgotten_keeps_its_output(driver: Driver) -> No
 # --- gang: all or nothing ------------------------------------------------------------------------
 
 
-async def test_a_gang_that_does_not_fit_waits_whole_and_is_placed_whole_once_room_is_free(
-    driver: Driver,
-) -> None:
-    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=f"hold-{driver.kind[:4]}")
+def holder_id(driver: Driver) -> str:
+    """A job id of its own for a job that holds a node: several tests make one, and the Docker
+    engine, whose container names carry the job id, is shared by every worker."""
+    return unique_name(f"hold-{driver.kind[:4]}")
+
+
+async def gang_waiting_behind_a_holder(
+    driver: Driver, prefix: str, command: str
+) -> tuple[LaunchRequest, LaunchRequest]:
+    """A job holding a whole node, running, and a gang of two whole-node instances running
+    `command`, waiting: one node is free, so neither may start."""
+    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=holder_id(driver))
     await driver.backend.launch(holder)
     await driver.events.until(
         lambda: driver.events.of(holder, EventKind.STARTED), "the holder running"
     )
-    # two instances of a whole node each: one node is free, so neither may start
     gang = job(
-        role("big", ["echo placed"], instances=2, cpu=NODE_CPU), job_id=f"gang-{driver.kind[:4]}"
+        role("big", [command], instances=2, cpu=NODE_CPU),
+        job_id=unique_name(f"{prefix}-{driver.kind[:4]}"),
     )
     await driver.backend.launch(gang)
     await driver.events.until(lambda: driver.events.of(gang, EventKind.WAITING), "the gang waiting")
+    return holder, gang
+
+
+async def test_a_gang_that_does_not_fit_waits_whole_and_is_placed_whole_once_room_is_free(
+    driver: Driver,
+) -> None:
+    holder, gang = await gang_waiting_behind_a_holder(driver, "gang", "echo placed")
     assert not driver.events.of(gang, EventKind.PLACED, EventKind.STARTED)
 
     await driver.backend.stop(holder.job_id, holder.attempt, grace_seconds=1)
@@ -200,14 +216,7 @@ async def test_a_stopped_attempt_ends_every_instance_as_stopped(driver: Driver) 
 async def test_a_gang_stopped_while_it_waits_ends_every_instance_as_stopped_unstarted(
     driver: Driver,
 ) -> None:
-    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=f"hold-{driver.kind[:4]}")
-    await driver.backend.launch(holder)
-    await driver.events.until(lambda: driver.events.of(holder, EventKind.STARTED), "the holder")
-    gang = job(
-        role("big", ["echo never"], instances=2, cpu=NODE_CPU), job_id=f"gang-{driver.kind[:4]}"
-    )
-    await driver.backend.launch(gang)
-    await driver.events.until(lambda: driver.events.of(gang, EventKind.WAITING), "the gang waiting")
+    holder, gang = await gang_waiting_behind_a_holder(driver, "gang", "echo never")
     await driver.backend.stop(gang.job_id, gang.attempt, grace_seconds=1)
     ended = await driver.events.all_ended(gang)
     # no exit code: nothing ran. The reason's words differ ("stopped while waiting" on Docker,
@@ -334,14 +343,7 @@ async def test_a_relaunch_told_twice_starts_one_run(driver: Driver) -> None:
 async def test_an_instance_end_is_told_once_when_its_attempt_is_stopped_twice(
     driver: Driver,
 ) -> None:
-    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=f"hold-{driver.kind[:4]}")
-    await driver.backend.launch(holder)
-    await driver.events.until(lambda: driver.events.of(holder, EventKind.STARTED), "the holder")
-    gang = job(
-        role("big", ["echo never"], instances=2, cpu=NODE_CPU), job_id=f"once-{driver.kind[:4]}"
-    )
-    await driver.backend.launch(gang)
-    await driver.events.until(lambda: driver.events.of(gang, EventKind.WAITING), "the gang waiting")
+    holder, gang = await gang_waiting_behind_a_holder(driver, "once", "echo never")
 
     # two stops at once (each ends every instance still waiting), then one more
     await asyncio.gather(
@@ -412,7 +414,7 @@ async def test_a_relaunch_without_room_waits_naming_its_instance_then_runs_when_
         lambda: [e for e in driver.events.of(request, EventKind.EXITED) if e.role == "flaky"],
         "the first run ending",
     )
-    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=f"hold-{driver.kind[:4]}")
+    holder = job(role("hold", ["sleep 600"], cpu=NODE_CPU), job_id=holder_id(driver))
     await driver.backend.launch(holder)
     await driver.events.until(lambda: driver.events.of(holder, EventKind.STARTED), "the holder")
 
