@@ -343,11 +343,13 @@ async def test_jobs_cut_short_before_they_reached_the_backend_run_after_a_restar
         ann = user(store, "ann", "default")
         # stored, then the server stopped before the job's runner began
         unstarted = spec_of(job_config({"main": {"commands": ["true"]}}, name="unstarted"))
-        fresh = JobMachine(job_policy(unstarted), "unstarted-1")
+        # ids of this test's own: Docker names containers after the job, and the other
+        # database's run of this test may be starting the same job on the same engine
+        fresh = JobMachine(job_policy(unstarted), f"unstarted-{owner}")
         store.create_job(unstarted, fresh.snapshot(), owner_id=ann.id)
         # its first attempt saved, then the server stopped before asking the backend
         unlaunched = spec_of(job_config({"main": {"commands": ["true"]}}, name="unlaunched"))
-        machine = JobMachine(job_policy(unlaunched), "unlaunched-1")
+        machine = JobMachine(job_policy(unlaunched), f"unlaunched-{owner}")
         store.create_job(unlaunched, machine.snapshot(), owner_id=ann.id)
         saved = len(machine.transitions)
         machine.start()
@@ -355,9 +357,11 @@ async def test_jobs_cut_short_before_they_reached_the_backend_run_after_a_restar
     finally:
         store.close()
     async with service_on(db_url, tmp_path / "state", owner) as service:
-        for job_id in ("unstarted-1", "unlaunched-1"):
+        for job_id in (fresh.job_id, machine.job_id):
             job = await until_async(partial(_final, service.store, job_id), f"{job_id} ending", 90)
-            assert (job.state, job.attempt, job.retries) == (JobState.SUCCEEDED, 1, 0)
+            assert (job.state, job.attempt, job.retries) == (JobState.SUCCEEDED, 1, 0), (
+                job.state_reason
+            )
             history(service.store, job)
         await nothing_left(owner)
 
