@@ -65,7 +65,7 @@ from starlette.websockets import WebSocket  # noqa: E402
 
 from backends.base import EventKind, InstanceEvent, Placement, utcnow  # noqa: E402
 from server.api.ids import global_id  # noqa: E402
-from server.api.types import event_cursor  # noqa: E402
+from server.api.jobs.types import event_cursor  # noqa: E402
 from server.app.asgi import create_app  # noqa: E402
 from server.app.serving import on_loopback  # noqa: E402
 from server.events import JobNotice  # noqa: E402

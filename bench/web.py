@@ -72,7 +72,7 @@ from bench.api import copy_jobs, store_first_job  # noqa: E402
 from bench.items import store_items  # noqa: E402
 from bench.subscriptions import instance_event, running_job  # noqa: E402
 from server.api.ids import global_id  # noqa: E402
-from server.api.types import event_cursor  # noqa: E402
+from server.api.jobs.types import event_cursor  # noqa: E402
 from server.app.asgi import create_app  # noqa: E402
 from server.app.serving import on_loopback  # noqa: E402
 from server.events import JobNotice  # noqa: E402

@@ -15,7 +15,7 @@ import httpx
 
 from server.api.context import Runtime
 from server.api.ids import global_id
-from server.api.types import event_cursor
+from server.api.jobs.types import event_cursor
 from server.app.asgi import create_app
 from server.store import Store, open_store
 from tests.api_support import data, finish, place_and_start, runtime, serving

@@ -1,7 +1,10 @@
-"""The GraphQL API.
+"""The GraphQL API, by domain: `jobs`, `marketplace` and `cluster` hold each domain's types
+and fields; the modules here are what every domain shares.
 
-`schema` assembles `queries`, `mutations` and `subscriptions` over the types of `types`,
-`resolved` (the dry run) and `cluster`; `loaders` batch the store reads of one request;
-`auth` and `endpoint` decide who is asking; `limits` and `errors` bound what one request may
-ask and what a client sees when something fails.
+`schema` assembles the Query, Mutation and Subscription types the domains build (the
+marketplace's Query and Mutation extend the jobs', the cluster's extend those); `graph_types`
+holds the types every domain shows (`UserError`, `Node`, `PageInfo`, `User`); `loaders` batch
+the store reads of one request; `auth`, `job_access` and `endpoint` decide who is asking and
+what they may read; `limits` and `errors` bound what one request may ask and what a client
+sees when something fails; `execution` is the fast executor.
 """

@@ -1,6 +1,6 @@
 """The pieces every part of the graph shares: errors, nodes, pages and users.
 
-Jobs (`types.py`), the marketplace's types and the queries and mutations of every area answer
+Jobs (`jobs/types.py`), the marketplace's types and the queries and mutations of every area answer
 with these, so they live in a module of their own that imports none of them.
 """
 

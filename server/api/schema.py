@@ -26,14 +26,13 @@ from strawberry.types import ExecutionContext, ExecutionResult
 from strawberry.types.execution import PreExecutionError
 from strawberry.types.graphql import OperationType
 
-from server.api.errors import should_mask
-from server.api.limits import CHECKER, schema_extensions
-from server.api.marketplace_types import MarketplaceItem
-from server.api.subscriptions import Subscription
-from server.api.types import Job, User
-
 # the job queries and mutations, the marketplace's, the simulated file system's and users'
-from server.api.user_admin import Mutation, Query
+from server.api.cluster.user_admin import Mutation, Query
+from server.api.errors import should_mask
+from server.api.jobs.subscriptions import Subscription
+from server.api.jobs.types import Job, User
+from server.api.limits import CHECKER, schema_extensions
+from server.api.marketplace.types import MarketplaceItem
 from server.api.validation_cache import hand_over
 
 EXECUTOR_ENV = "PAIGRAPH_EXECUTOR"

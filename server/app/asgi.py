@@ -24,8 +24,8 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from server.api.auth import Authenticator, is_loopback
 from server.api.context import Runtime, RuntimeSlot
 from server.api.endpoint import GraphQLEndpoint
-from server.api.exec_socket import ExecEndpoint
 from server.api.job_access import job_visibility_setting
+from server.api.jobs.exec_socket import ExecEndpoint
 from server.api.limits import MAX_BODY_BYTES, MAX_SUBSCRIPTIONS_PER_USER, UserSubscriptions
 from server.api.schema import executor_setting, schema_for
 from server.app.exec_frames import PATH as EXEC_PATH
@@ -176,7 +176,7 @@ def create_app(
     usage_interval: float | None = None,
 ) -> Starlette:
     """The app serving /graphql (GraphiQL in a browser), /exec (commands in running instances,
-    server.api.exec_socket), /healthz (liveness), /health (readiness, with the reason when not
+    server.api.jobs.exec_socket), /healthz (liveness), /health (readiness, with the reason when not
     ready), /metrics (Prometheus, server.metrics), and the web UI at / and under its own
     sections (server.app.webapp.UI_SECTIONS); any other path is 404.
 

@@ -1,6 +1,6 @@
 """The framed protocol of `/exec`, the websocket `paigraph exec` and `paigraph shell` use.
 
-Shared by the server (server.api.exec_socket) and the command line (server.client.exec_client);
+Shared by the server (server.api.jobs.exec_socket) and the command line (server.client.exec_client);
 docs/instance-access.md describes it for other clients.
 
 Control messages are JSON text frames with a `type`; the bytes of the streams are binary

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.api import mutations
-from server.api.resolved import PLACEHOLDER_PORT_BASE
+from server.api.jobs import mutations
+from server.api.jobs.dry_run import PLACEHOLDER_PORT_BASE
 from server.api.schema import current_schema
 from server.app.asgi import create_app
 from tests.api_support import gql, serving

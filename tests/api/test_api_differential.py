@@ -27,9 +27,9 @@ from graphql import build_schema
 
 from server.api.context import Context
 from server.api.ids import global_id
+from server.api.jobs.types import event_cursor
 from server.api.loaders import Loaders
 from server.api.schema import executor_setting, schema_for
-from server.api.types import event_cursor
 from server.events import JobNotice
 from tests.api_support import finish, place_and_start
 from tests.differential_support import SCHEMA_FILE, T0, World, ask, two_executors

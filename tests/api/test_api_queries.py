@@ -12,9 +12,9 @@ import httpx
 import pytest
 from sqlalchemy import update
 
+from server.api.jobs.types import PortAllocation, TaskInstance, TaskRole
 from server.api.loaders import Loaders
 from server.api.schema import executor_setting
-from server.api.types import PortAllocation, TaskInstance, TaskRole
 from server.app.asgi import create_app
 from server.jobs import JobMachine, JobState, job_policy
 from server.protocol import parse_job

@@ -19,7 +19,7 @@ import websockets
 
 from server.api.broadcast import FELL_BEHIND
 from server.api.ids import global_id
-from server.api.types import event_cursor
+from server.api.jobs.types import event_cursor
 from server.app.asgi import create_app
 from server.events import JobNotice
 from server.store import NewEvent, Store

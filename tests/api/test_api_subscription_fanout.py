@@ -13,7 +13,7 @@ import websockets
 
 from backends.base import EventKind, InstanceEvent
 from server.api.ids import global_id
-from server.api.types import event_cursor
+from server.api.jobs.types import event_cursor
 from server.app.asgi import create_app
 from server.events import JobNotice
 from server.jobs import JobMachine

@@ -15,8 +15,8 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
 
-from server.api.exec_socket import MAX_ANONYMOUS_PER_ADDRESS
 from server.api.ids import global_id
+from server.api.jobs.exec_socket import MAX_ANONYMOUS_PER_ADDRESS
 from server.app import exec_frames as frames
 from server.app.asgi import create_app
 from tests.api_support import live_server

@@ -16,7 +16,7 @@ import pexpect
 import pytest
 from websockets.sync.client import connect
 
-from server.api.exec_socket import MAX_SESSIONS_PER_USER
+from server.api.jobs.exec_socket import MAX_SESSIONS_PER_USER
 from server.app import exec_frames as frames
 from tests.servers import ROOT, Server, instances, job, served
 from tests.simulated import IMAGE

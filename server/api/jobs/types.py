@@ -1,8 +1,8 @@
 """The job graph as clients see it: jobs, task roles, instances, events.
 
 The types every part of the graph shares (`UserError`, `Node`, `PageInfo`, `User`) are in
-`graph_types.py`, a role's resources and prerequisites in `prerequisite_types.py`; this module
-re-exports them, so `server.api.types` still names every type a job's graph uses.
+`server.api.graph_types`, a role's resources and prerequisites in `prerequisite_types.py`; this
+module re-exports them, so `server.api.jobs.types` still names every type a job's graph uses.
 
 Field names are the public API contract (`schema.graphql`, which a test keeps current).
 Types are built from the store's frozen values; linked fields (a job's user, its task roles'
@@ -29,10 +29,7 @@ from server.api.graph_types import (
     owner_of,
 )
 from server.api.ids import BadId, cursor, global_id, parse_cursor
-from server.api.limits import page_size
-from server.api.loaders import ready
-from server.api.lookahead import selected_below
-from server.api.metrics_types import (
+from server.api.jobs.metrics_types import (
     InstanceMetrics,
     JobMetrics,
     checked_step,
@@ -40,14 +37,17 @@ from server.api.metrics_types import (
     job_metrics,
     stored_points,
 )
-from server.api.prebuilt import prebuilt
-from server.api.prerequisite_types import (
+from server.api.jobs.prerequisite_types import (
     PortRequest,
     Prerequisite,
     Resource,
     docker_image,
     role_prerequisites,
 )
+from server.api.limits import page_size
+from server.api.loaders import ready
+from server.api.lookahead import selected_below
+from server.api.prebuilt import prebuilt
 from server.api.resolver_field import resolver_field
 from server.api.shared_values import shared_value
 from server.protocol import Issue, Severity

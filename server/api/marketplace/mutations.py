@@ -14,10 +14,10 @@ from strawberry.scalars import JSON
 
 from server.api.context import Info
 from server.api.ids import BadId, expect_global_id
-from server.api.marketplace_types import MarketplaceItem
+from server.api.jobs.mutations import Mutation as JobMutation
+from server.api.jobs.types import Job, UserError, json_object
+from server.api.marketplace.types import MarketplaceItem
 from server.api.mutation_field import mutation
-from server.api.mutations import Mutation as JobMutation
-from server.api.types import Job, UserError, json_object
 from server.marketplace.items import API_TYPE, item_key
 from server.marketplace.service import ItemFields, ItemOutcome, MarketplaceService
 from server.protocol import Dialect, Issue

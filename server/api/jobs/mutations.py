@@ -15,9 +15,9 @@ from strawberry.scalars import JSON
 
 from server.api.context import Info
 from server.api.ids import BadId, expect_global_id
+from server.api.jobs.dry_run import ResolvedJob, resolved_job
+from server.api.jobs.types import Job, UserError, json_object
 from server.api.mutation_field import mutation
-from server.api.resolved import ResolvedJob, resolved_job
-from server.api.types import Job, UserError, json_object
 from server.jobs.launch import default_fs_of
 from server.protocol import ParseResult, resolve_job
 from server.protocol.convert import convert_to_v2

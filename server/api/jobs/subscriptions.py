@@ -28,9 +28,9 @@ from backends.base import BackendError
 from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import expect_global_id
-from server.api.metrics_types import InstanceUsage, JobUsage, source_of
-from server.api.queries import store_filter
-from server.api.types import (
+from server.api.jobs.metrics_types import InstanceUsage, JobUsage, source_of
+from server.api.jobs.queries import store_filter
+from server.api.jobs.types import (
     Job,
     JobChange,
     JobEvent,

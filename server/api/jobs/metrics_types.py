@@ -1,7 +1,7 @@
 """What instances use, as the API shows it: an instance's series, a job's per role, the live
 figures of a job's running instances, and the cluster's nodes' current use.
 
-Series come from the stored points (server.store.usage, shaped by server.api.usage_series);
+Series come from the stored points (server.store.usage, shaped by server.api.jobs.usage_series);
 live figures from the server's sampler (server.app.usage_sampler). Every field is reached through
 a job the viewer may read (server.api.job_access), except the nodes' use, which admins see
 for every node and others for the nodes running jobs they may read.
@@ -16,8 +16,8 @@ import strawberry
 
 from server.api.context import Info, Runtime
 from server.api.errors import ApiError
+from server.api.jobs.usage_series import Reading, Spread, coarser, readings, spread
 from server.api.loaders import UsageByInstance
-from server.api.usage_series import Reading, Spread, coarser, readings, spread
 from server.app.usage_sampler import LiveUsage
 from server.jobs.exit_codes import spec_for
 from server.protocol.model import TaskRole as SpecTaskRole

@@ -8,14 +8,12 @@ from importlib.metadata import PackageNotFoundError, version
 
 import strawberry
 
-from server.api import cluster as cluster_view
-from server.api.cluster import Cluster, VirtualCluster
+from server.api.cluster import types as cluster_view
+from server.api.cluster.types import Cluster, VirtualCluster
 from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import expect_global_id, parse_global_id
-from server.api.limits import page_size
-from server.api.lookahead import fields_selected_at, selected_below
-from server.api.types import (
+from server.api.jobs.types import (
     Job,
     JobConnection,
     JobEdge,
@@ -25,6 +23,8 @@ from server.api.types import (
     User,
     changes_cursor,
 )
+from server.api.limits import page_size
+from server.api.lookahead import fields_selected_at, selected_below
 from server.protocol.model import JobSpec
 from server.store import Instance, JobCursor
 from server.store import JobFilter as StoreJobFilter

@@ -20,10 +20,10 @@ from typing import TypeVar
 import strawberry
 
 from server.api.context import Info
-from server.api.marketplace_mutations import Mutation as MarketMutation
-from server.api.marketplace_queries import Query as MarketQuery
+from server.api.jobs.types import UserError
+from server.api.marketplace.mutations import Mutation as MarketMutation
+from server.api.marketplace.queries import Query as MarketQuery
 from server.api.mutation_field import mutation
-from server.api.types import UserError
 from simulator.dfs import DfsError, DfsFull, DfsNotFound, FileSystems
 
 READ_LIMIT = 512 << 10  # bytes of a file one `fileContent` returns

@@ -15,7 +15,7 @@ import strawberry
 
 from backends.base import LaunchRequest, Placement
 from backends.runtime_env import port_requests, runtime_env
-from server.api.types import (
+from server.api.jobs.types import (
     PortAllocation,
     Prerequisite,
     Resource,

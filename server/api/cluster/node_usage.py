@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import Any
 
 from server.api.context import Info
-from server.api.metrics_types import SIMULATED_GPUS, NodeUsage
+from server.api.jobs.metrics_types import SIMULATED_GPUS, NodeUsage
 from server.app.usage_sampler import LiveUsage
 
 

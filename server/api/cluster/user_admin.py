@@ -12,12 +12,12 @@ import asyncio
 
 import strawberry
 
+from server.api.cluster.files import Mutation as FilesMutation  # jobs, marketplace, file system
+from server.api.cluster.files import Query as FilesQuery
 from server.api.context import Info
 from server.api.errors import ApiError
-from server.api.files import Mutation as FilesMutation  # jobs, marketplace, file system
-from server.api.files import Query as FilesQuery
+from server.api.jobs.types import User, UserError
 from server.api.mutation_field import mutation
-from server.api.types import User, UserError
 from server.store import StoreError, UnknownUser
 from server.store import User as StoredUser
 from server.store.users import check_name

@@ -1,8 +1,10 @@
 """What a task role needs, as clients see it: its resources and its prerequisites.
 
-A job's roles (`types.py`) and a marketplace template's roles (`marketplace_types.py`) both show
-these, so they live apart from either. A prerequisite links back to the marketplace item it was
-resolved from, through `strawberry.lazy`, the one link between these and the marketplace types.
+A job's roles (`types.py`) and a marketplace template's roles (`server.api.marketplace.types`)
+both show these, so they live apart from either. A prerequisite links back to the marketplace item
+it was resolved from, through `strawberry.lazy`, the one link between these and the marketplace
+types: the marketplace's types import the job types, so this side names them only lazily
+(docs/architecture.md, "The API by domain").
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from server.protocol.model import TaskRole as SpecTaskRole
 from server.protocol.rules import is_reference
 
 if TYPE_CHECKING:
-    from server.api.marketplace_types import MarketplaceItem
+    from server.api.marketplace.types import MarketplaceItem
 
 
 strawberry.enum(
@@ -97,8 +99,8 @@ class Prerequisite:
     )
     async def marketplace_item(
         self, info: Info
-    ) -> Annotated[MarketplaceItem, strawberry.lazy("server.api.marketplace_types")] | None:
-        from server.api.marketplace_types import linked_item
+    ) -> Annotated[MarketplaceItem, strawberry.lazy("server.api.marketplace.types")] | None:
+        from server.api.marketplace.types import linked_item
 
         return await linked_item(info, self.origin_item, self.reference, self.origin_version)
 

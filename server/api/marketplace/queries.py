@@ -14,8 +14,11 @@ import strawberry
 from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import BadId, cursor, expect_global_id, parse_cursor, parse_global_id
+from server.api.jobs.queries import Query as JobQuery
+from server.api.jobs.queries import job_or_user
+from server.api.jobs.types import Node, PageInfo
 from server.api.limits import page_size
-from server.api.marketplace_types import (
+from server.api.marketplace.types import (
     MarketplaceItem,
     MarketplaceItemConnection,
     MarketplaceItemEdge,
@@ -23,9 +26,6 @@ from server.api.marketplace_types import (
     MarketplaceTag,
     marketplace_loaders,
 )
-from server.api.queries import Query as JobQuery
-from server.api.queries import job_or_user
-from server.api.types import Node, PageInfo
 from server.marketplace.items import API_TYPE
 from server.shapes.item_kind import ItemKind
 from server.store.marketplace_values import ItemCursor, ItemFilter, ItemPage, ItemSort

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import strawberry
 
 from server.api.context import Info, Runtime
-from server.api.metrics_types import NodeUsage
+from server.api.jobs.metrics_types import NodeUsage
 
 
 class _Amount(Protocol):
@@ -90,13 +90,13 @@ class Cluster:
         "few seconds). Admins see every node; others the nodes running their own jobs."
     )
     async def usage(self, info: Info) -> list[NodeUsage]:
-        from server.api.node_usage import nodes_usage
+        from server.api.cluster.node_usage import nodes_usage
 
         return await nodes_usage(info)
 
     @strawberry.field(description="How the use of instances is measured, or why it is not.")
     def usage_source(self, info: Info) -> str:
-        from server.api.metrics_types import source_of
+        from server.api.jobs.metrics_types import source_of
 
         return source_of(info.context.runtime)
 
