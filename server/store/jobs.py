@@ -16,10 +16,10 @@ from sqlalchemy import Engine, Select, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
-from backends.base import utcnow
 from server.jobs.machine import MachineSnapshot
 from server.protocol.model import JobSpec
 from server.shapes.job_states import JobState, Transition
+from server.store.columns import utcnow
 from server.store.db import Repository
 from server.store.errors import InvalidValue, JobExists, NameInUse, UnknownJob, UnknownUser
 from server.store.job_rows import (

@@ -17,8 +17,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 from sqlmodel import col
 
-from backends.base import utcnow
 from server.shapes.item_kind import ItemKind
+from server.store.columns import utcnow
 from server.store.db import Repository
 from server.store.errors import InvalidValue
 from server.store.marketplace_queries import (

@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlmodel import col
 
-from backends.base import utcnow
+from server.store.columns import utcnow
 from server.store.db import Repository
 from server.store.errors import InvalidValue, UnknownUser, UserExists
 from server.store.tables import MembershipRow, TokenRow, UserRow, VirtualClusterRow
