@@ -28,7 +28,6 @@ from typing import Self
 from backends.base import EventKind, InstanceEvent, utcnow
 from server.jobs import exit_codes
 from server.jobs.completion import completion_after
-from server.jobs.exit_codes import ExitInfo
 from server.jobs.machine_events import _classify, _other_run, _story, events_for_report
 from server.jobs.machine_values import (
     Action,
@@ -44,6 +43,7 @@ from server.jobs.machine_values import (
     StopAttempt,
 )
 from server.jobs.policy import JobPolicy, Outcome
+from server.shapes.exit_info import ExitInfo
 from server.shapes.job_states import JobState, Transition, check_transition
 
 __all__ = [

@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from server.jobs.exit_codes import ExitInfo
 from server.jobs.policy import JobPolicy
+from server.shapes.exit_info import ExitInfo
 from server.shapes.job_states import JobState, Transition
 
 # --- actions ---------------------------------------------------------------------------------

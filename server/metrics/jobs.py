@@ -14,8 +14,8 @@ from datetime import datetime
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from backends.base import BackendHealth
-from server.jobs.exit_codes import ExitInfo
 from server.jobs.machine import JobRecord, MachineSnapshot
+from server.shapes.exit_info import ExitInfo
 from server.shapes.job_states import JobState, Transition
 from server.store import NewEvent
 
