@@ -13,7 +13,8 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlmodel import col
 
-from server.jobs.machine import InstanceView, JobRecord, MachineSnapshot
+from server.jobs.machine import MachineSnapshot
+from server.shapes.job_record import InstanceView, JobRecord
 from server.shapes.job_states import Transition
 from server.store.errors import UnknownJob
 from server.store.tables import EventRow, InstanceRow, JobRow
