@@ -26,6 +26,12 @@ SAVE_RETRY_FIRST = 0.2  # seconds before a write the database refused is made ag
 SAVE_RETRY_MAX = 5.0  # ... up to this
 
 
+def load_machine(store: Store, job_id: str) -> MachineSnapshot:
+    """The job's machine as last saved (`JobMachine.restore` rebuilds it): the store keeps it
+    as JSON, since its policy is the engine's own value."""
+    return MachineSnapshot.model_validate_json(store.machine_json(job_id))
+
+
 class JobRecorder:
     """Writes jobs' changes to `store` and announces them on `bus` (the journals' Recorder)."""
 

@@ -7,13 +7,12 @@ kept apart from the store's queries so each write's transaction reads as the lis
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlmodel import col
 
-from server.jobs.machine import MachineSnapshot
 from server.shapes.job_record import InstanceView, JobRecord
 from server.shapes.job_states import Transition
 from server.store.errors import UnknownJob
@@ -39,6 +38,18 @@ _INSTANCE_FIELDS = (
 )
 
 
+class SavedMachine(Protocol):
+    """What the store reads of a job machine's snapshot (`server.jobs.machine.MachineSnapshot`):
+    its record, for the job's columns and instance rows, and the whole as JSON, kept as the
+    job's `machine` column for the job engine to read back (`JobStore.machine_json`). Named here
+    so the store need not import the engine, whose policy the snapshot carries."""
+
+    @property
+    def record(self) -> JobRecord: ...
+
+    def model_dump_json(self) -> str: ...
+
+
 # --- writing helpers -------------------------------------------------------------------------
 
 
@@ -53,7 +64,7 @@ def _lock(session: Session, job_id: str) -> int:
     return last
 
 
-def _job_values(record: JobRecord, snapshot: MachineSnapshot) -> dict[str, Any]:
+def _job_values(record: JobRecord, snapshot: SavedMachine) -> dict[str, Any]:
     return {
         "state": record.state.value,
         "state_reason": record.reason,

@@ -16,7 +16,6 @@ from sqlalchemy import Engine, Select, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
-from server.jobs.machine import MachineSnapshot
 from server.protocol.model import JobSpec
 from server.shapes.job_states import JobState, Transition
 from server.store.columns import utcnow
@@ -34,6 +33,7 @@ from server.store.job_rows import (
     _jobs_query,
 )
 from server.store.job_writes import (
+    SavedMachine,
     _append,
     _end_earlier_attempts,
     _job_values,
@@ -70,7 +70,7 @@ class JobStore(Repository):
     def create_job(
         self,
         spec: JobSpec,
-        snapshot: MachineSnapshot,
+        snapshot: SavedMachine,
         *,
         owner_id: int,
         virtual_cluster: str | None = None,
@@ -133,7 +133,7 @@ class JobStore(Repository):
     def save_machine(
         self,
         job_id: str,
-        snapshot: MachineSnapshot,
+        snapshot: SavedMachine,
         changes: Sequence[Transition | NewEvent] = (),
     ) -> list[Event]:
         """Write the machine's state, its current attempt's instances and the new events in one
@@ -277,13 +277,14 @@ class JobStore(Repository):
             )
             return [_job(row) for row in rows]
 
-    def load_machine(self, job_id: str) -> MachineSnapshot:
-        """The job machine's snapshot as last saved; `JobMachine.restore` rebuilds it."""
+    def machine_json(self, job_id: str) -> str:
+        """The job machine's snapshot as last saved, as JSON: the job engine reads it back
+        (`server.jobs.recorder.load_machine`) and `JobMachine.restore` rebuilds the machine."""
         with self._read() as session:
             text = session.scalar(select(col(JobRow.machine)).where(col(JobRow.id) == job_id))
         if text is None:
             raise UnknownJob(f"no job has id {job_id!r}")
-        return MachineSnapshot.model_validate_json(text)
+        return text
 
     def job_config(self, job_id: str) -> str | None:
         """The config as submitted, secrets masked."""

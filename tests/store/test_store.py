@@ -18,6 +18,7 @@ from sqlmodel import SQLModel
 
 from backends.base import EventKind, Placement, utcnow
 from server.jobs import JobMachine, JobState, job_policy
+from server.jobs.recorder import load_machine
 from server.store import (
     INSTANCE_STATE,
     JOB_STATE,
@@ -272,7 +273,7 @@ def test_a_job_round_trips_its_machine_instances_and_events(store: Store) -> Non
     save()
 
     # A restarted server rebuilds the machine mid-run; it then behaves like the original.
-    restored = JobMachine.restore(store.load_machine(job.id))
+    restored = JobMachine.restore(load_machine(store, job.id))
     assert restored.record == machine.record
     assert restored.policy == machine.policy
     ended = T0 + timedelta(minutes=3)
@@ -283,7 +284,7 @@ def test_a_job_round_trips_its_machine_instances_and_events(store: Store) -> Non
     save()
 
     assert machine.state is JobState.SUCCEEDED
-    assert JobMachine.restore(store.load_machine(job.id)).record == machine.record
+    assert JobMachine.restore(load_machine(store, job.id)).record == machine.record
     stored = store.get_job(job.id)
     assert stored is not None
     assert (stored.state, stored.state_reason) == (machine.state, machine.reason)
@@ -377,7 +378,7 @@ def test_a_job_name_is_taken_while_its_owners_job_of_that_name_lives(store: Stor
     with pytest.raises(UnknownJob):
         store.save_machine("nope", elsewhere, [])
     with pytest.raises(UnknownJob):
-        store.load_machine("nope")
+        store.machine_json("nope")
 
 
 def test_secrets_never_reach_the_database(store: Store) -> None:
