@@ -20,7 +20,8 @@ from sqlmodel import col
 from strawberry.dataloader import DataLoader
 
 from server.protocol.model import JobSpec
-from server.store import Instance, Job, Store, StoredUsage, User
+from server.shapes.values import Instance, Job, StoredUsage, User
+from server.store import Store
 from server.store.db import session_scope
 from server.store.tables import JobRow, MembershipRow, VirtualClusterRow
 

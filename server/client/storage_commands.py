@@ -55,7 +55,7 @@ def storages_add(
 ) -> None:
     """Define a storage: a host directory or a Docker volume, and who may use it (admins
     always may)."""
-    from server.store import StoreError
+    from server.shapes.store_errors import StoreError
     from server.store.users import check_name
 
     if (path is None) == (volume is None):

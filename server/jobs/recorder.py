@@ -16,7 +16,8 @@ from server.events import BusClosedError, BusUnavailableError, EventBus, JobNoti
 from server.jobs.machine import MachineSnapshot
 from server.jobs.observer import JobObserver, NoObserver, tell
 from server.shapes.job_states import JobState, Transition
-from server.store import Event, NewEvent, Store
+from server.shapes.values import Event, NewEvent
+from server.store import Store
 from server.store.availability import database_unavailable
 from simulator.backoff import Backoff
 

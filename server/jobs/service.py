@@ -47,7 +47,8 @@ from server.jobs.service_machine import BackendOutage, ServiceMachine, stuck_in_
 from server.jobs.submission import Submissions, SubmitOutcome
 from server.marketplace.references import ReferenceResolver
 from server.protocol import Issue, JobSpec
-from server.store import Job, Store, User
+from server.shapes.values import Job, User
+from server.store import Store
 
 log = logging.getLogger(__name__)
 

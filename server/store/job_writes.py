@@ -15,14 +15,9 @@ from sqlmodel import col
 
 from server.shapes.job_record import InstanceView, JobRecord
 from server.shapes.job_states import Transition
-from server.store.errors import UnknownJob
+from server.shapes.store_errors import UnknownJob
+from server.shapes.values import INSTANCE_STATE, JOB_STATE, Event, NewEvent
 from server.store.tables import EventRow, InstanceRow, JobRow
-from server.store.values import (
-    INSTANCE_STATE,
-    JOB_STATE,
-    Event,
-    NewEvent,
-)
 
 _INSTANCE_FIELDS = (
     "task_attempt",

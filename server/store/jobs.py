@@ -18,9 +18,19 @@ from sqlmodel import col
 
 from server.protocol.model import JobSpec
 from server.shapes.job_states import JobState, Transition
+from server.shapes.store_errors import InvalidValue, JobExists, NameInUse, UnknownJob, UnknownUser
+from server.shapes.values import (
+    Event,
+    Instance,
+    Job,
+    JobCursor,
+    JobFilter,
+    JobPage,
+    JobWarning,
+    NewEvent,
+)
 from server.store.columns import utcnow
 from server.store.db import Repository
-from server.store.errors import InvalidValue, JobExists, NameInUse, UnknownJob, UnknownUser
 from server.store.job_rows import (
     _BRIEF_INSTANCE_COLUMNS,
     _EVENT_COLUMNS,
@@ -43,16 +53,6 @@ from server.store.job_writes import (
 )
 from server.store.spec_cache import SpecCache
 from server.store.tables import EventRow, InstanceRow, JobRow, UserRow
-from server.store.values import (
-    Event,
-    Instance,
-    Job,
-    JobCursor,
-    JobFilter,
-    JobPage,
-    JobWarning,
-    NewEvent,
-)
 
 MAX_PAGE = 100
 _FINAL = [s.value for s in JobState if s.is_final]

@@ -17,9 +17,9 @@ from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 from sqlmodel import col
 
+from server.shapes.values import StoredUsage
 from server.store.db import Repository
 from server.store.tables import JobRow, UsageRow
-from server.store.values import StoredUsage
 
 RAW_FOR = timedelta(hours=1)  # samples are kept as measured this long
 BUCKET_SECONDS = 60  # then as means over this many seconds

@@ -19,11 +19,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlmodel import col
 
+from server.shapes.store_errors import InvalidValue, UnknownUser, UserExists
+from server.shapes.values import User
 from server.store.columns import utcnow
 from server.store.db import Repository
-from server.store.errors import InvalidValue, UnknownUser, UserExists
 from server.store.tables import MembershipRow, TokenRow, UserRow, VirtualClusterRow
-from server.store.values import User
 
 # The user a loopback-only server acts as while nobody has been added; never a real account.
 LOCAL_USER = "local"

@@ -19,20 +19,17 @@ from sqlmodel import SQLModel
 from backends.base import EventKind, Placement, utcnow
 from server.jobs import JobMachine, JobState, job_policy
 from server.jobs.recorder import load_machine
-from server.store import (
-    INSTANCE_STATE,
-    JOB_STATE,
+from server.shapes.store_errors import (
     InvalidValue,
-    Job,
-    JobCursor,
     JobExists,
-    JobFilter,
     NameInUse,
-    NewEvent,
-    Store,
     UnknownJob,
     UnknownUser,
     UserExists,
+)
+from server.shapes.values import INSTANCE_STATE, JOB_STATE, Job, JobCursor, JobFilter, NewEvent
+from server.store import (
+    Store,
     create_store_engine,
     current_revision,
     head_revision,
