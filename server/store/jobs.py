@@ -291,6 +291,17 @@ class JobStore(Repository):
         with self._read() as session:
             return session.scalar(select(col(JobRow.config)).where(col(JobRow.id) == job_id))
 
+    def job_configs(self, job_ids: Iterable[str]) -> dict[str, str]:
+        """The submitted configs (secrets masked) of many jobs in one query (for a loader)."""
+        wanted = set(job_ids)
+        if not wanted:
+            return {}
+        with self._read() as session:
+            rows = session.execute(
+                select(col(JobRow.id), col(JobRow.config)).where(col(JobRow.id).in_(wanted))
+            )
+            return {job_id: config for job_id, config in rows}
+
     def job_specs(self, job_ids: Iterable[str]) -> dict[str, JobSpec]:
         """The resolved specs of many jobs in one query (for a loader)."""
         found, wanted = self.spec_cache.get_many(set(job_ids))

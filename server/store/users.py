@@ -261,6 +261,27 @@ class UserStore(Repository):
             )
             return list(names)
 
+    def user_vcs_by_ids(self, user_ids: Iterable[int]) -> dict[int, list[str]]:
+        """The virtual clusters of many users in one query, sorted by name; every id is a key
+        (for a loader)."""
+        wanted = set(user_ids)
+        result: dict[int, list[str]] = {user_id: [] for user_id in wanted}
+        if not wanted:
+            return result
+        with self._read() as session:
+            rows = session.execute(
+                select(col(MembershipRow.user_id), col(VirtualClusterRow.name))
+                .join(
+                    VirtualClusterRow,
+                    col(VirtualClusterRow.id) == col(MembershipRow.virtual_cluster_id),
+                )
+                .where(col(MembershipRow.user_id).in_(wanted))
+                .order_by(col(VirtualClusterRow.name))
+            )
+            for user_id, name in rows:
+                result[user_id].append(name)
+        return result
+
 
 def _insert_missing(session: Session, table: Any, values: dict[str, Any], *keys: str) -> None:
     """INSERT ... ON CONFLICT DO NOTHING: a concurrent insert of the same key is no error."""
