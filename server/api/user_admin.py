@@ -18,9 +18,9 @@ from server.api.files import Mutation as FilesMutation  # jobs, marketplace, fil
 from server.api.files import Query as FilesQuery
 from server.api.mutation_field import mutation
 from server.api.types import User, UserError
+from server.shapes.accounts import check_name
 from server.shapes.store_errors import StoreError, UnknownUser
 from server.shapes.values import User as StoredUser
-from server.store.users import check_name
 
 _ADMINS_ONLY = "only an admin may manage users"
 

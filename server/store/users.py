@@ -7,8 +7,6 @@ index needs no constant-time comparison.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import secrets
 from collections.abc import Iterable
 from typing import Any
@@ -19,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlmodel import col
 
+from server.shapes.accounts import check_name, token_hash
 from server.shapes.store_errors import InvalidValue, UnknownUser, UserExists
 from server.shapes.values import User
 from server.store.columns import utcnow
@@ -29,24 +28,10 @@ from server.store.tables import MembershipRow, TokenRow, UserRow, VirtualCluster
 LOCAL_USER = "local"
 
 TOKEN_PREFIX = "pgt_"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def check_name(name: str, what: str = "user name") -> str:
-    if not _NAME.fullmatch(name):
-        raise InvalidValue(
-            f"{what} {name!r} is not allowed: use 1 to 64 letters, digits, '_', '.' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
 
 
 def _user(row: UserRow) -> User:

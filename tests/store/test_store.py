@@ -19,6 +19,7 @@ from sqlmodel import SQLModel
 from backends.base import EventKind, Placement, utcnow
 from server.jobs import JobMachine, JobState, job_policy
 from server.jobs.recorder import load_machine
+from server.shapes.accounts import token_hash
 from server.shapes.store_errors import (
     InvalidValue,
     JobExists,
@@ -37,7 +38,6 @@ from server.store import (
     session_scope,
 )
 from server.store.tables import TokenRow
-from server.store.users import token_hash
 from tests.store_support import (
     StatementLog,
     feed,
