@@ -24,6 +24,12 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# --- what every instance is promised -------------------------------------------------------
+
+WORK_DIR = "/work"  # the commands' working directory; materials are at WORK_DIR/<name>/
+DEFAULT_FS_URI = ""  # PAI_DEFAULT_FS_URI: empty, as OpenPAI on Kubernetes exported it
+
+
 # --- what a launch asks for ----------------------------------------------------------------
 
 

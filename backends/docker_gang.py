@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from backends import docker_pull, start_gate
 from backends import docker_records as records
-from backends.base import EventKind, Fetch, LaunchRequest, Material, Placement, RoleLaunch
+from backends.base import WORK_DIR, EventKind, Fetch, LaunchRequest, Material, Placement, RoleLaunch
 from backends.docker_attempts import Attempt, Instance, gang_order, port_asks
 from backends.docker_core import FETCH_KIND
 from backends.docker_specs import (
@@ -30,7 +30,6 @@ from backends.docker_specs import (
     simulated_gpu_note,
 )
 from backends.docker_start_order import StartOrder
-from backends.entrypoint import WORK_DIR
 from backends.hdfs_standin import DFS_DIR, standin_tools
 from backends.runtime_env import runtime_env
 from backends.secrets_env import secret_environment, with_secret_variables

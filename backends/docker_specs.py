@@ -13,8 +13,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.base import InstanceKey, LaunchRequest, Placement, RoleLaunch, oom_reason
-from backends.entrypoint import ENTRYPOINT, RUN_DIR, RUNTIME_DIR, WORK_DIR
+from backends.base import WORK_DIR, InstanceKey, LaunchRequest, Placement, RoleLaunch, oom_reason
+from backends.entrypoint import ENTRYPOINT, RUN_DIR, RUNTIME_DIR
 from simulator.cluster import Slot
 from simulator.containers import LABEL, OWNER, BindMount, ContainerSpec
 from simulator.names import safe

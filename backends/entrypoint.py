@@ -20,7 +20,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from backends.base import Material, RoleLaunch
+from backends.base import WORK_DIR, Material, RoleLaunch
 from backends.ssh_access import sshd_lines
 
 RUNTIME_DIR = "/usr/local/pai"  # the instance's runtime files, written by the backend (read-only)
@@ -30,7 +30,6 @@ SSH_DIR = f"{RUNTIME_DIR}/ssh"  # the ssh plugin's keys and peers (backends.ssh_
 ENTRYPOINT = f"{RUNTIME_DIR}/entrypoint.sh"  # this script; run it as `sh ENTRYPOINT`
 LOG_FILE = f"{RUN_DIR}/output.log"  # everything the instance prints
 USER_COMMANDS_FILE = f"{RUN_DIR}/user_commands.sh"  # the user's commands, written by the script
-WORK_DIR = "/work"  # the commands' working directory; materials are at WORK_DIR/<name>/
 TOOLS_DIR = f"{RUNTIME_DIR}/bin"  # stand-ins for commands the image lacks (hdfs), last on PATH
 
 SETUP_FAILED = 1  # exit code when the instance cannot start its commands (missing prerequisite ...)

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from backends.base import (
+    WORK_DIR,
     Fetch,
     ImageAuth,
     LaunchRefused,
@@ -23,7 +24,7 @@ from backends.base import (
     Placement,
     RoleLaunch,
 )
-from backends.entrypoint import RUNTIME_DIR, WORK_DIR
+from backends.entrypoint import RUNTIME_DIR
 from backends.kubernetes_init_script import download_entries, repositories, shown_uri
 from backends.kubernetes_isolation import claim_of, legacy_claim
 from backends.kubernetes_names import (

@@ -9,8 +9,7 @@ import re
 import shlex
 from urllib.parse import urlsplit
 
-from backends.base import Fetch, Material
-from backends.entrypoint import WORK_DIR
+from backends.base import WORK_DIR, Fetch, Material
 from backends.kubernetes_ports import duplicates
 from simulator.prereqs import UnservableMaterial, check_name, parse_repo, repository_name
 

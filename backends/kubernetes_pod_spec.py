@@ -8,7 +8,7 @@ import json
 import shlex
 from typing import Any
 
-from backends.base import Fetch, RoleLaunch
+from backends.base import WORK_DIR, Fetch, RoleLaunch
 from backends.entrypoint import (
     ENTRYPOINT,
     ENV_FILE,
@@ -17,7 +17,6 @@ from backends.entrypoint import (
     RUN_DIR,
     RUNTIME_DIR,
     SSH_DIR,
-    WORK_DIR,
 )
 from backends.kubernetes_attempt import POD_IP_VARIABLES, SECRETS_DIR, AttemptBase, env_part_file
 from backends.kubernetes_init_script import fetch_lines, optional_fetch_lines, port_check_lines

@@ -17,10 +17,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from backends.base import LaunchRequest, Placement, PortRequest, RoleLaunch
-from backends.entrypoint import WORK_DIR
-
-DEFAULT_FS_URI = ""  # PAI_DEFAULT_FS_URI: empty, as OpenPAI on Kubernetes exported it
+from backends.base import (
+    DEFAULT_FS_URI,
+    WORK_DIR,
+    LaunchRequest,
+    Placement,
+    PortRequest,
+    RoleLaunch,
+)
 
 DEFAULT_PORT_LABELS = ("ssh", "http")  # every instance gets one of each unless the role asks
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

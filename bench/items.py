@@ -18,13 +18,14 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import insert, select  # noqa: E402
 
 from server.marketplace.service import ItemFields, MarketplaceService  # noqa: E402
-from server.store import Store, User  # noqa: E402
+from server.shapes.marketplace_values import LabelKind  # noqa: E402
+from server.shapes.values import User  # noqa: E402
+from server.store import Store  # noqa: E402
 from server.store.marketplace_tables import (  # noqa: E402
     MarketplaceItemRow,
     MarketplaceLabelRow,
     MarketplaceVersionRow,
 )
-from server.store.marketplace_values import LabelKind  # noqa: E402
 
 BATCH = 1000
 T0 = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)

@@ -19,6 +19,7 @@ from backends.base import EventKind, Placement, utcnow
 from server.api.context import Runtime
 from server.app.serving import on_loopback
 from server.jobs import JobMachine
+from server.jobs.recorder import load_machine
 from server.store import Store
 from tests.store_support import feed
 
@@ -169,7 +170,7 @@ async def finish_elsewhere(url: str, job_id: str) -> None:
 
     store = open_store(url, upgrade=False)
     try:
-        machine = JobMachine.restore(store.load_machine(job_id))
+        machine = JobMachine.restore(load_machine(store, job_id))
         sequence = finish(store, job_id, machine, utcnow())
     finally:
         store.close()

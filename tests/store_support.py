@@ -23,7 +23,8 @@ from backends.base import EventKind, InstanceEvent
 from server.jobs import JobMachine, job_policy
 from server.protocol import parse_job
 from server.protocol.model import JobSpec
-from server.store import Job, Store
+from server.shapes.values import Job
+from server.store import Store
 from server.store.scratch import scratch_database
 from tests.jobs import as_yaml, v2
 from tests.worker_support import worker_name

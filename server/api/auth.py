@@ -13,7 +13,8 @@ import ipaddress
 from collections.abc import Mapping
 
 from server.api.errors import Unauthorized
-from server.store import Store, User
+from server.shapes.values import User
+from server.store import Store
 
 _NEED_TOKEN = (
     "this server needs a token: send the header `Authorization: Bearer <token>` "

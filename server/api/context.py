@@ -19,7 +19,8 @@ from server.api.loaders import Loaders
 from server.api.open_sockets import OpenSockets
 from server.api.timing import OperationTimings
 from server.events import EventBus
-from server.store import Job, Store, User
+from server.shapes.values import Job, User
+from server.store import Store
 
 if TYPE_CHECKING:
     from backends.base import Backend

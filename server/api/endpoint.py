@@ -56,7 +56,7 @@ from server.api.loopback import local_admin_refusal
 from server.api.open_sockets import REVOKED_CLOSE, REVOKED_REASON
 from server.api.request_body import BadRequest, check_request, check_variables, parse_json
 from server.app.webapp import page, wants_html
-from server.store import User
+from server.shapes.values import User
 
 log = logging.getLogger(__name__)
 USER_KEY = "paigraph.user"

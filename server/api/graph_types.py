@@ -16,7 +16,7 @@ from server.api.errors import ApiError
 from server.api.ids import global_id
 from server.api.resolver_field import resolver_field
 from server.protocol import Issue
-from server.store import User as StoredUser
+from server.shapes.values import User as StoredUser
 
 
 @strawberry.type(

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from enum import StrEnum
 
-from server.store import User
+from server.shapes.values import User
 
 JOB_VISIBILITY_ENV = "PAIGRAPH_JOB_VISIBILITY"
 

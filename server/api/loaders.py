@@ -15,50 +15,14 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from sqlalchemy import select
-from sqlmodel import col
 from strawberry.dataloader import DataLoader
 
 from server.protocol.model import JobSpec
-from server.store import Instance, Job, Store, StoredUsage, User
-from server.store.db import session_scope
-from server.store.tables import JobRow, MembershipRow, VirtualClusterRow
+from server.shapes.values import Instance, Job, StoredUsage, User
+from server.store import Store
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-
-
-def job_configs(store: Store, job_ids: Iterable[str]) -> dict[str, str]:
-    """The submitted configs (secrets masked) of many jobs in one query."""
-    wanted = set(job_ids)
-    if not wanted:
-        return {}
-    with session_scope(store.engine) as session:
-        rows = session.execute(
-            select(col(JobRow.id), col(JobRow.config)).where(col(JobRow.id).in_(wanted))
-        )
-        return {job_id: config for job_id, config in rows}
-
-
-def memberships(store: Store, user_ids: Iterable[int]) -> dict[int, list[str]]:
-    """The virtual clusters of many users in one query, sorted by name; every id is a key."""
-    wanted = set(user_ids)
-    result: dict[int, list[str]] = {user_id: [] for user_id in wanted}
-    if not wanted:
-        return result
-    with session_scope(store.engine) as session:
-        rows = session.execute(
-            select(col(MembershipRow.user_id), col(VirtualClusterRow.name))
-            .join(
-                VirtualClusterRow,
-                col(VirtualClusterRow.id) == col(MembershipRow.virtual_cluster_id),
-            )
-            .where(col(MembershipRow.user_id).in_(wanted))
-            .order_by(col(VirtualClusterRow.name))
-        )
-        for user_id, name in rows:
-            result[user_id].append(name)
-    return result
 
 
 UsageKey = tuple[str, int, datetime | None]  # job id, attempt, since
@@ -127,15 +91,13 @@ class Loaders:
         self.cache = cache
         self.job: DataLoader[str, Job | None] = _loader(store.jobs_by_ids, None, cache=cache)
         self.spec: DataLoader[str, JobSpec | None] = _loader(store.job_specs, None, cache=cache)
-        self.config: DataLoader[str, str | None] = _loader(
-            lambda ids: job_configs(store, ids), None, cache=cache
-        )
+        self.config: DataLoader[str, str | None] = _loader(store.job_configs, None, cache=cache)
         self.instances: DataLoader[str, list[Instance] | None] = _loader(
             store.instances_for_jobs, [], cache=cache
         )
         self.user: DataLoader[int, User | None] = _loader(store.users_by_ids, None, cache=cache)
         self.memberships: DataLoader[int, list[str] | None] = _loader(
-            lambda ids: memberships(store, ids), [], cache=cache
+            store.user_vcs_by_ids, [], cache=cache
         )
         self.usage: DataLoader[UsageKey, UsageByInstance | None] = _loader(
             lambda keys: usage_by_instance(store, keys), {}, cache=cache

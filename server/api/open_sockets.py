@@ -16,8 +16,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from server.shapes.accounts import token_hash
 from server.store import Store
-from server.store.users import token_hash
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.jobs import JobState
+from server.shapes.values import JobFilter
 from server.store import Store
-from server.store.values import JobFilter
 
 LIVE_JOBS = tuple(state for state in JobState if not state.is_final)
 LIVE_INSTANCES = (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)

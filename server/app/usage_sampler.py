@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from backends.base import BackendError, InstanceKey, utcnow
 from backends.usage import SamplesUsage, UsageSample
+from server.shapes.store_errors import StoreError
 from server.store import Store
 from server.store.availability import database_unavailable
-from server.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 

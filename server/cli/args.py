@@ -38,7 +38,8 @@ def parse_params(params: list[str]) -> dict[str, Any]:
 
 def open_store_or_exit(db: str | None) -> Store:
     """The store on `db`, migrated; exit 1 with the reason when the database is not usable."""
-    from server.store import StoreError, open_store
+    from server.shapes.store_errors import StoreError
+    from server.store import open_store
 
     try:
         return open_store(db)

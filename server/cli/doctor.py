@@ -20,7 +20,8 @@ from rich.markup import escape
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
-from server.store import DatabaseError, create_store_engine, current_revision, database_url
+from server.shapes.store_errors import DatabaseError
+from server.store import create_store_engine, current_revision, database_url
 from server.store.migrate import alembic_config
 from simulator.cluster import Cluster
 from simulator.containers import Engine, EngineError, plain_runtime

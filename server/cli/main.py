@@ -397,7 +397,7 @@ def users_add(
     """Add a user to the database directly; print the new token alone on standard output.
 
     Everyone may submit to the virtual cluster `default`; `--vc` grants others."""
-    from server.store import StoreError
+    from server.shapes.store_errors import StoreError
 
     store = open_store_or_exit(db)
     try:

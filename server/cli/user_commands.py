@@ -16,7 +16,8 @@ from rich.table import Table
 
 from server.cli.args import open_store_or_exit
 from server.cli.output import console
-from server.store import StoreError, User
+from server.shapes.store_errors import StoreError
+from server.shapes.values import User
 
 out = console()
 err = console(stderr=True)

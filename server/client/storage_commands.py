@@ -55,8 +55,8 @@ def storages_add(
 ) -> None:
     """Define a storage: a host directory or a Docker volume, and who may use it (admins
     always may)."""
-    from server.store import StoreError
-    from server.store.users import check_name
+    from server.shapes.accounts import check_name
+    from server.shapes.store_errors import StoreError
 
     if (path is None) == (volume is None):
         err.print("[red]error:[/red] give exactly one of --path and --volume")

@@ -11,12 +11,8 @@ announces it, and `service.py` runs the jobs of the API.
 from server.jobs.exit_codes import Behaviour, ExitInfo, ExitSpec, Reaction, classify, spec_for
 from server.jobs.machine import (
     Action,
-    AttemptRecord,
-    Completion,
     Finish,
-    InstanceView,
     JobMachine,
-    JobRecord,
     LaunchAttempt,
     MachineSnapshot,
     ReleaseAttempt,
@@ -35,6 +31,7 @@ from server.jobs.policy import (
     role_policy,
     role_policy_from_launch,
 )
+from server.shapes.job_record import AttemptRecord, Completion, InstanceView, JobRecord
 from server.shapes.job_states import IllegalTransition, JobState, Transition, check_transition
 
 __all__ = [

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from server.jobs import exit_codes
 from server.jobs.machine_events import _story
-from server.jobs.machine_values import Completion, InstanceView, JobRecord
 from server.jobs.policy import JobPolicy, Outcome
+from server.shapes.job_record import Completion, InstanceView, JobRecord
 from server.shapes.job_states import JobState
 
 

@@ -18,7 +18,7 @@ from typing import Protocol
 from server.jobs.machine import JobMachine, MachineSnapshot
 from server.jobs.service_machine import Note, ServiceMachine
 from server.shapes.job_states import JobState, Transition
-from server.store import Event, NewEvent
+from server.shapes.values import Event, NewEvent
 
 
 class Recorder(Protocol):

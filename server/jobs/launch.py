@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from backends.base import (
+    WORK_DIR,
     Fetch,
     Hooks,
     ImageAuth,
@@ -23,7 +24,6 @@ from backends.base import (
     StartDependency,
     StorageMount,
 )
-from backends.entrypoint import WORK_DIR
 from server.jobs.not_runnable import NotRunnable
 from server.jobs.policy import effective_completion
 from server.jobs.ssh_keys import job_key_pair

@@ -28,15 +28,10 @@ from typing import Self
 from backends.base import EventKind, InstanceEvent, utcnow
 from server.jobs import exit_codes
 from server.jobs.completion import completion_after
-from server.jobs.exit_codes import ExitInfo
 from server.jobs.machine_events import _classify, _other_run, _story, events_for_report
 from server.jobs.machine_values import (
     Action,
-    AttemptRecord,
-    Completion,
     Finish,
-    InstanceView,
-    JobRecord,
     LaunchAttempt,
     MachineSnapshot,
     ReleaseAttempt,
@@ -44,16 +39,14 @@ from server.jobs.machine_values import (
     StopAttempt,
 )
 from server.jobs.policy import JobPolicy, Outcome
+from server.shapes.exit_info import ExitInfo
+from server.shapes.job_record import AttemptRecord, Completion, InstanceView, JobRecord
 from server.shapes.job_states import JobState, Transition, check_transition
 
 __all__ = [
     "Action",
-    "AttemptRecord",
-    "Completion",
     "Finish",
-    "InstanceView",
     "JobMachine",
-    "JobRecord",
     "LaunchAttempt",
     "MachineSnapshot",
     "ReleaseAttempt",

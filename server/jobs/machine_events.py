@@ -11,8 +11,8 @@ from typing import Any
 
 from backends.base import EventKind, InstanceEvent, InstanceReport, InstanceStatus, utcnow
 from server.jobs import exit_codes
-from server.jobs.exit_codes import ExitInfo
-from server.jobs.machine_values import InstanceView
+from server.shapes.exit_info import ExitInfo
+from server.shapes.job_record import InstanceView
 
 
 def _other_run(view: InstanceView, event: InstanceEvent) -> str | None:

@@ -1,20 +1,21 @@
-"""The values a job machine works with: the actions it asks for and the record it keeps.
+"""The values a job machine works with: the actions it asks for and its snapshot.
 
 They live apart from `machine.py` so that the machine's module holds only its decisions, and
-so that code that stores, shows or carries out these values (the runner, the store, the API)
-reads them without the machine's logic. `server.jobs.machine` re-exports every name here.
+so that code that carries out or saves these values (the runner, the recorder) reads them
+without the machine's logic. The record it keeps (`JobRecord` and its parts) is a stored shape,
+in `server.shapes.job_record`. `server.jobs.machine` re-exports every name here.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from server.jobs.exit_codes import ExitInfo
 from server.jobs.policy import JobPolicy
-from server.shapes.job_states import JobState, Transition
+from server.shapes.exit_info import ExitInfo
+from server.shapes.job_record import JobRecord
+from server.shapes.job_states import JobState
 
 # --- actions ---------------------------------------------------------------------------------
 
@@ -66,95 +67,6 @@ Action = Annotated[
 
 
 # --- the record --------------------------------------------------------------------------------
-
-
-class InstanceView(BaseModel):
-    """One task instance of the current attempt, as a user sees it."""
-
-    role: str
-    index: int
-    attempt: int
-    # its current run: 1, then one more each time it is retried on its own; the backend is
-    # asked for that run by number and tells it on the run's events (InstanceEvent.run)
-    task_attempt: int = 1
-    task_retries: int = 0
-    task_accountable_retries: int = 0
-    state: JobState = JobState.WAITING
-    reason: str = "waiting to be placed"
-    exit_code: int | None = None  # what the container returned
-    exit: ExitInfo | None = None  # how it ended, classified
-    node: str | None = None
-    host_ip: str | None = None
-    ports: dict[str, list[int]] = Field(default_factory=dict)
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    retried_at: datetime | None = None  # when its latest run on its own was decided
-
-    @property
-    def name(self) -> str:
-        return f"{self.role}-{self.index}"
-
-    @property
-    def exit_reason(self) -> str | None:
-        return self.exit.reason if self.exit else None
-
-    @property
-    def ended(self) -> bool:
-        return self.state.is_final
-
-
-class Completion(BaseModel):
-    """How an attempt's outcome was decided, and which instance decided it."""
-
-    message: str
-    exit: ExitInfo
-    role: str | None = None  # the role and index whose end fired a rule; None otherwise
-    index: int | None = None
-    by_user: bool = False
-
-
-class AttemptRecord(BaseModel):
-    attempt: int
-    launched_at: datetime
-    completion: Completion | None = None  # set once the outcome is decided
-    stop_issued: bool = False
-    state: JobState | None = None  # SUCCEEDED / FAILED / STOPPED once every instance ended
-    finished_at: datetime | None = None
-
-
-class JobRecord(BaseModel):
-    """Everything the machine knows; each field maps to a stored column or row."""
-
-    job_id: str
-    state: JobState = JobState.WAITING
-    reason: str = "waiting: submitted"
-    attempt: int = 1
-    retries: int = 0  # every retry (OpenPAI's `retries`)
-    accountable_retries: int = 0  # those counted against the retry count
-    created_at: datetime
-    started_at: datetime | None = None  # when an instance first ran
-    completed_at: datetime | None = None
-    stop_reason: str | None = None  # set when a user asked to stop
-    exit: ExitInfo | None = None  # how the job ended (OpenPAI's appExitCode and spec)
-    instances: list[InstanceView] = Field(default_factory=list)  # the current attempt's
-    attempts: list[AttemptRecord] = Field(default_factory=list)
-    transitions: list[Transition] = Field(default_factory=list)  # job's and instances', in order
-
-    @property
-    def current(self) -> AttemptRecord | None:
-        return self.attempts[-1] if self.attempts else None
-
-    @property
-    def trigger(self) -> Completion | None:
-        """What decided the latest decided attempt (OpenPAI's appExitTrigger*)."""
-        for attempt in reversed(self.attempts):
-            if attempt.completion is not None:
-                return attempt.completion
-        return None
-
-    @property
-    def platform_retries(self) -> int:
-        return self.retries - self.accountable_retries
 
 
 class MachineSnapshot(BaseModel):

@@ -11,7 +11,7 @@ from typing import Protocol
 from backends.base import BackendHealth
 from server.jobs.machine import MachineSnapshot
 from server.shapes.job_states import Transition
-from server.store import NewEvent
+from server.shapes.values import NewEvent
 
 log = logging.getLogger(__name__)
 

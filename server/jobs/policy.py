@@ -20,8 +20,8 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from backends.base import RoleLaunch
-from server.jobs.exit_codes import Behaviour, ExitInfo
 from server.protocol.model import JobSpec, TaskRole
+from server.shapes.exit_info import Behaviour, ExitInfo
 
 DISABLED = -1
 DEFAULT_MAX_ATTEMPTS = 10  # the safety cap when the retry count itself sets no limit

@@ -29,7 +29,6 @@ from backends.base import (
 )
 from server.jobs.machine import (
     Action,
-    InstanceView,
     LaunchAttempt,
     MachineSnapshot,
     RetryInstance,
@@ -37,6 +36,7 @@ from server.jobs.machine import (
     events_for_report,
 )
 from server.jobs.service_machine import ServiceMachine
+from server.shapes.job_record import InstanceView
 from server.shapes.job_states import JobState
 
 UNKNOWN_TO_BACKEND = "the backend has no record of it after the server restarted"

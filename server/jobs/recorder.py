@@ -16,7 +16,8 @@ from server.events import BusClosedError, BusUnavailableError, EventBus, JobNoti
 from server.jobs.machine import MachineSnapshot
 from server.jobs.observer import JobObserver, NoObserver, tell
 from server.shapes.job_states import JobState, Transition
-from server.store import Event, NewEvent, Store
+from server.shapes.values import Event, NewEvent
+from server.store import Store
 from server.store.availability import database_unavailable
 from simulator.backoff import Backoff
 
@@ -24,6 +25,12 @@ log = logging.getLogger(__name__)
 
 SAVE_RETRY_FIRST = 0.2  # seconds before a write the database refused is made again; doubled
 SAVE_RETRY_MAX = 5.0  # ... up to this
+
+
+def load_machine(store: Store, job_id: str) -> MachineSnapshot:
+    """The job's machine as last saved (`JobMachine.restore` rebuilds it): the store keeps it
+    as JSON, since its policy is the engine's own value."""
+    return MachineSnapshot.model_validate_json(store.machine_json(job_id))
 
 
 class JobRecorder:

@@ -32,7 +32,6 @@ from server.jobs.machine import (
     Action,
     Finish,
     JobMachine,
-    JobRecord,
     LaunchAttempt,
     ReleaseAttempt,
     RetryInstance,
@@ -40,6 +39,7 @@ from server.jobs.machine import (
 )
 from server.jobs.policy import JobPolicy, job_policy
 from server.protocol.model import JobSpec
+from server.shapes.job_record import JobRecord
 
 log = logging.getLogger(__name__)
 

@@ -41,13 +41,14 @@ from server.jobs.journal import Journal
 from server.jobs.machine import JobMachine, MachineSnapshot
 from server.jobs.observer import JobObserver, tell
 from server.jobs.reconcile import Resumption, plan_resumption, stale_attempts
-from server.jobs.recorder import JobRecorder
+from server.jobs.recorder import JobRecorder, load_machine
 from server.jobs.runner import JobRunner, release_attempt
 from server.jobs.service_machine import BackendOutage, ServiceMachine, stuck_in_starting
 from server.jobs.submission import Submissions, SubmitOutcome
 from server.marketplace.references import ReferenceResolver
 from server.protocol import Issue, JobSpec
-from server.store import Job, Store, User
+from server.shapes.values import Job, User
+from server.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ class JobService:
         logged) and end it STOPPED in the store, so no job is ever left live and unstoppable."""
         async with self._taking_over:
             try:
-                snapshot = await asyncio.to_thread(self.store.load_machine, job.id)
+                snapshot = await asyncio.to_thread(load_machine, self.store, job.id)
             except Exception:
                 log.exception("job %s: its saved state cannot be read; not stopped", job.id)
                 return _stop_error(
@@ -378,7 +379,7 @@ class JobService:
         snapshots: dict[str, MachineSnapshot] = {}
         for job in jobs:
             try:
-                snapshots[job.id] = await asyncio.to_thread(self.store.load_machine, job.id)
+                snapshots[job.id] = await asyncio.to_thread(load_machine, self.store, job.id)
             except Exception:
                 log.exception("job %s: its saved state cannot be read; not resumed", job.id)
         current = {job_id: snapshot.record.attempt for job_id, snapshot in snapshots.items()}

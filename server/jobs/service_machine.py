@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from backends.base import EventKind, InstanceEvent, utcnow
-from server.jobs.machine import Action, InstanceView, JobMachine, JobRecord
+from server.jobs.machine import Action, JobMachine
 from server.jobs.policy import JobPolicy
+from server.shapes.job_record import InstanceView, JobRecord
 from server.shapes.job_states import JobState, Transition
 
 

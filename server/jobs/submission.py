@@ -28,7 +28,9 @@ from server.marketplace.references import ANONYMOUS, ReferenceResolver
 from server.marketplace.service import MarketplaceService
 from server.protocol import Issue, JobSpec, resolve_job
 from server.protocol.issues import WithIssues
-from server.store import Event, Job, JobExists, JobWarning, NameInUse, Store, User
+from server.shapes.store_errors import JobExists, NameInUse
+from server.shapes.values import Event, Job, JobWarning, User
+from server.store import Store
 
 _ID_TRIES = 5
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from backends.base import Fetch, Material
-from backends.runtime_env import DEFAULT_FS_URI
+from backends.base import DEFAULT_FS_URI, Fetch, Material
 from server.jobs.not_runnable import NotRunnable
 from server.protocol.model import JobSpec, PrerequisiteType
 

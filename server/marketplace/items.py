@@ -17,10 +17,10 @@ from server.protocol import Issue, Kind, parse_document
 from server.protocol.issues import Severity
 from server.protocol.model import Dialect, JobSpec, Prerequisite, PrerequisiteType
 from server.protocol.secrets import declare_secrets
+from server.shapes.accounts import check_name
 from server.shapes.item_kind import ItemKind
-from server.store.errors import InvalidValue
-from server.store.marketplace_values import ItemDetails, Visibility
-from server.store.users import check_name
+from server.shapes.marketplace_values import ItemDetails, Visibility
+from server.shapes.store_errors import InvalidValue
 
 API_TYPE = "MarketplaceItem"  # the type name in an item's global ID
 MAX_LABELS = 20

@@ -34,8 +34,7 @@ from server.protocol import Issue, parse_job
 from server.protocol.model import JobSpec
 from server.protocol.secrets import MASKED_SECRETS, declare_secrets, referenced_secrets
 from server.shapes.item_kind import ItemKind
-from server.store import Store, User
-from server.store.marketplace_values import (
+from server.shapes.marketplace_values import (
     KindMismatch,
     MarketplaceItem,
     NameTaken,
@@ -45,6 +44,8 @@ from server.store.marketplace_values import (
     VersionExists,
     Visibility,
 )
+from server.shapes.values import User
+from server.store import Store
 
 
 @dataclass(frozen=True)

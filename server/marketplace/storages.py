@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from backends.entrypoint import WORK_DIR
+from backends.base import WORK_DIR
 from server.marketplace.components import Code
 from server.marketplace.lookup import StorageAccess, StorageDefinition, StorageMode, Viewer
 from server.protocol.issues import Issue, Severity, join

@@ -15,9 +15,10 @@ from server.marketplace.lookup import (
     StorageMode,
     Viewer,
 )
-from server.store import Store, User
+from server.shapes.marketplace_values import EVERYONE_GROUP, MarketplaceItem, Reader
+from server.shapes.values import User
+from server.store import Store
 from server.store.marketplace import storage_allows
-from server.store.marketplace_values import EVERYONE_GROUP, MarketplaceItem, Reader
 
 
 def viewer_for(store: Store, user: User) -> Viewer:

@@ -14,10 +14,11 @@ from datetime import datetime
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from backends.base import BackendHealth
-from server.jobs.exit_codes import ExitInfo
-from server.jobs.machine import JobRecord, MachineSnapshot
+from server.jobs.machine import MachineSnapshot
+from server.shapes.exit_info import ExitInfo
+from server.shapes.job_record import JobRecord
 from server.shapes.job_states import JobState, Transition
-from server.store import NewEvent
+from server.shapes.values import NewEvent
 
 # Seconds: from well under a second (a warm Docker engine) to the minutes an image pull or a
 # busy cluster's queue takes.

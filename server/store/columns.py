@@ -9,6 +9,12 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 
+def utcnow() -> datetime:
+    """Now, as the aware UTC datetime every time column stores (the store's own clock, so it
+    need not import the backends' identical one)."""
+    return datetime.now(UTC)
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """A point in time, always given back as an aware UTC datetime.
 

@@ -28,7 +28,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
-from server.store.errors import DatabaseError
+from server.shapes.store_errors import DatabaseError
 
 ENV_VAR = "PAIGRAPH_DB"
 BUSY_TIMEOUT_MS = 5000

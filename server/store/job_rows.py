@@ -15,13 +15,8 @@ from sqlalchemy import Select, Text, cast, select
 from sqlmodel import col
 
 from server.shapes.job_states import JobState
+from server.shapes.values import Event, Instance, Job, JobWarning
 from server.store.tables import EventRow, InstanceRow, JobRow, UserRow
-from server.store.values import (
-    Event,
-    Instance,
-    Job,
-    JobWarning,
-)
 
 _JOB_COLUMNS = (
     col(JobRow.id),

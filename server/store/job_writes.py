@@ -7,22 +7,17 @@ kept apart from the store's queries so each write's transaction reads as the lis
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlmodel import col
 
-from server.jobs.machine import InstanceView, JobRecord, MachineSnapshot
+from server.shapes.job_record import InstanceView, JobRecord
 from server.shapes.job_states import Transition
-from server.store.errors import UnknownJob
+from server.shapes.store_errors import UnknownJob
+from server.shapes.values import INSTANCE_STATE, JOB_STATE, Event, NewEvent
 from server.store.tables import EventRow, InstanceRow, JobRow
-from server.store.values import (
-    INSTANCE_STATE,
-    JOB_STATE,
-    Event,
-    NewEvent,
-)
 
 _INSTANCE_FIELDS = (
     "task_attempt",
@@ -36,6 +31,18 @@ _INSTANCE_FIELDS = (
     "started_at",
     "finished_at",
 )
+
+
+class SavedMachine(Protocol):
+    """What the store reads of a job machine's snapshot (`server.jobs.machine.MachineSnapshot`):
+    its record, for the job's columns and instance rows, and the whole as JSON, kept as the
+    job's `machine` column for the job engine to read back (`JobStore.machine_json`). Named here
+    so the store need not import the engine, whose policy the snapshot carries."""
+
+    @property
+    def record(self) -> JobRecord: ...
+
+    def model_dump_json(self) -> str: ...
 
 
 # --- writing helpers -------------------------------------------------------------------------
@@ -52,7 +59,7 @@ def _lock(session: Session, job_id: str) -> int:
     return last
 
 
-def _job_values(record: JobRecord, snapshot: MachineSnapshot) -> dict[str, Any]:
+def _job_values(record: JobRecord, snapshot: SavedMachine) -> dict[str, Any]:
     return {
         "state": record.state.value,
         "state_reason": record.reason,

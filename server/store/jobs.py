@@ -16,12 +16,21 @@ from sqlalchemy import Engine, Select, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
-from backends.base import utcnow
-from server.jobs.machine import MachineSnapshot
 from server.protocol.model import JobSpec
 from server.shapes.job_states import JobState, Transition
+from server.shapes.store_errors import InvalidValue, JobExists, NameInUse, UnknownJob, UnknownUser
+from server.shapes.values import (
+    Event,
+    Instance,
+    Job,
+    JobCursor,
+    JobFilter,
+    JobPage,
+    JobWarning,
+    NewEvent,
+)
+from server.store.columns import utcnow
 from server.store.db import Repository
-from server.store.errors import InvalidValue, JobExists, NameInUse, UnknownJob, UnknownUser
 from server.store.job_rows import (
     _BRIEF_INSTANCE_COLUMNS,
     _EVENT_COLUMNS,
@@ -34,6 +43,7 @@ from server.store.job_rows import (
     _jobs_query,
 )
 from server.store.job_writes import (
+    SavedMachine,
     _append,
     _end_earlier_attempts,
     _job_values,
@@ -43,16 +53,6 @@ from server.store.job_writes import (
 )
 from server.store.spec_cache import SpecCache
 from server.store.tables import EventRow, InstanceRow, JobRow, UserRow
-from server.store.values import (
-    Event,
-    Instance,
-    Job,
-    JobCursor,
-    JobFilter,
-    JobPage,
-    JobWarning,
-    NewEvent,
-)
 
 MAX_PAGE = 100
 _FINAL = [s.value for s in JobState if s.is_final]
@@ -70,7 +70,7 @@ class JobStore(Repository):
     def create_job(
         self,
         spec: JobSpec,
-        snapshot: MachineSnapshot,
+        snapshot: SavedMachine,
         *,
         owner_id: int,
         virtual_cluster: str | None = None,
@@ -133,7 +133,7 @@ class JobStore(Repository):
     def save_machine(
         self,
         job_id: str,
-        snapshot: MachineSnapshot,
+        snapshot: SavedMachine,
         changes: Sequence[Transition | NewEvent] = (),
     ) -> list[Event]:
         """Write the machine's state, its current attempt's instances and the new events in one
@@ -277,18 +277,30 @@ class JobStore(Repository):
             )
             return [_job(row) for row in rows]
 
-    def load_machine(self, job_id: str) -> MachineSnapshot:
-        """The job machine's snapshot as last saved; `JobMachine.restore` rebuilds it."""
+    def machine_json(self, job_id: str) -> str:
+        """The job machine's snapshot as last saved, as JSON: the job engine reads it back
+        (`server.jobs.recorder.load_machine`) and `JobMachine.restore` rebuilds the machine."""
         with self._read() as session:
             text = session.scalar(select(col(JobRow.machine)).where(col(JobRow.id) == job_id))
         if text is None:
             raise UnknownJob(f"no job has id {job_id!r}")
-        return MachineSnapshot.model_validate_json(text)
+        return text
 
     def job_config(self, job_id: str) -> str | None:
         """The config as submitted, secrets masked."""
         with self._read() as session:
             return session.scalar(select(col(JobRow.config)).where(col(JobRow.id) == job_id))
+
+    def job_configs(self, job_ids: Iterable[str]) -> dict[str, str]:
+        """The submitted configs (secrets masked) of many jobs in one query (for a loader)."""
+        wanted = set(job_ids)
+        if not wanted:
+            return {}
+        with self._read() as session:
+            rows = session.execute(
+                select(col(JobRow.id), col(JobRow.config)).where(col(JobRow.id).in_(wanted))
+            )
+            return {job_id: config for job_id, config in rows}
 
     def job_specs(self, job_ids: Iterable[str]) -> dict[str, JobSpec]:
         """The resolved specs of many jobs in one query (for a loader)."""

@@ -17,10 +17,30 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 from sqlmodel import col
 
-from backends.base import utcnow
 from server.shapes.item_kind import ItemKind
+from server.shapes.marketplace_values import (
+    EVERYONE_GROUP,
+    ItemCursor,
+    ItemDetails,
+    ItemFilter,
+    ItemPage,
+    ItemSort,
+    ItemVersion,
+    KindMismatch,
+    LabelKind,
+    MarketplaceItem,
+    NameTaken,
+    NotItemOwner,
+    PublishResult,
+    Reader,
+    Storage,
+    StorageExists,
+    VersionExists,
+    Visibility,
+)
+from server.shapes.store_errors import InvalidValue
+from server.store.columns import utcnow
 from server.store.db import Repository
-from server.store.errors import InvalidValue
 from server.store.marketplace_queries import (
     _ITEM,
     _insert_labels,
@@ -42,26 +62,6 @@ from server.store.marketplace_tables import (
     MarketplaceVersionRow,
     StorageGrantRow,
     StorageRow,
-)
-from server.store.marketplace_values import (
-    EVERYONE_GROUP,
-    ItemCursor,
-    ItemDetails,
-    ItemFilter,
-    ItemPage,
-    ItemSort,
-    ItemVersion,
-    KindMismatch,
-    LabelKind,
-    MarketplaceItem,
-    NameTaken,
-    NotItemOwner,
-    PublishResult,
-    Reader,
-    Storage,
-    StorageExists,
-    VersionExists,
-    Visibility,
 )
 from server.store.tables import MembershipRow, UserRow, VirtualClusterRow
 

@@ -15,12 +15,7 @@ from sqlalchemy.orm import Session
 from sqlmodel import col
 
 from server.shapes.item_kind import ItemKind
-from server.store.marketplace_tables import (
-    MarketplaceItemRow,
-    MarketplaceLabelRow,
-    MarketplaceVersionRow,
-)
-from server.store.marketplace_values import (
+from server.shapes.marketplace_values import (
     ItemDetails,
     ItemFilter,
     ItemVersion,
@@ -29,6 +24,11 @@ from server.store.marketplace_values import (
     Reader,
     UnknownItem,
     Visibility,
+)
+from server.store.marketplace_tables import (
+    MarketplaceItemRow,
+    MarketplaceLabelRow,
+    MarketplaceVersionRow,
 )
 from server.store.tables import UserRow
 

@@ -17,7 +17,7 @@ class Store(UserStore, JobStore, MarketplaceStore, UsageStore):
     on one database, and what instances used (server.store.usage).
 
     Methods are synchronous and each runs its own transaction; call them from a worker thread
-    in async code. They return the frozen values of `server.store.values`.
+    in async code. They return the frozen values of `server.shapes.values`.
     """
 
     def close(self) -> None:

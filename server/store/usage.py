@@ -11,16 +11,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 from sqlmodel import col
 
-from backends.usage import UsageSample
+from server.shapes.values import StoredUsage
 from server.store.db import Repository
 from server.store.tables import JobRow, UsageRow
-from server.store.values import StoredUsage
 
 RAW_FOR = timedelta(hours=1)  # samples are kept as measured this long
 BUCKET_SECONDS = 60  # then as means over this many seconds
@@ -44,8 +43,43 @@ _COLUMNS = (
 _InstanceOf = tuple[str, int, str, int]
 
 
+class _InstanceKey(Protocol):
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def index(self) -> int: ...
+
+
+class MeasuredUse(Protocol):
+    """What the store reads of one usage sample: the fields of `backends.usage.UsageSample`,
+    named here so the store need not import the backends (which make the samples)."""
+
+    @property
+    def key(self) -> _InstanceKey: ...
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def cpu_cores(self) -> float: ...
+    @property
+    def memory_bytes(self) -> int: ...
+    @property
+    def memory_limit_bytes(self) -> int | None: ...
+    @property
+    def network_rx_bytes(self) -> int: ...
+    @property
+    def network_tx_bytes(self) -> int: ...
+    @property
+    def gpu_utilization(self) -> float | None: ...
+    @property
+    def gpu_memory_bytes(self) -> int | None: ...
+
+
 class UsageStore(Repository):
-    def add_usage(self, samples: Sequence[UsageSample], step: int) -> int:
+    def add_usage(self, samples: Sequence[MeasuredUse], step: int) -> int:
         """Store one round of samples in one transaction; samples of jobs that are no longer
         stored (deleted meanwhile) are dropped. Returns how many were stored."""
         if not samples:
@@ -119,7 +153,7 @@ class UsageStore(Repository):
             return len(found)
 
 
-def _row(sample: UsageSample, step: int) -> dict[str, Any]:
+def _row(sample: MeasuredUse, step: int) -> dict[str, Any]:
     key = sample.key
     return {
         "job_id": key.job_id,

@@ -7,8 +7,6 @@ index needs no constant-time comparison.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import secrets
 from collections.abc import Iterable
 from typing import Any
@@ -19,34 +17,21 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlmodel import col
 
-from backends.base import utcnow
+from server.shapes.accounts import check_name, token_hash
+from server.shapes.store_errors import InvalidValue, UnknownUser, UserExists
+from server.shapes.values import User
+from server.store.columns import utcnow
 from server.store.db import Repository
-from server.store.errors import InvalidValue, UnknownUser, UserExists
 from server.store.tables import MembershipRow, TokenRow, UserRow, VirtualClusterRow
-from server.store.values import User
 
 # The user a loopback-only server acts as while nobody has been added; never a real account.
 LOCAL_USER = "local"
 
 TOKEN_PREFIX = "pgt_"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def check_name(name: str, what: str = "user name") -> str:
-    if not _NAME.fullmatch(name):
-        raise InvalidValue(
-            f"{what} {name!r} is not allowed: use 1 to 64 letters, digits, '_', '.' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
 
 
 def _user(row: UserRow) -> User:
@@ -260,6 +245,27 @@ class UserStore(Repository):
                 .order_by(col(VirtualClusterRow.name))
             )
             return list(names)
+
+    def user_vcs_by_ids(self, user_ids: Iterable[int]) -> dict[int, list[str]]:
+        """The virtual clusters of many users in one query, sorted by name; every id is a key
+        (for a loader)."""
+        wanted = set(user_ids)
+        result: dict[int, list[str]] = {user_id: [] for user_id in wanted}
+        if not wanted:
+            return result
+        with self._read() as session:
+            rows = session.execute(
+                select(col(MembershipRow.user_id), col(VirtualClusterRow.name))
+                .join(
+                    VirtualClusterRow,
+                    col(VirtualClusterRow.id) == col(MembershipRow.virtual_cluster_id),
+                )
+                .where(col(MembershipRow.user_id).in_(wanted))
+                .order_by(col(VirtualClusterRow.name))
+            )
+            for user_id, name in rows:
+                result[user_id].append(name)
+        return result
 
 
 def _insert_missing(session: Session, table: Any, values: dict[str, Any], *keys: str) -> None:

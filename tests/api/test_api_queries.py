@@ -18,7 +18,8 @@ from server.api.schema import executor_setting
 from server.app.asgi import create_app
 from server.jobs import JobMachine, JobState, job_policy
 from server.protocol import parse_job
-from server.store import Job, Store, session_scope
+from server.shapes.values import Job
+from server.store import Store, session_scope
 from server.store.tables import JobRow
 from tests.api_support import data, gql, place_and_start, runtime, serving
 from tests.store_support import StatementLog, submit

@@ -22,7 +22,8 @@ from server.api.ids import global_id
 from server.api.jobs.types import event_cursor
 from server.app.asgi import create_app
 from server.events import JobNotice
-from server.store import NewEvent, Store
+from server.shapes.values import NewEvent
+from server.store import Store
 from tests.api.test_api_subscription_fanout import end_next_instance
 from tests.api_support import live_server, place_and_start, runtime, ws_connection
 from tests.store_support import submit

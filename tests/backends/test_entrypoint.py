@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from backends.base import (
+    WORK_DIR,
     Fetch,
     Hooks,
     LaunchRequest,
@@ -27,7 +28,6 @@ from backends.entrypoint import (
     RUN_DIR,
     RUNTIME_DIR,
     SETUP_FAILED,
-    WORK_DIR,
     entrypoint_script,
 )
 from backends.runtime_env import runtime_env, shell_env_file

@@ -20,7 +20,7 @@ from backends.base import (
 from backends.start_gate import DEPENDENCY_FAILED
 from server.jobs.exit_codes import START_DEPENDENCY_FAILED
 from server.shapes.job_states import JobState
-from server.store import Job
+from server.shapes.values import Job
 from tests.job_engine.test_job_service import (
     history,
     instances_of,

@@ -145,7 +145,7 @@ def test_each_instance_keeps_its_own_colour() -> None:
     from rich.console import Console
 
     from server.cli.run_output import OutputStreamer
-    from server.jobs.machine import InstanceView
+    from server.shapes.job_record import InstanceView
 
     class Machine:
         def __init__(self, attempt: int) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from server.shapes.store_errors import DatabaseError
 from server.store import (
-    DatabaseError,
     create_store_engine,
     current_revision,
     database_url,

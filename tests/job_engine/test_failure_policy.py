@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from server.jobs import JobState
-from server.store import Job
+from server.shapes.values import Job
 from tests.job_engine.test_job_service import (
     history,
     job_of,

@@ -18,7 +18,7 @@ from server.jobs.service_machine import (
     ServiceMachine,
 )
 from server.shapes.job_states import Transition
-from server.store import Event, NewEvent
+from server.shapes.values import Event, NewEvent
 from tests.job_engine.test_job_reconcile import T0, place
 from tests.service_support import ps_worker, spec_of
 

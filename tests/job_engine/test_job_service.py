@@ -22,7 +22,8 @@ from server.jobs import JobMachine, JobState, job_policy
 from server.jobs.service import JobService
 from server.marketplace.store_lookup import viewer_for
 from server.protocol import Issue
-from server.store import INSTANCE_STATE, JOB_STATE, Event, Instance, Job, Store, User, open_store
+from server.shapes.values import INSTANCE_STATE, JOB_STATE, Event, Instance, Job, User
+from server.store import Store, open_store
 from simulator.containers import OWNER
 from simulator.settings import VirtualClusterSpec
 from tests.service_support import job_config, ps_worker, spec_of

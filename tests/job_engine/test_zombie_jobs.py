@@ -18,7 +18,7 @@ from backends.docker import DockerBackend
 from backends.docker_attempts import attempt_id
 from server.jobs import JobState
 from server.jobs.service import JobService
-from server.store import Job
+from server.shapes.values import Job
 from tests.api.test_api_jobs import SUBMIT, served
 from tests.api_support import data
 from tests.job_engine.test_job_service import (

@@ -18,8 +18,7 @@ from server.marketplace.service import ItemFields, ItemOutcome, MarketplaceServi
 from server.marketplace.store_lookup import StoreItemLookup, StoreStorageAccess, viewer_for
 from server.protocol import parse_job
 from server.shapes.item_kind import ItemKind
-from server.store import InvalidValue, Store, User
-from server.store.marketplace_values import (
+from server.shapes.marketplace_values import (
     ItemCursor,
     ItemFilter,
     ItemSort,
@@ -27,6 +26,9 @@ from server.store.marketplace_values import (
     StorageExists,
     Visibility,
 )
+from server.shapes.store_errors import InvalidValue
+from server.shapes.values import User
+from server.store import Store
 from tests.marketplace_support import data_item, image_item, template
 from tests.store_support import submit
 

@@ -18,20 +18,19 @@ from sqlmodel import SQLModel
 
 from backends.base import EventKind, Placement, utcnow
 from server.jobs import JobMachine, JobState, job_policy
-from server.store import (
-    INSTANCE_STATE,
-    JOB_STATE,
+from server.jobs.recorder import load_machine
+from server.shapes.accounts import token_hash
+from server.shapes.store_errors import (
     InvalidValue,
-    Job,
-    JobCursor,
     JobExists,
-    JobFilter,
     NameInUse,
-    NewEvent,
-    Store,
     UnknownJob,
     UnknownUser,
     UserExists,
+)
+from server.shapes.values import INSTANCE_STATE, JOB_STATE, Job, JobCursor, JobFilter, NewEvent
+from server.store import (
+    Store,
     create_store_engine,
     current_revision,
     head_revision,
@@ -39,7 +38,6 @@ from server.store import (
     session_scope,
 )
 from server.store.tables import TokenRow
-from server.store.users import token_hash
 from tests.store_support import (
     StatementLog,
     feed,
@@ -272,7 +270,7 @@ def test_a_job_round_trips_its_machine_instances_and_events(store: Store) -> Non
     save()
 
     # A restarted server rebuilds the machine mid-run; it then behaves like the original.
-    restored = JobMachine.restore(store.load_machine(job.id))
+    restored = JobMachine.restore(load_machine(store, job.id))
     assert restored.record == machine.record
     assert restored.policy == machine.policy
     ended = T0 + timedelta(minutes=3)
@@ -283,7 +281,7 @@ def test_a_job_round_trips_its_machine_instances_and_events(store: Store) -> Non
     save()
 
     assert machine.state is JobState.SUCCEEDED
-    assert JobMachine.restore(store.load_machine(job.id)).record == machine.record
+    assert JobMachine.restore(load_machine(store, job.id)).record == machine.record
     stored = store.get_job(job.id)
     assert stored is not None
     assert (stored.state, stored.state_reason) == (machine.state, machine.reason)
@@ -377,7 +375,7 @@ def test_a_job_name_is_taken_while_its_owners_job_of_that_name_lives(store: Stor
     with pytest.raises(UnknownJob):
         store.save_machine("nope", elsewhere, [])
     with pytest.raises(UnknownJob):
-        store.load_machine("nope")
+        store.machine_json("nope")
 
 
 def test_secrets_never_reach_the_database(store: Store) -> None:

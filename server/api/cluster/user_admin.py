@@ -18,9 +18,9 @@ from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.jobs.types import User, UserError
 from server.api.mutation_field import mutation
-from server.store import StoreError, UnknownUser
-from server.store import User as StoredUser
-from server.store.users import check_name
+from server.shapes.accounts import check_name
+from server.shapes.store_errors import StoreError, UnknownUser
+from server.shapes.values import User as StoredUser
 
 _ADMINS_ONLY = "only an admin may manage users"
 

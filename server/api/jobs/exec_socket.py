@@ -30,7 +30,7 @@ from server.api.job_access import may_read
 from server.api.loopback import local_admin_refusal
 from server.api.open_sockets import REVOKED_CLOSE, REVOKED_REASON
 from server.app import exec_frames as frames
-from server.store import User
+from server.shapes.values import User
 
 log = logging.getLogger(__name__)
 MAX_SESSIONS_PER_USER = 16  # exec sessions one user has open at once, over all connections

@@ -21,7 +21,7 @@ from server.api.loaders import UsageByInstance
 from server.app.usage_sampler import LiveUsage
 from server.jobs.exit_codes import spec_for
 from server.protocol.model import TaskRole as SpecTaskRole
-from server.store import Instance, StoredUsage
+from server.shapes.values import Instance, StoredUsage
 
 MAX_STEP = 86_400
 SIMULATED_GPUS = "simulated: no utilization"

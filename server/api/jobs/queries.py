@@ -26,9 +26,9 @@ from server.api.jobs.types import (
 from server.api.limits import page_size
 from server.api.lookahead import fields_selected_at, selected_below
 from server.protocol.model import JobSpec
-from server.store import Instance, JobCursor
-from server.store import JobFilter as StoreJobFilter
-from server.store import JobPage as StoredJobPage
+from server.shapes.values import Instance, JobCursor
+from server.shapes.values import JobFilter as StoreJobFilter
+from server.shapes.values import JobPage as StoredJobPage
 
 # The TaskInstance fields a brief instance (`JobStore.current_instances`) answers as a full one.
 BRIEF_FIELDS = frozenset({"__typename", "taskRole", "index", "attempt", "state", "ports"})

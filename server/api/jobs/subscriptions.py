@@ -43,9 +43,10 @@ from server.api.jobs.types import (
 )
 from server.app.usage_sampler import LiveUsage
 from server.events import JobNotice
-from server.store import JOB_STATE, Event, Store
-from server.store import Job as StoredJob
-from server.store import JobFilter as StoreJobFilter
+from server.shapes.values import JOB_STATE, Event
+from server.shapes.values import Job as StoredJob
+from server.shapes.values import JobFilter as StoreJobFilter
+from server.store import Store
 
 READ_BATCH = 100
 # reads under way that later subscribers may join: (loop, store, job, cursor, notice) -> rows

@@ -54,8 +54,8 @@ from server.protocol import Issue, Severity
 from server.protocol.model import JobSpec
 from server.protocol.model import TaskRole as SpecTaskRole
 from server.shapes.job_states import JobState
-from server.store import Event, Instance
-from server.store import Job as StoredJob
+from server.shapes.values import Event, Instance
+from server.shapes.values import Job as StoredJob
 
 __all__ = [
     "InstanceCounts",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from server.store import StoredUsage
+from server.shapes.values import StoredUsage
 
 
 @dataclass(frozen=True, slots=True)

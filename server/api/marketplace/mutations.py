@@ -23,7 +23,7 @@ from server.marketplace.service import ItemFields, ItemOutcome, MarketplaceServi
 from server.protocol import Dialect, Issue
 from server.protocol.convert import convert_to_v2
 from server.protocol.model import DIALECT_TITLES
-from server.store.marketplace_values import Visibility
+from server.shapes.marketplace_values import Visibility
 
 
 @strawberry.enum(description="What publishing did.")

@@ -28,7 +28,7 @@ from server.api.marketplace.types import (
 )
 from server.marketplace.items import API_TYPE
 from server.shapes.item_kind import ItemKind
-from server.store.marketplace_values import ItemCursor, ItemFilter, ItemPage, ItemSort
+from server.shapes.marketplace_values import ItemCursor, ItemFilter, ItemPage, ItemSort
 
 _CURSOR_TAG = "mi"
 

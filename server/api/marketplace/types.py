@@ -24,15 +24,9 @@ from server.marketplace.items import IssuesFound, ItemDocument, api_id, item_key
 from server.marketplace.requirements import referenced
 from server.protocol.render import render_job
 from server.shapes.item_kind import ItemKind
+from server.shapes.marketplace_values import ItemFilter, ItemSort, ItemVersion, Reader, Visibility
+from server.shapes.marketplace_values import MarketplaceItem as StoredItem
 from server.store import Store
-from server.store.marketplace_values import (
-    ItemFilter,
-    ItemSort,
-    ItemVersion,
-    Reader,
-    Visibility,
-)
-from server.store.marketplace_values import MarketplaceItem as StoredItem
 
 strawberry.enum(ItemKind, name="ItemType", description="What a marketplace item is.")
 strawberry.enum(

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from server.shapes.item_kind import ItemKind
-from server.store.errors import StoreError
+from server.shapes.store_errors import StoreError
 
 # Every user belongs to this group, as every user may submit to the virtual cluster `default`.
 EVERYONE_GROUP = "default"
