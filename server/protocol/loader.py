@@ -95,6 +95,9 @@ class Loaded:
     data: Any
     format: str  # "yaml" or "json"
     text: str  # the document as decoded (byte order mark removed)
+    # No string in `data` (keys included) can hold a NUL: each was read from the text, which
+    # holds none, through no escape that makes one (see `_nul_free`). False when unsure.
+    nul_free: bool = False
 
 
 def load_document(
@@ -113,8 +116,21 @@ def load_document(
     if not stripped or all(line.lstrip().startswith("#") for line in stripped.splitlines() if line):
         raise LoadError("empty-document", "the document is empty: expected a job or a component")
     if stripped[0] in "{[":
-        return Loaded(_load_json(text), "json", text)
-    return Loaded(_load_yaml(text, variables), "yaml", text)
+        data, literal = _load_json(text)
+        return Loaded(data, "json", text, literal and _nul_free(text))
+    data, literal = _load_yaml(text, variables)
+    return Loaded(data, "yaml", text, literal and not variables and _nul_free(text))
+
+
+# The escapes that write a NUL: YAML's double-quoted \0, \x00, \u0000 and \U00000000, and
+# JSON's \u0000 (an escaped backslash before a zero only makes this look twice).
+_NUL_ESCAPE = re.compile(r"\\(?:0|x00|u0000|U00000000)")
+
+
+def _nul_free(text: str) -> bool:
+    """Whether data read from `text` as written (no binary, no variables) holds no NUL: the
+    text itself holds none (`_decode`), so only an escape can make one."""
+    return "\\" not in text or _NUL_ESCAPE.search(text) is None
 
 
 def _decode(raw: str | bytes, max_bytes: int) -> str:
@@ -144,7 +160,8 @@ def _decode(raw: str | bytes, max_bytes: int) -> str:
 # ---------------------------------------------------------------------------- JSON
 
 
-def _load_json(text: str) -> Any:
+def _load_json(text: str) -> tuple[Any, bool]:
+    """The data, and whether its strings are all written in the text (see `_load_yaml`)."""
     try:
         data = json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
@@ -166,17 +183,21 @@ def _load_json(text: str) -> Any:
     except ValueError:  # the only one json raises past syntax: an over-long integer
         raise _huge_number() from None
     _check_data_depth(data)
-    _check_encodable(json.dumps(data, ensure_ascii=False))  # "\ud800" escapes decode to surrogates
-    return data
+    if "\\u" in text:  # only a "\ud800" escape decodes to a surrogate: the text holds none
+        _check_encodable(json.dumps(data, ensure_ascii=False))
+    return data, True
 
 
 # ---------------------------------------------------------------------------- YAML
 
 
-def _load_yaml(text: str, variables: Mapping[str, Any] | None = None) -> Any:
+def _load_yaml(text: str, variables: Mapping[str, Any] | None = None) -> tuple[Any, bool]:
+    """The data, and whether every string in it (keys too) is a scalar of the text as written
+    or a placeholder's value: false when a constructor made one (binary data)."""
     masked = mask(text)
     try:
-        return masked.restore(_load_masked_yaml(masked.text), variables)
+        data, literal = _load_masked_yaml(masked.text)
+        return masked.restore(data, variables), literal
     except LoadError as exc:
         hint = _quote_hint(text, exc.line) if exc.issue.code == "yaml-syntax" else ""
         if not hint:
@@ -205,10 +226,13 @@ def _quote_hint(text: str, line: int | None) -> str:
     return f"; if `{value}` is one value, put it in quotes: {quoted}"
 
 
-def _load_masked_yaml(text: str) -> Any:
-    if _nesting_bound(text) > _SAFE_COMPOSE_DEPTH:
+def _load_masked_yaml(text: str) -> tuple[Any, bool]:
+    # Both bounds count characters of the text, so a text short enough cannot cross either:
+    # the common config skips splitting its lines (no line is longer than the text).
+    brackets = text.count("[") + text.count("{")
+    if len(text) + brackets > _SAFE_COMPOSE_DEPTH and _nesting_bound(text) > _SAFE_COMPOSE_DEPTH:
         _check_event_depth(text)
-    if _values_bound(text) > MAX_VALUES:
+    if len(text) >= MAX_VALUES and _values_bound(text) > MAX_VALUES:
         _check_value_count(text)
     loader = _Loader(text)
     try:
@@ -220,11 +244,11 @@ def _load_masked_yaml(text: str) -> Any:
         needs_plain, shared = _check_tree(node)
         if not needs_plain and not shared:
             try:
-                return _build(loader, node)
+                return _build(loader, node), True
             except _Unusual:
                 pass
         data = loader.construct_document(node)
-        return _plain(data) if needs_plain else data
+        return (_plain(data) if needs_plain else data), False
     except yaml.composer.ComposerError as exc:
         if "expected a single document" in str(exc):
             raise LoadError(
