@@ -9,6 +9,7 @@ stack trace. YAML goes through libyaml (PyYAML's C loader) for speed.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,6 +66,8 @@ _PLAIN_SCALAR_TAGS = frozenset(
 _MEMO_SIZE = 4096  # distinct scalars remembered (tags, values): job configs repeat a few hundred
 _MEMO_TEXT = 256  # longer texts are not remembered: they rarely come back, and could be large
 _resolved: dict[str, str] = {}
+_SCALAR_NODE = yaml.ScalarNode
+_SEQUENCE_NODE = yaml.SequenceNode
 _scalars: dict[tuple[str, str], Any] = {}
 
 
@@ -78,7 +81,7 @@ class _Loader(_BaseLoader):
     """
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is yaml.ScalarNode:
+        if kind is _SCALAR_NODE:
             if not implicit[0]:
                 return _STR_TAG
             tag = _resolved.get(value)
@@ -87,7 +90,13 @@ class _Loader(_BaseLoader):
                 if len(_resolved) < _MEMO_SIZE and len(value) <= _MEMO_TEXT:
                     _resolved[value] = tag
             return tag
-        return _SEQ_TAG if kind is yaml.SequenceNode else _MAP_TAG
+        return _SEQ_TAG if kind is _SEQUENCE_NODE else _MAP_TAG
+
+    # The composer calls these two around every node to follow path resolvers, which this
+    # loader has none of (PyYAML's own return at once, but each is a call of a Python method
+    # per node). C callables that take the same arguments and do nothing cost far less.
+    descend_resolver = operator.is_  # type: ignore[assignment]  # (parent, index): ignored
+    ascend_resolver = tuple  # type: ignore[assignment]  # (): ignored
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,12 +250,13 @@ def _load_masked_yaml(text: str) -> tuple[Any, bool]:
             raise LoadError(
                 "empty-document", "the document is empty: expected a job or a component"
             )
-        needs_plain, shared = _check_tree(node)
-        if not needs_plain and not shared:
-            try:
-                return _build(loader, node), True
-            except _Unusual:
-                pass
+        try:  # the common document: checked as it is built, in one walk
+            return _build(loader, node, 1, set()), True
+        except (_Unusual, ValueError):
+            pass
+        # Anything else is checked first, alone, so it gets the error it always got (the first
+        # found in `_check_tree`'s order, an over-long integer only after), then constructed.
+        needs_plain, _ = _check_tree(node)
         data = loader.construct_document(node)
         return (_plain(data) if needs_plain else data), False
     except yaml.composer.ComposerError as exc:
@@ -268,15 +278,18 @@ def _load_masked_yaml(text: str) -> tuple[Any, bool]:
 
 
 class _Unusual(Exception):
-    """A node `_build` leaves to PyYAML's constructor."""
+    """A document `_build` leaves to `_check_tree` and PyYAML's constructor."""
 
 
-def _build(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-    """The data of a checked tree of plain mappings (string keys), lists and scalars, as
-    PyYAML's constructor makes it, without its per-node dispatch and two-step collections;
-    _Unusual for anything else. Recursive: `_check_tree` has bounded the depth."""
+def _build(loader: yaml.SafeLoader, node: yaml.Node, depth: int, built: set[int]) -> Any:
+    """The data of a tree of plain mappings (string keys, each once), lists and scalars, as
+    PyYAML's constructor makes it, without its per-node dispatch and two-step collections.
+
+    _Unusual for anything else: another tag, a key given twice, a collection reached twice (an
+    alias: `built` holds the ids of the collections built so far), or nesting that comes near
+    the limit (recursive, so the depth is bounded here, before `_check_tree` has looked)."""
     cls = node.__class__
-    if cls is yaml.ScalarNode:
+    if cls is _SCALAR_NODE:
         tag = node.tag
         if tag == _STR_TAG:
             return node.value
@@ -291,17 +304,24 @@ def _build(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
         if len(_scalars) < _MEMO_SIZE and len(node.value) <= _MEMO_TEXT:
             _scalars[key] = value
         return value
+    if depth >= MAX_DEPTH or id(node) in built:
+        raise _Unusual
+    built.add(id(node))
+    depth += 1
     if cls is yaml.MappingNode:
         if node.tag != _MAP_TAG:
             raise _Unusual
         data: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            if key_node.__class__ is not yaml.ScalarNode or key_node.tag != _STR_TAG:
+        pairs = node.value
+        for key_node, value_node in pairs:
+            if key_node.__class__ is not _SCALAR_NODE or key_node.tag != _STR_TAG:
                 raise _Unusual  # a merge key, or one that is not a string
-            data[key_node.value] = _build(loader, value_node)
+            data[key_node.value] = _build(loader, value_node, depth, built)
+        if len(data) != len(pairs):
+            raise _Unusual  # a key given twice: `_check_tree` says where
         return data
-    if cls is yaml.SequenceNode and node.tag == _SEQ_TAG:
-        return [_build(loader, item) for item in node.value]
+    if cls is _SEQUENCE_NODE and node.tag == _SEQ_TAG:
+        return [_build(loader, item, depth, built) for item in node.value]
     raise _Unusual
 
 
