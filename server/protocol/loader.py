@@ -143,7 +143,16 @@ def _nul_free(text: str) -> bool:
 
 
 def _decode(raw: str | bytes, max_bytes: int) -> str:
-    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+    # Text decoded from UTF-8 bytes, and text that encodes as it is, are known to be valid:
+    # only other text is checked for lone surrogates (after the size and NUL checks, as ever).
+    valid = True
+    if isinstance(raw, bytes):
+        size = len(raw)
+    else:
+        try:
+            size = len(raw.encode("utf-8"))
+        except UnicodeEncodeError:
+            size, valid = len(raw.encode("utf-8", "surrogatepass")), False
     if size > max_bytes:
         raise LoadError(
             "too-large",
@@ -162,7 +171,8 @@ def _decode(raw: str | bytes, max_bytes: int) -> str:
             ) from None
     if "\x00" in raw:
         raise LoadError("binary", "the document is binary data, not YAML or JSON text")
-    _check_encodable(raw)
+    if not valid:
+        _check_encodable(raw)
     return raw
 
 
@@ -191,7 +201,10 @@ def _load_json(text: str) -> tuple[Any, bool]:
         ) from None
     except ValueError:  # the only one json raises past syntax: an over-long integer
         raise _huge_number() from None
-    _check_data_depth(data)
+    # Each value begins at a character of its own, and each level of nesting at a bracket:
+    # a text with few enough of both cannot cross either limit.
+    if len(text) > MAX_VALUES or text.count("[") + text.count("{") >= MAX_DEPTH:
+        _check_data_depth(data)
     if "\\u" in text:  # only a "\ud800" escape decodes to a surrogate: the text holds none
         _check_encodable(json.dumps(data, ensure_ascii=False))
     return data, True
