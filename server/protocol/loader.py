@@ -122,7 +122,10 @@ def load_document(
     (see placeholders.py)."""
     text = _decode(raw, max_bytes)
     stripped = text.lstrip()
-    if not stripped or all(line.lstrip().startswith("#") for line in stripped.splitlines() if line):
+    if not stripped or (
+        stripped[0] == "#"  # else its first line holds more than a comment
+        and all(line.lstrip().startswith("#") for line in stripped.splitlines() if line)
+    ):
         raise LoadError("empty-document", "the document is empty: expected a job or a component")
     if stripped[0] in "{[":
         data, literal = _load_json(text)
