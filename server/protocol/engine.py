@@ -87,7 +87,8 @@ def parse_document(
             )
         )
         return result
-    issues = Issues(nul_issues(doc) + nul_issues(parameters or {}, "parameters"))
+    found = [] if loaded.nul_free else nul_issues(doc)
+    issues = Issues(found + nul_issues(parameters, "parameters") if parameters else found)
     detected = detect(doc)
     if detected is None:
         issues.error(

@@ -9,6 +9,7 @@ stack trace. YAML goes through libyaml (PyYAML's C loader) for speed.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,6 +66,8 @@ _PLAIN_SCALAR_TAGS = frozenset(
 _MEMO_SIZE = 4096  # distinct scalars remembered (tags, values): job configs repeat a few hundred
 _MEMO_TEXT = 256  # longer texts are not remembered: they rarely come back, and could be large
 _resolved: dict[str, str] = {}
+_SCALAR_NODE = yaml.ScalarNode
+_SEQUENCE_NODE = yaml.SequenceNode
 _scalars: dict[tuple[str, str], Any] = {}
 
 
@@ -78,7 +81,7 @@ class _Loader(_BaseLoader):
     """
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is yaml.ScalarNode:
+        if kind is _SCALAR_NODE:
             if not implicit[0]:
                 return _STR_TAG
             tag = _resolved.get(value)
@@ -87,7 +90,13 @@ class _Loader(_BaseLoader):
                 if len(_resolved) < _MEMO_SIZE and len(value) <= _MEMO_TEXT:
                     _resolved[value] = tag
             return tag
-        return _SEQ_TAG if kind is yaml.SequenceNode else _MAP_TAG
+        return _SEQ_TAG if kind is _SEQUENCE_NODE else _MAP_TAG
+
+    # The composer calls these two around every node to follow path resolvers, which this
+    # loader has none of (PyYAML's own return at once, but each is a call of a Python method
+    # per node). C callables that take the same arguments and do nothing cost far less.
+    descend_resolver = operator.is_  # type: ignore[assignment]  # (parent, index): ignored
+    ascend_resolver = tuple  # type: ignore[assignment]  # (): ignored
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +104,9 @@ class Loaded:
     data: Any
     format: str  # "yaml" or "json"
     text: str  # the document as decoded (byte order mark removed)
+    # No string in `data` (keys included) can hold a NUL: each was read from the text, which
+    # holds none, through no escape that makes one (see `_nul_free`). False when unsure.
+    nul_free: bool = False
 
 
 def load_document(
@@ -110,15 +122,40 @@ def load_document(
     (see placeholders.py)."""
     text = _decode(raw, max_bytes)
     stripped = text.lstrip()
-    if not stripped or all(line.lstrip().startswith("#") for line in stripped.splitlines() if line):
+    if not stripped or (
+        stripped[0] == "#"  # else its first line holds more than a comment
+        and all(line.lstrip().startswith("#") for line in stripped.splitlines() if line)
+    ):
         raise LoadError("empty-document", "the document is empty: expected a job or a component")
     if stripped[0] in "{[":
-        return Loaded(_load_json(text), "json", text)
-    return Loaded(_load_yaml(text, variables), "yaml", text)
+        data, literal = _load_json(text)
+        return Loaded(data, "json", text, literal and _nul_free(text))
+    data, literal = _load_yaml(text, variables)
+    return Loaded(data, "yaml", text, literal and not variables and _nul_free(text))
+
+
+# The escapes that write a NUL: YAML's double-quoted \0, \x00, \u0000 and \U00000000, and
+# JSON's \u0000 (an escaped backslash before a zero only makes this look twice).
+_NUL_ESCAPE = re.compile(r"\\(?:0|x00|u0000|U00000000)")
+
+
+def _nul_free(text: str) -> bool:
+    """Whether data read from `text` as written (no binary, no variables) holds no NUL: the
+    text itself holds none (`_decode`), so only an escape can make one."""
+    return "\\" not in text or _NUL_ESCAPE.search(text) is None
 
 
 def _decode(raw: str | bytes, max_bytes: int) -> str:
-    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+    # Text decoded from UTF-8 bytes, and text that encodes as it is, are known to be valid:
+    # only other text is checked for lone surrogates (after the size and NUL checks, as ever).
+    valid = True
+    if isinstance(raw, bytes):
+        size = len(raw)
+    else:
+        try:
+            size = len(raw.encode("utf-8"))
+        except UnicodeEncodeError:
+            size, valid = len(raw.encode("utf-8", "surrogatepass")), False
     if size > max_bytes:
         raise LoadError(
             "too-large",
@@ -137,14 +174,16 @@ def _decode(raw: str | bytes, max_bytes: int) -> str:
             ) from None
     if "\x00" in raw:
         raise LoadError("binary", "the document is binary data, not YAML or JSON text")
-    _check_encodable(raw)
+    if not valid:
+        _check_encodable(raw)
     return raw
 
 
 # ---------------------------------------------------------------------------- JSON
 
 
-def _load_json(text: str) -> Any:
+def _load_json(text: str) -> tuple[Any, bool]:
+    """The data, and whether its strings are all written in the text (see `_load_yaml`)."""
     try:
         data = json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
@@ -165,18 +204,25 @@ def _load_json(text: str) -> Any:
         ) from None
     except ValueError:  # the only one json raises past syntax: an over-long integer
         raise _huge_number() from None
-    _check_data_depth(data)
-    _check_encodable(json.dumps(data, ensure_ascii=False))  # "\ud800" escapes decode to surrogates
-    return data
+    # Each value begins at a character of its own, and each level of nesting at a bracket:
+    # a text with few enough of both cannot cross either limit.
+    if len(text) > MAX_VALUES or text.count("[") + text.count("{") >= MAX_DEPTH:
+        _check_data_depth(data)
+    if "\\u" in text:  # only a "\ud800" escape decodes to a surrogate: the text holds none
+        _check_encodable(json.dumps(data, ensure_ascii=False))
+    return data, True
 
 
 # ---------------------------------------------------------------------------- YAML
 
 
-def _load_yaml(text: str, variables: Mapping[str, Any] | None = None) -> Any:
+def _load_yaml(text: str, variables: Mapping[str, Any] | None = None) -> tuple[Any, bool]:
+    """The data, and whether every string in it (keys too) is a scalar of the text as written
+    or a placeholder's value: false when a constructor made one (binary data)."""
     masked = mask(text)
     try:
-        return masked.restore(_load_masked_yaml(masked.text), variables)
+        data, literal = _load_masked_yaml(masked.text)
+        return masked.restore(data, variables), literal
     except LoadError as exc:
         hint = _quote_hint(text, exc.line) if exc.issue.code == "yaml-syntax" else ""
         if not hint:
@@ -205,10 +251,13 @@ def _quote_hint(text: str, line: int | None) -> str:
     return f"; if `{value}` is one value, put it in quotes: {quoted}"
 
 
-def _load_masked_yaml(text: str) -> Any:
-    if _nesting_bound(text) > _SAFE_COMPOSE_DEPTH:
+def _load_masked_yaml(text: str) -> tuple[Any, bool]:
+    # Both bounds count characters of the text, so a text short enough cannot cross either:
+    # the common config skips splitting its lines (no line is longer than the text).
+    brackets = text.count("[") + text.count("{")
+    if len(text) + brackets > _SAFE_COMPOSE_DEPTH and _nesting_bound(text) > _SAFE_COMPOSE_DEPTH:
         _check_event_depth(text)
-    if _values_bound(text) > MAX_VALUES:
+    if len(text) >= MAX_VALUES and _values_bound(text) > MAX_VALUES:
         _check_value_count(text)
     loader = _Loader(text)
     try:
@@ -217,14 +266,15 @@ def _load_masked_yaml(text: str) -> Any:
             raise LoadError(
                 "empty-document", "the document is empty: expected a job or a component"
             )
-        needs_plain, shared = _check_tree(node)
-        if not needs_plain and not shared:
-            try:
-                return _build(loader, node)
-            except _Unusual:
-                pass
+        try:  # the common document: checked as it is built, in one walk
+            return _build(loader, node, 1, set()), True
+        except (_Unusual, ValueError):
+            pass
+        # Anything else is checked first, alone, so it gets the error it always got (the first
+        # found in `_check_tree`'s order, an over-long integer only after), then constructed.
+        needs_plain, _ = _check_tree(node)
         data = loader.construct_document(node)
-        return _plain(data) if needs_plain else data
+        return (_plain(data) if needs_plain else data), False
     except yaml.composer.ComposerError as exc:
         if "expected a single document" in str(exc):
             raise LoadError(
@@ -244,15 +294,18 @@ def _load_masked_yaml(text: str) -> Any:
 
 
 class _Unusual(Exception):
-    """A node `_build` leaves to PyYAML's constructor."""
+    """A document `_build` leaves to `_check_tree` and PyYAML's constructor."""
 
 
-def _build(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-    """The data of a checked tree of plain mappings (string keys), lists and scalars, as
-    PyYAML's constructor makes it, without its per-node dispatch and two-step collections;
-    _Unusual for anything else. Recursive: `_check_tree` has bounded the depth."""
+def _build(loader: yaml.SafeLoader, node: yaml.Node, depth: int, built: set[int]) -> Any:
+    """The data of a tree of plain mappings (string keys, each once), lists and scalars, as
+    PyYAML's constructor makes it, without its per-node dispatch and two-step collections.
+
+    _Unusual for anything else: another tag, a key given twice, a collection reached twice (an
+    alias: `built` holds the ids of the collections built so far), or nesting that comes near
+    the limit (recursive, so the depth is bounded here, before `_check_tree` has looked)."""
     cls = node.__class__
-    if cls is yaml.ScalarNode:
+    if cls is _SCALAR_NODE:
         tag = node.tag
         if tag == _STR_TAG:
             return node.value
@@ -267,17 +320,24 @@ def _build(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
         if len(_scalars) < _MEMO_SIZE and len(node.value) <= _MEMO_TEXT:
             _scalars[key] = value
         return value
+    if depth >= MAX_DEPTH or id(node) in built:
+        raise _Unusual
+    built.add(id(node))
+    depth += 1
     if cls is yaml.MappingNode:
         if node.tag != _MAP_TAG:
             raise _Unusual
         data: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            if key_node.__class__ is not yaml.ScalarNode or key_node.tag != _STR_TAG:
+        pairs = node.value
+        for key_node, value_node in pairs:
+            if key_node.__class__ is not _SCALAR_NODE or key_node.tag != _STR_TAG:
                 raise _Unusual  # a merge key, or one that is not a string
-            data[key_node.value] = _build(loader, value_node)
+            data[key_node.value] = _build(loader, value_node, depth, built)
+        if len(data) != len(pairs):
+            raise _Unusual  # a key given twice: `_check_tree` says where
         return data
-    if cls is yaml.SequenceNode and node.tag == _SEQ_TAG:
-        return [_build(loader, item) for item in node.value]
+    if cls is _SEQUENCE_NODE and node.tag == _SEQ_TAG:
+        return [_build(loader, item, depth, built) for item in node.value]
     raise _Unusual
 
 

@@ -62,7 +62,8 @@ def check_deployment_roles(
     deployments: list[Deployment], role_names: set[str], issues: Issues
 ) -> None:
     for d_index, deployment in enumerate(deployments):
-        for role_name in {*deployment.pre_commands, *deployment.post_commands}:
+        # in the order written (a set's order changes from one process to the next)
+        for role_name in dict.fromkeys([*deployment.pre_commands, *deployment.post_commands]):
             if role_name not in role_names:
                 issues.error(
                     f"deployments[{d_index}].taskRoles.{role_name}",
