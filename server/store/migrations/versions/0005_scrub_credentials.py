@@ -1,7 +1,6 @@
 """Credentials stored by earlier versions are taken out of every stored text (docs/security.md).
 
-Literal registry credentials in stored configs, specs and item versions become references to
-secrets and are masked in events and reasons; copies outside the database still need rotating.
+Literal registry credentials become references to secrets, and are masked in events and reasons.
 
 Revision ID: 0005
 Revises: 0004
