@@ -362,18 +362,10 @@ class Backend(Protocol):
     async def relaunch(self, key: InstanceKey, run: int | None = None) -> None:
         """Start one ended instance of a live attempt again (task retry, gang allocation off).
 
-        Its peers keep running and keep the environment they started with, so the instance
-        comes back with the same role, index and environment, at the same address, and with
-        the same ports when they are still free (else new ones). PLACED / STARTED / EXITED ...
-        follow for it as for any instance, WAITING (with its role and index) while it does not
-        fit, and its log goes on in the same file.
-
-        `run` is the number of the new run (the job's task attempt for the instance; None: the
-        one after the current). Every event of the new run carries it, the backend keeps it
-        with the run (on its container or pod) so a restarted server reads it back, and asking
-        for a run that was started already does nothing: a relaunch repeated after a restart
-        starts nothing twice. UnknownInstance when there is no such instance; BackendError when
-        it has not ended yet or its attempt is being stopped.
+        Its peers keep running, so it comes back with the same role, index, environment and
+        address; every event of the new run carries `run` (None: the one after the current),
+        and a run already started is not started twice, even after a restart. UnknownInstance
+        when there is no such instance; BackendError when it has not ended or is being stopped.
         """
 
     async def reconcile(self) -> list[InstanceReport]:

@@ -1,13 +1,8 @@
-"""A container's counters read straight from the kernel: its cgroup's files and its init
-process's network devices, with no call to the Docker engine.
+"""A container's counters read straight from the kernel, with no call to the Docker engine.
 
-This works only when this process sees the host's /sys/fs/cgroup and process table (the
-server runs on the Docker host itself, not in its own container nor against a remote
-DOCKER_HOST); `CgroupReader.find` says whether it does for a given container by checking
-that the process's cgroup names the container. Both cgroup v2 (cpu.stat, memory.current,
-memory.max) and v1 (cpuacct.usage, memory.usage_in_bytes, memory.limit_in_bytes) are read.
-Memory is counted as `docker stats` counts it: what the cgroup charges less its inactive file
-cache, which the kernel reclaims before it would kill anything.
+Reading its cgroup files (v1 or v2) and its init process's network devices is far cheaper than
+the engine's stats API, but works only where this process sees the host's /sys/fs/cgroup and
+process table, which `CgroupReader.find` checks per container (docs/metrics.md).
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """The Backend on the local cluster simulator: one Docker container per task instance.
 
-Placement, ports and prerequisites come from `simulator/`; the backend turns a LaunchRequest
-into containers on a network of the attempt, watches Docker's event stream, and reports facts
-as InstanceEvents. Everything an attempt needs to be found again after a restart lives under
-the state directory (`attempts/<owner>/<job>/<attempt>/`, laid out in docker_records).
-Containers and networks are removed as soon as they are no longer needed; logs and exit
-records stay until the attempt is forgotten.
-
-`DockerBackend` is made of one class per part, each in its own module:
-
-- docker_core: the backend's state and the steps every part takes (ending an instance once,
-  removing a container, background work);
-- docker_placing: asking simulator/scheduler.py what to place, and carrying out its decisions;
-- docker_gang: starting a placed gang (images, prerequisites and mounts, network, containers,
-  ports lost to another program);
-- docker_start_order: letting started containers run their commands, in start order;
-- docker_relaunch: starting one ended instance again on its own;
-- docker_adopt: taking back containers after a restart, catching up after an engine outage;
-- docker_access: logs, exec and usage of running instances;
-- this module: launching, stopping and forgetting attempts, and Docker's events.
+It turns a LaunchRequest into containers on a network of the attempt, placed by `simulator/`,
+and Docker's events into InstanceEvents. This module launches, stops and forgets attempts; the
+other parts (`docker_*`) and the state directory's layout: docs/architecture.md.
 """
 
 from __future__ import annotations

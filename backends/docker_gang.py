@@ -1,13 +1,8 @@
-"""Starting a placed gang: its images, prerequisites and mounts, its network, each instance's
-runtime files and container.
+"""Starting a placed gang: its images, prerequisites and mounts, network, runtime files, containers.
 
-Docker publishes a container's ports only when it starts it, and another program (another
-paigraph with its own port table, a test run beside this one) may take a port after the
-allocator found it free. The gang's containers therefore wait at a gate (docker_specs.GATE)
-until every one of them has started: when a port was lost, the whole gang is started again
-with fresh ports for the instances that lost one, so every peer's environment names the ports
-each really has and no command ran twice. The alternative, starting only the one container
-again, would leave its peers with an environment naming a port it does not have.
+The containers wait at a gate until every one has started, so a port another program took
+meanwhile restarts the whole gang on fresh ports before any command ran (why:
+docs/architecture.md, The Docker backend's state directory and entrypoint).
 """
 
 from __future__ import annotations

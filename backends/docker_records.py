@@ -1,25 +1,8 @@
 """The simulator's state directory: where an attempt's records and files live, and their formats.
 
-Everything an attempt needs to be found again after a restart is here, one folder per attempt
-(`<job>/<attempt>/`) holding its launch request (`launch.json`, secrets left out) and the
-addresses of its network (`network.json`), and one folder per instance (`<role>-<index>/`):
-
-    <role>-<index>/exit.json       the event it ended with (the server's own, never mounted)
-    <role>-<index>/relaunch.json   its run number after a relaunch (the server's own)
-    <role>-<index>/log-dropped.json  which middle part of a long log was dropped (the same)
-    <role>-<index>/pai/            mounted READ-ONLY at /usr/local/pai: the runtime environment
-                                   and the entrypoint, written by the server
-    <role>-<index>/pai/go          written once every container of the gang started: the
-                                   commands wait for it (docker_specs.GATE)
-    <role>-<index>/pai/run/        mounted read-write at /usr/local/pai/run: the only place the
-                                   container writes, holding its log and its commands' file
-
-Nothing the server reads or writes lies in a folder the container can write, except the log,
-which is read through `log_files` (no symlink followed, regular files only, bounded reads) and
-never written but for the retry marker, appended the same way, and its dropped middle. Logs
-and exit records stay until the folder is removed; the launch request goes when the attempt is
-forgotten. A record that is missing, unreadable or not what it should be is logged and read as
-absent: a restart never stops on it.
+Everything needed to find an attempt again after a restart is here, and nothing the server reads
+lies where the container can write but its log; a record that is missing or damaged reads as
+absent. The layout: docs/architecture.md, The Docker backend's state directory and entrypoint.
 """
 
 from __future__ import annotations

@@ -176,13 +176,9 @@ def container_spec(
 ) -> ContainerSpec:
     """The container of one run of an instance; `mounts` holds the materials by (role, name).
 
-    `runtime_dir` (environment, entrypoint) is mounted read-only and `writable_dir` (inside it)
-    read-write: the container can write nothing the server reads but its log. Its GPUs are
-    named in NVIDIA_VISIBLE_DEVICES; real ones are also Docker device requests, simulated
-    ones nothing more (`Engine.run` keeps the NVIDIA runtime from attaching them). A material
-    may have more than one mount (a node path is also mounted where the job names it): every
-    mount keyed by the role's name is the role's. `extra_mounts` (the user's simulated file
-    systems) come last.
+    The runtime folder is mounted read-only and only `writable_dir` inside it read-write, so the
+    container can write nothing the server reads but its log. Simulated GPUs are only named in
+    NVIDIA_VISIBLE_DEVICES; real ones are device requests too.
     """
     role = request.role(key.role)
     memory = host.memory_limit(request, role)

@@ -1,15 +1,8 @@
 """What the simulator's containers use, measured the cheaper way the host allows.
 
-Two ways (see docs/configuration.md, PAIGRAPH_DOCKER_USAGE, and bench/sampling.py):
-
-- `cgroup`: the containers' cgroup files and their init process's /proc/<pid>/net/dev, read
-  every round; no call to the engine but one inspect per container when it is first seen.
-  Possible only where this process sees the host's /sys/fs/cgroup and process table.
-- `stream`: Docker's streaming stats API, one stream per container, all read on one thread.
-
-`auto` (the default) reads the cgroup files of every container where it can and streams the
-others, so a server in its own container or against a remote engine still measures. GPU
-figures come from nvidia-smi, for containers given real GPUs only.
+`cgroup` reads the kernel's files, `stream` Docker's streaming stats API, and `auto` (the
+default) the files where it can and the API for the rest, so a server in its own container still
+measures (docs/metrics.md, PAIGRAPH_DOCKER_USAGE; bench/sampling.py).
 """
 
 from __future__ import annotations

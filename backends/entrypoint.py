@@ -1,18 +1,8 @@
 """The POSIX shell script every task container runs, built from a RoleLaunch.
 
-One script per role does what OpenPAI splits over its runtime: read the runtime environment,
-check that the prerequisites are in place, run the start hooks, the user's commands, then the
-success or the failure hooks, and exit with the user commands' code. It needs nothing but a
-POSIX `sh` (busybox is enough): the user's image is all there is in the container.
-
-RUNTIME_DIR holds what the backend wrote for the instance (environment, this script) and is
-read-only where the backend can make it so; RUN_DIR inside it is the one place the script writes
-(the log, the commands' file). On the simulator both are host folders, so the log outlives the
-container, and the server reads nothing else the container could have written.
-
-The container runs with an init process that makes this script the leader of
-its own process group; a stop signal is passed on to that whole group, so it reaches whatever
-the user's commands started, and the script exits with 128 + the signal's number.
+One script per role does what OpenPAI splits over its runtime (environment, prerequisite checks,
+hooks, the user's commands) with nothing but `sh`, since the user's image is all there is in the
+container. Its steps and exit codes: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -49,17 +39,8 @@ def entrypoint_script(
     """The entrypoint of an instance of `role`.
 
     `runtime_dir` and `work_dir` default to the paths inside the container; other values let the
-    same script run anywhere (the tests run it on the host). The env file, the log file and the
-    user commands' file are the fixed names above inside `runtime_dir`. With `ssh` (the job
-    asks for the ssh plugin) an sshd is started first where the image has one, from SSH_DIR.
-    `notes` are printed (marked as the script's own lines) right after it says it starts:
-    what is simulated for this instance, e.g. its GPUs.
-
-    Exit code: that of the user's commands; that of the first failing start or success hook;
-    SETUP_FAILED when the environment file, the work directory or a prerequisite is missing;
-    128 + N when the instance was stopped by signal N. Each hook runs in its own `sh -e`; the
-    failure hooks run (all of them, their own failures only logged) when a start hook, the user
-    commands or a success hook fail, not when setup fails or the instance is stopped.
+    same script run on the host (the tests do). `ssh` starts an sshd first where the image has
+    one; `notes` are printed right after the start line (what is simulated, e.g. the GPUs).
     """
     prologue = _prologue(role, runtime_dir, work_dir, notes)
     if ssh:

@@ -1,14 +1,8 @@
 """The `hdfs` (and `hadoop`) command a job finds on its PATH when its image has none.
 
-Real OpenPAI jobs copy their data and models with `hdfs dfs -put / -get / -cp / -ls ...`. On
-the simulator the job's user's simulated file systems (simulator.dfs) are mounted at DFS_DIR,
-one folder per host:port, and this POSIX sh script (busybox is enough) does what those commands
-do, on those folders. It is put last on the PATH, so an image with its own `hdfs` keeps it.
-
-Paths: `hdfs://host:port/p` is `<DFS_DIR>/<host:port>/p`; `hdfs:///p` and `/p` are on the
-default file system; a relative path is under `/user/<user>`, as HDFS has it. Globs (`*`, `?`,
-`[...]`) in a file system path are expanded by the script, since HDFS expands them itself.
-Writes past the tree's bound (`dfs_max_mb`) are refused, counted with `du`.
+OpenPAI jobs copy data with `hdfs dfs -put/-get/-ls ...`, so this POSIX sh script does the same
+on the user's simulated file systems mounted at DFS_DIR; it comes last on the PATH, so an image's
+own `hdfs` wins. Paths and limits: docs/cli.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Files the server reads or writes beside what a job can write: never through a symlink.
 
-A container can write its own output directory, and could plant a symlink, a FIFO or a
-directory where the server expects its log. Every file the server opens in an instance's
-folders is therefore opened with O_NOFOLLOW and O_NONBLOCK and checked to be a regular file
-before a byte moves, and every file it writes is written to a fresh temporary file and renamed
-into place (a rename replaces a symlink, it never writes through one). Anything unexpected is
-an UnsafeFile, which callers turn into a reason instead of a crash.
+A container could plant a symlink, FIFO or directory where the server expects its log, so reads
+open with O_NOFOLLOW | O_NONBLOCK and check for a regular file, and writes rename a fresh file
+into place; anything unexpected is an UnsafeFile, which callers turn into a reason.
 """
 
 from __future__ import annotations

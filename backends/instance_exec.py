@@ -1,11 +1,8 @@
-"""Running a command inside a running task instance: what a backend offers `paigraph exec` and
-`paigraph shell`.
+"""Running a command inside a running task instance, for `paigraph exec` and `paigraph shell`.
 
-A backend that can do it (`ExecsInstances`) opens an `ExecSession` on an instance: the
-command's output arrives as (stream, bytes) chunks, stdin is written and closed, a terminal is
-resized, and the exit code comes at the end. Sessions are blocking objects used from worker
-threads: the Docker SDK and the Kubernetes client are blocking, and a session has only one
-reader and one writer at a time.
+An `ExecSession` carries output chunks, stdin, terminal size and the exit code. Sessions are
+blocking objects used from worker threads, because the Docker SDK and the Kubernetes client are
+blocking and a session has one reader and one writer at a time.
 """
 
 from __future__ import annotations

@@ -1,41 +1,8 @@
 """The Backend on a Kubernetes cluster: one pod per task instance, Kubernetes does the placing.
 
-A launch creates the attempt's objects (`kubernetes_manifests`: a headless Service that owns a
-ConfigMap, Secrets and one Pod per instance). One thread watches the pods of this server (a
-list, then a watch from its resource version, listed again when the watch expires) and turns
-each pod version into facts (`kubernetes_pods`), and facts into InstanceEvents:
-
-- gang (`kubernetes_gang`): by default pods are created gated and the attempt is queued; the
-  gang thread lifts the gates of one attempt at a time when the cluster has room for all of
-  it, and takes back and queues again an attempt not bound within `gang_bind_seconds`.
-  PLACED is told for the instances only once every pod of the attempt is scheduled; until
-  then the attempt is WAITING with the reason, and after `gang_timeout_seconds` its waiting
-  instances fail with OpenPAI's JobGangAllocationTimeout (251), those already ended keep
-  their own end;
-- STARTED when the main container runs, EXITED with its exit code (OOM-killed or not) when it
-  ends, START_FAILED when it can never start (image pull errors, an init container that could
-  not fetch the prerequisites or found a host port in use; image pulls the kubelet retries are
-  waited out until `image_pull_deadline_seconds`), LOST when the pod vanished or was evicted
-  without its command ending, STOPPED for whatever ends after a stop. What Kubernetes did to
-  a pod (evicted, preempted, its node lost: the DisruptionTarget condition) comes with
-  OpenPAI's completion code; a pod left Terminating past its grace period (its kubelet gone)
-  is force-deleted and its instance LOST as PodNodeLost (-1001).
-
-Logs are copied to the server's disk while the pods run (`kubernetes_logs`), so they outlive
-the pods. Everything needed to take an attempt back after a restart is in the cluster: the
-launch request in the attempt's ConfigMap, its secrets in its Secret, the instances in the
-pods' labels; `start()` finds them by label and adopts them.
-
-The objects go to the jobs' namespace, or with `namespace_per_virtual_cluster` to the job's
-virtual cluster's namespace (the pods are then watched, and attempts adopted, in every
-namespace); `kubernetes_quota` keeps each virtual cluster's ResourceQuota there.
-
-The class is put together from parts, one module each, on the state they share
-(`kubernetes_core`): launching (`kubernetes_launch`), the pod watch (`kubernetes_watch`), the
-instance events a pod's facts make (`kubernetes_events`), the gang thread
-(`kubernetes_gang_clock`), stop, relaunch and forget (`kubernetes_stop`) and adoption after a
-restart (`kubernetes_adopt`). What is left here is the Backend's face: start and close, health,
-usage, logs and exec.
+Only the Backend's face is here (start, close, health, usage, logs, exec); the parts it is made
+of and how a pod's facts become instance events, gangs and exit codes are in
+docs/architecture.md and docs/kubernetes.md.
 """
 
 from __future__ import annotations

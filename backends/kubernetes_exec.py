@@ -1,11 +1,8 @@
 """A command in a task pod's main container, through the Kubernetes exec API.
 
-The `kubernetes` client's `stream` opens the exec websocket (the channel protocol: a first
-byte 0 stdin, 1 stdout, 2 stderr, 3 the final status, 4 resize). On the v5 protocol stdin can
-be closed on its own (a command reading to the end of its input ends); v4 API servers (before
-Kubernetes 1.30) cannot, and such a command ends only when the connection does. Each session
-has its own ApiClient: `stream` swaps the client's request method while it connects, which
-would disturb the backend's other calls on a shared one.
+Each session has its own ApiClient because `stream` swaps the client's request method while it
+connects, which would disturb the backend's other calls on a shared one. Closing stdin alone
+needs the v5 protocol (Kubernetes 1.30+; docs/instance-access.md).
 """
 
 from __future__ import annotations

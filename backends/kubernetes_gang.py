@@ -1,25 +1,9 @@
 """An attempt's pods run all together or not at all: the gang, on Kubernetes.
 
-Pods created one by one are bound one by one, so two multi-pod jobs can each hold half a
-cluster's GPUs while they wait for the other half, forever. What prevents it depends on the
-`gang_scheduler` setting:
-
-- `gates` (default, the plain kube-scheduler): every pod is created with the scheduling gate
-  `paigraph.io/gang`, so it holds nothing while it waits (a gated pod is never considered by the
-  scheduler, Kubernetes 1.30+). The backend lifts the gates of one attempt at a time, and only
-  when its own view of the cluster (nodes' allocatable resources minus the requests of the pods
-  bound to them, `ClusterView`) says every pod of the attempt fits; an attempt whose pods are
-  not all bound in time is taken back whole and queued again;
-- `volcano`, `coscheduling`: a PodGroup with `minMember` equal to the attempt's pods, which
-  Volcano or scheduler-plugins' coscheduling bind all together or not at all;
-- `kueue`: Kueue's plain-pod group labels (`kueue.x-k8s.io/pod-group-name`, the total count
-  annotation, the LocalQueue label); Kueue gates the pods itself until it admits the group;
-- `scheduler`: nothing added (the operator's `scheduler_name` and `pod_labels` do it).
-
-Whatever the scheduler, user commands start only once every peer exists: a barrier init
-container waits until each peer's `<role>-<index>` name resolves through the attempt's
-headless Service (which publishes not-ready addresses), as the training operator's init
-container does; it needs no Kubernetes API rights.
+Pods bound one by one let two jobs each hold half the GPUs while waiting for the other half
+forever, so pods are gated (or grouped for Volcano, coscheduling or Kueue, per `gang_scheduler`)
+and a barrier init container holds the commands until every peer exists (docs/kubernetes.md,
+Gangs).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """What keeps one user's job on Kubernetes away from other users and from the server.
 
-- Claims: a storage or output prerequisite mounts a PersistentVolumeClaim of the job's user
-  only, `pg-u-<user>-<storage name>`, as the Docker backend mounts a directory of the user's
-  only; admin-defined storages (checked against the user's permissions by the server) name
-  their own claims. Any other claim name, such as PostgreSQL's `data-postgres-0`, is refused.
-- Pods: seccomp RuntimeDefault, no privilege escalation, the capabilities the Docker backend
-  keeps (simulator.capabilities), secrets readable through the pod's `fsGroup`, and, for the
-  "restricted" Pod Security profile, a non-root user.
-- Network: a NetworkPolicy per attempt lets in traffic from the attempt's own pods only (and
-  from the peers the operator adds).
+Storages mount only the job's user's own claims, pods are hardened (seccomp, no privilege
+escalation, the kept capabilities, non-root under "restricted"), and a NetworkPolicy admits only
+the attempt's own pods (docs/kubernetes.md, Isolation and hardened pods).
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Where a copy of a pod's log stands, so a stream cut short resumes without doubling lines.
 
-The pods/log API cannot resume from a byte: a new stream starts at the head of the kubelet's
-current log file, or at `sinceTime`. So the log is read with `timestamps=true` (every line
-begins with its RFC3339 timestamp and a space) and the copy remembers the timestamp of the
-last line it kept and how many kept lines carry exactly that timestamp. A resumed stream asks
-from that second (`sinceTime` has whole seconds on the wire), and of what comes back:
-
-- a line stamped before the last kept one is dropped (it is in the copy already);
-- of the lines stamped exactly like the last kept one, as many as were kept are dropped, in
-  order, and the rest are kept;
-- a line stamped later is kept.
-
-So a line is kept once (exactly once) as long as the node still has it; a line the kubelet
-rotated away before any stream read it cannot be read again and is missing (at most once for
-what the node no longer holds). A line whose timestamp cannot be read is kept as it comes.
-Only whole lines are kept while following: a stream cut in the middle of a line leaves that
-line to the resumed stream.
+The pods/log API cannot resume from a byte, only from a whole second (`sinceTime`), so the copy
+remembers the last kept line's timestamp and how many kept lines share it, and drops that many
+on resuming (the rule and its exactly-once / at-most-once limits: docs/kubernetes.md, Logs).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Instance logs of the Kubernetes backend, kept on the server's disk.
 
-A pod's log lives as long as the pod, and pods go when their attempt is released or stopped.
-So each instance's output is copied to a local file while it runs, and what is left is read
-once the container ended. Every run of an instance (a task retry) is appended to the same
-file, after a marker line.
-
-Following costs no thread per pod: one event loop (one thread, `k8s logs`) reads every
-followed stream (kubernetes_log_reader). A stream that ends while the container runs (the
-kubelet rotated its log file) or breaks (the connection dropped) is opened again from where
-the copy stands, by timestamp (kubernetes_log_lines says which lines are kept, and why each
-line is kept once), never from the start again. Where the copy stands is recorded beside it
-after every piece written, so a restarted server resumes a running pod's log there too.
-
-Layout: `<root>/<job>/<attempt>/<role>-<index>.log` and a `.run` file beside it.
+A pod's log goes with the pod, so each instance's output is copied to a local file while it
+runs (one event loop for every stream) and resumed from where the copy stands after a broken
+stream or a restart (docs/kubernetes.md, Logs). Layout: `<root>/<job>/<attempt>/<role>-<index>.log`.
 """
 
 from __future__ import annotations

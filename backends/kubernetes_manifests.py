@@ -1,31 +1,8 @@
 """Every Kubernetes object of one job attempt, built from its LaunchRequest.
 
 The backend creates exactly these objects and `paigraph resolve --manifests` prints them, so
-what a user reviews is what runs. For an attempt:
-
-- a headless Service (`clusterIP: None`, `publishNotReadyAddresses`) that owns everything else
-  through owner references, so deleting it removes the attempt; it gives every pod the stable
-  name `<role>-<index>.<service>` before the pods are ready;
-- a ConfigMap with each role's entrypoint (`backends.entrypoint`), the part of the runtime
-  environment (`backends.runtime_env`) all instances share (continued in more ConfigMaps when
-  it is large), the claims it mounts, and the launch request itself (no secrets, no ssh
-  private key), from which a restarted server rebuilds a pod;
-- a Secret with the job's secrets (mounted at /usr/local/pai/secrets; `<% $secrets.x %>` in a
-  command reads it there), one with the ssh plugin's keys, and one registry Secret per
-  distinct dockerimage `auth`;
-- a NetworkPolicy letting into the attempt's pods only what comes from its own pods;
-- one Pod per instance (restart policy Never, hostname `<role>-<index>`, subdomain the
-  Service), hardened (`kubernetes_isolation`), with cpu / memory / GPU requests and limits,
-  /dev/shm as a memory-backed emptyDir, its own part of the environment in an annotation read
-  through the downward API, an init container when data or scripts must be fetched (or host
-  ports checked), and storages as the user's own PersistentVolumeClaims.
-
-Everything is built in time linear in the number of instances: the environment once per role,
-then each instance's own variables (`runtime_env.instance_variables`).
-
-Peers are named by their stable DNS names in the environment; `PAI_CONTAINER_HOST_IP` and
-`PAI_CURRENT_CONTAINER_IP` are the pod's own IP through the downward API. Whatever Kubernetes
-cannot serve is refused here with LaunchRefused, before anything is created.
+what a user reviews is what runs; what cannot be served is refused here, before anything is
+created. The objects and why each is there: docs/kubernetes.md.
 """
 
 from __future__ import annotations

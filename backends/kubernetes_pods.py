@@ -1,14 +1,8 @@
 """What a pod says about its instance, read from the pod object as the API returns it (JSON).
 
-The backend watches pods and turns each new version of one into `PodFacts`: scheduled or not
-(and the scheduler's message when it cannot be), running since when, ended with which exit
-code (OOM-killed or not), or unable to start at all (an image that cannot be pulled, an init
-container that could not fetch the prerequisites or ran out of memory, a pod evicted before
-its command ran); an image pull the kubelet still retries; a pending deletion and its grace
-period; and OpenPAI's completion code for what Kubernetes did to the pod (its
-`DisruptionTarget` condition or its reason: evicted, preempted, node lost ...).
-Everything here is a pure function of one pod, one function per question (scheduling, start
-problem, the main container's run, disruption, lost), tested on recorded pod objects.
+Pure functions of one pod, one per question (scheduling, start problem, the main container's
+run, disruption, lost), so each is tested on recorded pod objects; what each outcome becomes:
+docs/kubernetes.md, Faults and their exit codes.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """The ports of each instance on Kubernetes, known before any pod exists.
 
-Every instance's environment names the ports of all its peers, so ports are decided when the
-attempt's objects are built, never by the cluster:
-
-- On the pod network every pod has an IP of its own, so ports cannot clash between pods. Each
-  instance gets its labels laid out one after the other from the start of the port range, in
-  the order of `port_requests` (a v1 `beginAt` is used as written).
-- On the node's network (`host_network`) pods of one node share its ports. Ports are hashed
-  into the range as OpenPAI does (md5 of `[<pod>][<label>][<i>]`, three slices of the digest
-  summed, modulo the range), with the pod's first name in place of its UID, which does not
-  exist before the pod is made; every attempt has new pod names, hence new ports. A `beginAt`
-  range is laid out per instance (`beginAt + index * count`), OpenPAI's sequential scheme. Two
-  instances on one node can still meet on a port; the init container then reports the port in
-  use, and the attempt is retried (a transient failure, exit 253 in OpenPAI).
+Every instance's environment names its peers' ports, so the ports are decided when the
+attempt's objects are built, never by the cluster: laid out from the range's start on the pod
+network, hashed as OpenPAI does with `host_network` (docs/kubernetes.md, Settings).
 """
 
 from __future__ import annotations

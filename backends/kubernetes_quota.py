@@ -1,11 +1,7 @@
-"""A virtual cluster's capacity as a ResourceQuota on its namespace (`virtual_cluster_quota`,
-with `namespace_per_virtual_cluster`).
+"""A virtual cluster's capacity as a ResourceQuota on its namespace (`virtual_cluster_quota`).
 
-Kubernetes' quota admission charges every pod of a namespace its requests while it is not
-terminal and refuses a pod that would take the namespace past a hard limit (403, "exceeded
-quota"); the backend reports that as a permanent creation error (-200), not retried. A quota
-limits a whole namespace, so it cannot be per virtual cluster when the virtual clusters share
-one: there, Kueue's LocalQueues (`queue_of_virtual_cluster`) hold the quotas.
+A quota limits a whole namespace, so it needs `namespace_per_virtual_cluster`; a pod refused for
+exceeding it is a permanent creation error, -200 (docs/kubernetes.md).
 """
 
 from __future__ import annotations

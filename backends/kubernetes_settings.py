@@ -1,84 +1,8 @@
 """Settings of the Kubernetes backend: which cluster and namespace, and how pods are made.
 
-They come from a YAML file (the path given, else `PAIGRAPH_K8S_CONFIG`), then from
-`PAIGRAPH_*` environment variables for the settings people change most, then from explicit
-values (command-line flags). Every key is optional; an unknown key or a bad value is an error
-that names the key and the rule.
-
-YAML keys (environment variable in brackets):
-
-- `kubeconfig` [PAIGRAPH_KUBECONFIG], `context` [PAIGRAPH_K8S_CONTEXT]: the cluster to use.
-  Without a kubeconfig, a server running in a pod uses the in-cluster service account, and
-  anything else the usual kubeconfig (`$KUBECONFIG`, `~/.kube/config`).
-- `namespace` [PAIGRAPH_K8S_NAMESPACE]: where the objects go; default: the kubeconfig
-  context's namespace, the pod's own namespace in a cluster, else `default`.
-- `owner` [PAIGRAPH_K8S_OWNER]: a label telling this server's objects from those of another
-  server in the same namespace (default `paigraph`).
-- `gpu_resource` [PAIGRAPH_K8S_GPU_RESOURCE]: the extended resource of a GPU
-  (default `nvidia.com/gpu`, e.g. `amd.com/gpu`).
-- `host_network` [PAIGRAPH_K8S_HOST_NETWORK]: run pods on their node's network; ports are
-  then hashed into `port_range` as OpenPAI does, and a port already in use on the node is a
-  transient failure (the attempt is retried). Default false: every pod has its own IP.
-- `port_range`: `{start, end}` or `"start-end"`, end exclusive (default 15000-40000): the
-  ports handed to instances (on the pod network, laid out from `start`).
-- `init_image` [PAIGRAPH_K8S_INIT_IMAGE]: the image of the init container that downloads data
-  and clones scripts (needs `sh`, `wget` and `git`; default `alpine/git:v2.36.1`).
-- `image_pull_policy`: `IfNotPresent` (default), `Always` or `Never`.
-- `scheduler_name` [PAIGRAPH_K8S_SCHEDULER]: a batch scheduler for the pods (e.g. `volcano`).
-- `pod_labels`, `pod_annotations`: added to every pod; values may use `{group}` (the
-  attempt's name), `{count}` (its number of pods), `{queue}` (the job's virtual cluster),
-  `{job}` and `{user}`, so Kueue or Volcano can gang-schedule an attempt.
-- `node_selector`: labels a node must have to run the pods.
-- `service_account`: the service account of the pods (default: the namespace's default,
-  with no API token mounted).
-- `gang_scheduler`: how an attempt's pods are scheduled all together (backends/kubernetes_gang):
-  `gates` (default: pods are created with a scheduling gate, and the server lifts the gates of
-  one attempt at a time, when its view of the nodes' free resources says the whole gang fits;
-  needs Kubernetes 1.30+ and read access to nodes and pods cluster-wide), `volcano` or
-  `coscheduling` (a PodGroup with `minMember` equal to the attempt's pods, for Volcano or
-  scheduler-plugins' coscheduling), `kueue` (Kueue's plain-pod group labels), or `scheduler`
-  (nothing: the scheduler named by `scheduler_name` and `pod_labels` is trusted to do it).
-- `gang_queue`: the Volcano queue or Kueue LocalQueue of the attempts (default `{queue}`, the
-  job's virtual cluster; the same templates as `pod_labels`).
-- `gang_bind_seconds`: how long an attempt whose gates were lifted has for all its pods to be
-  bound before it is taken back whole and queued again (default 120).
-- `gang_timeout_seconds`: how long an attempt waits for all its pods to be scheduled before
-  it fails with OpenPAI's JobGangAllocationTimeout, 251, retried after a back-off (default
-  600; 0 waits forever).
-- `image_pull_deadline_seconds`: how long image pull errors (ErrImagePull, ImagePullBackOff),
-  which the kubelet retries, are waited out before the instance fails (default 300).
-- `stop_grace_seconds`: the pods' grace period between SIGTERM and SIGKILL (default 30).
-- `state_dir` [PAIGRAPH_K8S_STATE]: where instance logs are kept after their pods are gone
-  (default `$XDG_DATA_HOME/paigraph/kubernetes` or `~/.local/share/paigraph/kubernetes`).
-- `hdfs_claims`: HDFS file systems the cluster has as PersistentVolumeClaims, e.g.
-  `{"namenode:9000": hdfs-data}`: an `hdfs://namenode:9000/path` storage or output is that
-  claim mounted with `subPath: path`, and data, scripts and a v1 codeDir there are mounted
-  read-only from it. Any other `hdfs://` location is refused, naming this setting.
-- `default_fs_uri`: PAI_DEFAULT_FS_URI of every pod, and what `$PAI_DEFAULT_FS_URI` stands for
-  in prerequisites and v1's dataDir / outputDir / codeDir (default empty, as OpenPAI on
-  Kubernetes has it), e.g. `hdfs://namenode:9000` together with `hdfs_claims`.
-- `pod_security` [PAIGRAPH_K8S_POD_SECURITY]: the Pod Security Standard the pods are made to
-  pass: `baseline` (default), `restricted` (also runs them as a non-root user) or
-  `privileged` (needed by `host_network`).
-- `run_as_user`, `run_as_group`: the user and group the containers run as (default: the
-  image's; with `restricted`, the image's user must then not be root).
-- `fs_group`: the group that owns the pods' volumes and the mounted secrets (mode 0440), so a
-  non-root user reads them (default 1000).
-- `network_policy`: a NetworkPolicy per attempt that lets in only traffic from the attempt's
-  own pods (default true); `network_allow_from`: more NetworkPolicy peers let in (e.g. a
-  monitoring namespace), as written in a NetworkPolicy's `from`.
-- `queue_of_virtual_cluster`: virtual cluster -> Kueue LocalQueue; when given, each pod is
-  labelled with its job's queue, and a job of another virtual cluster is refused.
-- `namespace_per_virtual_cluster` [PAIGRAPH_K8S_NAMESPACE_PER_VC]: run each virtual cluster's
-  jobs in a namespace of its own, named by `virtual_cluster_namespace` (default
-  `paigraph-vc-{vc}`, `{vc}` the virtual cluster's name, cleaned and hashed into a DNS label
-  when it is not one); `namespace` is then not used for jobs. The namespaces are the
-  operator's to create, and the server needs the ClusterRole of
-  deploy/kubernetes/namespace-per-virtual-cluster (its rights in every namespace).
-- `virtual_cluster_quota`: virtual cluster -> its capacity (`cpu`, `memory`, `gpu`, `pods`, as
-  Kubernetes quantities); the server keeps a ResourceQuota of that capacity in the virtual
-  cluster's namespace, so it needs `namespace_per_virtual_cluster` (a quota limits a whole
-  namespace; in one shared namespace use Kueue's LocalQueues, `queue_of_virtual_cluster`).
+They come from a YAML file (the path given, else `PAIGRAPH_K8S_CONFIG`), then `PAIGRAPH_*`
+environment variables, then explicit values (flags), and a bad key is an error naming it. Every
+key with its variable and default: docs/kubernetes.md, Settings.
 """
 
 from __future__ import annotations

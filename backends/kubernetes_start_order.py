@@ -1,27 +1,8 @@
-"""Role start order on Kubernetes: an init container holds a pod's commands back until what
-its role waits for holds, and the server, which watches every pod of the attempt, says so.
+"""Role start order on Kubernetes: an init container holds a pod's commands until its role's
+dependencies hold, as the server, watching every pod of the attempt, writes into a ConfigMap.
 
-Kubernetes itself finds out what the depended-on instances reached: their main container gets
-a readinessProbe from the role's readiness check (tcpSocket for a port label, exec for a
-command, with its period, timeout and failure threshold), so the pod's Ready condition is the
-check's verdict; its phase and its main container's termination say running and succeeded.
-The server judges each waiting role's dependencies from those (backends.start_gate) and
-writes `go` for each waiting instance into the attempt's start-order ConfigMap (`<service>-order`,
-key `<role>-<index>`, `wait` until then). The waiting pod's
-init container (after the gang's barrier) reads its key from that ConfigMap mounted as a
-volume, so the pod needs no Kubernetes API rights.
-
-The kubelet refreshes a mounted ConfigMap on its own schedule, not at once: by default within
-its sync period (about a minute) plus its ConfigMap cache's delay, so a wait that only the
-server can end may start its commands up to a minute or so after the dependency held. A
-dependency on a role that is ready by a port is therefore also checked from inside: the init
-container connects to each depended-on instance's DNS name and port, and goes on as soon as
-enough answer, without waiting for the ConfigMap. Past the role's dependency_timeout_seconds
-(counted from the init container's start) the init container exits with
-start_gate.DEPENDENCY_FAILED, saying why as its last line, which Kubernetes keeps as its
-termination message (see kubernetes_pods). Once a dependency can no longer hold (too many
-depended-on instances ended without reaching it), the server ends the waiting instances itself,
-with the same code and the reason, and deletes their pods.
+The pods need no API rights, and because the kubelet refreshes a mounted ConfigMap only about
+once a minute, a dependency ready by a port is also checked from inside (docs/kubernetes.md).
 """
 
 from __future__ import annotations

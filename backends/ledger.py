@@ -1,14 +1,8 @@
 """The bookkeeping both threaded backends keep about their attempts, in one place.
 
-The Docker and Kubernetes backends each keep their attempts by `attempt_id` under one lock,
-and make the same moves on them: find the attempt and instance an `InstanceKey` names, mark an
-attempt stopping or forget it, end an instance once however often its end is told, and check
-that an instance may run again (`next_run`). What each backend does around those moves (its
-containers or pods, its records, its queue) stays in the backend.
-
-A backend's core class mixes `Ledger` in and, in its `__init__`, sets `_lock` (an RLock) and
-`_attempts` (an empty dict); the methods take the lock themselves, and as it is re-entrant a
-caller that goes on under the lock simply holds it around them.
+Finding an instance, marking an attempt stopping or forgotten, ending an instance once and the
+relaunch checks are the same on Docker and Kubernetes, so they live here; how a core class
+mixes it in: docs/architecture.md, Adding a backend.
 """
 
 from __future__ import annotations

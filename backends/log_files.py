@@ -1,15 +1,8 @@
 """An instance's log on disk: read in bounded pieces, its tail found from the end, its size kept.
 
-A job may print without end, and a log reader must cost the server neither memory nor a
-read of the whole file: reads are at most a chunk, and the last lines are found by reading
-backwards a block at a time. Past `limit` bytes a log keeps its head and its tail: the bytes
-between are punched out of the file (the file keeps its length and every offset stays
-valid, so a follower's cursor still means the same byte, but the disk blocks are freed), and
-a record beside the log, in a folder the job cannot write, says which range went. A reader
-that reaches that range gets one line saying how much was dropped, then goes on after it.
-
-Every open goes through `host_files`: a log the job replaced by a symlink, a directory or a
-FIFO is never followed, read or written.
+A job may print without end, so no read costs the whole file, and past `limit` the middle is
+punched out (offsets stay valid) with a record of what went (docs/architecture.md). Every open
+goes through `host_files`, so a log the job replaced by a link is never followed.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """The PAI_* environment of one task instance, and the shell file that carries it.
 
 Instances find each other only through these variables, so their names and formats follow what
-user code already reads: the seeds' tables, OpenPAI's rest-server variables and the variables
-OpenPAI's runtime writes once every instance has an address (docs/runtime-environment.md).
-Two deliberate differences from OpenPAI on Kubernetes:
-
-- Role names are used exactly as written everywhere, also in the runtime family
-  (`PAI_TASK_ROLE_ps_server_HOST_LIST`, as the docs and real configs expect); OpenPAI's
-  lower-casing of them there is an inconsistency we do not copy.
-- `PAI_JOB_NAME` is the job name, as the seeds and the user docs describe it; the Kubernetes
-  form `user~job` is in `PAI_FRAMEWORK_NAME`.
+user code already reads (docs/runtime-environment.md, with the two deliberate differences from
+OpenPAI on Kubernetes: role names as written, `PAI_JOB_NAME` the plain job name).
 """
 
 from __future__ import annotations
@@ -52,20 +45,9 @@ def runtime_env(
 ) -> dict[str, str]:
     """Every PAI_* variable of instance `role`-`index`, then the job's and the role's own env.
 
-    `placements` maps (role name, index) to the placement of every instance of the attempt: all
-    of them are needed, since each instance learns its peers' addresses and ports. Order is
-    stable: the rest-server variables in OpenPAI's order, the runtime family in the order the
-    OpenPAI runtime writes it (runtime_env.md §7), the older names kept for compatibility,
-    `PAI_WORK_DIR`, then `request.env` (v1 jobEnvs, PAI_DATA_DIR ...) and the role's `env`, which
-    override anything before them.
-
-    Role names and port labels are used as written, so a name that is not a shell identifier
-    (`ps-server`, a v1 label `a.b`) gives variables a shell cannot export. They are still in the
-    result (the container's environment can hold any name, and programs read them with getenv),
-    but `shell_env_file` leaves them out of the sourceable file with a comment.
-
-    Raises ValueError when `role`/`index` is not an instance of the request or a placement is
-    missing or lacks the ports the role asked for.
+    `placements` must hold every instance of the attempt, since each learns its peers'
+    addresses and ports. The order is stable and `request.env` and the role's `env` come last,
+    overriding what is before them. ValueError when the instance or a placement is missing.
     """
     current = _find_role(request, role)
     if not 0 <= index < current.instances:

@@ -1,21 +1,8 @@
 """How a job's secrets reach its commands without being written to any file.
 
-A command may use `<% $secrets.x %>`. The secret's value must reach the shell that runs the
-command, but the files a backend keeps (the entrypoint, the user commands' file, the runtime
-environment file, the launch record) and the database must never hold it. Both backends
-therefore replace the reference by a shell expression that reads the value when the command
-runs, and hand the values to the container by a channel that is not one of those files:
-
-- Kubernetes mounts a Secret at `SECRETS_DIR` and the reference becomes
-  `$(cat /usr/local/pai/secrets/x)`;
-- Docker passes each value in the container's own environment (given to the engine when the
-  container is created, never in runtime_env.sh) as `PAI_SECRET_<name>`, and the reference
-  becomes `${PAI_SECRET_<name>}`.
-
-Either way the text on disk holds only the reference, the expansion is unquoted as a command
-substitution would be, and a reference to a secret the job does not define is left as written
-(as after a server restart, when the secrets, kept in memory only, are gone). Secret names may
-hold `-` and `.`, which a variable name cannot: `secret_variable` encodes them.
+The files a backend keeps and the database must never hold a secret, so `<% $secrets.x %>` is
+replaced by a shell expression that reads the value when the command runs: the container's
+environment on Docker, a mounted Secret on Kubernetes (docs/security.md).
 """
 
 from __future__ import annotations

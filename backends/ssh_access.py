@@ -1,13 +1,8 @@
 """The ssh runtime plugin inside an instance: the files a backend writes for it and the lines
 of the entrypoint that start an SSH server with them.
 
-OpenPAI's plugin authorises the user's public key (`userssh`) and, with `jobssh`, a key pair
-made for the job, so every instance can `ssh <role>-<index>` to every other; sshd listens on
-the instance's port labelled `ssh`. paigraph does the same where the image has an sshd: the
-backend writes the keys and an ssh client configuration naming every peer into SSH_DIR (in
-the read-only runtime folder), and the entrypoint, before anything else runs, copies them into
-`~/.ssh`, makes host keys and starts `sshd` in the background. An image without sshd gets one
-line in the log saying so, and the job runs as it would without the plugin.
+As OpenPAI's plugin, it lets every instance `ssh <role>-<index>` every other where the image has
+an sshd; an image without one gets a line in the log (docs/instance-access.md).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The async face of a backend whose work is blocking calls made from threads of its own.
 
-The Docker and Kubernetes backends both drive their engine with blocking clients, from worker
-pools and watch threads. This base gives them the async `Backend` methods once: each runs the
-subclass's blocking counterpart (`_launch`, `_stop`, `_relaunch`, `_reports`, `_forget`) in a
-worker thread (`asyncio.to_thread`), `logs()` streams what `_log_source` says how to read, and
-`events()` yields what any thread hands to `_emit`, which puts it on the loop's one queue with
-`call_soon_threadsafe` (so the events of one thread keep their order).
-
-A subclass calls `super().__init__()`, calls `_open_events()` first thing in its `start()`
-(on the loop), and implements the abstract methods below. The bookkeeping around them that
-both backends share (their attempts under a lock, the relaunch checks, stopping, forgetting,
-ending an instance once) is `backends.ledger.Ledger`.
+Both backends drive their engine with blocking clients, so this base gives them the async
+`Backend` methods once: blocking counterparts in worker threads, and events from any thread put
+on the loop's one queue in order (docs/architecture.md, Adding a backend).
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Simulated capacity: nodes, virtual-cluster quotas and gang placement.
 
-An attempt is placed all at once or not at all (gang placement), like a real cluster with gang
-scheduling: a half-started distributed job only burns resources while it waits for peers.
-
-Placement is first-fit-decreasing: the largest instances (by gpu, then cpu, then memory) are
-placed first, each on the first node in settings order with room for it. This packs nodes
-full and keeps whole nodes free for large or GPU-hungry instances, which is what a real
-cluster's scheduler tries to do too. A virtual cluster's quota caps the sum of what its
-running attempts hold; nodes are shared by every virtual cluster.
-
-When an attempt does not fit, ``Shortage.reason`` says what is missing
-("needs 16 cpu, 6 free in vc default", "no node has 8 free gpus"); when it can never fit,
-``never_fits`` says why so it can be refused at launch instead of waiting forever.
+An attempt is placed all at once or not at all, first-fit-decreasing, and a shortage says what
+is missing so the job can wait or be refused with a reason (docs/architecture.md, How the
+simulator places an attempt).
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""The simulated HDFS: a cluster's file systems, kept as directories under the state directory.
+"""The simulated HDFS: each user's tree of each `hdfs://host:port`, under the state directory.
 
-Real OpenPAI jobs read their data from, and write their models to, `hdfs://host:port/path`
-(often spelled `$PAI_DEFAULT_FS_URI/path`). This machine has no HDFS, so each file system a job
-names is simulated: one tree per user and host:port, `<root>/users/<user>/<host:port>/<path>`.
-A user only ever reaches their own trees: jobs get theirs mounted (and an `hdfs` stand-in that
-works on them), and `paigraph fs` / the GraphQL file operations act on the asking user's.
-Another user's `hdfs://h:p/x` is another directory, as a storage of the same name is.
-
-Each tree is bounded (`max_bytes`): a write through `write` or `make_room` that would take the
-tree past it is refused, naming the setting that changes it. Writes a job makes directly in a
-mounted tree cannot be stopped halfway; they count against the next write and the next start.
-
-Everything here blocks and works on host paths; callers run it in a worker thread.
+Real OpenPAI jobs read and write `hdfs://` paths this machine has not got, so each file system a
+job names is a bounded directory tree of the asking user (docs/architecture.md). Everything
+here blocks; callers run it in a worker thread.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Docker's event stream, kept open through engine restarts and cut connections.
 
-A stream that ends (the engine stopped, a proxy cut it, the socket broke) is opened again with
-back-off, for as long as the watch runs. Events that happened while it was closed are not
-replayed by Docker (an engine that restarted has forgotten them), so after every re-open the
-watch calls `on_reopen`, and the caller lists its containers again and applies what changed:
-the stream is open before the listing, so nothing falls between the two.
-
-While no stream can be opened the engine counts as unreachable since the moment the last one
-broke; `condition()` says so in words the jobs and the health endpoint show.
+A broken stream is reopened with back-off and `on_reopen` lets the caller list its containers
+again, since Docker does not replay what happened meanwhile; `condition()` says since when the
+engine is unreachable (docs/reliability.md).
 """
 
 from __future__ import annotations

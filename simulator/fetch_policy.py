@@ -1,24 +1,9 @@
 """Which network addresses paigraph may fetch from on a user's behalf.
 
-A data prerequisite's URL or an http(s) reference is chosen by whoever submits the job, but
-the server (or the simulator on its machine) makes the request. Unchecked, a user could read a
-service that listens on loopback only, the cloud metadata address, or anything on the private
-network, and time the errors to scan ports. So, by default, every address that is not public
-is refused: unspecified, loopback, link-local, multicast, private (RFC 1918, IPv6 ULA and the
-other special-purpose ranges), reserved and shared (carrier-grade NAT) addresses.
-
-The operator lists exceptions in ``PAIGRAPH_ALLOWED_FETCH_NETWORKS``: comma-separated networks
-(``10.0.0.0/8``, ``127.0.0.1``, ``fd00::/8``) and host names (``minio.internal``; exact names,
-any address they resolve to is then allowed). ``0.0.0.0/0,::/0`` turns the check off.
-
-How the check cannot be bypassed: the address is checked where the connection is made, in an
-httpcore network backend (``GuardedTransport``). The host name is resolved once, every address
-it resolves to is checked, and the socket connects to one of those checked addresses, so a DNS
-answer that changes between a check and the connect (DNS rebinding) cannot slip in another
-address. TLS still verifies the certificate against the host name of the URL, because only the
-TCP connect is redirected, not the URL. A redirect is a new request through the same
-transport, so every hop is checked the same way. A transport given explicitly also means httpx
-ignores proxy environment variables, which would otherwise send the request elsewhere.
+A job names the URL but the server makes the request, so non-public addresses are refused
+unless `PAIGRAPH_ALLOWED_FETCH_NETWORKS` allows them, and the check is made on the address the
+socket connects to (``GuardedTransport``) so DNS rebinding and redirects cannot bypass it
+(docs/security.md, What the server fetches for a job).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Files and directory trees fetched from an FTP server for a data or script prerequisite.
 
-A real OpenPAI cluster fetches `ftp://` prerequisites, so the simulator does too, through the
-same fetch policy as HTTP: the host is resolved once, every address it resolves to is checked,
-and the control connection goes to a checked address. The data connection of a passive
-transfer goes to the control connection's peer (ftplib ignores the address a PASV reply names
-unless told to trust it), so a server cannot point it at an internal address either. Active
-mode is never used.
-
-`ftp://user:password@host:port/path` logs in as that user (the parts percent-decoded);
-without a user the login is anonymous. The path is taken relative to the login directory, as
-RFC 1738 says (`ftp://host/%2Fabs/path` for an absolute one); a `;type=` suffix is ignored,
-since every transfer is binary. A path that names a directory (whether or not it ends with /)
-is copied as a tree of its regular files and directories; anything else a listing shows
-(symlinks, devices) is skipped.
+OpenPAI fetches `ftp://` prerequisites, so the simulator does too, held to the same fetch
+policy as HTTP: the control and passive data connections go only to the checked address. URL
+forms: docs/cli.md; the network rule: docs/security.md.
 """
 
 from __future__ import annotations

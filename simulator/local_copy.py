@@ -1,15 +1,8 @@
 """Reading and copying local data under an allowed root without ever following a symlink.
 
-A local path is checked by its resolved form, but anything that can write inside the allowed
-root (a job with a read-write storage there) may swap one of its folders for a symlink between
-that check and the copy. Opening the path again by name would then follow the link out of the
-root. So every read here starts from the root's directory descriptor and opens one component at
-a time, relative to the descriptor of its parent, with O_NOFOLLOW: a component that is (now) a
-symlink is refused, and the file read is the one that was reached, whatever its name points to
-by then. Inside a copied tree a symlink is kept as a symlink (its text, never its target).
-
-`scan` and `copy` both describe what they saw as a list of `Entry`, so the cache can key an
-entry by what was actually read rather than by what was seen before reading.
+A job that can write under the root may swap a folder for a symlink between the check and the
+copy, so every component is opened relative to its parent's descriptor with O_NOFOLLOW
+(docs/security.md). `scan` and `copy` return what they actually read, for the cache key.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """Host ports for task instances: real, bindable, and never given to two live instances.
 
-Every instance's ports are published 1:1 on the host, so two instances must never share one,
-even when they belong to two simulator processes (``paigraph run`` in two terminals). Hence:
-
-* Ports come from the configured range ``[start, end)``, scanned from a moving cursor, so a
-  port just released is not handed out again at once (a peer may still be connecting to it).
-* Each candidate is bound on the host first (TCP and UDP on ``0.0.0.0``, without
-  ``SO_REUSEADDR``); a port some other program uses is skipped.
-* With a ``state_file``, the table of held ports is shared by every process of the user that
-  uses the same file: it is read and written under an ``fcntl.flock`` lock, and each entry
-  carries its process id (and start time), so entries of processes that died are ignored.
-* ``beginAt`` (v1 jobs): the ports ``begin_at .. begin_at+count-1`` exactly, or an error
-  saying who holds them. Like OpenPAI v1, which accepted any port, such fixed ports may lie
-  outside the configured range; they must still be bindable and free.
-
-A call is all-or-none: either every requested port is held afterwards or none is. The bind
-check is a snapshot: a program may still grab a port between the check and the container's
-start (another paigraph with another state directory, such as a test run beside this one,
-scans the same range from the same start). Docker then refuses to publish it, and the backend
-starts the gang again on other ports before any command ran (see `backends.docker`).
+Ports are published 1:1 on the host, so each is bound before it is handed out and held in a
+table shared under a lock by every simulator process of the state directory; a request is all
+or none (docs/architecture.md, How the simulator places an attempt).
 """
 
 from __future__ import annotations

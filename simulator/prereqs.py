@@ -1,48 +1,8 @@
 """Data, script and storage prerequisites, put in place once on the host and mounted in containers.
 
-A 16-instance job must not download its data 16 times, so downloads and clones land in a content
-cache on the host, keyed by what was asked for, and every instance bind-mounts the same directory
-read-only at /work/<name>/. Storage is a persistent read-write directory. Whatever this machine
-cannot serve (hdfs, nfs, s3, ssh, local paths outside the allowed roots) is refused by `check()`
-at launch, before anything is placed, so a job is refused instead of failing later.
-
-What a URI may be, per kind:
-
-- download (data): `http(s)://...`, `ftp://[user[:password]@]host[:port]/path`, `file:///abs/path`
-  or a bare `/abs/path` (under the allowed roots). Each URI becomes one entry of the mounted
-  directory, named after the last segment of its path (`index` when that is empty); a local or
-  FTP directory is copied as a directory of that name (`ftp_fetch`).
-- clone (script): `REPO`, `REPO@REF` or `REPO#REF`, where REPO is `https://`, `http://`, `git://`,
-  `file://` (allowed roots), a bare `/abs/path` (allowed roots), or scheme-less `host/path`
-  (meaning https). REF is a commit (full or abbreviated), a tag or a branch; use `#` for a ref
-  that contains `/`. Without a ref, the repository's HEAD at launch time is used. A prerequisite
-  whose `uri` is one string is one repository checked out at /work/<name>/ itself; one whose
-  `uri` is a list (the seed's form) has each repository checked out at
-  /work/<name>/<repository name>/ (the last segment of its path without `.git`, as `git clone`
-  names it), so two repositories of one name are refused. A script on FTP is no repository:
-  it is copied as data is, one directory becoming /work/<name>/ itself.
-- mount (storage / output): nothing (a persistent directory of the job's owner,
-  `<storage_dir>/users/<owner>/<name>`), a bare storage name (`<storage_dir>/users/<owner>/<that
-  name>`, so one user's prerequisites and jobs can share one; another user's of the same name is
-  another directory), or a local directory `file:///abs/path` / `/abs/path` under the allowed
-  roots, which exists already and is mounted read-only: the allowed roots are for reading.
-
-Local sources are read without following links: from the allowed root down, each component is
-opened relative to its parent's descriptor with O_NOFOLLOW (`local_copy`), so a folder swapped for
-a symlink after the check is refused instead of followed, and symlinks inside a copied tree are
-kept as symlinks.
-
-Cache keys: a download is keyed by its URIs plus, for local sources, the size, modification time
-and inode of every file (and the text of every symlink), so an edited or replaced local file gives
-a new entry; the entry is published under the key of what the copy actually read, so a source
-changed during the copy never fills the key of what was there before. A remote URL is fetched once
-and kept until the cache directory is cleared. Local sources are copied, not linked, so an entry
-never changes once made; mount large local data sets as storage instead. A clone is keyed by
-repository and resolved commit. Fetches of one key are serialised by a per-key thread lock and an
-fcntl lock file (so separate processes sharing a cache also fetch once) and published by renaming a
-temporary directory into place: an entry either exists complete or not at all.
-
-Everything here blocks; async callers run it in a worker thread (`asyncio.to_thread`).
+Downloads and clones land in a content cache so that a 16-instance job fetches its data once,
+and whatever this machine cannot serve is refused at launch rather than failing later. URI
+forms, cache keys and locking: docs/dialects.md, docs/architecture.md and docs/security.md.
 """
 
 from __future__ import annotations
@@ -97,30 +57,9 @@ __all__ = [
 class MaterialStore(Downloads, Clones):
     """Puts prerequisites in place on the host and says what to mount where.
 
-    cache_dir: where downloads and clones are kept (created when missing); safe to share between
-        processes on one machine.
-    storage_dir: parent of the persistent read-write directories of storage / output prerequisites.
-    allowed_file_roots: the only host directories `file://` URIs and bare paths may point into
-        (after symlinks are resolved); empty means local paths are refused. Whatever lies under
-        `protected` (the simulator's state: logs, caches, every user's storages) stays refused
-        even inside an allowed root.
-    engine_sockets: the Docker engine's sockets; a local path that is one of them or holds one
-        is refused even inside an allowed root (a container that reaches it owns the machine).
-    http_timeout: seconds an HTTP connect or read may stall before the download fails.
-    git_timeout: seconds each git command may take.
-    max_download_bytes: the most one data prerequisite may bring into the cache (all its URIs).
-    fetch_policy: the non-public addresses downloads may reach (default: none).
-    dfs: the simulated file systems `hdfs://` URIs name (None: hdfs is refused).
-    node_dir: where each user's simulated node folders are kept: a bare path outside the
-        allowed roots (`/mnt/output`) is then `<node_dir>/users/<owner>/mnt/output`, instead
-        of being refused (None: refused).
-    mirrors: URL prefixes fetched from somewhere else (`https://github.com/` ->
-        `file:///srv/git-mirror/`), for a machine that cannot reach the original: a data URL or
-        script repository starting with a key is fetched from the value followed by the rest,
-        which then passes the same checks (allowed roots, fetch policy) as if written so. The
-        longest matching prefix wins; the job still names, and is told, its original URIs. A key
-        may end in a script's `@ref` (`https://github.com/org/repo@<commit>`): that pinned
-        checkout is then the mirror's HEAD, for a copy that holds only the pinned tree.
+    Local paths are allowed only under `allowed_file_roots` and never inside `protected` (the
+    simulator's own state) or onto `engine_sockets`; `mirrors` maps URL prefixes to where they are
+    fetched from instead (docs/configuration.md).
     """
 
     # --- the two entry points ----------------------------------------------------------------

@@ -1,18 +1,8 @@
 """The simulated cluster's queue: attempts waiting for capacity and instances to start again.
 
-Attempts are placed in arrival order, each all at once or not at all (gang placement): its
-resources from the cluster, then its ports. Instances to start again on their own (a task
-retry without gang allocation) come first: their attempts already run, and a peer waiting for
-them holds resources that a new attempt would only wait for as well.
-
-The scheduler knows nothing of containers or job requests, and calls nothing of the backend.
-The backend asks it about one attempt (a `GangAsk`) or one instance (a `SoloAsk`) at a time,
-in the order `turns()` gives, and gets a decision back as a value: placed here with these
-ports (`PlaceGang`, `PlaceInstance`; what they hold is held from then on), wait and why
-(`WaitGang`, `WaitInstance`), or never, and why (`RefuseGang`, `DropInstance`). Carrying a
-decision out (starting containers, telling the job) is the backend's. The scheduler shares
-the backend's lock, so the backend takes a placed attempt off the queue (`take_gang`) and
-records it placed as one step.
+It returns each decision as a value (place, wait and why, never and why) and calls nothing of
+the backend, which carries the decisions out; the order and the reasons are in
+docs/architecture.md, How the simulator places an attempt.
 """
 
 from __future__ import annotations

@@ -1,85 +1,8 @@
 """Settings of the local cluster simulator: its nodes, virtual clusters, ports and limits.
 
-The simulated cluster is a fiction the scheduler believes in: requests are accounted against
-simulated nodes, so a laptop can run the 64-instance job a real cluster would. The settings
-come from a YAML file (``load_settings``): the path given as an argument, else the one in
-``PAIGRAPH_SIMULATOR_CONFIG``, else the built-in defaults below. Every key is optional; an
-unknown key or a bad value is an error that names the key.
-
-Settings (YAML keys):
-
-``nodes``
-    A list of simulated nodes, each ``{name, cpu, memory_mb, gpu}``; ``gpu`` defaults to
-    ``gpus_per_node``. Give either ``nodes`` or the shorthand below, not both.
-``node_count`` and ``node``
-    The shorthand: ``node_count`` identical nodes named ``node-0``, ``node-1``, ... built from
-    the template ``node: {cpu, memory_mb, gpu}``. Default: 4 nodes of 32 cpu, 262144 MB
-    (256 GB) and 8 GPUs each, a small GPU cluster on which the published OpenPAI examples fit
-    and a 64-instance job of 1 cpu / 128 MB instances too, on any machine (the capacity here
-    is only accounted; the containers' real limits are the requests scaled to what the
-    machine has).
-``gpus_per_node``
-    Simulated GPUs of each node that does not set ``gpu`` itself (default 8), so GPU jobs
-    run on a machine without GPUs; ``0`` makes a cluster without GPUs, where a job asking
-    for one is refused. Containers get no device for a simulated GPU, only its index in
-    ``NVIDIA_VISIBLE_DEVICES``.
-``use_host_gpus``
-    When true (default) and ``nvidia-smi -L`` lists GPUs on this machine, the first node has
-    exactly the host's GPUs and hands out their real device indices; other nodes keep
-    simulated GPUs.
-``virtual_clusters``
-    A list of ``{name, share}`` (a percentage of every resource of the cluster) or
-    ``{name, cpu, memory_mb, gpu}`` (absolute; ``gpu`` defaults to 0). A job runs in one
-    virtual cluster and waits while its virtual cluster's quota is used up. The quotas may not
-    add up to more than the nodes have. Default: one virtual cluster ``default`` with 100%.
-``port_range``
-    Host ports handed to instances: ``{start, end}`` or ``"start-end"``, start inclusive and
-    end exclusive as in OpenPAI's ``[schedulePortStart, schedulePortEnd)``. Default
-    15000-40000. ``beginAt`` ports of v1 jobs may lie outside it.
-``publish_address``
-    The host address instances' ports are published on (default ``127.0.0.1``: this machine
-    only). ``0.0.0.0`` (or another address of this machine) makes every job's ports reachable
-    from the network; ``paigraph doctor`` checks that the address belongs to this machine.
-``state_dir``
-    Where the simulator keeps what must survive a restart (instance logs, the held-port table
-    shared by every simulator process of this user). Default: ``$XDG_DATA_HOME/paigraph/
-    simulator`` or ``~/.local/share/paigraph/simulator``. The environment variable
-    ``PAIGRAPH_SIMULATOR_STATE`` overrides both the default and the file.
-``allowed_file_roots``
-    Host directories that ``file://`` prerequisites may read from (default: none, so
-    ``file://`` URIs are refused). Relative paths are relative to the settings file.
-``pids_limit``
-    The most processes one container may run (default 1024), so a fork bomb stays contained.
-``stop_grace_seconds``
-    Seconds between SIGTERM and SIGKILL when an instance is stopped (default 10).
-``log_limit_mb``
-    The most output one instance's log keeps on disk (default 256). Past it the log keeps its
-    first and its last half of that and drops the middle, saying so where it was.
-``image_pull``
-    Whether a missing image may be pulled from a registry (default false: it is reported as a
-    start failure instead, so nothing is ever downloaded behind the user's back).
-``allowed_fetch_networks``
-    Networks (``10.0.0.0/8``, ``127.0.0.1``) and host names that data downloads may reach
-    although they are not public (default: none, so loopback, private, link-local and other
-    non-public addresses are refused; see ``simulator.fetch_policy``). The environment
-    variable ``PAIGRAPH_ALLOWED_FETCH_NETWORKS`` (comma-separated) overrides the file.
-``fetch_mirrors``
-    URL prefixes that data downloads and script repositories are fetched from elsewhere, for a
-    machine that cannot reach the original (offline, or a local copy kept for speed):
-    ``{"https://github.com/": "file:///srv/git/github/"}`` clones
-    ``https://github.com/org/repo@ref`` from ``/srv/git/github/org/repo``. The longest matching
-    prefix wins; the replacement is checked as if the job had written it (a ``file://`` one
-    must lie under ``allowed_file_roots``, an address under ``allowed_fetch_networks``). Jobs
-    keep their URIs as written. Default: none.
-``default_fs_uri``
-    The cluster's default file system as jobs see it in ``PAI_DEFAULT_FS_URI`` (default
-    ``hdfs://paigraph-dfs:9000``). It and every other ``hdfs://host:port`` a job names are
-    simulated: one tree per host:port and user under ``<state_dir>/dfs`` (see
-    ``simulator.dfs``).
-``dfs_max_mb``
-    The most one user's tree of one simulated file system may hold, in MB (default 10240).
-    Writes through ``paigraph fs`` and the ``hdfs`` stand-in past it are refused, and a job
-    whose tree is already past it fails to start.
+They come from a YAML file (``load_settings``: the argument, else ``PAIGRAPH_SIMULATOR_CONFIG``,
+else the defaults), checked so that a bad key is an error naming it. Every key, its meaning and
+default: docs/configuration.md.
 """
 
 from __future__ import annotations

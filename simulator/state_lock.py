@@ -1,14 +1,8 @@
 """One server per simulator state directory.
 
-A server adopts the attempts its state directory records, removes containers of its owner that
-no attempt explains, and keeps the port table there: two servers on one state directory would
-take each other's containers for orphans and hand out the same ports. So the server takes an
-exclusive `flock` on `<state>/server.lock` for as long as it runs and writes who it is into the
-file; a second server on the directory is refused with that description. The kernel drops the
-lock when the process ends, however it ends, so a crashed server never blocks its restart.
-
-`paigraph run` does not take the lock: its attempts live under their own owner, so it runs
-beside a server on the same state directory.
+Two servers on one directory would take each other's containers for orphans and hand out the
+same ports, so the server holds a `flock` on `<state>/server.lock` and the second is refused
+naming the first; `paigraph run` needs no lock (docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -175,30 +175,12 @@ def create_app(
     latest_usage: LatestUsageSource | None = None,
     usage_interval: float | None = None,
 ) -> Starlette:
-    """The app serving /graphql (GraphiQL in a browser), /exec (commands in running instances,
-    server.api.jobs.exec_socket), /healthz (liveness), /health (readiness, with the reason when not
-    ready), /metrics (Prometheus, server.metrics), and the web UI at / and under its own
-    sections (server.app.webapp.UI_SECTIONS); any other path is 404.
+    """The app: /graphql (GraphiQL in a browser), /exec, /healthz, /health, /metrics and the web UI.
 
-    With `service`, its store, bus and backend are used; the app starts the service when it
-    starts and closes it when it stops (the caller closes what it built the service from).
-    Without, the app opens the database at `db_url` (else $PAIGRAPH_DB, else the SQLite file
-    in the data directory), the event bus for it and the backend (`backend`, or the one it
-    names), and closes them all at the end. `backend=None` serves stored jobs only:
-    submitting and stopping answer that no backend runs. `host` is where the server
-    listens: on loopback only, a database without users lets requests act as the local admin.
-    `max_body` bounds a request body and a websocket message; `max_subscriptions_per_user`
-    the operations one user runs at once over all their websockets. `on_stop` is called with
-    the store when the server stops, before anything is closed (`paigraph serve` says there
-    what keeps running). `executor` is `fast` or `standard` (else $PAIGRAPH_EXECUTOR, else
-    `fast`; see server.api.schema): ValueError for anything else. `job_visibility` is `all`
-    or `own` (else $PAIGRAPH_JOB_VISIBILITY, else `all`; see server.api.job_access):
-    ValueError for anything else. `usage_interval` is the seconds between measurements of
-    what running instances use (else $PAIGRAPH_USAGE_INTERVAL, else 5; 0: none; see
-    server.app.usage_sampler); `app.state.latest_usage` gives the latest (server.app.latest_usage).
-    `metrics` are the settings of /metrics (else the PAIGRAPH_METRICS_* ones,
-    server.metrics.settings); `latest_usage` gives its per-instance series (by default
-    the sampler's latest; settable later as `app.state.metrics.latest_usage`).
+    With `service` the app starts and closes that service; without, it builds the store, bus and
+    backend from the settings and closes them at the end (`backend=None` serves stored jobs only).
+    Every other argument overrides the setting of that name (docs/configuration.md); `on_stop` gets
+    the store before anything is closed.
     """
     interval = usage_interval if usage_interval is not None else usage_interval_setting()
     schema = schema_for(executor_setting(executor))

@@ -1,18 +1,8 @@
 """The framed protocol of `/exec`, the websocket `paigraph exec` and `paigraph shell` use.
 
-Shared by the server (server.api.jobs.exec_socket) and the command line (server.client.exec_client);
-docs/instance-access.md describes it for other clients.
-
-Control messages are JSON text frames with a `type`; the bytes of the streams are binary
-frames whose first byte names the stream:
-
-client -> server   {"type": "start", "job": ID, "role": R, "index": N, "command": [...],
-                    "tty": bool, "rows": N, "columns": N, "token": T (optional)}
-                   first, and once; then binary STDIN frames, {"type": "resize", "rows": N,
-                   "columns": N} and {"type": "eof"} (stdin ends), in any order.
-server -> client   {"type": "started"} once the command runs; binary STDOUT and STDERR frames;
-                   then {"type": "exit", "code": N} and a normal close (1000), or
-                   {"type": "error", "code": C, "message": M} and a close with ERROR_CLOSE[C].
+Shared by the server (server.api.jobs.exec_socket) and the command line
+(server.client.exec_client), so both ends frame messages alike; the protocol for other clients
+is in docs/instance-access.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Headers every HTTP response carries: the web UI's pages, its assets, GraphiQL and the API.
 
-- `Content-Security-Policy`: scripts, connections (the API and its websockets), workers
-  (GraphiQL's editor runs its language services in module workers) and fonts come from this
-  server only; no inline script, no `eval`. Inline styles are allowed: the editors (CodeMirror
-  in the app, monaco in GraphiQL) set styles on their elements. Images may also be `data:`
-  URLs (the pages' empty icon, the editors' glyphs). No plugin, no `<base>`, forms post to this
-  server only.
-- `frame-ancestors 'none'` and `X-Frame-Options: DENY`: no other site can show a page of this
-  server in a frame, so buttons such as Stop and Delete cannot be clicked through a page
-  disguised over them.
-- `X-Content-Type-Options: nosniff`: a file is only ever what its content type says.
-- `Referrer-Policy: no-referrer`: the addresses of this server's pages (job names in them)
-  go nowhere else.
+A content security policy, no framing and no sniffing or referrer, so another site can neither
+run script in, frame nor learn from this server's pages; each header and why:
+docs/security.md, Response headers.
 """
 
 from __future__ import annotations

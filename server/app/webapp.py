@@ -1,15 +1,8 @@
 """The web UI's files: the app at `/` (any client-side route answers its index.html) and
 GraphiQL for browsers at /graphql, both from the Vite build in `server/webui/`.
 
-The app's routes are `/` and the paths under its sections (UI_SECTIONS, the first segments of
-the routes in web/src/App.tsx; a test keeps the two the same). Any other path is 404: a
-mistyped API address (`/api/x`, `/metrics/x`) or a file that is not there (`/favicon.ico`)
-says so, rather than answering the app's page with 200.
-
-The build is made from `web/` (./scripts/serve does it) and shipped inside the Python package
-as package data, so a wheel serves the UI without node. Hashed assets never change under their
-name and are cached for a year; the HTML pages name the current assets, so they are never
-cached. A server without the build still runs: its pages say how to make it.
+Any path outside UI_SECTIONS is 404, so a mistyped API address says so instead of answering the
+app with 200; serving and caching: docs/web-ui.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """`paigraph run`: one job on the local simulator, in the foreground.
 
-Shows a live table of roles and instances while the job runs (plain state lines when the output
-is not a terminal) and every instance's output as it comes, each line prefixed by the instance
-(`--quiet`: the table alone, and the logs of failed instances at the end); stops the job cleanly
-on Ctrl-C. Whatever it started is gone when it returns (containers, networks, held ports, its
-attempt folders), but the logs of the job's last attempt, which `run_logs` keeps for
-`paigraph logs --local`.
+A live table and every instance's output while the job runs, a clean stop on Ctrl-C, and
+nothing left behind when it returns but the logs `paigraph logs --local` reads (docs/cli.md).
 """
 
 from __future__ import annotations

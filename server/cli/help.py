@@ -1,14 +1,9 @@
 """`paigraph --help` as a command line's help reads: flags as flags, values named by what they
 are (`--port PORT`, `--db URL`), arguments in capitals, sentences whole.
 
-typer prints each parameter's type beside it: Python's (`<bool>`, `<list[Path]>`) since 0.29,
-click's (`TEXT`, `INTEGER`) before. Commands made by `Typer` below show instead a metavar: the
-one the option declares, else its long name in capitals; nothing for a flag. typer also keeps
-the line breaks of a docstring, which then break sentences mid-line once the help is wrapped
-to the terminal; here the lines of each paragraph are joined first.
-
-Parameters are told apart by their attributes, not their classes: typer carries its own copy
-of click, whose classes are not the installed click's.
+typer prints Python's or click's type names and keeps a docstring's line breaks, so metavars
+replace the types and each paragraph's lines are joined. Parameters are told apart by their
+attributes, since typer carries its own copy of click's classes.
 """
 
 from __future__ import annotations

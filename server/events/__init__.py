@@ -1,18 +1,8 @@
 """Publish/subscribe of job notices, the wake-up behind GraphQL subscriptions.
 
-What travels is a `JobNotice` ("job X has events up to sequence N"), never the events
-themselves. The append-only event log in the database is the source of truth; a subscriber:
-
-1. subscribes (`async with bus.subscribe(job_id) as notices`),
-2. reads the log after its cursor and advances the cursor,
-3. on every notice (`async for notice in notices`) reads the log after its cursor again.
-
-Because of step 3, a notice that is coalesced with a newer one, or missed while a connection
-was down (the bus then sends a `resync` notice), loses nothing. A notice whose `sequence` is not
-beyond the cursor may be skipped, except a resync.
-
-`bus_for(url)` picks the bus for a database URL: in-process for SQLite (one server process),
-PostgreSQL LISTEN/NOTIFY when several server processes share a PostgreSQL database.
+A notice says only "job X has events up to sequence N": the event log in the database is the
+truth and subscribers re-read it after their cursor, so a coalesced or missed notice loses
+nothing (docs/architecture.md, Threads and the event loop). `bus_for(url)` picks the bus.
 """
 
 from __future__ import annotations

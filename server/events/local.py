@@ -1,11 +1,7 @@
 """In-process fan-out of job notices on one asyncio event loop.
 
-Publishing costs one append per subscriber and never awaits a subscriber, so a thousand
-subscribers on one job stay cheap and a stuck one cannot hold up the others. Each subscriber
-has a bounded queue; when it is full the queue switches to keeping only the newest notice per
-job, and when even that would exceed the bound (an all-jobs subscriber far behind on many
-jobs), to a single resync notice. Memory per subscriber is therefore bounded, and since a
-notice only says "re-read from your cursor", nothing a client sees is lost.
+Publishing never awaits a subscriber and each subscriber's queue is bounded (coalescing, then a
+single resync), so many subscribers stay cheap and a stuck one holds up no other.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """The event bus shared by server processes of one PostgreSQL database (LISTEN/NOTIFY).
 
-Publishing is `SELECT pg_notify('paigraph_jobs', <notice as JSON>)` on a small publishing
-connection. Each process keeps one dedicated listening connection and fans what it hears out to
-its own subscribers through a LocalBus, so a process's own notices reach its subscribers the
-same way as everyone else's.
-
-NOTIFY is not durable: notifications sent while the listening connection is down are gone.
-The listener therefore reconnects with backoff and then sends every subscriber a resync notice
-("re-read from your cursor"); since the event log in the database is the source of truth,
-nothing is lost.
-
-Code that appends event rows on a psycopg connection may instead run
-`SELECT pg_notify(%s, %s)` with `(CHANNEL, notice.to_payload())` inside its own transaction;
-PostgreSQL then sends the notification only when the rows are committed.
+Each process listens on one connection and fans out through a LocalBus; NOTIFY is not durable,
+so after a reconnection every subscriber is told to resync from the event log
+(docs/architecture.md). `pg_notify` may also be sent inside a transaction that appends events.
 """
 
 from __future__ import annotations

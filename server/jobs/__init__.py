@@ -1,11 +1,8 @@
-"""The job engine: job and instance states, exit-code classification, completion and retry
-policy, and the state machine that turns backend facts into a job's state.
+"""The job engine: job and instance states, exit codes, completion and retry, and the state
+machine that turns backend facts into a job's state.
 
-The machine and its rules are pure logic (`machine.py`, `service_machine.py`, `policy.py`,
-`exit_codes.py`, `launch.py`, `reconcile.py`), so `paigraph run` and the GraphQL service drive
-the same machine. These modules do I/O: `runner.py` carries the machine's actions out on a
-Backend, `journal.py` hands each change to be saved and announced, `recorder.py` saves and
-announces it, and `service.py` runs the jobs of the API.
+The machine and its rules are pure, so `paigraph run` and the GraphQL service drive the same
+one; `runner.py`, `journal.py`, `recorder.py` and `service.py` do the I/O (docs/architecture.md).
 """
 
 from server.jobs.exit_codes import Behaviour, ExitInfo, ExitSpec, Reaction, classify, spec_for

@@ -125,13 +125,9 @@ def classify(
 ) -> ExitInfo:
     """Classify how an instance ended from what the backend observed.
 
-    A start failure is judged by its message (a missing image is permanent, a port conflict
-    transient, anything unrecognised is retried up to the job's retry count). An OOM kill is
-    permanent whatever the exit code; `oom_reason`, the backend's sentence for it, says it
-    better than the table when given (how much was asked and given). Otherwise the exit code
-    decides: 0 succeeds, signals have their own entries, and the end of the log is searched
-    for known failures (127 with "not found" is a command that does not exist). An
-    unrecognised code keeps its value and is retried up to the job's retry count.
+    A start failure by its message, an OOM kill as permanent (with `oom_reason`'s sentence when
+    given), else the exit code and the log's end; an unrecognised code keeps its value and is
+    retried up to the retry count (docs/architecture.md, The job machine's rules).
     """
     if start_failed_reason is not None:
         return _start_failure(start_failed_reason.strip() or "unknown error", exit_code)

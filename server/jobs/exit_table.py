@@ -1,13 +1,8 @@
 """paigraph's exit-code table: what each completion code means and whether it is worth a retry.
 
-The codes, their names and their retry behaviour follow OpenPAI's job exit spec, so a code means
-the same thing here as on an OpenPAI cluster; the explanations and advice are our own. Rows are
-(code, phrase, behaviour, reaction, what happened, what to do). `exit_codes` turns them into
-typed entries; this module is data only.
-
-Behaviours: TRANSIENT (a retry may well succeed), TRANSIENT_CONFLICT (a retry may succeed once
-resources free up, so it waits first), PERMANENT (a retry would fail the same way), UNKNOWN (it
-cannot be told; retried up to the job's retry count).
+Codes, names and retry behaviours follow OpenPAI's job exit spec, so a code means the same here
+as on an OpenPAI cluster; the explanations and advice are our own. Data only: rows of (code,
+phrase, behaviour, reaction, what happened, what to do), typed by `exit_codes`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Keeping a job's changes: what its runner saves and announces after each change of its machine.
 
-A `Journal` is the runner's change hook (`JobRunner(on_change=...)`) in the service. After every
-change it takes what is new since the last save (the machine's transitions and a
-`ServiceMachine`'s notes, in the order they were made) and hands it with the machine's snapshot
-to a `Recorder`, which writes it in one transaction; then it has the stored events announced.
-In the service the recorder is a `JobRecorder` (`recorder.py`): the store keeps the change and
-the bus announces it, in that order, so a subscriber woken by a notice always finds the events
-it announced.
+A `Journal` is the runner's change hook in the service: it hands what is new since the last
+save to a `Recorder` in one transaction, then has it announced, so a subscriber woken by a
+notice always finds the events it announced.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """The job state machine: backend facts in, job and instance states and runner actions out.
 
-`JobMachine` is pure and deterministic. It is fed the backend's `InstanceEvent`s, user stop
-requests and the results of the actions it asked for, and it answers each input with a list of
-actions for the `JobRunner` (`runner.py`) that drives it, in `paigraph run` and in the service
-alike:
-
-- `LaunchAttempt`: build the attempt's LaunchRequest and call `backend.launch`; if the backend
-  raises LaunchRefused, call `launch_refused(attempt, message)`.
-- `StopAttempt`: call `backend.stop(job_id, attempt, grace_seconds)`, then `stop_completed(attempt)`
-  once it returned (every instance of the attempt is gone by then).
-- `ReleaseAttempt`: call `backend.forget(job_id, attempt)`; every instance of it has ended.
-- `RetryInstance`: run one instance of the current attempt again on its own (task retry, only
-  when gang allocation is off).
-- `Finish`: the job reached its final state; nothing follows.
-
-Actions come in the order they must be carried out. Everything the machine knows is in its
-`JobRecord` (plain pydantic values), so it can be stored, shown and rebuilt: `snapshot()` /
-`JobMachine.restore()`, or `JobMachine(policy, record=JobRecord.model_validate(stored))`.
+`JobMachine` is pure and deterministic and keeps everything in its `JobRecord`, so the same
+machine runs in `paigraph run` and the service and can be stored and rebuilt. Its actions and
+rules: docs/architecture.md, The job machine's rules.
 """
 
 from __future__ import annotations

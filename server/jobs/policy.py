@@ -1,15 +1,8 @@
 """Completion and retry policy: when an attempt is decided, and whether another one follows.
 
-Completion (per task role, OpenPAI / FrameworkController semantics): the attempt ends as FAILED
-as soon as `min_failed` instances of one role have failed, and as SUCCEEDED as soon as
-`min_succeeded` instances of one role have succeeded; a value below 1 disables that rule.
-Counting is per role, never across roles. When no rule fires before every instance has ended,
-the attempt SUCCEEDED.
-
-Retry (per job, and per instance when gang allocation is off) follows OpenPAI's retry policy:
-transient failures are retried without counting, permanent ones never, unknown ones up to the
-retry count; -1 retries every failure; -2 (v1) runs the job again even after a success. A local
-run must end, so every policy also has a safety cap on the number of attempts (`max_attempts`).
+Both follow OpenPAI's semantics (per-role minFailed / minSucceeded, retries by the exit code's
+behaviour), plus a safety cap on attempts so that a local run always ends
+(docs/architecture.md, The job machine's rules).
 """
 
 from __future__ import annotations
@@ -74,12 +67,8 @@ class RolePolicy(_Frozen):
 def effective_completion(role: TaskRole) -> tuple[int, int]:
     """The role's (min_failed, min_succeeded) as the engine applies them; -1 means disabled.
 
-    The protocol engine has already put each dialect's defaults into `role.completion`: for
-    protocol v2 an absent or null minFailedInstances is 1 and an absent or null
-    minSucceededInstances is the role's instance count (so a role whose instances all succeed
-    ends the job as SUCCEEDED); for v1 and the draft dialect minFailedTaskCount defaults to 1,
-    null disables it, and minSucceededTaskCount is disabled unless given. What is left here is
-    the controller's rule that any value below 1 disables the condition.
+    Each dialect's defaults are already in `role.completion` (protocol engine); what is left
+    here is the controller's rule that any value below 1 disables the condition.
     """
     failed, succeeded = role.completion.min_failed, role.completion.min_succeeded
     return (failed if failed >= 1 else DISABLED, succeeded if succeeded >= 1 else DISABLED)

@@ -1,19 +1,8 @@
 """Bring a stored job back in line with its backend after the server was down.
 
-The store holds each unfinished job's machine as it was last saved; the backend knows which
-instances still run and how the others ended (`Backend.reconcile`). `plan_resumption` compares
-the two for one job and says what its runner must do before it goes on:
-
-- facts to apply (`events`): the reports of the current attempt turned into events
-  (`events_for_report`, facts the machine has already are ignored), and LOST for every instance
-  the record shows live but the backend does not know;
-- actions that were in flight when the server stopped (`pending`): a launch that never reached
-  the backend is made again (no retry is spent on it), a stop that was issued is issued again
-  (its instances may still run), and an instance retried on its own whose new run the backend
-  never started is started again. Actions are saved before they are carried out, so the record
-  always shows what was about to be done.
-
-Attempts the backend holds that no unfinished job runs any more (`stale_attempts`) are released.
+`plan_resumption` compares a job's stored machine with what the backend reports and returns the
+facts to apply (LOST for what the backend does not know) and the actions that were in flight, to
+be made again; `stale_attempts` are released (docs/reliability.md, The server killed at any moment).
 """
 
 from __future__ import annotations

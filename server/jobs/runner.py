@@ -1,13 +1,8 @@
 """Drive one job to its end: the state machine decides, the runner carries it out on the backend.
 
-`JobRunner` owns no policy. It applies the backend events it is handed (`feed`, the one way in)
-to the machine (`JobMachine`, or the service's `ServiceMachine`) and carries out the actions the
-machine returns (launch, stop, relaunch an instance, release), in order, calling its change hook
-after every change. Whoever reads the backend's event stream feeds the runner: `paigraph run`
-(`server/cli/foreground.py`) runs one in the foreground, reads the stream for it and redraws the
-table in its hook. The service (`service.py`) runs one per live job: it feeds each runner its
-job's events, its hook is the job's `Journal` (`journal.py`, which has them saved and
-announced), and after a restart the runner `resume`s what the restart interrupted.
+`JobRunner` owns no policy: it feeds the backend's events to the machine (`feed`, the one way
+in), carries out the actions it returns in order and calls its change hook after each change,
+so `paigraph run` and the service (with a `Journal` as hook) share it.
 """
 
 from __future__ import annotations

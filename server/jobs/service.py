@@ -1,20 +1,8 @@
 """The job service: submit, stop and follow jobs that survive a restart of the server.
 
-Each job has a JobRunner (`runner.py`); one task reads the backend's event stream and hands
-each event to the runner of its job. Every change of a job goes through the job's `Journal`
-(`journal.py`) to the service's `JobRecorder` (`recorder.py`), which writes it to the store
-(job row, instance rows and event rows in one transaction) before it publishes a `JobNotice`, so
-a subscriber that reads the event log on a notice always finds what the notice announced.
-
-On `start()` the service reconciles (`server.jobs.reconcile`): each unfinished job's machine is
-rebuilt from the store, brought in line with what the backend reports, and its runner resumes.
-Attempts the backend still holds for jobs that ended are released.
-
-A new job comes in through `submission.py` (resolved, checked, stored), which hands it here to
-run.
-
-Secrets are kept in memory only (the store never sees them): a job resumed after a restart, and
-any retry of it, runs without its secrets.
+One task hands the backend's events to each job's runner; every change is stored before it is
+announced, and `start()` reconciles unfinished jobs with the backend. Secrets are kept in memory
+only, so a job resumed after a restart runs without them (docs/architecture.md, A job's path).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The job machine as the service drives it, with the two inputs only a long-running service has.
 
-`ServiceMachine` is a `JobMachine` (pure, like it) that also takes:
-
-- `StartingTimedOut`: an instance placed but still not running after a timeout
-  (`stuck_in_starting` finds them) is declared LOST, which the exit-code table classifies as a
-  transient failure (OpenPAI's PodExternalDeleted): the attempt fails and is retried without
-  counting against the retry count, up to the job's safety cap. The check is made when the
-  event is applied, in order with the backend's own events, so an instance that started
-  meanwhile is never declared lost.
-- `BackendOutage`: the backend's engine stopped answering, or answers again. No state changes;
-  the job's reason says what it waits for, and a `Note` is kept each way for the event log
-  (`take_notes`).
+`StartingTimedOut` (an instance stuck starting is LOST, checked in order with the backend's
+events) and `BackendOutage` (no state change, only the reason and a note); details:
+docs/architecture.md, The job machine's rules.
 """
 
 from __future__ import annotations

@@ -152,15 +152,10 @@ class Submissions:
     ) -> SubmitOutcome:
         """Store the job (WAITING), count its marketplace submits and start running it.
 
-        References are resolved as `user` sees the marketplace. Errors: the protocol's and the
-        references' (with their paths), `not-runnable`, `virtualCluster` / `forbidden` when the
-        user may not use the virtual cluster, `name` / `name-in-use` when the user has an
-        unfinished job of that name, `refused` when the backend can never run it. A backend
-        that refuses it only at launch (LaunchRefused) ends it FAILED with its reason.
-
-        A stored job counts a submit of each item its references took in and of each of `used`
-        (keys or API IDs), and of each item of `made_from` (API IDs) it really holds
-        (`MarketplaceService.count_job_submit`).
+        References are resolved as `user` sees the marketplace. Errors carry their path and
+        code: the protocol's and references', `not-runnable`, `forbidden` (virtual cluster),
+        `name-in-use` (an unfinished job of that name), `refused` (the backend never could);
+        a LaunchRefused later ends it FAILED. Counted submits: `count_job_submit`.
         """
         checked = await asyncio.to_thread(self._check, user, config, parameters, virtual_cluster)
         if not isinstance(checked, _Checked):

@@ -1,11 +1,8 @@
 """v1's dataDir, outputDir and codeDir as OpenPAI's v1 runtime gave them to a job.
 
-OpenPAI expanded `$PAI_DEFAULT_FS_URI`, `$PAI_JOB_NAME` and `$PAI_USER_NAME` in these fields
-before exporting them as PAI_DATA_DIR, PAI_OUTPUT_DIR and PAI_CODE_DIR, used
-`$PAI_DEFAULT_FS_URI/Output/$jobName` when outputDir was not given, and copied codeDir into the
-container ("created in your job container local environment") where the commands find it as
-`code/`. Data and output stay locations the job's own code reads and writes. authFile names
-the file holding the image's registry, username and password, read when the image is pulled.
+Variables in them are expanded before they are exported as PAI_DATA_DIR, PAI_OUTPUT_DIR and
+PAI_CODE_DIR, outputDir has OpenPAI's default, and codeDir is copied into the container as
+`code/` (docs/dialects.md, v1: codeDir, dataDir, outputDir).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """One reference to one component: find its text, read it with the protocol engine, fill in
 its template variables.
 
-`marketplace://prerequisites/itemId/<id>` and `marketplace://name/<name>[@version]` are looked
-up through an ItemLookup as the viewer sees the items (an item they may not see is not found);
-`http(s)://` URLs are downloaded through the resolution's FetchSession. Either way the text must
-be a component (a single prerequisite): a job template where a component is expected is an
-error that says so.
+Lookups go through the viewer's ItemLookup, so an item they may not see is not found, and what
+is found must be a component, not a job template (docs/dialects.md, References).
 """
 
 from __future__ import annotations

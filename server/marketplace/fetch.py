@@ -1,16 +1,8 @@
 """Downloading YAML components named by http(s):// references.
 
-A job may name a component by URL (seed 004: "We can enable urls like http(s):// in addition
-to marketplace://"). The URL comes from a user, so each download has a deadline and a size
-limit (the body is streamed and dropped at the limit), one resolution asks each URL once,
-and an operator can refuse remote references altogether.
-
-Settings (environment):
-  PAIGRAPH_ALLOW_REMOTE_REFERENCES  0/false/no/off refuses http(s) references (default: allowed)
-  PAIGRAPH_REFERENCE_TIMEOUT        seconds one download may take (default 10)
-  PAIGRAPH_REFERENCE_MAX_BYTES      the largest component accepted (default 1 MiB)
-  PAIGRAPH_ALLOWED_FETCH_NETWORKS   non-public networks and host names references may reach
-                                    (default: none; see simulator.fetch_policy)
+The URL comes from a user, so each download has a deadline and a streamed size limit, each URL
+is asked once per resolution, and an operator can refuse remote references altogether (the
+PAIGRAPH_REFERENCE_* settings: docs/configuration.md).
 """
 
 from __future__ import annotations

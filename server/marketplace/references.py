@@ -1,18 +1,8 @@
 """Resolving marketplace:// and http(s):// references into a self-contained JobSpec.
 
-References may stand in a task role's `prerequisites`, `dockerImage`, `data`, `script` and
-`output`, in any prerequisite's `require` list, and in seed 004's
-`extras.reference_prerequisites` (a local name standing for what its `require` list names, with
-template variables). Each is replaced by a concrete prerequisite: the component's YAML read and
-validated by the protocol engine, its `{{ variable }}`s filled with the values given (every
-declared variable must get one), and its own `require` list resolved the same way, recursively.
-A role then lists what each of its prerequisites requires before the prerequisite itself, so
-callbacks run in dependency order. Storages that prerequisites require are merged with the
-job's `extras.storages` and checked against the admin's definitions and the viewer's rights.
-
-Cycles, chains deeper than `ReferenceLimits.max_depth`, and resolutions that load too many
-components or too many bytes are errors. Every error is an Issue whose path points at the
-reference in the user's document; a problem further down a chain says which chain.
+Each reference, recursively through `require` lists, becomes a concrete prerequisite checked by
+the protocol engine, within bounds on depth, components and bytes; every error points at the
+reference in the user's document (docs/dialects.md, References).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The marketplace's rules: who may publish, change, delete, star and use which item.
 
-- Anyone may publish. Publishing content whose name is taken by one's own item (or, for an
-  admin, anyone's) adds a version; another user's name is refused.
-- Only the owner or an admin may change or delete an item.
-- Everyone sees public items; private ones only their owner; group-shared ones the owner and
-  members of one of the groups (virtual clusters). Admins see every item. An item the user may
-  not see is reported exactly like one that does not exist.
-
-Methods are synchronous (the store is) and return outcomes with every problem the user can fix.
+An item the user may not see is reported exactly like one that does not exist (the rules:
+docs/security.md). Methods are synchronous (the store is) and return outcomes with every
+problem the user can fix.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Using an item: the job config a user gets, ready to submit.
 
-- A job template: the template itself, with the given parameter values written into its
-  `parameters` (its `jobEnvs` for v1 JSON), in its own dialect; unchanged when none are given.
-- A component (data, script, storage, output, plugin): an empty job whose task role uses it by
-  reference, as seed 004 describes for datasets: in the role's `prerequisites` (its plugin and
-  callbacks run), and as its `data` / `script` / `output` when the item has URIs (the backend
-  puts them in place under /work/<name>/). An item with template variables is reached through
-  `extras.reference_prerequisites`, where the variables get their values (the values given,
-  else the declared defaults).
-- A docker image: an empty job that runs in that image.
+A template with its parameters filled in, or an empty job that uses a component by reference
+or runs in a docker image (docs/dialects.md, References).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Who may read /metrics. The series name jobs, users and what each instance uses, so by
-default only this machine's own clients (a Prometheus beside the server) and admins' bearer
-tokens (Prometheus' `authorization` setting sends one) may; PAIGRAPH_METRICS_OPEN opens it to
-anyone who reaches the server.
+"""Who may read /metrics: by default this machine's own clients and admins' bearer tokens, since
+the series name jobs, users and what each instance uses; PAIGRAPH_METRICS_OPEN opens it.
 
-A client counts as this machine's when it connects from a loopback address, names this server
-in its Host header and, from a browser, comes from a page of this server (the local admin's
-checks, server.api.loopback: no other site's page gets in through DNS rebinding), and its
-request did not come through a proxy (a Forwarded or X-Forwarded-For header): a proxy on this
-machine would make every client of it look local.
+A local client must connect from loopback, name this server in its Host header, come from one
+of its pages in a browser and not through a proxy (docs/metrics.md, Who may read it).
 """
 
 from __future__ import annotations

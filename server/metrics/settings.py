@@ -1,11 +1,7 @@
 """The settings of the Prometheus endpoint, read from the environment when the app is made.
 
-- PAIGRAPH_METRICS_OPEN (`false`): `true` lets anyone who reaches the server read /metrics;
-  by default only loopback clients and admins' tokens may (server.metrics.access).
-- PAIGRAPH_METRICS_PER_INSTANCE (`true`): `false` leaves out the per-instance resource series,
-  for clusters where one series per running instance is too many for Prometheus.
-- PAIGRAPH_METRICS_MAX_INSTANCES (`2000`): at most this many instances get per-instance series;
-  beyond it the instances of the jobs that ended longest ago are left out first.
+PAIGRAPH_METRICS_OPEN, PAIGRAPH_METRICS_PER_INSTANCE and PAIGRAPH_METRICS_MAX_INSTANCES, with
+their defaults and why one would change them: docs/configuration.md.
 """
 
 from __future__ import annotations

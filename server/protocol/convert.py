@@ -1,21 +1,8 @@
 """Converting a job of any dialect to protocol v2 text that is meant to be edited further.
 
-`paigraph resolve` writes a rendered job: its parameters are already in its commands. A person
-who opens a draft or v1 job to edit it needs the parameters to keep their effect, so here a
-draft command's references become v2 templates where v2 has one:
-
-- `$$name$$` and `$job.parameters.name` of a job parameter -> `<% $parameters.name %>`;
-- `$$data$$`, `$$script$$`, `$$storage$$`/`$$output$$` -> `<% $data.name %>`,
-  `<% $script.name %>`, `<% $output.name %>`.
-
-A v1 job's `jobEnvs` are both its parameters and variables exported to every instance; each is
-exported as its parameter's reference (`export batch_size='<% $parameters.batch_size %>'`), so
-that setting the parameter changes what the commands see.
-
-What v2 cannot say as a template (a task's own parameter, `$$role$$`, `$$dockerimage$$`,
-`$job.tasks.<role>.<property>`, an instance count given by a parameter) is written as its
-value, and a note (a warning at the field's v2 path) says so. Nothing about the cluster is
-judged here: whether this cluster can run the job never keeps it from being converted.
+Unlike `paigraph resolve`, which writes the rendered job, this keeps parameters as v2 templates
+so they keep their effect, and writes as values (with a warning) what v2 cannot say
+(docs/dialects.md, Converting a job to protocol v2 for editing).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Credentials written into a document are secrets, wherever they are written.
 
-The protocol knows one kind of credential: a dockerimage prerequisite's `auth.username` and
-`auth.password` (in a job's `prerequisites` in the v2 and draft dialects, or a standalone
-dockerimage component). v1 names a file instead (`authFile`), which holds no credential in the
-document. A credential may be written as `<% $secrets.x %>`, the way that keeps it out of what
-is stored; one written literally is *lifted*: it becomes a secret of the job under a name made
-from its place (`<prerequisite>-password`), its field becomes a reference to that secret, and
-the text that is kept and shown holds the reference instead of the value. From then on it is
-handled exactly as a secret: given to the backend with the launch request only, kept in memory
-only, never stored, shown or logged.
-
-Every lifted credential is reported as a warning at its path, naming the secret it became.
+A dockerimage's `auth` written literally is lifted into a secret of the job, its field becomes a
+reference, and a warning at its path names the secret, so the credential is never stored, shown
+or logged (docs/security.md, Credentials in a job).
 """
 
 from __future__ import annotations

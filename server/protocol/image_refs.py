@@ -1,18 +1,8 @@
 """Docker image references checked against Docker's own reference grammar.
 
-An image the engine cannot even parse (`busybox latest`, `Ubuntu`) used to reach the backend
-and fail there, after the job was stored. The grammar below is the one of Docker's
-distribution/reference package, so what passes here is what `docker pull` accepts:
-
-    reference  := name [ ":" tag ] [ "@" digest ]
-    name       := [ domain "/" ] path-component [ "/" path-component ]*
-    domain     := host [ ":" port ]      (a first component with ".", ":", upper case letters,
-                                          or "localhost")
-    path-component := [a-z0-9]+ ( ( "." | "_" | "__" | "-"+ ) [a-z0-9]+ )*
-    tag        := [A-Za-z0-9_] [A-Za-z0-9_.-]{0,127}
-    digest     := algorithm ":" hex{32,}
-
-The name (domain and path) may be at most 255 characters long.
+An image the engine cannot parse (`busybox latest`, `Ubuntu`) used to fail in the backend after
+the job was stored; the grammar here is distribution/reference's, so what passes is what
+`docker pull` accepts (the name at most 255 characters).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Checks that keep a job the backend can never start from being accepted.
 
-A NUL byte cannot be part of a shell command, an environment variable or a PostgreSQL text
-value, and an image name outside Docker's grammar cannot be pulled or looked up: a job holding
-either used to be stored, then fail inside the backend, where nothing tells the user why. So:
-
-- `nul_issues` refuses a NUL byte anywhere in a document or in the submitted parameters (every
-  string there can reach a command, the container's environment, the entrypoint or the store),
-  with the path of the value;
-- `image_issues` refuses a dockerimage prerequisite whose uri is not a docker image reference
-  (unless it is a template still to be filled in, e.g. a marketplace component's
-  `{{ image }}`);
-- `launch_issues` runs both on a resolved and rendered JobSpec, since parameters, marketplace
-  items and template variables may bring either in after the document was read: the errors
-  name the rendered command (`taskRoles.worker.commands[0]`) or the role's `dockerImage`.
+A NUL byte or an image name outside Docker's grammar used to be stored and then fail inside the
+backend, where nothing told the user why; `launch_issues` also runs on the rendered JobSpec,
+since parameters and templates may bring either in later (docs/dialects.md, What paigraph refuses).
 """
 
 from __future__ import annotations

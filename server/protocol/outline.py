@@ -1,14 +1,9 @@
 """The outline the three dialect readers share: each mapping of a document (the job, a task
 role, a prerequisite) is read by a table of steps applied in order by one loop.
 
-A step names where its value is kept (`key`; None for a step that only checks), how it is
-read (`read`, given the `Place` being read) and an optional `rule` that checks or adjusts what
-was read. The table's order is the order of the errors and warnings a document gets, so a
-reader's behaviour is its table: a field is added, moved or given a rule in one line.
-
-The steps several dialects share live here too: the opening of a job (the required keys, the
-unknown ones, `type: job`, the retry count, the obsolete `killAllOnCompletedTaskNumber`), an
-image name, and the loop over the task roles.
+The table's order is the order of a document's errors and warnings, so a reader's behaviour is
+its table and a field is added, moved or given a rule in one line. Steps several dialects share
+live here too.
 """
 
 from __future__ import annotations

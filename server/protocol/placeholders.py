@@ -1,12 +1,8 @@
 """`{{ name }}` placeholders in YAML text, read as the marketplace's template syntax.
 
-Seed 004 writes its items with placeholders where YAML expects a value (`mountPath: {{
-mountPath }}`), which plain YAML reads as a flow mapping and refuses. So a document's text is
-treated as a template: every placeholder is swapped for a plain token before the YAML is read,
-and in the data that results each token becomes the value given for its name, or the
-placeholder as written when none is given (a neutral stand-in the readers leave alone). The
-text itself is never changed, and a value given never adds YAML structure (a value holding
-`: ` or `#` stays one string).
+Plain YAML reads `mountPath: {{ mountPath }}` as a flow mapping and refuses it, so placeholders
+are swapped for tokens before parsing and for their values after; the text is never changed and
+a value never adds YAML structure (docs/dialects.md, Template variables).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Asks for more than an unprivileged container: refused wherever a job could write them.
 
-Every instance runs unprivileged, with a fixed small set of capabilities, on its job's own
-network, with nothing of the host mounted but its prerequisites and storages (see
-docs/security.md). Docker and Kubernetes spell the ways out of that in many places
-(`privileged`, `hostNetwork`, `capAdd`, `volumes` ...); a job that writes one of them where
-paigraph reads options (a role's `extraContainerOptions`, `extras`, a prerequisite's plugin
-settings) gets an error at that path instead of a silent "ignored", so nobody believes a job
-got what it asked for.
+A job writing `privileged`, `hostNetwork`, `capAdd` ... where paigraph reads options gets an
+error at that path instead of a silent "ignored", so nobody believes a job got what it asked
+for (docs/security.md, What a job may touch).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""Rendering parameter references into commands.
+"""Rendering parameter references into commands: draft `$$name$$`, v2 `<% $parameters.x %>`,
+and `{{ name }}` in every dialect.
 
-Three syntaxes, by dialect:
-- draft: `$$name$$` (a task property such as data/script/storage/output, else a parameter),
-  `$job.parameters.name` and `$job.tasks.<role>.<property>`;
-- v2: `<% $parameters.x %>`, `<% $data.uri[0] %>`, `<% $script.uri %>`, `<% $output.name %>`;
-- all: `{{ name }}` from the parameters (marketplace template variables use the same form).
-
-`<% $secrets.x %>` is never rendered here: secrets reach a command only at launch. A reference
-that cannot be resolved is left in place (OpenPAI does the same and real configs rely on it) and
-reported as a warning.
+Secrets are never rendered here (they reach a command only at launch), and a reference that
+cannot be resolved is left in place with a warning, as OpenPAI does and real configs rely on.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """OpenPAI's `ssh` and `tensorboard` runtime plugins: what paigraph does with them, said as
 warnings where the job is read.
 
-Both come as entries of `extras.com.microsoft.pai.runtimeplugin` (`{plugin, parameters}`) or as
-prerequisites with `plugin: com.microsoft.pai.runtimeplugin.<name>` (seed 004's form).
-
-- `ssh` (`sshd` in OpenPAI's kube-runtime era): OpenPAI installs and starts an SSH server in
-  every container. paigraph installs nothing: on the simulator, where the image has an sshd, it
-  starts it on the instance's `ssh` port with the user's key (`userssh`) and the job's key pair
-  (`jobssh`) authorised and every peer named `<role>-<index>` in `~/.ssh/config`
-  (server.jobs.launch, backends.ssh_access); the warning says what happens where it has none.
-- `tensorboard`: OpenPAI runs TensorBoard on the first task role's instance 0 at
-  `parameters.port`. paigraph allocates and publishes a port labelled `tensorboard` on the
-  first task role (shown with the job's ports, and in `$PAI_CONTAINER_HOST_tensorboard_PORT_LIST`)
-  but installs and starts nothing: the warning says how to start TensorBoard on that port.
+paigraph installs nothing in an image, so each warning says what is done instead (an sshd the
+image has started with the job's keys; a published `tensorboard` port): docs/instance-access.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Role start order: `extras.paigraph.taskRoles.<role>` says what a role waits for.
 
-OpenPAI has no start order, so a v2 document carries it where OpenPAI's own validator accepts
-anything (`extras`), next to the rest of what paigraph keeps there:
-
-    extras:
-      paigraph:
-        taskRoles:
-          ps:
-            readiness: {port: http}            # or {command: [...]}; periodSeconds, ...
-          worker:
-            dependsOn: [{role: ps, when: ready, instances: 2}]
-            dependencyTimeoutSeconds: 600
-
-This module reads and checks it (every problem at its path); the wait itself is the job
-machine's and the backends'.
+OpenPAI has no start order, so it lives where OpenPAI's validator accepts anything (`extras`).
+This module reads and checks it, every problem at its path; the wait itself is the job
+machine's and the backends' (docs/dialects.md, Start order).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Which database, how to connect to it, and how a unit of work opens and ends.
 
-One place decides the URL (argument, else `PAIGRAPH_DB`, else a SQLite file in the user's data
-directory) and turns it into an engine with the settings each database needs:
-
-- SQLite: WAL journal (readers never block the writer), a busy timeout (a writer waits for the
-  lock instead of failing), foreign keys enforced, and real transactions: the stdlib driver's own
-  transaction handling is switched off and BEGIN is issued here, as BEGIN IMMEDIATE for write
-  units so two writers never read the same "last sequence" before either has written.
-- PostgreSQL: `postgresql://` and `postgres://` URLs run on the psycopg 3 driver.
-
-Problems with the URL or the server become `DatabaseError` with a sentence a user can act on.
+One place decides the URL and gives each database the settings it needs (SQLite: WAL, a busy
+timeout, foreign keys and paigraph's own BEGIN IMMEDIATE for writes), and turns problems into a
+`DatabaseError` a user can act on (docs/storage.md).
 """
 
 from __future__ import annotations

@@ -107,14 +107,11 @@ class MarketplaceStore(Repository):
         content: str,
         details: ItemDetails,
     ) -> PublishResult:
-        """Publish `content` as a new item named `name` (owned by the actor, with `details`),
-        or as a new version of the item of that name (its owner or an admin only; `details`
-        then do not apply).
+        """Publish `content` as a new item `name` (owned by the actor, with `details`), or as a new
+        version of the item of that name (its owner or an admin only; `details` then ignored).
 
-        `version` None takes the next free number, or finds the content published already as
-        some version. Publishing a version again with the same content changes nothing
-        (`unchanged`). Raises NameTaken, NotItemOwner, KindMismatch,
-        VersionExists.
+        `version` None takes the next free number, or the version that already holds the same
+        content (`unchanged`). Raises NameTaken, NotItemOwner, KindMismatch, VersionExists.
         """
         for _ in range(_KEY_TRIES):
             try:

@@ -1,17 +1,8 @@
 """Alembic's environment for paigraph's own migrations.
 
-`server.store.migrate` hands over an open connection (in `config.attributes["connection"]`) and
-owns the transaction. Driven any other way (alembic's `command` functions on `alembic_config()`),
-the URL comes from the config's `sqlalchemy.url`, else from $PAIGRAPH_DB as the server picks it.
-
-A new revision: change `server/store/tables.py`, then let alembic draft the difference against
-an up-to-date database and review what it wrote:
-
-    from alembic import command
-    from server.store.migrate import alembic_config
-    config = alembic_config()
-    config.set_main_option("sqlalchemy.url", "sqlite:////tmp/paigraph-dev.db")
-    command.revision(config, message="what changes", autogenerate=True, rev_id="0002")
+`server.store.migrate` hands over an open connection and owns the transaction; driven any other
+way, the URL comes from the config, else $PAIGRAPH_DB. How to draft a new revision:
+docs/storage.md.
 """
 
 from __future__ import annotations

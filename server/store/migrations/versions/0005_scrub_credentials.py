@@ -1,11 +1,6 @@
-"""Credentials stored by earlier versions are taken out of every stored text.
+"""Credentials stored by earlier versions are taken out of every stored text (docs/security.md).
 
-A registry username or password written into a job or a published item as itself was kept as
-written: in the job's config and resolved spec, and in an item's versions. They become
-references to secrets, as the protocol engine now writes them (`server.protocol.scrub`), and
-the values are masked in the job's event messages and state reasons. Operators should still
-rotate those credentials: copies may exist outside the database (backups, earlier dumps).
-SQLite's `secure_delete` overwrites the old text in freed pages as well.
+Literal registry credentials become references to secrets, and are masked in events and reasons.
 
 Revision ID: 0005
 Revises: 0004
