@@ -7,6 +7,10 @@ field and per item and looks each field up again. The compiled function reads th
 and builds the result dicts directly, with no paths: paths are needed only to report errors,
 and any value that could err makes it answer `SLOW` before anything counts, so the caller
 completes the whole value the general way, where the error is reported with its path.
+
+A selection can also be compiled for stored values (`StoredRead`): each field then reads
+through its type's `StoredView` instead of an attribute, so a role's instances and their ports
+are completed from the store's tuples, with no GraphQL objects made of them.
 """
 
 from __future__ import annotations
@@ -26,12 +30,15 @@ from server.api.execution.field_plans import (
     LeafRead,
     ObjectsRead,
     Plan,
+    StoredRead,
 )
+from server.api.prebuilt import StoredView
 
 Compiled = Callable[[Any], Any]  # a value -> its completed dict, or SLOW
-# The class the items of an object type must have, and the compiled selection made of them;
-# None when there is no such class or the selection is not plain.
-ItemsOf = Callable[[GraphQLObjectType, FieldDetailsList], "tuple[type, Compiled] | None"]
+# The class the items of an object type must have, and the compiled selection made of them
+# (for its stored values when the flag is set); None when there is no such class or the
+# selection is not plain.
+ItemsOf = Callable[[GraphQLObjectType, FieldDetailsList, bool], "tuple[type, Compiled] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,23 +53,44 @@ class Step:
     item_class: type | None = None
 
 
-def compile_plan(plan: Sequence[Plan], items_of: ItemsOf) -> Compiled | None:
+def compile_plan(
+    plan: Sequence[Plan], items_of: ItemsOf, view: StoredView | None = None
+) -> Compiled | None:
     """The selection planned as `plan` compiled, or None when one of its fields is not plain
-    (`items_of` compiles the selections of its lists of objects)."""
+    (`items_of` compiles the selections of its lists of objects). With `view`, compiled for
+    the stored values it reads from: each field through its getter (None when it has none),
+    and lists of objects as their item types' stored values."""
     steps = []
     for name, details, read in plan:
         if type(read) is LeafRead:
-            steps.append(Step(name, _getter(read.read, read.attribute), read))
+            get = _field_getter(read, view)
+            if get is None:
+                return None
+            steps.append(Step(name, get, read))
             continue
-        if type(read) is not ObjectsRead or any(d.node.directives for d in details):
+        if type(read) is ObjectsRead:
+            get, stored = _field_getter(read, view), view is not None
+        elif type(read) is StoredRead and view is None:
+            get, stored = attrgetter(read.attribute), True
+        else:
             return None
-        items = items_of(read.shape.object_type, details)
+        if get is None or any(d.node.directives for d in details):
+            return None
+        items = items_of(read.shape.object_type, details, stored)
         if items is None:
             return None
         item_class, completion = items
-        getter = _getter(read.read, read.attribute)
-        steps.append(Step(name, getter, None, completion, item_class))
+        steps.append(Step(name, get, None, completion, item_class))
     return compile_selection(steps)
+
+
+def _field_getter(
+    read: LeafRead | ObjectsRead, view: StoredView | None
+) -> Callable[[Any], Any] | None:
+    """How the field is read: from the object's attribute, or through the view's getter."""
+    if view is None:
+        return _getter(read.read, read.attribute)
+    return view.getters.get(read.attribute)
 
 
 def compile_selection(steps: Sequence[Step]) -> Compiled:
