@@ -12,7 +12,8 @@ executor puts each item straight into the sub-selection. A resolver marked `preb
 (server.api.prebuilt) whose object holds its list already is read as such a field. A
 `StoredRead` (a resolver marked `stored_items`) says where its object keeps the stored values
 its items are made of, for the executor to complete a selection its item type's `StoredView`
-answers straight from them, and to call the resolver for any other. Anything
+answers straight from them, and to call the resolver for any other. An `ObjectRead` (one
+object) is completed in place only within a compiled selection. Anything
 these cannot answer exactly as graphql-core would is `SLOW`: the caller then takes
 graphql-core's own path.
 """
@@ -182,7 +183,33 @@ def view_of(object_type: GraphQLObjectType) -> StoredView | None:
     return view if isinstance(view, StoredView) else None
 
 
-FieldRead = LeafRead | ObjectsRead | StoredRead
+@dataclass(frozen=True, slots=True)
+class ObjectRead:
+    """An attribute field whose type is one object type (a connection's edge's node, its
+    page info). Only compiled selections complete it in place
+    (`compiled`); elsewhere it takes graphql-core's path."""
+
+    read: Callable[[Any, str], Any]
+    attribute: str
+    non_null: bool
+    object_type: GraphQLObjectType
+    # strawberry's own check of a type with interfaces (a Job is a Node), which looks at the
+    # value only (its resolve-info argument is unused): called with None in its place
+    is_type_of: Callable[[Any, Any], object] | None
+
+
+def _own_check(object_type: GraphQLObjectType) -> tuple[bool, Callable[[Any, Any], object] | None]:
+    """Whether `object_type`'s values can be checked without a resolve-info, and the check
+    (None: the type has none). A check the type's class defines itself may read the info."""
+    check = object_type.is_type_of
+    if check is None:
+        return True, None
+    definition = object_type.extensions.get(STRAWBERRY_FIELD)
+    own = getattr(definition, "is_type_of", True)
+    return own is None, check
+
+
+FieldRead = LeafRead | ObjectsRead | StoredRead | ObjectRead
 # A field of a selection: its response name, its nodes, and how to complete it in place (None:
 # graphql-core's way).
 Plan = tuple[str, FieldDetailsList, FieldRead | None]
@@ -219,6 +246,9 @@ def _read_for(field: GraphQLField) -> FieldRead | None:
             return None
         return ObjectsRead(read, attribute, field.type, shape)
     non_null, inner = unwrap(field.type)
+    if isinstance(inner, GraphQLObjectType):
+        checkable, check = _own_check(inner)
+        return ObjectRead(read, attribute, non_null, inner, check) if checkable else None
     is_list = isinstance(inner, GraphQLList)
     items_non_null = False
     if isinstance(inner, GraphQLList):
