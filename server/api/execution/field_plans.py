@@ -13,9 +13,8 @@ executor puts each item straight into the sub-selection. A resolver marked `preb
 `StoredRead` (a resolver marked `stored_items`) says where its object keeps the stored values
 its items are made of, for the executor to complete a selection its item type's `StoredView`
 answers straight from them, and to call the resolver for any other. An `ObjectRead` (one
-object) is completed in place only within a compiled selection. Anything
-these cannot answer exactly as graphql-core would is `SLOW`: the caller then takes
-graphql-core's own path.
+object) is completed in place only within a compiled selection. Anything these cannot answer
+exactly as graphql-core would is `SLOW`: the caller then takes graphql-core's own path.
 """
 
 from __future__ import annotations
@@ -186,8 +185,8 @@ def view_of(object_type: GraphQLObjectType) -> StoredView | None:
 @dataclass(frozen=True, slots=True)
 class ObjectRead:
     """An attribute field whose type is one object type (a connection's edge's node, its
-    page info). Only compiled selections complete it in place
-    (`compiled`); elsewhere it takes graphql-core's path."""
+    page info). Only compiled selections complete it in place (`compiled`); elsewhere it
+    takes graphql-core's path."""
 
     read: Callable[[Any, str], Any]
     attribute: str
