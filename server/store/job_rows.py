@@ -34,6 +34,16 @@ _JOB_COLUMNS = (
     col(JobRow.last_sequence),
     col(JobRow.warnings),
 )
+# What a list that shows only each job's id, name, state and attempt needs (`list_jobs` brief),
+# with the submission time its cursor is made of and the owner's id for the owner's fields.
+_BRIEF_JOB_COLUMNS = (
+    col(JobRow.id),
+    col(JobRow.name),
+    col(JobRow.owner_id),
+    col(JobRow.state),
+    col(JobRow.submitted_at),
+    col(JobRow.attempt),
+)
 _INSTANCE_COLUMNS = (
     col(InstanceRow.job_id),
     col(InstanceRow.attempt),
@@ -119,6 +129,26 @@ def _job(row: Sequence[Any]) -> Job:
             JobWarning(path=tuple(w["path"]), code=w["code"], message=w["message"])
             for w in warnings or ()
         ),
+    )
+
+
+def _brief_job(row: Sequence[Any]) -> Job:
+    """A job of _BRIEF_JOB_COLUMNS, the fields not read left empty."""
+    job_id, name, owner_id, state, submitted, attempt = row
+    return Job(
+        id=job_id,
+        name=name,
+        owner_id=owner_id,
+        owner="",
+        virtual_cluster="",
+        state=_STATES.get(state) or JobState(state),
+        state_reason="",
+        submitted_at=submitted,
+        started_at=None,
+        completed_at=None,
+        attempt=attempt,
+        retries=0,
+        last_sequence=0,
     )
 
 

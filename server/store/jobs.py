@@ -33,10 +33,12 @@ from server.store.columns import utcnow
 from server.store.db import Repository
 from server.store.job_rows import (
     _BRIEF_INSTANCE_COLUMNS,
+    _BRIEF_JOB_COLUMNS,
     _EVENT_COLUMNS,
     _INSTANCE_COLUMNS,
     _INSTANCE_ORDER,
     _brief_instance,
+    _brief_job,
     _event,
     _instance,
     _job,
@@ -189,27 +191,46 @@ class JobStore(Repository):
             return _job(row) if row is not None else None
 
     def list_jobs(
-        self, where: JobFilter | None = None, *, first: int = 50, after: JobCursor | None = None
+        self,
+        where: JobFilter | None = None,
+        *,
+        first: int = 50,
+        after: JobCursor | None = None,
+        brief: bool = False,
     ) -> JobPage:
-        """Jobs newest first, `first` (0 to 100) of them after the cursor, matching `where`."""
+        """Jobs newest first, `first` (0 to 100) of them after the cursor, matching `where`.
+
+        `brief`: only the id, name, owner id, state, submission time and attempt are read; the
+        other fields are left empty (the owner's name, the virtual cluster and the state
+        reason "", the other times None, retries and last_sequence 0, no warnings), for a
+        caller that shows nothing else of them (a list of jobs with their task roles)."""
         if not 0 <= first <= MAX_PAGE:
             raise InvalidValue(f"first must be between 0 and {MAX_PAGE}, got {first}")
-        query = _matching(_jobs_query(), where or JobFilter())
+        where = where or JobFilter()
+        if not brief:
+            query, make = _jobs_query(), _job
+        elif where.owner is not None:  # the filter names the owner: the users table is needed
+            brief_query = select(*_BRIEF_JOB_COLUMNS)
+            query = brief_query.join(UserRow, col(UserRow.id) == col(JobRow.owner_id))
+            make = _brief_job
+        else:
+            query, make = select(*_BRIEF_JOB_COLUMNS), _brief_job
+        query = _matching(query, where)
         if after is not None:
             query = query.where(
                 tuple_(col(JobRow.submitted_at), col(JobRow.id))
                 < tuple_(after.submitted_at, after.id)
             )
         query = query.order_by(*_NEWEST_FIRST).limit(first + 1)
-        with self._read() as session:
-            jobs = [_job(row) for row in session.execute(query)]
+        with self._read() as session:  # rows of columns: the connection's, not the ORM's
+            jobs = [make(row) for row in session.connection().execute(query)]
         return JobPage(jobs=jobs[:first], has_next=len(jobs) > first)
 
     def newest_event_id(self) -> int:
         """The id of the newest event of any job (0 without any): where a `jobs_changed_after`
         reader starts that wants only what happens from now on."""
         with self._read() as session:
-            return session.scalar(select(func.max(col(EventRow.id)))) or 0
+            return session.connection().scalar(select(func.max(col(EventRow.id)))) or 0
 
     def jobs_changed_after(
         self, after: int, where: JobFilter | None = None, *, limit: int = 100

@@ -324,6 +324,40 @@ async def test_a_job_list_answers_every_instance_field_however_the_query_asks_fo
         assert both["node"]["more"] == [{"instances": r["instances"]} for r in roles]
 
 
+async def test_a_job_list_of_names_states_and_task_roles_answers_as_a_full_one_does(
+    client: httpx.AsyncClient, store: Store
+) -> None:
+    """A list that shows its jobs' names, states, owners and task roles reads less of them;
+    its answer is the one a list asking for every field gives."""
+    ann, token = store.create_user("ann")
+    bob, _ = store.create_user("bob")
+    add_jobs(store, ann.id, 3)
+    add_jobs(store, bob.id, 2, prefix="b")
+    shown = "id name state attempt user { name } taskRoles { name instances { index state } }"
+    every = (
+        f"{shown} virtualCluster stateReason submittedAt startedAt completedAt retries "
+        "eventCursor warnings { code }"
+    )
+
+    def page(fields: str) -> str:
+        return (
+            'jobs(first: 3, filter: {user: "ann"}) { '
+            f"edges {{ cursor node {{ {fields} }} }} pageInfo {{ endCursor hasNextPage }} }}"
+        )
+
+    full = (await data(client, f"{{ {page(every)} }}", token=token))["jobs"]
+    brief = (await data(client, f"{{ {page(shown)} }}", token=token))["jobs"]
+    assert len(full["edges"]) == 3 and full["pageInfo"]["hasNextPage"] is False
+    assert {e["node"]["user"]["name"] for e in full["edges"]} == {"ann"}
+    assert all(e["node"]["startedAt"] and e["node"]["eventCursor"] for e in full["edges"])
+    assert brief["pageInfo"] == full["pageInfo"]
+    names = list(brief["edges"][0]["node"])
+    assert brief["edges"] == [
+        {"cursor": e["cursor"], "node": {name: e["node"][name] for name in names}}
+        for e in full["edges"]
+    ]
+
+
 async def test_a_deep_job_list_costs_the_same_statements_for_5_and_50_jobs(
     client: httpx.AsyncClient, store: Store
 ) -> None:

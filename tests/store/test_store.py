@@ -462,6 +462,11 @@ def test_the_job_list_pages_newest_first_by_cursor_and_filters(store: Store) -> 
         while True:
             page = store.list_jobs(where, first=first, after=cursor)
             assert len(page.jobs) <= first
+            # A brief page is the same page, the fields it reads the same as the full ones.
+            brief = store.list_jobs(where, first=first, after=cursor, brief=True)
+            assert brief.has_next == page.has_next
+            assert [_briefly(j) for j in brief.jobs] == [_briefly(j) for j in page.jobs]
+            assert [j.cursor for j in brief.jobs] == [j.cursor for j in page.jobs]
             seen.extend(j.id for j in page.jobs)
             if not page.has_next:
                 return seen
@@ -493,6 +498,11 @@ def test_the_job_list_pages_newest_first_by_cursor_and_filters(store: Store) -> 
         store.list_jobs(first=101)
     with pytest.raises(ValueError, match="not a job list cursor"):
         JobCursor.decode("bm9wZQ")
+
+
+def _briefly(job: Job) -> tuple[object, ...]:
+    """The fields of a job a brief list (`list_jobs(brief=True)`) reads."""
+    return (job.id, job.name, job.owner_id, job.state, job.submitted_at, job.attempt)
 
 
 def test_loaders_fetch_many_jobs_in_one_query_each(store: Store) -> None:

@@ -5,7 +5,8 @@ with `PAIGRAPH_EXECUTOR=fast`; each mechanism it adds is a module of its own, wh
 says what it replaces in graphql-core and why:
 
 - `field_plans`: attribute fields read and coerced without a resolve-info and resolver call;
-- `compiled`: selections of such fields, all the way down, compiled into one function;
+- `compiled`: selections of such fields, all the way down, compiled into one function,
+  also for the stored values a list's items are made of (a role's instances);
 - `shared_events`: subscription events that never change, completed once for all subscribers;
 - `weak_helpers`: resolvers' helpers without the reference cycle that left every request's
   objects to the cycle collector.

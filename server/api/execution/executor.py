@@ -6,8 +6,10 @@ dispatches on the field's type, which costs several times what reading the rows 
 class overrides graphql-core's `execute_fields` and `complete_value` to complete, in place, a
 field that strawberry resolves by reading an attribute (`field_plans`), a list of objects
 (each item straight into its sub-selection, or through a compiled selection: `compiled`),
-and a shared value (`shared_events`); it builds its resolvers' helpers without a reference
-cycle (`weak_helpers`). Plans and compilations live as long as one execution.
+a list whose object keeps the stored values its items are made of (completed from those
+values when the selection allows: `compiled`), and a shared value (`shared_events`); it
+builds its resolvers' helpers without a reference cycle (`weak_helpers`). Plans and
+compilations live as long as one execution.
 
 Anything out of the ordinary (a null where none is allowed, a value the scalar refuses, an
 awaitable or an exception as a value, an attribute that raises when read, a type that checks
@@ -33,11 +35,14 @@ from server.api.execution.field_plans import (
     ObjectList,
     ObjectsRead,
     Plan,
+    StoredRead,
     field_read,
     object_list,
+    view_of,
 )
 from server.api.execution.shared_events import SharedEvent, complete_shared
 from server.api.execution.weak_helpers import helpers_of
+from server.api.prebuilt import StoredView
 from server.api.shared_values import SHARED_VALUE
 
 
@@ -49,7 +54,7 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         # Keyed by id(); each value keeps its key object alive so the id cannot be reused.
         self._plans: dict[int, tuple[GroupedFieldSet, GraphQLObjectType, list[Plan]]] = {}
         self._object_lists: dict[int, tuple[GraphQLOutputType, ObjectList | None]] = {}
-        self._compilations: dict[int, tuple[GroupedFieldSet, Compiled | None]] = {}
+        self._compilations: dict[tuple[int, bool], tuple[GroupedFieldSet, Compiled | None]] = {}
         manager = self.middleware_manager
         self._has_middleware = manager is not None and bool(manager.middlewares)
         self.async_helpers = helpers_of(self)
@@ -93,13 +98,18 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         self._plans[id(fields)] = (fields, parent_type, plan)
         return plan
 
-    def _compiled(self, object_type: GraphQLObjectType, fields: GroupedFieldSet) -> Compiled | None:
-        """`fields` of `object_type` compiled, or None when one of them is not plain."""
-        cached = self._compilations.get(id(fields))
+    def _compiled(
+        self, object_type: GraphQLObjectType, fields: GroupedFieldSet, view: StoredView | None
+    ) -> Compiled | None:
+        """`fields` of `object_type` compiled (for the stored values `view` reads from, when
+        given), or None when one of them is not plain."""
+        key = (id(fields), view is not None)
+        cached = self._compilations.get(key)
         if cached is not None and cached[0] is fields:
             return cached[1]
-        compiled = compile_plan(self.field_plans(object_type, fields), self._compiled_items)
-        self._compilations[id(fields)] = (fields, compiled)
+        plan = self.field_plans(object_type, fields)
+        compiled = compile_plan(plan, self._compiled_items, view)
+        self._compilations[key] = (fields, compiled)
         return compiled
 
     def execute_fields(
@@ -119,6 +129,11 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         awaitable_fields: list[str] = []
         try:
             for response_name, details, read in self.field_plans(parent_type, grouped_field_set):
+                if type(read) is StoredRead and position_context is None:
+                    result = self._stored_field(read, source_value, details)
+                    if result is not SLOW:
+                        results[response_name] = result
+                        continue
                 if type(read) is LeafRead:
                     try:
                         result = read.complete(source_value)
@@ -151,6 +166,25 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         if not awaitable_fields:
             return results
         return _await_at(results, awaitable_fields)
+
+    def _stored_field(self, read: StoredRead, source: Any, details: FieldDetailsList) -> Any:
+        """The field's items completed straight from the stored values its object keeps, or
+        SLOW (nothing done that counts: the resolver then makes the items) when the view
+        cannot answer the selection or a value is not plain."""
+        compiled = self._compiled_items(read.shape.object_type, details, True)
+        if compiled is None:
+            return SLOW
+        try:
+            values = getattr(source, read.attribute)
+        except Exception:
+            return SLOW
+        if type(values) not in LISTS:
+            return SLOW
+        item_class, completion = compiled
+        try:
+            return complete_items(completion, item_class, values)
+        except Exception:  # the resolver's way reports it with its path
+            return SLOW
 
     def _objects_field(
         self,
@@ -298,7 +332,7 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
     ) -> Any:
         """The items through their compiled selection, or SLOW (nothing done that counts)
         when the selection or a value is not plain."""
-        compiled = self._compiled_items(object_type, details)
+        compiled = self._compiled_items(object_type, details, False)
         if compiled is None:
             return SLOW
         item_class, completion = compiled
@@ -308,15 +342,18 @@ class FastExecutionContext(StrawberryGraphQLCoreExecutionContext):
             return SLOW
 
     def _compiled_items(
-        self, object_type: GraphQLObjectType, details: FieldDetailsList
+        self, object_type: GraphQLObjectType, details: FieldDetailsList, stored: bool
     ) -> tuple[type, Compiled] | None:
         """The class items of `object_type` must have and the compiled selection `details`
-        make of them, or None when there is no such class or the selection is not plain."""
-        item_class = origin_class(object_type)
-        if item_class is None:
+        make of them, or None when there is no such class or the selection is not plain.
+        `stored`: the items are the stored values the type's view reads from, not objects
+        of the type."""
+        view = view_of(object_type) if stored else None
+        item_class = view.value_class if view is not None else origin_class(object_type)
+        if item_class is None or (stored and view is None):
             return None
         fields, new_defer_usages, _ = self.collect_subfields(object_type, details)
-        compiled = None if new_defer_usages else self._compiled(object_type, fields)
+        compiled = None if new_defer_usages else self._compiled(object_type, fields, view)
         return None if compiled is None else (item_class, compiled)
 
     async def _settle(

@@ -9,9 +9,12 @@ the attribute does, and a page of jobs is some 5,000 such fields.
 A `LeafRead` (a scalar, an enum, or a list of them) reads and coerces the value; an
 `ObjectsRead` (a list of objects of one concrete type) says where the list is, and the
 executor puts each item straight into the sub-selection. A resolver marked `prebuilt`
-(server.api.prebuilt) whose object holds its list already is read as such a field. Anything
-these cannot answer exactly as graphql-core would is `SLOW`: the caller then takes
-graphql-core's own path.
+(server.api.prebuilt) whose object holds its list already is read as such a field. A
+`StoredRead` (a resolver marked `stored_items`) says where its object keeps the stored values
+its items are made of, for the executor to complete a selection its item type's `StoredView`
+answers straight from them, and to call the resolver for any other. An `ObjectRead` (one
+object) is completed in place only within a compiled selection. Anything these cannot answer
+exactly as graphql-core would is `SLOW`: the caller then takes graphql-core's own path.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from graphql.execution.collect_fields import FieldDetailsList
 from graphql.pyutils import Undefined
 from strawberry.types.field import StrawberryField
 
-from server.api.prebuilt import PREBUILT
+from server.api.prebuilt import PREBUILT, STORED_ITEMS, STORED_VIEW, StoredView
 
 STRAWBERRY_FIELD = "strawberry-definition"  # where strawberry keeps its definition of a type
 SLOW = object()  # "not completed here: take graphql-core's path"
@@ -162,7 +165,50 @@ class ObjectsRead:
     shape: ObjectList
 
 
-FieldRead = LeafRead | ObjectsRead
+@dataclass(frozen=True, slots=True)
+class StoredRead:
+    """A resolver of a list of objects whose object keeps, in `attribute`, the stored values
+    the items are made of; the item type has a `StoredView`."""
+
+    attribute: str
+    field_type: GraphQLOutputType
+    shape: ObjectList
+
+
+def view_of(object_type: GraphQLObjectType) -> StoredView | None:
+    """How the fields of `object_type` read from a stored value, if its class says so."""
+    definition = object_type.extensions.get(STRAWBERRY_FIELD)
+    view = getattr(getattr(definition, "origin", None), STORED_VIEW, None)
+    return view if isinstance(view, StoredView) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRead:
+    """An attribute field whose type is one object type (a connection's edge's node, its
+    page info). Only compiled selections complete it in place (`compiled`); elsewhere it
+    takes graphql-core's path."""
+
+    read: Callable[[Any, str], Any]
+    attribute: str
+    non_null: bool
+    object_type: GraphQLObjectType
+    # strawberry's own check of a type with interfaces (a Job is a Node), which looks at the
+    # value only (its resolve-info argument is unused): called with None in its place
+    is_type_of: Callable[[Any, Any], object] | None
+
+
+def _own_check(object_type: GraphQLObjectType) -> tuple[bool, Callable[[Any, Any], object] | None]:
+    """Whether `object_type`'s values can be checked without a resolve-info, and the check
+    (None: the type has none). A check the type's class defines itself may read the info."""
+    check = object_type.is_type_of
+    if check is None:
+        return True, None
+    definition = object_type.extensions.get(STRAWBERRY_FIELD)
+    own = getattr(definition, "is_type_of", True)
+    return own is None, check
+
+
+FieldRead = LeafRead | ObjectsRead | StoredRead | ObjectRead
 # A field of a selection: its response name, its nodes, and how to complete it in place (None:
 # graphql-core's way).
 Plan = tuple[str, FieldDetailsList, FieldRead | None]
@@ -199,6 +245,9 @@ def _read_for(field: GraphQLField) -> FieldRead | None:
             return None
         return ObjectsRead(read, attribute, field.type, shape)
     non_null, inner = unwrap(field.type)
+    if isinstance(inner, GraphQLObjectType):
+        checkable, check = _own_check(inner)
+        return ObjectRead(read, attribute, non_null, inner, check) if checkable else None
     is_list = isinstance(inner, GraphQLList)
     items_non_null = False
     if isinstance(inner, GraphQLList):
@@ -208,17 +257,24 @@ def _read_for(field: GraphQLField) -> FieldRead | None:
     return LeafRead(read, attribute, non_null, leaf_coercer(inner), is_list, items_non_null)
 
 
-def _prebuilt_read(field: GraphQLField, definition: StrawberryField) -> ObjectsRead | None:
+def _prebuilt_read(
+    field: GraphQLField, definition: StrawberryField
+) -> ObjectsRead | StoredRead | None:
     """A resolver marked `prebuilt` whose field is a list of objects: read from the attribute
     its object may hold the answer in (a value that is not a list, None when nothing was
-    built ahead, makes the executor call the resolver)."""
+    built ahead, makes the executor call the resolver). One marked `stored_items`: a
+    `StoredRead` when its item type has a view."""
     resolver = definition.base_resolver
-    attribute = getattr(resolver.wrapped_func, PREBUILT, None) if resolver is not None else None
-    if not isinstance(attribute, str) or field.args or definition.extensions:
-        return None
-    if definition.permission_classes:
+    wrapped = resolver.wrapped_func if resolver is not None else None
+    attribute = getattr(wrapped, PREBUILT, None)
+    stored = getattr(wrapped, STORED_ITEMS, None)
+    if field.args or definition.extensions or definition.permission_classes:
         return None
     shape = object_list(field.type)
     if shape is None or shape.object_type.is_type_of is not None:
+        return None
+    if isinstance(stored, str) and view_of(shape.object_type) is not None:
+        return StoredRead(stored, field.type, shape)
+    if not isinstance(attribute, str):
         return None
     return ObjectsRead(getattr, attribute, field.type, shape)

@@ -32,6 +32,23 @@ from server.shapes.values import JobPage as StoredJobPage
 
 # The TaskInstance fields a brief instance (`JobStore.current_instances`) answers as a full one.
 BRIEF_FIELDS = frozenset({"__typename", "taskRole", "index", "attempt", "state", "ports"})
+# The Job fields a brief job (`JobStore.list_jobs`) answers as a full one: those of the columns
+# it reads, and those that go by the job's id, owner or attempt only.
+BRIEF_JOB_FIELDS = frozenset(
+    {
+        "__typename",
+        "id",
+        "name",
+        "state",
+        "attempt",
+        "taskRoles",
+        "instanceCounts",
+        "user",
+        "config",
+        "metrics",
+        "events",
+    }
+)
 
 
 def _version() -> str:
@@ -151,11 +168,14 @@ class Query:
         brief = instances and (
             fields_selected_at(info, "edges", "node", "taskRoles", "instances") <= BRIEF_FIELDS
         )
+        # Likewise jobs shown by their name, state and task roles (the columns of the others,
+        # three of them timestamps, and the owner's name were most of reading the page).
+        brief_jobs = fields_selected_at(info, "edges", "node") <= BRIEF_JOB_FIELDS
 
         def read() -> JobPage:
             """The page, and what the query wants of its jobs, in one worker-thread hop."""
             since = store.newest_event_id()  # before the page: a change meanwhile is told again
-            page = store.list_jobs(where, first=size, after=after_cursor)
+            page = store.list_jobs(where, first=size, after=after_cursor, brief=brief_jobs)
             ids = [stored.id for stored in page.jobs]
             return JobPage(
                 since,
@@ -169,7 +189,8 @@ class Query:
         found = await asyncio.to_thread(read)
         page = found.page
         # Primed, the loaders answer a job's taskRoles and instances without another read.
-        loaders.job.prime_many({stored.id: stored for stored in page.jobs})
+        if not brief_jobs:  # brief jobs lack fields other parts of the query might ask for
+            loaders.job.prime_many({stored.id: stored for stored in page.jobs})
         loaders.spec.prime_many(found.specs)
         if not brief:  # brief instances lack fields other parts of the query might ask for
             loaders.instances.prime_many(found.instances)

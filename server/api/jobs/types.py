@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Sequence
 from datetime import datetime
+from operator import attrgetter, itemgetter
 
 import strawberry
 
@@ -47,7 +48,7 @@ from server.api.jobs.prerequisite_types import (
 from server.api.limits import page_size
 from server.api.loaders import ready
 from server.api.lookahead import selected_below
-from server.api.prebuilt import prebuilt
+from server.api.prebuilt import prebuilt, stored_items, stored_view
 from server.api.resolver_field import resolver_field
 from server.api.shared_values import shared_value
 from server.protocol import Issue, Severity
@@ -93,6 +94,7 @@ __all__ = [
 strawberry.enum(JobState, name="JobState", description="The state of a job or task instance.")
 
 
+@stored_view(tuple, label=itemgetter(0), ports=itemgetter(1))  # an item of Instance.ports
 @strawberry.type(description="A group of host ports an instance holds under one label.")
 class PortAllocation:
     label: str
@@ -103,6 +105,22 @@ class PortAllocation:
         return [cls(label=label, ports=list(values)) for label, values in ports.items()]
 
 
+@stored_view(
+    Instance,
+    task_role=attrgetter("role"),
+    index=attrgetter("index"),
+    attempt=attrgetter("attempt"),
+    task_attempt=attrgetter("task_attempt"),
+    state=attrgetter("state"),
+    state_reason=lambda i: i.state_reason or None,
+    exit_code=attrgetter("exit_code"),
+    exit_reason=attrgetter("exit_reason"),
+    node=attrgetter("node"),
+    host_ip=attrgetter("host_ip"),
+    ports=lambda i: list(i.ports.items()),
+    started_at=attrgetter("started_at"),
+    finished_at=attrgetter("finished_at"),
+)
 @strawberry.type(description="One task instance of the job's current attempt.")
 class TaskInstance:
     task_role: str
@@ -172,20 +190,24 @@ class StartDependency:
 @strawberry.type(description="A task role of a submitted job, with its instances.")
 class TaskRole:
     """Built for every role of every job on a page: what takes work to build (resources,
-    rendered commands, prerequisites) is built from the spec only when it is asked for. The
-    instances come with it (read ahead with the page, or loaded with the spec), which lets the
-    executor complete a role and its instances without a resolver call per role."""
+    rendered commands, prerequisites, the instances' objects) is built only when it is asked
+    for. The stored instances come with it (read ahead with the page, or loaded with the
+    spec), which lets the executor complete a role and its instances without a resolver call
+    per role, and a plain selection of the instances straight from the stored values."""
 
     name: str
     instance_count: int
     min_failed_instances: int
     min_succeeded_instances: int
     task_retry_count: int
-    instances: list[TaskInstance] = strawberry.field(
-        description="The instances of the job's current attempt, by index."
-    )
+    stored_instances: strawberry.Private[Sequence[Instance]]
     spec: strawberry.Private[JobSpec]
     role: strawberry.Private[SpecTaskRole]
+
+    @resolver_field(description="The instances of the job's current attempt, by index.")
+    @stored_items("stored_instances")
+    def instances(self) -> list[TaskInstance]:
+        return [TaskInstance.from_value(i) for i in self.stored_instances]
 
     @strawberry.field
     def resource_per_instance(self) -> Resource:
@@ -227,7 +249,7 @@ class TaskRole:
             min_failed_instances=role.completion.min_failed,
             min_succeeded_instances=role.completion.min_succeeded,
             task_retry_count=role.task_retry_count,
-            instances=[TaskInstance.from_value(i) for i in instances if i.role == role.name],
+            stored_instances=[i for i in instances if i.role == role.name],
             spec=spec,
             role=role,
         )
