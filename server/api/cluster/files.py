@@ -20,7 +20,7 @@ from typing import TypeVar
 import strawberry
 
 from server.api.context import Info
-from server.api.jobs.types import UserError
+from server.api.graph_types import UserError
 from server.api.marketplace.mutations import Mutation as MarketMutation
 from server.api.marketplace.queries import Query as MarketQuery
 from server.api.mutation_field import mutation

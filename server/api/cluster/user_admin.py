@@ -16,7 +16,7 @@ from server.api.cluster.files import Mutation as FilesMutation  # jobs, marketpl
 from server.api.cluster.files import Query as FilesQuery
 from server.api.context import Info
 from server.api.errors import ApiError
-from server.api.jobs.types import User, UserError
+from server.api.graph_types import User, UserError
 from server.api.mutation_field import mutation
 from server.shapes.accounts import check_name
 from server.shapes.store_errors import StoreError, UnknownUser
