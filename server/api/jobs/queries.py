@@ -1,10 +1,10 @@
-"""The Query type: nodes by global ID, the viewer, jobs one at a time or paged, the cluster."""
+"""The job domain's Query fields: the viewer, jobs one at a time or paged, the cluster; and
+`job_or_user`, what `node` answers for a Job or User ID (server.api.root_query)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 
 import strawberry
 
@@ -32,13 +32,6 @@ from server.shapes.values import JobPage as StoredJobPage
 
 # The TaskInstance fields a brief instance (`JobStore.current_instances`) answers as a full one.
 BRIEF_FIELDS = frozenset({"__typename", "taskRole", "index", "attempt", "state", "ports"})
-
-
-def _version() -> str:
-    try:
-        return version("paigraph")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 @dataclass(frozen=True)
@@ -100,14 +93,6 @@ async def job_or_user(info: Info, id: strawberry.ID) -> Node | None:
 
 @strawberry.type
 class Query:
-    @strawberry.field(description="The running paigraph version.")
-    def version(self) -> str:
-        return _version()
-
-    @strawberry.field(description="The object with this global ID (a Job or a User), if any.")
-    async def node(self, info: Info, id: strawberry.ID) -> Node | None:
-        return await job_or_user(info, id)
-
     @strawberry.field(description="Who is asking.")
     def viewer(self, info: Info) -> User:
         return User.from_value(info.context.viewer)
