@@ -29,6 +29,7 @@ from strawberry.types.graphql import OperationType
 
 from server.api import root_query
 from server.api.cluster import files, user_admin
+from server.api.cluster import queries as cluster_queries
 from server.api.errors import should_mask
 from server.api.jobs import mutations as job_mutations
 from server.api.jobs import queries as job_queries
@@ -52,6 +53,7 @@ Query = merge_types(
     (
         root_query.Query,
         job_queries.Query,
+        cluster_queries.Query,
         marketplace_queries.Query,
         files.Query,
         user_admin.Query,

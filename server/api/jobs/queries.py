@@ -1,4 +1,4 @@
-"""The job domain's Query fields: the viewer, jobs one at a time or paged, the cluster; and
+"""The job domain's Query fields: the viewer, and jobs one at a time or paged; and
 `job_or_user`, what `node` answers for a Job or User ID (server.api.root_query)."""
 
 from __future__ import annotations
@@ -8,8 +8,6 @@ from dataclasses import dataclass
 
 import strawberry
 
-from server.api.cluster import types as cluster_view
-from server.api.cluster.types import Cluster, VirtualCluster
 from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import expect_global_id, parse_global_id
@@ -179,11 +177,3 @@ class Query:
                 has_next_page=page.has_next, end_cursor=end.encode() if end else after
             ),
         )
-
-    @strawberry.field(description="The virtual clusters the backend offers and the viewer's.")
-    async def virtual_clusters(self, info: Info) -> list[VirtualCluster]:
-        return await cluster_view.virtual_clusters(info)
-
-    @strawberry.field(description="The backend's nodes and their capacity.")
-    async def cluster(self, info: Info) -> Cluster:
-        return await cluster_view.cluster(info)
