@@ -22,22 +22,52 @@ from typing import Any
 
 import strawberry
 from graphql import GraphQLError
+from strawberry.tools import merge_types
 from strawberry.types import ExecutionContext, ExecutionResult
 from strawberry.types.execution import PreExecutionError
 from strawberry.types.graphql import OperationType
 
-# the job queries and mutations, the marketplace's, the simulated file system's and users'
-from server.api.cluster.user_admin import Mutation, Query
+from server.api import root_query
+from server.api.cluster import files, user_admin
+from server.api.cluster import queries as cluster_queries
 from server.api.errors import should_mask
+from server.api.jobs import mutations as job_mutations
+from server.api.jobs import queries as job_queries
 from server.api.jobs.subscriptions import Subscription
 from server.api.jobs.types import Job, User
 from server.api.limits import CHECKER, schema_extensions
+from server.api.marketplace import mutations as marketplace_mutations
+from server.api.marketplace import queries as marketplace_queries
 from server.api.marketplace.types import MarketplaceItem
 from server.api.validation_cache import hand_over
 
 EXECUTOR_ENV = "PAIGRAPH_EXECUTOR"
 FAST, STANDARD = "fast", "standard"
 EXECUTORS = (FAST, STANDARD)
+
+# Each domain's Query and Mutation fields are a class of their own, which imports no other
+# domain's; the schema's types are merged from them here, in this order, which is the order of
+# the fields in schema.graphql.
+Query = merge_types(
+    "Query",
+    (
+        root_query.Query,
+        job_queries.Query,
+        cluster_queries.Query,
+        marketplace_queries.Query,
+        files.Query,
+        user_admin.Query,
+    ),
+)
+Mutation = merge_types(
+    "Mutation",
+    (
+        job_mutations.Mutation,
+        marketplace_mutations.Mutation,
+        files.Mutation,
+        user_admin.Mutation,
+    ),
+)
 
 
 class Schema(strawberry.Schema):

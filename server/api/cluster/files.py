@@ -20,9 +20,7 @@ from typing import TypeVar
 import strawberry
 
 from server.api.context import Info
-from server.api.jobs.types import UserError
-from server.api.marketplace.mutations import Mutation as MarketMutation
-from server.api.marketplace.queries import Query as MarketQuery
+from server.api.graph_types import UserError
 from server.api.mutation_field import mutation
 from simulator.dfs import DfsError, DfsFull, DfsNotFound, FileSystems
 
@@ -175,7 +173,7 @@ def _remove(systems: FileSystems, owner: str, uri: str, recursive: bool) -> str:
 
 
 @strawberry.type
-class Query(MarketQuery):
+class Query:
     @strawberry.field(
         description="The entries of a directory (or the one of a file) of the viewer's simulated "
         "file system (the Docker simulator's HDFS); `uri` is hdfs://host:port/path or /path on "
@@ -215,7 +213,7 @@ class Query(MarketQuery):
 
 
 @strawberry.type
-class Mutation(MarketMutation):
+class Mutation:
     @mutation(
         description="Write a file of the viewer's simulated file system (parents made as "
         "needed), within its bound (the simulator setting dfs_max_mb)."

@@ -9,9 +9,36 @@ import asyncio
 from collections import defaultdict
 from typing import Any
 
+import strawberry
+
 from server.api.context import Info
-from server.api.jobs.metrics_types import SIMULATED_GPUS, NodeUsage
+from server.api.usage_source import SIMULATED_GPUS
 from server.app.usage_sampler import LiveUsage
+
+
+@strawberry.type(
+    description="A node's allocation and what its instances use now. Allocation and capacity "
+    "are null where the backend keeps no accounting of them."
+)
+class NodeUsage:
+    name: str
+    cpu_capacity: int | None
+    cpu_allocated: int | None = strawberry.field(
+        description="Cores held by instances placed on it."
+    )
+    cpu_used_cores: float = strawberry.field(description="Cores its instances use now.")
+    memory_capacity_bytes: float | None
+    memory_allocated_bytes: float | None
+    memory_used_bytes: float
+    gpus: int | None = strawberry.field(description="GPUs the node has.")
+    gpus_allocated: list[int] = strawberry.field(description="Indices held by instances.")
+    gpus_real: bool = strawberry.field(description="False: the node's GPUs are simulated.")
+    gpu_utilization: float | None = strawberry.field(
+        description="Mean utilization of its instances' real GPUs (null when simulated or "
+        "not measured)."
+    )
+    gpu_note: str | None = strawberry.field(description='"simulated: no utilization", or null.')
+    instances: int = strawberry.field(description="Instances measured on it now.")
 
 
 async def nodes_usage(info: Info) -> list[NodeUsage]:

@@ -11,8 +11,9 @@ from typing import Any, Protocol
 
 import strawberry
 
+from server.api.cluster.node_usage import NodeUsage
 from server.api.context import Info, Runtime
-from server.api.jobs.metrics_types import NodeUsage
+from server.api.usage_source import source_of
 
 
 class _Amount(Protocol):
@@ -96,8 +97,6 @@ class Cluster:
 
     @strawberry.field(description="How the use of instances is measured, or why it is not.")
     def usage_source(self, info: Info) -> str:
-        from server.api.jobs.metrics_types import source_of
-
         return source_of(info.context.runtime)
 
 

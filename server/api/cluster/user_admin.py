@@ -12,11 +12,9 @@ import asyncio
 
 import strawberry
 
-from server.api.cluster.files import Mutation as FilesMutation  # jobs, marketplace, file system
-from server.api.cluster.files import Query as FilesQuery
 from server.api.context import Info
 from server.api.errors import ApiError
-from server.api.jobs.types import User, UserError
+from server.api.graph_types import User, UserError
 from server.api.mutation_field import mutation
 from server.shapes.accounts import check_name
 from server.shapes.store_errors import StoreError, UnknownUser
@@ -26,7 +24,7 @@ _ADMINS_ONLY = "only an admin may manage users"
 
 
 @strawberry.type
-class Query(FilesQuery):
+class Query:
     @strawberry.field(
         description="Every user, by name (admins only); `removed: true` lists the removed ones too."
     )
@@ -66,7 +64,7 @@ class RemoveUserPayload:
 
 
 @strawberry.type
-class Mutation(FilesMutation):
+class Mutation:
     @mutation(description="Add a user and make their first token (admins only).")
     async def add_user(self, info: Info, input: AddUserInput) -> UserTokenPayload:
         refused = _refusal(info)

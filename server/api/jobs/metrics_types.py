@@ -1,10 +1,9 @@
 """What instances use, as the API shows it: an instance's series, a job's per role, the live
-figures of a job's running instances, and the cluster's nodes' current use.
+figures of a job's running instances.
 
 Series come from the stored points (server.store.usage, shaped by server.api.jobs.usage_series);
 live figures from the server's sampler (server.app.usage_sampler). Every field is reached through
-a job the viewer may read (server.api.job_access), except the nodes' use, which admins see
-for every node and others for the nodes running jobs they may read.
+a job the viewer may read (server.api.job_access).
 """
 
 from __future__ import annotations
@@ -18,13 +17,13 @@ from server.api.context import Info, Runtime
 from server.api.errors import ApiError
 from server.api.jobs.usage_series import Reading, Spread, coarser, readings, spread
 from server.api.loaders import UsageByInstance
+from server.api.usage_source import SIMULATED_GPUS, source_of
 from server.app.usage_sampler import LiveUsage
 from server.jobs.exit_codes import spec_for
 from server.protocol.model import TaskRole as SpecTaskRole
 from server.shapes.values import Instance, StoredUsage
 
 MAX_STEP = 86_400
-SIMULATED_GPUS = "simulated: no utilization"
 _OOM_CODE = spec_for(-1200).code
 
 
@@ -147,49 +146,11 @@ class JobUsage:
     instances: list[InstanceUsage]
 
 
-@strawberry.type(
-    description="A node's allocation and what its instances use now. Allocation and capacity "
-    "are null where the backend keeps no accounting of them."
-)
-class NodeUsage:
-    name: str
-    cpu_capacity: int | None
-    cpu_allocated: int | None = strawberry.field(
-        description="Cores held by instances placed on it."
-    )
-    cpu_used_cores: float = strawberry.field(description="Cores its instances use now.")
-    memory_capacity_bytes: float | None
-    memory_allocated_bytes: float | None
-    memory_used_bytes: float
-    gpus: int | None = strawberry.field(description="GPUs the node has.")
-    gpus_allocated: list[int] = strawberry.field(description="Indices held by instances.")
-    gpus_real: bool = strawberry.field(description="False: the node's GPUs are simulated.")
-    gpu_utilization: float | None = strawberry.field(
-        description="Mean utilization of its instances' real GPUs (null when simulated or "
-        "not measured)."
-    )
-    gpu_note: str | None = strawberry.field(description='"simulated: no utilization", or null.')
-    instances: int = strawberry.field(description="Instances measured on it now.")
-
-
 def _float(value: int | None) -> float | None:
     return None if value is None else float(value)
 
 
 # --- building them ----------------------------------------------------------------------------
-
-
-def source_of(runtime: Runtime) -> str:
-    """How this server measures, or why it does not."""
-    if runtime.usage is not None:
-        return runtime.usage.source()
-    if runtime.backend is None:
-        return "not measured: this server runs no backend"
-    from backends.usage import SamplesUsage
-
-    if isinstance(runtime.backend, SamplesUsage):
-        return "not measured: sampling is off (PAIGRAPH_USAGE_INTERVAL=0)"
-    return f"not measured: the {runtime.backend_name} backend cannot measure what instances use"
 
 
 def checked_step(step: int | None) -> int | None:

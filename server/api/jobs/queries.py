@@ -1,15 +1,13 @@
-"""The Query type: nodes by global ID, the viewer, jobs one at a time or paged, the cluster."""
+"""The job domain's Query fields: the viewer, and jobs one at a time or paged; and
+`job_or_user`, what `node` answers for a Job or User ID (server.api.root_query)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 
 import strawberry
 
-from server.api.cluster import types as cluster_view
-from server.api.cluster.types import Cluster, VirtualCluster
 from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import expect_global_id, parse_global_id
@@ -49,13 +47,6 @@ BRIEF_JOB_FIELDS = frozenset(
         "events",
     }
 )
-
-
-def _version() -> str:
-    try:
-        return version("paigraph")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 @dataclass(frozen=True)
@@ -117,14 +108,6 @@ async def job_or_user(info: Info, id: strawberry.ID) -> Node | None:
 
 @strawberry.type
 class Query:
-    @strawberry.field(description="The running paigraph version.")
-    def version(self) -> str:
-        return _version()
-
-    @strawberry.field(description="The object with this global ID (a Job or a User), if any.")
-    async def node(self, info: Info, id: strawberry.ID) -> Node | None:
-        return await job_or_user(info, id)
-
     @strawberry.field(description="Who is asking.")
     def viewer(self, info: Info) -> User:
         return User.from_value(info.context.viewer)
@@ -215,11 +198,3 @@ class Query:
                 has_next_page=page.has_next, end_cursor=end.encode() if end else after
             ),
         )
-
-    @strawberry.field(description="The virtual clusters the backend offers and the viewer's.")
-    async def virtual_clusters(self, info: Info) -> list[VirtualCluster]:
-        return await cluster_view.virtual_clusters(info)
-
-    @strawberry.field(description="The backend's nodes and their capacity.")
-    async def cluster(self, info: Info) -> Cluster:
-        return await cluster_view.cluster(info)

@@ -28,7 +28,7 @@ from backends.base import BackendError
 from server.api.context import Info
 from server.api.errors import ApiError
 from server.api.ids import expect_global_id
-from server.api.jobs.metrics_types import InstanceUsage, JobUsage, source_of
+from server.api.jobs.metrics_types import InstanceUsage, JobUsage
 from server.api.jobs.queries import store_filter
 from server.api.jobs.types import (
     Job,
@@ -41,6 +41,7 @@ from server.api.jobs.types import (
     parse_changes_cursor,
     parse_event_cursor,
 )
+from server.api.usage_source import source_of
 from server.app.usage_sampler import LiveUsage
 from server.events import JobNotice
 from server.shapes.values import JOB_STATE, Event

@@ -13,9 +13,9 @@ import strawberry
 from strawberry.scalars import JSON
 
 from server.api.context import Info
+from server.api.graph_types import UserError, json_object
 from server.api.ids import BadId, expect_global_id
-from server.api.jobs.mutations import Mutation as JobMutation
-from server.api.jobs.types import Job, UserError, json_object
+from server.api.jobs.types import Job
 from server.api.marketplace.types import MarketplaceItem
 from server.api.mutation_field import mutation
 from server.marketplace.items import API_TYPE, item_key
@@ -221,7 +221,7 @@ def _fields(given: PublishMarketplaceItemInput | UpdateMarketplaceItemInput) -> 
 
 
 @strawberry.type
-class Mutation(JobMutation):
+class Mutation:
     @mutation(description="Publish a job template or a component (or a new version).")
     async def publish_marketplace_item(
         self, info: Info, input: PublishMarketplaceItemInput

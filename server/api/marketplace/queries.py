@@ -1,7 +1,6 @@
-"""The Query type with the marketplace: one item (at a version), or a filtered, sorted page.
+"""The marketplace's Query fields: one item (at a version), a filtered, sorted page, the tags.
 
-It extends the job queries' Query; `node(id:)` learns marketplace items and hands every other
-ID to the job queries' `node`.
+`node(id:)` finds a marketplace item through `marketplace_loaders` (server.api.root_query).
 """
 
 from __future__ import annotations
@@ -13,10 +12,8 @@ import strawberry
 
 from server.api.context import Info
 from server.api.errors import ApiError
-from server.api.ids import BadId, cursor, expect_global_id, parse_cursor, parse_global_id
-from server.api.jobs.queries import Query as JobQuery
-from server.api.jobs.queries import job_or_user
-from server.api.jobs.types import Node, PageInfo
+from server.api.graph_types import PageInfo
+from server.api.ids import BadId, cursor, expect_global_id, parse_cursor
 from server.api.limits import page_size
 from server.api.marketplace.types import (
     MarketplaceItem,
@@ -73,16 +70,7 @@ def decode_cursor(text: str, sort: ItemSort, *, argument: str = "after") -> Item
 
 
 @strawberry.type
-class Query(JobQuery):
-    @strawberry.field(
-        description="The object with this global ID (a Job, a User or a MarketplaceItem), if any."
-    )
-    async def node(self, info: Info, id: strawberry.ID) -> Node | None:
-        type_name, key = parse_global_id(id)
-        if type_name == API_TYPE:
-            return await marketplace_loaders(info).visible(key)
-        return await job_or_user(info, id)
-
+class Query:
     @strawberry.field(
         description="A marketplace item the viewer may see, at its latest version or at "
         "`version`; null when there is none (or it is not shared with the viewer)."

@@ -18,7 +18,8 @@ from strawberry.dataloader import DataLoader
 from strawberry.scalars import JSON
 
 from server.api.context import Info
-from server.api.jobs.types import Node, PageInfo, Prerequisite, TaskRole, User, owner_of
+from server.api.graph_types import Node, PageInfo, User, owner_of
+from server.api.jobs.types import Prerequisite, TaskRole
 from server.api.loaders import Loaders, SharedLoader
 from server.marketplace.items import IssuesFound, ItemDocument, api_id, item_key, read_item
 from server.marketplace.requirements import referenced
