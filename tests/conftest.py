@@ -26,7 +26,7 @@ from tests.browser_support import Site, chromium, site_on
 from tests.corpus import missing
 from tests.seed_images import seed_images_in_use
 from tests.simulated import remove_leftovers
-from tests.store_support import KINDS, fresh_database
+from tests.store_support import KINDS, SCRATCH, fresh_database
 from tests.worker_support import unique_name
 from tests.xdist_groups import add_group_suffixes
 
@@ -84,6 +84,14 @@ def seed_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     them."""
     with seed_images_in_use(tmp_path_factory.mktemp("seed-image")):
         yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _scratch_databases_dropped() -> Iterator[None]:
+    """The PostgreSQL databases of the tests are dropped in the background (tests/store_support.py):
+    the session ends once every one of them is gone."""
+    yield
+    SCRATCH.finish()
 
 
 @pytest.fixture
