@@ -28,7 +28,7 @@ from tests.seed_images import seed_images_in_use
 from tests.simulated import remove_leftovers
 from tests.store_support import KINDS, SCRATCH, fresh_database
 from tests.worker_support import unique_name
-from tests.xdist_groups import add_group_suffixes
+from tests.xdist_groups import add_group_suffixes, group_modules_with_module_fixtures
 
 
 def in_ci() -> bool:
@@ -37,8 +37,10 @@ def in_ci() -> bool:
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own group suffixes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep each xdist_group on one worker (tests/xdist_groups.py), and skip the tests whose
-    ../shared folder is missing, saying which (not under CI)."""
+    """Keep each xdist_group, and each module whose tests share a module fixture, on one worker
+    (tests/xdist_groups.py), and skip the tests whose ../shared folder is missing, saying which
+    (not under CI)."""
+    group_modules_with_module_fixtures(items)
     add_group_suffixes(config, items)
     if in_ci():
         return
