@@ -26,9 +26,9 @@ from tests.browser_support import Site, chromium, site_on
 from tests.corpus import missing
 from tests.seed_images import seed_images_in_use
 from tests.simulated import remove_leftovers
-from tests.store_support import KINDS, fresh_database
+from tests.store_support import KINDS, SCRATCH, fresh_database
 from tests.worker_support import unique_name
-from tests.xdist_groups import add_group_suffixes
+from tests.xdist_groups import add_group_suffixes, group_modules_with_module_fixtures
 
 
 def in_ci() -> bool:
@@ -37,8 +37,10 @@ def in_ci() -> bool:
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own group suffixes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep each xdist_group on one worker (tests/xdist_groups.py), and skip the tests whose
-    ../shared folder is missing, saying which (not under CI)."""
+    """Keep each xdist_group, and each module whose tests share a module fixture, on one worker
+    (tests/xdist_groups.py), and skip the tests whose ../shared folder is missing, saying which
+    (not under CI)."""
+    group_modules_with_module_fixtures(items)
     add_group_suffixes(config, items)
     if in_ci():
         return
@@ -84,6 +86,14 @@ def seed_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     them."""
     with seed_images_in_use(tmp_path_factory.mktemp("seed-image")):
         yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _scratch_databases_dropped() -> Iterator[None]:
+    """The PostgreSQL databases of the tests are dropped in the background (tests/store_support.py):
+    the session ends once every one of them is gone."""
+    yield
+    SCRATCH.finish()
 
 
 @pytest.fixture

@@ -37,15 +37,16 @@ from server.store import (
     migrate,
     session_scope,
 )
+from server.store.scratch import scratch_database
 from server.store.tables import TokenRow
 from tests.store_support import (
     StatementLog,
     feed,
-    fresh_database,
     job_spec,
     postgres_server_url,
     submit,
 )
+from tests.worker_support import worker_name
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TABLES = {"users", "tokens", "virtual_clusters", "memberships", "jobs", "task_instances"}
@@ -572,9 +573,10 @@ def test_events_after_pages_through_the_log(store: Store) -> None:
 
 
 @pytest.mark.postgres
-def test_a_scratch_database_is_dropped_while_a_session_still_holds_it(tmp_path: Path) -> None:
-    """What the tests and benchmarks rely on to leave no database behind."""
-    with fresh_database("postgres", tmp_path) as url:
+def test_a_scratch_database_is_dropped_while_a_session_still_holds_it() -> None:
+    """What the tests (tests/store_support.py drops theirs with the same code) and benchmarks
+    rely on to leave no database behind."""
+    with scratch_database(postgres_server_url(), f"paigraph_t_{worker_name()}") as url:
         held = psycopg.connect(make_url(url).set(drivername="postgresql").render_as_string(False))
         name = make_url(url).database
     try:
