@@ -1,25 +1,9 @@
 """One frame per change for every subscriber alike, and a bounded buffer per connection.
 
-A `jobEvents` subscription's payloads depend on its document, its variables and whether the
-viewer may read the job, nothing else (a JobEvent has no field that looks at the viewer). So
-subscribers with the same document, operation name, variables and permission class (the jobs
-they may read, `Context.job_owner_limit`) form a `Group`: one subscription runs for all of
-them, each of its results is encoded once, and each member gets those bytes with its own
-operation id spliced in front. What a change costs per subscriber is then a socket write.
-
-A group stands at a cursor: the one its members asked for (`after`), then that of each event
-it sent. A newcomer joins the group that stands at the cursor it asks for, when its `after`
-is a variable; otherwise only a group that has sent nothing yet. Any other newcomer starts a
-group of its own (one catching up with another does not merge with it).
-
-Frames reach a connection through its `Outbox`. A frame for an idle connection is written at
-once, in the caller's step (no task per frame); a connection whose socket cannot take more
-(its client reads slowly or not at all) queues frames, up to `OUTBOX_LIMIT_BYTES`. A member
-whose frame does not fit has fallen too far behind: its queued frames are dropped and its
-operation ends with an `error` whose code is FELL_BEHIND, after the frames already written;
-the client subscribes again with `after` set to the cursor of the last event it received, and
-loses nothing. The others go on at their own pace: a group waits for its members only when
-none of them has room (a replay faster than every socket).
+Subscribers of `jobEvents` asking the same thing with the same permission class share one
+subscription whose results are encoded once, so a change costs each of them a socket write; a
+connection too slow to take its frames falls behind alone (FELL_BEHIND) and resumes from its
+cursor. Groups, cursors and outboxes: docs/architecture.md ("Subscribers alike").
 """
 
 from __future__ import annotations

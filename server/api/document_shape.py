@@ -1,19 +1,9 @@
 """How deep, how wide and how aliased an operation is once its fragments are expanded.
 
-A fragment may be spread many times, and may spread others: `F0 { ...F1 ...F1 }`,
-`F1 { ...F2 ...F2 }`, ... doubles per fragment, so a 1 KB document expands to billions of
-fields. Walking it spread by spread (as strawberry's `QueryDepthLimiter` and
-`MaxAliasesLimiter` do) takes as long as the expansion, and runs while validating, before any
-limit is known to be passed. `OperationShape` measures each selection set, and so each
-fragment, once, without recursion, and derives an operation's measures from its parts:
-linear in the length of the document whatever it expands to.
-
-The measures (refused when over the limits of `server.api.limits`):
-- depth: the nesting of selection sets, as strawberry counted it (`{ viewer { name } }` is 1;
-  introspection fields, whose own depth `MaxIntrospectionDepthRule` bounds, add nothing);
-- fields: every field the operation would ask for with each spread replaced by its fragment,
-  a fragment's fields counted once and multiplied by its spreads;
-- aliases: the same count for aliased fields.
+Fragments spread in each other double at every level, so walking spread by spread (as
+strawberry's limiters do) can take as long as billions of fields; `OperationShape` measures
+each fragment once, linear in the document. The measures: docs/security.md ("Limits") and
+docs/architecture.md ("Query shape and the checked-text cache").
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """`/graphql` over HTTP and websockets: size limit, authentication, then strawberry.
 
-While a fresh loopback server serves the local admin, a request (HTTP or a websocket
-handshake) whose Host or Origin is not this server's gets 403 (see `server.api.loopback`).
-HTTP requests are checked before strawberry sees them: a body over the limit gets 413, a
-missing or unknown token 401, both as a JSON body in GraphQL's error shape. The GraphiQL page
-itself (a browser's GET without a query) needs no token: it is paigraph's own build
-(server/app/webapp.py), never strawberry's page that loads its scripts from a CDN. Websockets
-authenticate with the payload of `connection_init`; a connection without valid credentials is
-closed with code 4401. Each websocket message is held to the body limit too: a larger one
-closes the connection with 4413.
+Refuses what strawberry should never see (a foreign Host or Origin for the local admin, an
+oversized body or message, a missing or unknown token) with GraphQL's error shape or a close
+code; the codes and the GraphiQL page's rules are in docs/security.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Who may read which jobs: the one rule every query, subscription and list of jobs applies.
 
-OpenPAI lets every signed-in user read every job (secrets masked), and so does paigraph by
-default (`all`). With `own`, a user reads only their own jobs, and an admin every job: a job
-of another user is then exactly like one that does not exist, in `job`, `node`, the `jobs`
-list, the `jobEvents`, `jobsChanged` and `taskLogs` subscriptions and `/exec`. Everything
-else a job shows (its config, instances, events, logs) is reached through the job, so it
-follows.
-
-The setting: `paigraph serve --job-visibility`, or $PAIGRAPH_JOB_VISIBILITY.
+`all` (OpenPAI's rule, the default) or `own` (`--job-visibility`, $PAIGRAPH_JOB_VISIBILITY),
+under which another user's job is exactly like one that does not exist; everything a job
+shows is reached through the job, so it follows. See docs/security.md ("Who reads which jobs").
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The local admin serves this machine's own clients only: Host and Origin checks.
 
-A fresh loopback-only server lets requests without a token act as the local admin. Listening
-on 127.0.0.1 is not enough to keep other sites out: a web page can point its own domain at
-127.0.0.1 (DNS rebinding) and have the browser send requests with `Host: attacker.example`,
-and browsers let any page open a websocket. So while the local admin is served, a request must
-name this server in its Host header (a loopback name or the address it was sent to, with the
-port it was sent to or none), and a browser's request (one with an Origin header) must come
-from a page on this server's loopback address and port.
+Listening on 127.0.0.1 does not keep other sites out (DNS rebinding, and any page may open a
+websocket), so while requests without a token act as the local admin, Host must name this
+server and a browser's Origin must be a page of it. See docs/security.md ("Who is who").
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """`mutation`: strawberry's mutation field with loaders of its own.
 
-A request's DataLoaders cache what they read for the whole request, which is right for a
-query but not across mutations: the fields of a mutation run one after the other, each seeing
-what the previous ones changed, so a payload must not be answered from rows a loader cached
-before (star then unstar in one request answered `viewerHasStarred: true` twice). Each
-mutation field therefore starts with fresh loaders; the ones before it have finished by then,
-payload included, since graphql-core completes a mutation field before starting the next.
+Mutation fields run one after the other, each seeing what the previous changed, so a payload
+must not come from rows a loader cached before (star then unstar answered
+`viewerHasStarred: true` twice); each mutation field starts with fresh loaders.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The websockets open with each token, so a revoked token closes them at once.
 
-HTTP requests check their token every time; a websocket checks it once, when it opens. So every
-websocket opened with a token registers here, and a sweep asks the store which of those tokens
-still exist (one query for all) and closes the sockets whose token is gone with 4401. A removal
-or token reset made through this server's API sweeps right away; one made elsewhere (`paigraph
-users remove` on the database, another server on the same PostgreSQL) is seen by the sweep that
-runs every SWEEP_SECONDS while any socket is open.
+A websocket checks its token only when it opens, so each registers here and a sweep (right
+after a change through this API, else every SWEEP_SECONDS) closes with 4401 those whose token
+is gone, in one query for all. See docs/security.md ("Revoking a token").
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """The marks of a resolver whose object may already hold its answer, built ahead or stored.
 
-A page of jobs reads every job's spec and instances in one go, and can then build each job's
-task roles at once: the resolver would only hand them back. Marked, its field is completed by
-the fast executor as a plain field is, from the attribute, without a resolver call (and the
-resolve-info and argument handling around it) per job; when the attribute is None the
-resolver runs as before.
-
-A role's instances are held as the store's values and made into GraphQL objects only when
-asked: a type marked `stored_view` says how its fields read from a stored value, and a list
-resolver marked `stored_items` says where its object keeps the stored values, so the fast
-executor can complete a plain selection (an instance's state and ports) straight from them,
-instead of making 500 instance and 1,000 port objects per page that it then reads back.
-
-Kept apart from `server.api.execution`, as `shared_values` is, so the types do not import the
-executor's internals.
+A marked field (`prebuilt`, `stored_items`, a `stored_view` type) is completed by the fast
+executor from the held value, without a resolver call per job or GraphQL objects per instance;
+the resolver still runs when nothing is held. Kept apart from `server.api.execution` so the
+types do not import the executor's internals. More in docs/architecture.md.
 """
 
 from __future__ import annotations

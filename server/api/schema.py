@@ -1,16 +1,9 @@
 """The GraphQL schema, assembled from its parts, for the executor the server is set to use.
 
-Field names are the public API contract that clients rely on; `schema.graphql` at the
-repository root is `schema_for(...).as_str()`, the same for either executor.
-
-Executors (`PAIGRAPH_EXECUTOR`, or `paigraph serve --executor`):
-
-- `fast` (the default): `server.api.execution.FastExecutionContext`, which completes plain
-  fields in place and overrides graphql-core internals (the supported graphql-core range is
-  pinned in pyproject.toml);
-- `standard`: graphql-core's own executor as strawberry runs it: slower on large pages and
-  subscription fan-out, and independent of those internals. The answers are the same (the
-  API tests run under both, and tests/api/test_api_differential.py compares them).
+`schema.graphql` is `schema_for(...).as_str()`, the same for either executor: `fast` (the
+default, `server.api.execution`) or `standard` (graphql-core's own, independent of its
+internals), chosen by `PAIGRAPH_EXECUTOR` or `paigraph serve --executor`; see
+docs/architecture.md ("The fast executor").
 """
 
 from __future__ import annotations

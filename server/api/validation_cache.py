@@ -1,25 +1,9 @@
 """Each query text parsed and validated once, off the event loop, within a deadline.
 
-Every rule the schema validates with (graphql-core's, which bound introspection depth too, and the
-shape limits of `server.api.document_shape`) is fixed when the server starts, so a text's
-answer never changes; clients send the same few texts over and over. The answers (the parsed
-document and validation's errors) are kept by text, the most recently used `REMEMBERED`, so a
-known text costs a dictionary lookup. Errors are kept by text, not by syntax tree, so they are
-located in the text that came (two texts can share a tree at the same offsets on different
-lines).
-
-A text not known yet is parsed and validated in a worker thread of its own small pool
-(`CHECKING_THREADS`), never on the event loop, and the request waits at most
-`check_deadline()` seconds (`PAIGRAPH_QUERY_CHECK_SECONDS`) for it: past that the client gets an
-error saying so, the event loop having served everyone else meanwhile. The rules are linear in
-the document, so only a document near the token limit that the specification's
-overlapping-fields rule finds quadratic comes near it. Validation also stops at its next node
-once the deadline has passed, so an abandoned check does not keep its thread long.
-
-`Schema.execute` and `Schema.stream` (server.api.schema) call `check` first and answer a
-syntax error or a passed deadline themselves; `CheckedDocuments`, the schema extension, then
-hands strawberry the checked document and its errors, so strawberry parses and validates
-nothing itself.
+The validation rules are fixed at start and clients send the same few texts again and again,
+so each text's document and errors are kept and a known text costs a lookup; a new one is
+checked in a small pool of its own within `PAIGRAPH_QUERY_CHECK_SECONDS`, never blocking the
+loop. Details: docs/architecture.md ("Query shape and the checked-text cache").
 """
 
 from __future__ import annotations

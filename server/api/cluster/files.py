@@ -1,11 +1,8 @@
 """The simulated HDFS through GraphQL: list, read, write, make directories and remove.
 
-Jobs on the simulator find their `hdfs://` data and storages in their user's own trees
-(simulator.dfs); these fields let a person fill and read them, as `hdfs dfs` would on a
-cluster. Every operation acts on the viewer's own trees; an admin may name another `user`.
-Anything the user can fix comes back in `errors` (path, code, message), as in mutations.
-Contents travel as base64, at most READ_LIMIT bytes a read and WRITE_LIMIT a write, so a
-large file is read and written in parts (`offset`, `append`), within the request body limit.
+Lets a person fill and read the `hdfs://` trees jobs on the simulator use, as `hdfs dfs`
+would; each acts on the viewer's own trees (an admin may name a `user`), and contents travel
+as base64 in parts of at most READ_LIMIT / WRITE_LIMIT bytes, within the body limit.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """A selection made of plain fields all the way down, compiled into one function.
 
-Replaces, for such a selection (a page's edges, their nodes, a role's instances and their
-ports: scalars, enums, and objects or lists of objects whose own selections are such),
-graphql-core's walk through `execute_fields`, `complete_list_value` and
-`complete_object_value` for every item, which builds a `Path` per field and per item and looks
-each field up again. The compiled function reads the attributes and builds the result dicts
-directly, with no paths: paths are needed only to report errors, and any value that could err
-makes it answer `SLOW` before anything counts, so the caller completes the whole value the
-general way, where the error is reported with its path.
-
-A selection can also be compiled for stored values (`StoredRead`): each field then reads
-through its type's `StoredView` instead of an attribute, so a role's instances and their ports
-are completed from the store's tuples, with no GraphQL objects made of them.
+Replaces graphql-core's per-item walk (a `Path` and a field lookup per field and item) for a
+page's edges, a role's instances and such, reading attributes or stored values straight into
+result dicts; any value that could err makes it answer `SLOW` first, so errors keep their
+paths on graphql-core's way. More in docs/architecture.md ("The fast executor").
 """
 
 from __future__ import annotations

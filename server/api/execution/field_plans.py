@@ -1,20 +1,9 @@
 """How each schema field is completed in place, worked out once per field.
 
-Replaces, for a field that strawberry resolves by reading an attribute (no resolver, no
-extensions, no arguments, no directives), graphql-core's `execute_field` chain: building a
-resolve-info, calling strawberry's resolver wrapper, and dispatching in `complete_value` to
-`complete_leaf_value` or `complete_list_value`. That chain costs several times what reading
-the attribute does, and a page of jobs is some 5,000 such fields.
-
-A `LeafRead` (a scalar, an enum, or a list of them) reads and coerces the value; an
-`ObjectsRead` (a list of objects of one concrete type) says where the list is, and the
-executor puts each item straight into the sub-selection. A resolver marked `prebuilt`
-(server.api.prebuilt) whose object holds its list already is read as such a field. A
-`StoredRead` (a resolver marked `stored_items`) says where its object keeps the stored values
-its items are made of, for the executor to complete a selection its item type's `StoredView`
-answers straight from them, and to call the resolver for any other. An `ObjectRead` (one
-object) is completed in place only within a compiled selection. Anything these cannot answer
-exactly as graphql-core would is `SLOW`: the caller then takes graphql-core's own path.
+Replaces graphql-core's `execute_field` chain for fields strawberry resolves by reading an
+attribute (or a `prebuilt` / `stored_items` resolver's held value), which cost several times
+the read itself; a field whose answer could differ from graphql-core's is `SLOW`. The plan
+kinds (`LeafRead`, `ObjectsRead`, `ObjectRead`, `StoredRead`): docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Values that never change once made (`shared_value`), completed once for all who ask alike.
 
-Replaces, for a subscription event that is such a value, graphql-core's per-event executor:
-for every event and every subscriber, `build_per_event_executor` copies the subscription's
-executor and `execute_operation` runs the root field's resolver (which strawberry makes hand
-the event through unchanged) and completes the event under it. An event fanned out to a
-thousand subscribers of the same query (one value, one parsed document) was so completed a
-thousand times. Here the event's completion is made once, kept by the value and the field
-nodes it was made for, and every subscriber gets a copy of it; `SharedEvent` stands in for
-the per-event executor. A shared value returned by a resolver is completed the same way.
-
-Only a selection of leaf attribute fields is shared (the events' selections); anything else,
-and a value that would err, takes graphql-core's path, so the results and errors are those
-of graphql-core.
+graphql-core completes a subscription event once per subscriber, so an event for a thousand
+subscribers of one query was completed a thousand times; here it is completed once and each
+gets a copy. Only selections of leaf attribute fields are shared, anything else (and any
+value that would err) takes graphql-core's path. More in docs/architecture.md.
 """
 
 from __future__ import annotations

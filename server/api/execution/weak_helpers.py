@@ -1,12 +1,8 @@
 """The helpers resolvers reach through their info, holding the executor weakly.
 
-Replaces graphql-core's `GraphQLResolveInfoHelpers` as its executor builds them: from the
-executor's bound methods (`gather_async_work`, `track_async_work`), which makes a reference
-cycle (executor -> helpers -> bound method -> executor). The cycle kept everything a request
-read and built (the context's loaders, their rows) alive until Python's cycle collector found
-it, which then took tens of milliseconds in whichever request came next. Resolvers only use
-the helpers while the executor runs them, so a weak reference is enough, and the request's
-objects are freed by reference counting when it ends.
+graphql-core builds them from the executor's bound methods, a reference cycle that left
+every request's objects to the cycle collector (tens of milliseconds in a later request);
+resolvers use them only while the executor runs, so a weak reference is enough.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The Subscription type: a job's events from a cursor on, the jobs of a list that change,
 and a task instance's output.
 
-`jobEvents` follows the event bus's rule (server/events): subscribe first, then read the log
-after the cursor, and read again on every notice. A notice published between the first read
-and the subscription therefore cannot be missed, and coalesced or lost notices cost nothing:
-the log in the database is what is delivered.
-
-Subscribers of one job woken by the same notice read the same rows: the first to ask starts
-the read and the others wait for its answer, so a change costs one query however many follow
-the job. Sharing is safe because such a read begins after the notice arrived, and a notice is
-published only once its rows are committed.
-
-`jobsChanged` follows the same rule over every job's notices, with the id of the newest event
-read (of any job) as its cursor: ids grow in commit order (server/store/jobs.py, `_append`).
+They subscribe first and then read the stored log after their cursor, again on every notice,
+so a notice lost or coalesced costs nothing; subscribers woken by one notice share one read.
+Why that is safe, and `jobsChanged`'s cursor: docs/architecture.md ("Threads and the event loop").
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The job graph as clients see it: jobs, task roles, instances, events.
 
-The types every part of the graph shares (`UserError`, `Node`, `PageInfo`, `User`) are in
-`server.api.graph_types`, a role's resources and prerequisites in `prerequisite_types.py`; this
-module re-exports them, so `server.api.jobs.types` still names every type a job's graph uses.
-
-Field names are the public API contract (`schema.graphql`, which a test keeps current).
-Types are built from the store's frozen values; linked fields (a job's user, its task roles'
-instances, its config) go through the request's DataLoaders, so a list of jobs costs one
-statement per kind of data.
+Re-exports the shared types (`server.api.graph_types`, `prerequisite_types.py`) so this module
+names every type a job's graph uses; field names are the public contract (`schema.graphql`),
+and linked fields go through the request's DataLoaders, one statement per kind of data.
 """
 
 from __future__ import annotations
