@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import typer
-import yaml
 from rich.markup import escape
 
 from server.cli.output import console
@@ -22,6 +21,8 @@ def parse_params(params: list[str]) -> dict[str, Any]:
     """`--param key=value` pairs as a mapping; a value is read as a YAML scalar (so `3` is a
     number and `true` a boolean), anything else is kept as the text given. Exit 2 when a pair
     has no `=` or no key."""
+    import yaml  # here, not at the top: most commands take no --param
+
     values: dict[str, Any] = {}
     for item in params:
         key, sep, raw = item.partition("=")

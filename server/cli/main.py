@@ -18,18 +18,10 @@ from server.client.exec_commands import register as register_exec_commands
 from server.client.fs_commands import register as register_fs_commands
 from server.client.market_commands import register as register_market_commands
 from server.client.remote_commands import register as register_remote_commands
-from server.protocol import (
-    Issue,
-    Kind,
-    ParseResult,
-    parse_document,
-    parse_job,
-    resolve_job,
-    to_v2_yaml,
-)
-from server.protocol.model import JobSpec
 
 if TYPE_CHECKING:
+    from server.protocol import Issue, ParseResult
+    from server.protocol.model import JobSpec
     from server.store import Store
 
 app = Typer(
@@ -99,6 +91,8 @@ def _print_issues(console: Console, result: ParseResult) -> None:
 
 
 def _describe_ok(result: ParseResult) -> str:
+    from server.protocol import Kind
+
     if result.kind is Kind.COMPONENT and result.component is not None:
         return f"{result.summary()} '{result.component.name}'"
     spec = result.spec
@@ -115,6 +109,8 @@ def validate(
     ] = False,
 ) -> None:
     """Check job configs and components; exit 0 when all are valid, 1 when any is not."""
+    from server.protocol import parse_document
+
     reports = []
     all_ok = True
     for path in files:
@@ -146,6 +142,8 @@ def validate(
 def _unknown_parameters(raw: bytes, values: dict[str, Any]) -> list[Issue]:
     """An error for each value given for a parameter the job does not declare (a typo would
     otherwise be ignored silently), as `market use` reports it."""
+    from server.protocol import Issue, parse_job
+
     spec = parse_job(raw).spec
     if spec is None or not values:
         return []
@@ -164,6 +162,8 @@ def _unknown_parameters(raw: bytes, values: dict[str, Any]) -> list[Issue]:
 
 def _resolved(file: Path, params: list[str] | None) -> JobSpec:
     """The job in `file` with its parameters rendered; exit 1 with every error when invalid."""
+    from server.protocol import resolve_job
+
     raw, values = _read(file), parse_params(params or [])
     result = resolve_job(raw, values)
     result.issues.extend(_unknown_parameters(raw, values) if result.spec is not None else [])
@@ -194,6 +194,8 @@ def resolve(
     ] = False,
 ) -> None:
     """Print the job as canonical OpenPAI protocol v2 YAML, with parameters rendered."""
+    from server.protocol import to_v2_yaml
+
     spec = _resolved(file, param)
     typer.echo(_manifests(spec) if manifests else to_v2_yaml(spec), nl=False)
 

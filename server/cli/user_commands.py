@@ -8,7 +8,7 @@ on record under their name, and so do their marketplace items.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -16,8 +16,10 @@ from rich.table import Table
 
 from server.cli.args import open_store_or_exit
 from server.cli.output import console
-from server.shapes.store_errors import StoreError
-from server.shapes.values import User
+from server.shapes.store_errors import StoreError  # plain exceptions: no database library
+
+if TYPE_CHECKING:
+    from server.shapes.values import User
 
 out = console()
 err = console(stderr=True)

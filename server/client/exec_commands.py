@@ -9,7 +9,6 @@ import typer
 from rich.markup import escape
 
 from server.cli.output import console
-from server.client.exec_client import CLIENT_ERROR, ExecClient, shell_command, std_streams
 from server.client.remote import DEFAULT_URL, RemoteError
 from server.client.remote_commands import TokenOption, UrlOption, _client
 
@@ -50,6 +49,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Open an interactive shell in a running instance (bash where the image has it, else
         sh), on a terminal that follows this one's size; Ctrl-C goes to the instance."""
+        from server.client.exec_client import shell_command
+
         command = shell_command(os.environ.get("TERM"))
         raise typer.Exit(_run(url, token, job, role, index, command, tty_mode=True))
 
@@ -57,6 +58,8 @@ def register(app: typer.Typer) -> None:
 def _run(
     url: str, token: str | None, job: str, role: str, index: int, command: list[str], **how: Any
 ) -> int:
+    from server.client.exec_client import CLIENT_ERROR, ExecClient, std_streams
+
     client = _client(url, token)
     try:
         found = client.job(job)

@@ -9,40 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from server.cli.args import parse_params
 from server.cli.help import Typer
 from server.cli.output import console
 from server.client.market_client import MarketClient
-from server.client.market_import import (
-    ImportReport,
-    content_version,
-    derived_version,
-    import_files,
-)
 from server.client.remote import DEFAULT_URL, Client, RemoteError
 from server.client.remote_commands import TokenOption, UrlOption
 from server.client.storage_commands import storages_app
 
-__all__ = [
-    "ImportReport",
-    "MarketClient",
-    "content_version",
-    "derived_version",
-    "import_files",
-    "market_app",
-    "register",
-    "storages_app",
-]
-
-if TYPE_CHECKING:
-    pass
+__all__ = ["market_app", "register", "storages_app"]
 
 out = console()
 err = console(stderr=True)
@@ -400,6 +381,10 @@ def market_import(
 
     Files the protocol engine rejects are reported with their errors and skipped; the exit
     status is 1 when any was."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from server.client.market_import import import_files  # the protocol engine: only here
+
     variables = _variable_values(set_ or [])
     if not directory.is_dir():
         err.print(f"[red]error:[/red] {escape(str(directory))} is not a directory")

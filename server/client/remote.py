@@ -12,11 +12,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator
-from typing import Any
-
-import httpx
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import connect
+from typing import TYPE_CHECKING, Any
 
 from server.api.ids import BadId, parse_global_id
 
@@ -24,6 +20,9 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 UNAUTHORIZED_CLOSE = 4401  # the websocket close code for missing or wrong credentials
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 LIVE_STATES = frozenset({"WAITING", "STARTING", "RUNNING"})  # a stop still has work to do
+
+if TYPE_CHECKING:
+    import httpx
 
 JOB_FIELDS = """
   id name state stateReason attempt retries virtualCluster
@@ -47,9 +46,13 @@ class Client:
         self.url = (url or os.environ.get("PAIGRAPH_URL") or DEFAULT_URL).rstrip("/")
         self.token = token if token is not None else os.environ.get("PAIGRAPH_TOKEN")
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=60)
+        import httpx  # here, not at the top: `paigraph --help` and the like never need it
+
+        self.http: httpx.Client = httpx.Client(base_url=self.url, headers=headers, timeout=60)
 
     def execute(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        import httpx
+
         try:
             response = self.http.post("/graphql", json={"query": query, "variables": variables})
         except httpx.TransportError as exc:
@@ -87,6 +90,9 @@ class Client:
 
     def subscribe(self, query: str, variables: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Results of a subscription until the server completes it."""
+        from websockets.exceptions import ConnectionClosed
+        from websockets.sync.client import connect
+
         ws_url = "ws" + self.url[len("http") :] + "/graphql"
         payload = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:

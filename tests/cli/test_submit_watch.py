@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import Server, served
+from tests.servers import Server, final_job, served
 from tests.simulated import job_config
 
 pytestmark = pytest.mark.docker
@@ -34,6 +34,7 @@ def test_a_watched_submit_says_each_warning_of_the_job_once(server: Server, tmp_
     assert plain.returncode == 0, plain.stderr
     assert plain.stderr.count(WARNED) == 1, plain.stderr  # stdout is the id alone
     assert WARNED not in plain.stdout
+    final_job(server.client(), plain.stdout.strip())  # a name is taken while its job runs
 
     watched = server.paigraph("submit", "--watch", str(config))
     said = watched.stdout + watched.stderr

@@ -20,7 +20,7 @@ import yaml
 from backends.docker import DockerBackend
 from server.api.ids import expect_global_id, global_id
 from server.app.asgi import create_app, marketplace_references
-from server.client.market_commands import content_version, derived_version
+from server.client.market_import import content_version, derived_version
 from server.events import bus_for
 from server.jobs.service import JobService
 from server.store import Store, open_store
