@@ -123,8 +123,9 @@ def test_a_multi_role_job_page_shows_every_instance_with_ports_and_a_worker_log(
             assert re.fullmatch(r"\d+\.\d+\.\d+\.\d+", row.locator("td").nth(3).inner_text())
         page.locator("tr[data-instance=worker-1]").get_by_role("button", name="Log").click()
         log = page.get_by_test_id("log-text")
+        # the log panel is drawn after the click: until then there is no log text to read
         page.wait_for_function(
-            "() => document.querySelector('[data-testid=log-text]').innerText"
+            "() => (document.querySelector('[data-testid=log-text]')?.innerText ?? '')"
             ".includes('worker 1 hello')"
         )
         assert "worker 1 hello on port" in log.inner_text()
@@ -149,7 +150,7 @@ def test_the_log_follows_the_live_output_of_a_running_instance(
     with browser_page(web_browser, site.url, site.alice) as (page, _):
         page.goto(f"/jobs/{job_id}?log=main/0")
         page.get_by_text("following live output").wait_for()
-        text = "document.querySelector('[data-testid=log-text]').innerText"
+        text = "(document.querySelector('[data-testid=log-text]')?.innerText ?? '')"
         page.wait_for_function(f"() => {text}.includes('tick 2\\n')")
         seen = page.evaluate(text)
         assert "tick 30" not in seen  # what comes next arrives while the page watches
