@@ -20,10 +20,11 @@ from backends.docker_usage import DockerUsage, usage_method
 from backends.ledger import Ledger
 from backends.threaded import ThreadedBackend
 from simulator.cluster import Cluster
-from simulator.containers import Engine, EngineError, EngineUnreachable
+from simulator.containers import ContainerInfo, Engine, EngineError, EngineUnreachable
 from simulator.dfs import FileSystems, authority_of
 from simulator.engine_watch import EngineWatch
 from simulator.names import safe
+from simulator.oom_kills import killed_for_memory
 from simulator.ports import PortAllocator
 from simulator.prereqs import MaterialKind, MaterialStore
 from simulator.scheduler import Scheduler
@@ -177,6 +178,9 @@ class DockerCore(ThreadedBackend, Ledger[Attempt, Instance]):
     def _attempt_from_labels(self, labels: dict[str, str]) -> Attempt | None:
         return self._attempts.get(f"{labels.get(JOB)}#{labels.get(ATTEMPT)}")
 
+    def _oom_killed(self, info: ContainerInfo) -> bool:
+        return killed_for_memory(self.engine.api, info)
+
     def _finish_container(
         self, attempt: Attempt, instance: Instance, container_id: str, run: int
     ) -> None:
@@ -190,7 +194,8 @@ class DockerCore(ThreadedBackend, Ledger[Attempt, Instance]):
             self._unreachable(exc, f"the end of {instance.key} is read when the engine answers")
             return
         code = info.exit_code if info else None
-        oom = bool(info and info.oom_killed)
+        # a stop's SIGKILL is not a memory kill: only Docker's own flag is read then
+        oom = bool(info and (info.oom_killed or (not attempt.stopping and self._oom_killed(info))))
         reason = None
         if info and info.error:
             reason = info.error

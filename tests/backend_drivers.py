@@ -29,6 +29,8 @@ from backends.kubernetes_gang import BARRIER_CONTAINER
 from backends.kubernetes_pod_spec import CONFIG_DIR
 from backends.kubernetes_settings import KubernetesSettings
 from backends.kubernetes_start_order import START_ORDER_CONTAINER
+from simulator.containers import Engine
+from simulator.oom_kills import killed_for_memory
 from simulator.settings import NodeSpec
 from tests.fake_kube_api import FakeKubeAPI
 from tests.simulated import ENDED, IMAGE, remove_leftovers
@@ -295,12 +297,15 @@ class DockerKubelet:
             if len(output) > run.logged:
                 self.api.write_log(run.name, output[run.logged :].decode(errors="replace"))
                 run.logged = len(output)
-            state = run.main.attrs["State"]
             if run.main.status == "exited" and _main_running(pod):
-                if state["OOMKilled"]:  # the kubelet tells the cgroup's kill as OOMKilled
+                info = Engine(self.engine).inspect(run.main.id)
+                assert info is not None and info.exit_code is not None
+                # the kubelet tells the cgroup's kill as OOMKilled (Docker's flag alone can
+                # miss it under load)
+                if killed_for_memory(self.engine.api, info):
                     self.api.oom(run.name)
                 else:
-                    self.api.exit(run.name, state["ExitCode"])
+                    self.api.exit(run.name, info.exit_code)
 
     def _remove(self, run: _KubeletPod) -> None:
         if run.process is not None and run.process.poll() is None:
