@@ -1,7 +1,9 @@
 // One GraphQL client per token: queries and mutations over HTTP, subscriptions over one
 // graphql-transport-ws connection that reconnects on its own.
 import { createClient as createWsClient, type Client as WsClient } from "graphql-ws";
+import { retryExchange } from "@urql/exchange-retry";
 import { Client, cacheExchange, fetchExchange, subscriptionExchange } from "urql";
+import type { CombinedError, Operation } from "urql";
 import { authHeaders } from "./auth";
 
 /** Close code the server uses for a websocket without valid credentials. */
@@ -22,6 +24,13 @@ export function retryDelay(retries: number): number {
   return Math.min(250 * 2 ** retries, 5000);
 }
 
+/** Whether a failed operation is asked again: a query whose request got no answer (the browser
+ * drops requests in flight when the host's networks change; a server restarting), never a
+ * mutation, which may have been carried out. */
+export function retriesAfter(error: CombinedError, operation: Pick<Operation, "kind">): boolean {
+  return Boolean(error.networkError) && operation.kind === "query";
+}
+
 export function makeClients(token: string | null): Clients {
   const ws = createWsClient({
     url: websocketUrl(),
@@ -36,6 +45,12 @@ export function makeClients(token: string | null): Clients {
     url: "/graphql",
     exchanges: [
       cacheExchange,
+      retryExchange({
+        initialDelayMs: 250,
+        maxDelayMs: 5000,
+        maxNumberAttempts: 6,
+        retryIf: retriesAfter,
+      }),
       fetchExchange,
       subscriptionExchange({
         forwardSubscription(request) {
