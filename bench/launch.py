@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import random
 import re
@@ -188,16 +189,25 @@ def direct(client: docker.DockerClient, image: str, count: int, *, dressed: bool
             remove_network(network)
 
 
-def remove_network(network: Any) -> None:
-    """Remove the network once the engine has let go of its removed containers' endpoints."""
-    for _ in range(50):
+def remove_network(network: Any, patience: float = 60.0) -> None:
+    """Remove the network once the engine has let go of its removed containers' endpoints; an
+    engine still holding some after `patience` seconds (seen under load) has them
+    disconnected by force."""
+    deadline = time.monotonic() + patience
+    while True:
         try:
             network.remove()
             return
         except docker.errors.APIError as exc:
             if "active endpoints" not in str(exc):
                 raise
+            if time.monotonic() > deadline:
+                break
             time.sleep(0.2)
+    network.reload()
+    for container in network.containers:
+        with contextlib.suppress(docker.errors.NotFound):
+            network.disconnect(container, force=True)
     network.remove()
 
 
