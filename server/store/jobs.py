@@ -209,12 +209,10 @@ class JobStore(Repository):
         where = where or JobFilter()
         if not brief:
             query, make = _jobs_query(), _job
-        elif where.owner is not None:  # the filter names the owner: the users table is needed
-            brief_query = select(*_BRIEF_JOB_COLUMNS)
-            query = brief_query.join(UserRow, col(UserRow.id) == col(JobRow.owner_id))
-            make = _brief_job
         else:
             query, make = select(*_BRIEF_JOB_COLUMNS), _brief_job
+            if where.owner is not None:  # the filter names the owner: the users table is needed
+                query = query.join(UserRow, col(UserRow.id) == col(JobRow.owner_id))
         query = _matching(query, where)
         if after is not None:
             query = query.where(
