@@ -22,14 +22,16 @@ KILLED_EXIT_CODE = 137
 def killed_for_memory(
     api: docker.APIClient, info: ContainerInfo, settle_seconds: float = 1.0
 ) -> bool:
-    """Docker's flag, or else an `oom` event of the container since it started, waiting
-    `settle_seconds` for one told after its exit. An engine that does not answer leaves the
-    flag as the answer."""
+    """Docker's flag, or else an `oom` event of the container since it started, waiting up to
+    `settle_seconds` after its exit for one told late (a container that ended longer ago, as
+    one adopted after a restart, is not waited for). An engine that does not answer leaves
+    the flag as the answer."""
     if info.oom_killed:
         return True
     if info.exit_code != KILLED_EXIT_CODE or info.started_at is None:
         return False
-    until = datetime.now(UTC) + timedelta(seconds=settle_seconds)
+    now = datetime.now(UTC)
+    until = max(now, (info.finished_at or now) + timedelta(seconds=settle_seconds))
     try:
         seen = api.events(
             since=info.started_at,
